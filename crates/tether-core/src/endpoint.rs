@@ -1,0 +1,458 @@
+//! Local writers and readers, and their views of the remote endpoints they are matched with.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{AckNackRepr, EntityId, MAX_ACKNACK_BITS, ParticipantId};
+
+use crate::event::{Guid, Sample, Stats};
+use crate::qos::{History, Qos};
+
+/// What makes two endpoints meet: topic, type, partitions, QoS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointInfo {
+    /// Topic name.
+    pub topic: String,
+    /// Type name (empty: any).
+    pub type_name: String,
+    /// Partitions (empty: the default partition).
+    pub partitions: Vec<String>,
+    /// Offered or requested QoS.
+    pub qos: Qos,
+}
+
+impl EndpointInfo {
+    /// True if the two share a partition (no partitions = the default partition "").
+    pub(crate) fn shares_partition(&self, other: &EndpointInfo) -> bool {
+        let default = [String::new()];
+        let a: &[String] = if self.partitions.is_empty() {
+            &default
+        } else {
+            &self.partitions
+        };
+        let b: &[String] = if other.partitions.is_empty() {
+            &default
+        } else {
+            &other.partitions
+        };
+        a.iter().any(|x| b.contains(x))
+    }
+}
+
+/// A sample held in a writer's history.
+#[derive(Debug, Clone)]
+pub(crate) struct Cached {
+    pub(crate) seq: u64,
+    pub(crate) timestamp_ns: u64,
+    pub(crate) payload: Bytes,
+    pub(crate) written: Instant,
+}
+
+/// A writer's view of one matched reader.
+#[derive(Debug, Clone)]
+pub(crate) struct ReaderProxy {
+    /// Reliable delivery to this reader (both sides reliable).
+    pub(crate) reliable: bool,
+    /// First sequence number this reader should get.
+    pub(crate) start: u64,
+    /// Every sequence number below this one is acknowledged.
+    pub(crate) acked: u64,
+    /// Count of the last ACKNACK processed.
+    pub(crate) last_count: Option<u32>,
+    /// The reader lives in this participant.
+    pub(crate) local: bool,
+}
+
+/// A local writer.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    pub(crate) id: EntityId,
+    pub(crate) info: EndpointInfo,
+    pub(crate) next_seq: u64,
+    pub(crate) history: VecDeque<Cached>,
+    pub(crate) history_bytes: u64,
+    pub(crate) readers: BTreeMap<Guid, ReaderProxy>,
+    /// Remote participants with at least one matched reader, for fan-out.
+    pub(crate) dests: Vec<ParticipantId>,
+    pub(crate) hb_count: u32,
+    pub(crate) next_hb: Option<Instant>,
+    pub(crate) since_hb: u32,
+    pub(crate) deadline_at: Option<Instant>,
+    pub(crate) blocked: bool,
+}
+
+impl Writer {
+    pub(crate) fn new(id: EntityId, info: EndpointInfo) -> Self {
+        Writer {
+            id,
+            info,
+            next_seq: 1,
+            history: VecDeque::new(),
+            history_bytes: 0,
+            readers: BTreeMap::new(),
+            dests: Vec::new(),
+            hb_count: 0,
+            next_hb: None,
+            since_hb: 0,
+            deadline_at: None,
+            blocked: false,
+        }
+    }
+
+    /// Whether samples are kept after sending (someone may ask for them again).
+    pub(crate) fn keeps_history(&self) -> bool {
+        self.info.qos.is_reliable()
+            || self.info.qos.durability_kind() == tether_wire::Durability::TransientLocal
+    }
+
+    pub(crate) fn first_available(&self) -> u64 {
+        self.history.front().map_or(self.next_seq, |c| c.seq)
+    }
+
+    pub(crate) fn find(&self, seq: u64) -> Option<&Cached> {
+        let i = self
+            .history
+            .binary_search_by_key(&seq, |c| c.seq)
+            .ok()?;
+        self.history.get(i)
+    }
+
+    /// Lowest sequence number some reliable reader still needs.
+    fn min_acked(&self) -> u64 {
+        self.readers
+            .values()
+            .filter(|r| r.reliable && !r.local)
+            .map(|r| r.acked.max(r.start))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn has_unacked(&self) -> bool {
+        self.readers
+            .values()
+            .any(|r| {
+                r.reliable
+                    && !r.local
+                    && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
+            })
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(c) = self.history.pop_front() {
+            self.history_bytes -= c.payload.len() as u64;
+        }
+    }
+
+    /// Drops samples whose lifespan ran out. Returns how many.
+    pub(crate) fn expire(&mut self, now: Instant) -> u64 {
+        let Some(ls) = self.info.qos.lifespan_duration() else {
+            return 0;
+        };
+        let mut n = 0;
+        while self
+            .history
+            .front()
+            .is_some_and(|c| now.saturating_duration_since(c.written) > ls)
+        {
+            self.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    /// Makes room for a sample of `len` bytes. False if a keep-all writer is full of
+    /// samples some reliable reader has not acknowledged yet.
+    pub(crate) fn make_room(&mut self, len: u64) -> bool {
+        if !self.keeps_history() {
+            return true;
+        }
+        let qos = self.info.qos;
+        match qos.history() {
+            History::KeepLast(n) => {
+                let n = n.min(qos.max_samples_limit()) as usize;
+                while self.history.len() >= n
+                    || (!self.history.is_empty()
+                        && self.history_bytes + len > qos.max_bytes_limit())
+                {
+                    self.pop_front();
+                }
+                true
+            }
+            History::KeepAll => {
+                let min_acked = self.min_acked();
+                let full = |w: &Self| {
+                    w.history.len() >= qos.max_samples_limit() as usize
+                        || (!w.history.is_empty()
+                            && w.history_bytes + len > qos.max_bytes_limit())
+                };
+                while full(self) {
+                    match self.history.front() {
+                        Some(c) if c.seq < min_acked => self.pop_front(),
+                        _ => return false,
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// After acknowledgements: frees acknowledged samples of a keep-all writer so memory
+    /// follows the slowest reader, not the limit.
+    pub(crate) fn release_acked(&mut self) {
+        if self.info.qos.history() != History::KeepAll
+            || self.info.qos.durability_kind() == tether_wire::Durability::TransientLocal
+        {
+            return;
+        }
+        let min_acked = self.min_acked();
+        while self.history.front().is_some_and(|c| c.seq < min_acked) {
+            self.pop_front();
+        }
+    }
+
+    pub(crate) fn push_history(&mut self, c: Cached) {
+        if !self.keeps_history() {
+            return;
+        }
+        self.history_bytes += c.payload.len() as u64;
+        self.history.push_back(c);
+    }
+
+    pub(crate) fn rebuild_dests(&mut self) {
+        let mut d: Vec<ParticipantId> = self
+            .readers
+            .iter()
+            .filter(|(_, r)| !r.local)
+            .map(|(g, _)| g.participant)
+            .collect();
+        d.dedup();
+        self.dests = d;
+    }
+
+    /// How many writes between piggy-backed heartbeats.
+    pub(crate) fn heartbeat_every(&self) -> u32 {
+        match self.info.qos.history() {
+            History::KeepAll => (self.info.qos.max_samples_limit() / 4).clamp(1, 64),
+            History::KeepLast(_) => 64,
+        }
+    }
+}
+
+/// A reader's cache: what the application takes from.
+#[derive(Debug)]
+pub(crate) struct Cache {
+    pub(crate) samples: VecDeque<(Sample, Instant)>,
+    pub(crate) bytes: u64,
+    pub(crate) qos: Qos,
+}
+
+impl Cache {
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        self.samples.len() < self.qos.capacity()
+            && (self.samples.is_empty() || self.bytes + len as u64 <= self.qos.max_bytes_limit())
+    }
+
+    /// Inserts a sample. Keep-last evicts the oldest; keep-all refuses when full (false).
+    pub(crate) fn push(&mut self, s: Sample, now: Instant) -> bool {
+        let len = s.payload.len();
+        if !self.has_room(len) {
+            if self.qos.history() == History::KeepAll {
+                return false;
+            }
+            while !self.samples.is_empty() && !self.has_room(len) {
+                if let Some((old, _)) = self.samples.pop_front() {
+                    self.bytes -= old.payload.len() as u64;
+                }
+            }
+        }
+        self.bytes += len as u64;
+        self.samples.push_back((s, now));
+        true
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<(Sample, Instant)> {
+        let s = self.samples.pop_front()?;
+        self.bytes -= s.0.payload.len() as u64;
+        Some(s)
+    }
+}
+
+/// A reader's view of one matched writer.
+#[derive(Debug)]
+pub(crate) struct WriterProxy {
+    pub(crate) reliable: bool,
+    /// Reliable: the next sequence number to deliver (None until the first heartbeat).
+    pub(crate) expected: Option<u64>,
+    /// Best effort: the highest sequence number delivered.
+    pub(crate) last_delivered: u64,
+    /// Reliable: samples received ahead of `expected`.
+    pub(crate) pending: BTreeMap<u64, Sample>,
+    pub(crate) pending_bytes: u64,
+    /// Ranges the writer declared irrelevant ahead of `expected`.
+    pub(crate) gaps: Vec<(u64, u64)>,
+    pub(crate) hb_count: Option<u32>,
+    pub(crate) hb_last: u64,
+    pub(crate) acknack_count: u32,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) last_heard: Instant,
+    pub(crate) alive: bool,
+    pub(crate) local: bool,
+}
+
+/// Most gap ranges remembered per writer; more are refused and repaired by heartbeats.
+const MAX_GAPS: usize = 64;
+/// Least reorder-buffer room per writer, whatever the reader's history depth.
+const MIN_PENDING: usize = 256;
+
+impl WriterProxy {
+    pub(crate) fn new(reliable: bool, lease: Option<Duration>, now: Instant, local: bool) -> Self {
+        WriterProxy {
+            reliable,
+            expected: None,
+            last_delivered: 0,
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            gaps: Vec::new(),
+            hb_count: None,
+            hb_last: 0,
+            acknack_count: 0,
+            lease,
+            last_heard: now,
+            alive: true,
+            local,
+        }
+    }
+
+    fn pending_room(&self, qos: &Qos, len: usize) -> bool {
+        self.pending.len() < qos.capacity().max(MIN_PENDING)
+            && (self.pending.is_empty() || self.pending_bytes + len as u64 <= qos.max_bytes_limit())
+    }
+
+    /// Accepts a reliable sample ahead of or at `expected` into the reorder buffer.
+    pub(crate) fn buffer(&mut self, s: Sample, qos: &Qos, stats: &mut Stats) {
+        let seq = s.seq;
+        if self.expected.is_some_and(|e| seq < e) || self.pending.contains_key(&seq) {
+            stats.duplicates += 1;
+            return;
+        }
+        if !self.pending_room(qos, s.payload.len()) {
+            stats.rejected_full += 1;
+            return;
+        }
+        self.pending_bytes += s.payload.len() as u64;
+        self.pending.insert(seq, s);
+    }
+
+    pub(crate) fn add_gap(&mut self, start: u64, end: u64) {
+        let Some(e) = self.expected else { return };
+        if end <= e {
+            return;
+        }
+        if start <= e {
+            // Covers `expected` already: applied at the next drain.
+        }
+        if self.gaps.len() < MAX_GAPS {
+            self.gaps.push((start.max(e), end));
+        }
+    }
+
+    /// Moves in-order samples into the cache. Returns (delivered, skipped-as-lost).
+    pub(crate) fn drain(&mut self, cache: &mut Cache, now: Instant) -> (u64, u64) {
+        let Some(mut e) = self.expected else {
+            return (0, 0);
+        };
+        let (mut delivered, mut skipped) = (0, 0);
+        loop {
+            while let Some((&s, _)) = self.pending.first_key_value() {
+                if s >= e {
+                    break;
+                }
+                if let Some((_, old)) = self.pending.pop_first() {
+                    self.pending_bytes -= old.payload.len() as u64;
+                }
+            }
+            let next_pending = self.pending.first_key_value().map(|(&s, _)| s);
+            if next_pending == Some(e) {
+                let len = self.pending.first_key_value().map_or(0, |(_, s)| s.payload.len());
+                if cache.qos.history() == History::KeepAll && !cache.has_room(len) {
+                    break;
+                }
+                if let Some((_, s)) = self.pending.pop_first() {
+                    self.pending_bytes -= s.payload.len() as u64;
+                    cache.push(s, now);
+                    delivered += 1;
+                }
+                e += 1;
+                continue;
+            }
+            if let Some(&(_, end)) = self.gaps.iter().find(|(a, b)| *a <= e && e < *b) {
+                let next = end.min(next_pending.unwrap_or(u64::MAX));
+                skipped += next - e;
+                e = next;
+                continue;
+            }
+            break;
+        }
+        self.gaps.retain(|&(_, end)| end > e);
+        self.expected = Some(e);
+        (delivered, skipped)
+    }
+
+    /// The ACKNACK answering what this reader knows of the writer.
+    pub(crate) fn acknack(&mut self, reader: EntityId, writer: EntityId) -> Option<AckNackRepr> {
+        let base = self.expected?;
+        let mut bitmap = [0u32; 8];
+        let mut num_bits = 0u16;
+        if self.hb_last >= base {
+            let span = (self.hb_last - base + 1).min(MAX_ACKNACK_BITS as u64) as u16;
+            for i in 0..span {
+                let seq = base + i as u64;
+                let covered = self.pending.contains_key(&seq)
+                    || self.gaps.iter().any(|(a, b)| *a <= seq && seq < *b);
+                if !covered {
+                    bitmap[(i / 32) as usize] |= 1 << (i % 32);
+                    num_bits = i + 1;
+                }
+            }
+        }
+        self.acknack_count = self.acknack_count.wrapping_add(1);
+        Some(AckNackRepr {
+            reader,
+            writer,
+            base,
+            num_bits,
+            bitmap,
+            count: self.acknack_count,
+        })
+    }
+}
+
+/// A local reader.
+#[derive(Debug)]
+pub(crate) struct Reader {
+    pub(crate) id: EntityId,
+    pub(crate) info: EndpointInfo,
+    pub(crate) writers: BTreeMap<Guid, WriterProxy>,
+    pub(crate) cache: Cache,
+    pub(crate) signalled: bool,
+    pub(crate) deadline_at: Option<Instant>,
+}
+
+impl Reader {
+    pub(crate) fn new(id: EntityId, info: EndpointInfo) -> Self {
+        let qos = info.qos;
+        Reader {
+            id,
+            info,
+            writers: BTreeMap::new(),
+            cache: Cache {
+                samples: VecDeque::new(),
+                bytes: 0,
+                qos,
+            },
+            signalled: false,
+            deadline_at: None,
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! What the engine tells its driver, and the counters it keeps.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use tether_wire::{EndpointKind, EntityId, ParticipantId};
+
+use crate::qos::QosPolicy;
+
+/// Globally unique endpoint identity: participant and entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Guid {
+    /// The participant that owns the endpoint.
+    pub participant: ParticipantId,
+    /// The endpoint inside it.
+    pub entity: EntityId,
+}
+
+impl fmt::Display for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}.{}", self.participant.0, self.entity.0)
+    }
+}
+
+/// One delivered sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// The writer that published it.
+    pub writer: Guid,
+    /// Its sequence number in that writer.
+    pub seq: u64,
+    /// Source timestamp, ns since the UNIX epoch.
+    pub timestamp_ns: u64,
+    /// The payload; a reference into the received datagram, not a copy.
+    pub payload: Bytes,
+}
+
+/// Which side noticed a missed deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineSide {
+    /// A writer did not write within its offered deadline.
+    Offered,
+    /// A reader did not receive within its requested deadline.
+    Requested,
+}
+
+/// A writer and a reader on the same topic that cannot match, and why. Both sides raise it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncompatibleQos {
+    /// The topic.
+    pub topic: String,
+    /// The local endpoint.
+    pub local: Guid,
+    /// Whether the local endpoint is the writer or the reader.
+    pub local_kind: EndpointKind,
+    /// The remote endpoint.
+    pub remote: Guid,
+    /// The failing policy.
+    pub policy: QosPolicy,
+    /// The writer's value.
+    pub offered: String,
+    /// The reader's value.
+    pub requested: String,
+}
+
+impl fmt::Display for IncompatibleQos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (w, r) = match self.local_kind {
+            EndpointKind::Writer => (self.local, self.remote),
+            EndpointKind::Reader => (self.remote, self.local),
+        };
+        write!(
+            f,
+            "incompatible QoS on {}: {} {} offers {}={}, reader {} requests {}={}",
+            self.topic,
+            "writer",
+            w,
+            self.policy,
+            self.offered,
+            r,
+            self.policy,
+            self.requested
+        )
+    }
+}
+
+/// Something the driver or the application should know. Drain with
+/// [`Participant::poll_event`](crate::Participant::poll_event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A remote participant was heard for the first time.
+    ParticipantDiscovered {
+        /// Its id.
+        participant: ParticipantId,
+        /// Its name.
+        name: String,
+        /// Where it was heard from.
+        addr: SocketAddr,
+    },
+    /// A remote participant left or its lease expired; its endpoints are gone.
+    ParticipantLost {
+        /// Its id.
+        participant: ParticipantId,
+    },
+    /// A local endpoint matched a remote (or local) one.
+    Matched {
+        /// The local endpoint.
+        local: EntityId,
+        /// The other endpoint.
+        remote: Guid,
+        /// The topic.
+        topic: String,
+    },
+    /// A match ended.
+    Unmatched {
+        /// The local endpoint.
+        local: EntityId,
+        /// The other endpoint.
+        remote: Guid,
+        /// The topic.
+        topic: String,
+    },
+    /// A writer and reader on one topic cannot match. Raised once per pair and policy.
+    IncompatibleQos(IncompatibleQos),
+    /// A reader has samples to take.
+    DataAvailable {
+        /// The reader.
+        reader: EntityId,
+    },
+    /// A writer that refused a write for lack of room has room again.
+    WriterReady {
+        /// The writer.
+        writer: EntityId,
+    },
+    /// A deadline was missed.
+    DeadlineMissed {
+        /// The local endpoint.
+        endpoint: EntityId,
+        /// Offered (writer) or requested (reader).
+        side: DeadlineSide,
+        /// The topic.
+        topic: String,
+    },
+    /// A matched writer's liveliness changed as seen by a local reader.
+    LivelinessChanged {
+        /// The reader.
+        reader: EntityId,
+        /// The writer.
+        writer: Guid,
+        /// True when alive again, false when its lease ran out.
+        alive: bool,
+    },
+    /// Samples a reader will never receive (best-effort loss, or evicted from a keep-last
+    /// writer's history before they could be repaired).
+    SamplesLost {
+        /// The reader.
+        reader: EntityId,
+        /// The writer.
+        writer: Guid,
+        /// How many.
+        count: u64,
+    },
+}
+
+/// Counters kept by the engine. Every drop of bad or unwanted input lands in one of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Datagrams handed to `handle_datagram`.
+    pub datagrams_received: u64,
+    /// Bytes handed to `handle_datagram`.
+    pub bytes_received: u64,
+    /// Datagrams produced by `poll_transmit`.
+    pub datagrams_sent: u64,
+    /// Bytes produced by `poll_transmit`.
+    pub bytes_sent: u64,
+    /// Datagrams or submessages that failed to parse (bad magic, version, lengths, values).
+    pub malformed: u64,
+    /// Datagrams from another domain.
+    pub wrong_domain: u64,
+    /// Submessages from participants not yet discovered.
+    pub unknown_sender: u64,
+    /// DATA, HEARTBEAT or GAP from writers no local reader is matched with.
+    pub unmatched_writer: u64,
+    /// ACKNACKs naming writers or readers that are not matched.
+    pub unmatched_reader: u64,
+    /// Submessage kinds this version does not know (skipped).
+    pub unknown_kind: u64,
+    /// Announcements refused because the participant or endpoint tables are full.
+    pub table_full: u64,
+    /// Samples accepted by local writers.
+    pub samples_written: u64,
+    /// Samples delivered into local readers' caches.
+    pub samples_delivered: u64,
+    /// Samples re-sent on request.
+    pub samples_retransmitted: u64,
+    /// Samples received twice (dropped).
+    pub duplicates: u64,
+    /// Samples a reader could not hold (cache or reorder buffer full); reliable ones are
+    /// repaired later.
+    pub rejected_full: u64,
+    /// Samples dropped because their lifespan expired.
+    pub expired: u64,
+    /// Samples readers know they will never receive.
+    pub lost: u64,
+    /// HEARTBEATs sent.
+    pub heartbeats_sent: u64,
+    /// ACKNACKs sent.
+    pub acknacks_sent: u64,
+    /// GAPs sent.
+    pub gaps_sent: u64,
+}

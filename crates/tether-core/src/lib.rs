@@ -1,0 +1,34 @@
+//! tether-core: the protocol engine of tether, **sans-IO**.
+//!
+//! A [`Participant`] is one session's engine. It turns inputs — received datagrams, the
+//! passage of time, application writes and takes — into outputs: datagrams to send
+//! ([`Transmit`]), [`Event`]s, and the next instant it wants to be woken at. It contains
+//! discovery and matching (topic, type, partitions, QoS compatibility), the QoS policies
+//! (reliability, history and resource limits, durability, deadline, lifespan, liveliness),
+//! and reliability (heartbeat, ack-nack, retransmission, gap).
+//!
+//! It contains no networking code, reads no clock and spawns no thread: `now` is always a
+//! parameter, and the same inputs give the same outputs. The `tether` crate drives it over
+//! real sockets; `tether-testkit` drives it over a simulated, lossy network in virtual time.
+//!
+//! Polling order for a driver, after every input:
+//! 1. send every [`Participant::poll_transmit`],
+//! 2. handle every [`Participant::poll_event`] (take samples on `DataAvailable`),
+//! 3. sleep until [`Participant::poll_timeout`] or the next datagram, then call
+//!    [`Participant::handle_timeout`] or [`Participant::handle_datagram`].
+//!
+//! Non-goals of this version: batching, fragmentation, encryption (later layers of the
+//! writer's outgoing path: history → batch → seal → fragment → transmit).
+
+#![forbid(unsafe_code)]
+
+mod endpoint;
+mod event;
+mod participant;
+pub mod qos;
+
+pub use endpoint::EndpointInfo;
+pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
+pub use participant::{Config, DATA_OVERHEAD, Participant, RemoteEndpoint, Transmit, WriteError};
+pub use qos::{History, Qos, QosPolicy};
+pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

@@ -1,0 +1,1693 @@
+//! The participant: one engine per session.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{
+    DATA_FIXED_LEN, DataRepr, Datagram, DatagramBuilder, EndpointKind, EndpointRepr, EntityId,
+    GapRepr, HEADER_LEN, Header, HeartbeatRepr, ParticipantId, ParticipantRepr,
+    SUBMESSAGE_HEADER_LEN, StrList, Submessage,
+};
+
+use crate::endpoint::{Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
+use crate::event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
+use crate::qos::{Mismatch, Qos, QosPolicy, check_compatible};
+
+/// Bytes a DATA submessage adds around its payload (datagram header included).
+pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED_LEN;
+/// A heartbeat submessage, header included.
+const HEARTBEAT_LEN: usize = SUBMESSAGE_HEADER_LEN + 28;
+/// How often leases and liveliness are checked.
+const HOUSEKEEPING: Duration = Duration::from_millis(50);
+/// First re-announcement after start; doubles up to the configured period.
+const FIRST_ANNOUNCE: Duration = Duration::from_millis(50);
+
+/// Engine settings. Every field has a default that works on one machine.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Domain id: participants of other domains are ignored.
+    pub domain: u16,
+    /// This participant's id (random, non-zero; the driver picks it).
+    pub participant: ParticipantId,
+    /// A name shown to other participants.
+    pub name: String,
+    /// How long others keep us without hearing from us.
+    pub lease: Duration,
+    /// Steady-state period of participant and endpoint announcements.
+    pub announce_period: Duration,
+    /// Period of heartbeats while reliable readers have unacknowledged samples.
+    pub heartbeat_period: Duration,
+    /// Largest datagram the transport carries.
+    pub max_datagram: usize,
+    /// Most remote participants remembered.
+    pub max_participants: usize,
+    /// Most endpoints remembered per remote participant.
+    pub max_endpoints_per_participant: usize,
+}
+
+impl Config {
+    /// Defaults for `domain` with the given participant id.
+    pub fn new(domain: u16, participant: ParticipantId) -> Self {
+        Config {
+            domain,
+            participant,
+            name: String::new(),
+            lease: Duration::from_secs(10),
+            announce_period: Duration::from_secs(1),
+            heartbeat_period: Duration::from_millis(100),
+            max_datagram: 65_000,
+            max_participants: 1024,
+            max_endpoints_per_participant: 1024,
+        }
+    }
+}
+
+/// One datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a transmit must be handed to a transport"]
+pub struct Transmit {
+    /// Where to.
+    pub dest: SocketAddr,
+    /// The datagram. Several transmits of one sample share these bytes.
+    pub payload: Bytes,
+}
+
+/// Why a write was refused. Every variant hands the payload back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// No such writer.
+    UnknownWriter(Bytes),
+    /// A keep-all writer is full of unacknowledged samples (or a local keep-all reader is
+    /// full). Retry after [`Event::WriterReady`].
+    WouldBlock(Bytes),
+    /// The sample does not fit one datagram (fragmentation is not in this version).
+    TooLarge {
+        /// The payload.
+        payload: Bytes,
+        /// Largest payload accepted.
+        max: usize,
+    },
+}
+
+impl WriteError {
+    /// The payload that was not written.
+    pub fn into_payload(self) -> Bytes {
+        match self {
+            WriteError::UnknownWriter(p)
+            | WriteError::WouldBlock(p)
+            | WriteError::TooLarge { payload: p, .. } => p,
+        }
+    }
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::UnknownWriter(_) => f.write_str("unknown writer"),
+            WriteError::WouldBlock(_) => f.write_str("writer history full of unacknowledged samples"),
+            WriteError::TooLarge { payload, max } => write!(
+                f,
+                "sample of {} bytes exceeds the largest single-datagram sample ({max} bytes)",
+                payload.len()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+/// A remote endpoint as discovered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteEndpoint {
+    /// Writer or reader.
+    pub kind: EndpointKind,
+    /// Topic, type, partitions, QoS.
+    pub info: EndpointInfo,
+}
+
+#[derive(Debug)]
+struct RemoteParticipant {
+    addr: SocketAddr,
+    name: String,
+    lease: Duration,
+    last_heard: Instant,
+    endpoints: BTreeMap<EntityId, RemoteEndpoint>,
+}
+
+/// The sans-IO protocol engine of one session.
+///
+/// Inputs: [`handle_datagram`](Self::handle_datagram), [`handle_timeout`](Self::handle_timeout)
+/// and the application calls ([`create_writer`](Self::create_writer), [`write`](Self::write),
+/// [`take`](Self::take), …). Outputs: drain [`poll_transmit`](Self::poll_transmit) and
+/// [`poll_event`](Self::poll_event) after every input, then sleep until
+/// [`poll_timeout`](Self::poll_timeout). Time is always a parameter; the engine never reads a
+/// clock, opens a socket or spawns a thread.
+#[derive(Debug)]
+pub struct Participant {
+    cfg: Config,
+    next_entity: u32,
+    writers: BTreeMap<EntityId, Writer>,
+    readers: BTreeMap<EntityId, Reader>,
+    remotes: BTreeMap<ParticipantId, RemoteParticipant>,
+    /// Remote writer → local readers matched with it.
+    remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
+    targets: BTreeSet<SocketAddr>,
+    reported: BTreeSet<(EntityId, Guid, QosPolicy)>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    next_announce: Instant,
+    announce_step: Duration,
+    next_housekeeping: Instant,
+    pending_acks: Vec<(ParticipantId, tether_wire::AckNackRepr)>,
+    buf: Vec<u8>,
+}
+
+impl Participant {
+    /// A participant that will announce itself at the first `handle_timeout`.
+    pub fn new(cfg: Config, now: Instant) -> Self {
+        Participant {
+            cfg,
+            next_entity: 1,
+            writers: BTreeMap::new(),
+            readers: BTreeMap::new(),
+            remotes: BTreeMap::new(),
+            remote_writer_readers: BTreeMap::new(),
+            targets: BTreeSet::new(),
+            reported: BTreeSet::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            next_announce: now,
+            announce_step: FIRST_ANNOUNCE,
+            next_housekeeping: now + HOUSEKEEPING,
+            pending_acks: Vec::new(),
+            buf: Vec::with_capacity(2048),
+        }
+    }
+
+    /// This participant's id.
+    pub fn id(&self) -> ParticipantId {
+        self.cfg.participant
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Largest payload a single write accepts.
+    pub fn max_payload(&self) -> usize {
+        self.cfg.max_datagram.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN)
+    }
+
+    fn header(&self) -> Header {
+        Header {
+            domain: self.cfg.domain,
+            participant: self.cfg.participant,
+        }
+    }
+
+    // ----- discovery targets -------------------------------------------------------------
+
+    /// Adds an address that receives our announcements (a registry entry, a multicast group,
+    /// a static peer). Announces to it at once.
+    pub fn add_target(&mut self, addr: SocketAddr) {
+        if self.targets.insert(addr) {
+            let dgrams = self.announcement(None);
+            for d in dgrams {
+                self.push_transmit(addr, d);
+            }
+        }
+    }
+
+    /// Stops announcing to `addr`.
+    pub fn remove_target(&mut self, addr: SocketAddr) {
+        self.targets.remove(&addr);
+    }
+
+    /// Announcement targets.
+    pub fn targets(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.targets.iter()
+    }
+
+    // ----- endpoints ---------------------------------------------------------------------
+
+    /// Creates a writer and announces it.
+    pub fn create_writer(&mut self, now: Instant, info: EndpointInfo) -> EntityId {
+        let id = self.alloc_entity();
+        let mut w = Writer::new(id, info);
+        if let Some(d) = w.info.qos.deadline_period() {
+            w.deadline_at = Some(now + d);
+        }
+        self.writers.insert(id, w);
+        self.announce_endpoint(id);
+        // Match against everything already known.
+        let remote: Vec<(Guid, RemoteEndpoint)> = self.remote_endpoints_of(EndpointKind::Reader);
+        for (g, e) in remote {
+            self.try_match(now, id, g, &e.info, Side::LocalWriter);
+        }
+        let local: Vec<EntityId> = self.readers.keys().copied().collect();
+        for r in local {
+            self.try_match_local(now, id, r);
+        }
+        id
+    }
+
+    /// Creates a reader and announces it.
+    pub fn create_reader(&mut self, now: Instant, info: EndpointInfo) -> EntityId {
+        let id = self.alloc_entity();
+        self.readers.insert(id, Reader::new(id, info));
+        self.announce_endpoint(id);
+        let remote = self.remote_endpoints_of(EndpointKind::Writer);
+        for (g, e) in remote {
+            self.try_match(now, id, g, &e.info, Side::LocalReader);
+        }
+        let local: Vec<EntityId> = self.writers.keys().copied().collect();
+        for w in local {
+            self.try_match_local(now, w, id);
+        }
+        id
+    }
+
+    /// Withdraws a local endpoint.
+    pub fn delete_endpoint(&mut self, id: EntityId) {
+        let me = self.cfg.participant;
+        let guid = Guid {
+            participant: me,
+            entity: id,
+        };
+        if let Some(w) = self.writers.remove(&id) {
+            for (g, rp) in &w.readers {
+                if rp.local {
+                    if let Some(r) = self.readers.get_mut(&g.entity) {
+                        r.writers.remove(&guid);
+                    }
+                }
+            }
+        } else if let Some(r) = self.readers.remove(&id) {
+            for g in r.writers.keys() {
+                if g.participant == me {
+                    if let Some(w) = self.writers.get_mut(&g.entity) {
+                        w.readers.remove(&guid);
+                    }
+                } else if let Some(v) = self.remote_writer_readers.get_mut(g) {
+                    v.retain(|x| *x != id);
+                }
+            }
+        } else {
+            return;
+        }
+        self.reported.retain(|(l, _, _)| *l != id);
+        let mut dg = Vec::new();
+        if DatagramBuilder::new(&mut dg, self.header())
+            .push(&Submessage::EndpointBye(id))
+            .is_ok()
+        {
+            let dg = Bytes::from(dg);
+            for a in self.all_destinations() {
+                self.push_transmit(a, dg.clone());
+            }
+        }
+    }
+
+    /// Leaves: tells everyone we are gone. The participant should be dropped afterwards.
+    pub fn close(&mut self) {
+        let mut dg = Vec::new();
+        if DatagramBuilder::new(&mut dg, self.header())
+            .push(&Submessage::ParticipantBye)
+            .is_ok()
+        {
+            let dg = Bytes::from(dg);
+            for a in self.all_destinations() {
+                self.push_transmit(a, dg.clone());
+            }
+        }
+    }
+
+    /// Local endpoint description.
+    pub fn local_endpoint(&self, id: EntityId) -> Option<(EndpointKind, &EndpointInfo)> {
+        if let Some(w) = self.writers.get(&id) {
+            return Some((EndpointKind::Writer, &w.info));
+        }
+        self.readers
+            .get(&id)
+            .map(|r| (EndpointKind::Reader, &r.info))
+    }
+
+    /// Every remote endpoint known, with its participant's name.
+    pub fn remote_endpoints(&self) -> Vec<(Guid, String, RemoteEndpoint)> {
+        let mut v = Vec::new();
+        for (pid, p) in &self.remotes {
+            for (eid, e) in &p.endpoints {
+                v.push((
+                    Guid {
+                        participant: *pid,
+                        entity: *eid,
+                    },
+                    p.name.clone(),
+                    e.clone(),
+                ));
+            }
+        }
+        v
+    }
+
+    /// Remote participants: id, name, address.
+    pub fn remote_participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
+        self.remotes
+            .iter()
+            .map(|(id, p)| (*id, p.name.clone(), p.addr))
+            .collect()
+    }
+
+    /// How many endpoints a local endpoint is matched with.
+    pub fn matched_count(&self, id: EntityId) -> usize {
+        if let Some(w) = self.writers.get(&id) {
+            return w.readers.len();
+        }
+        self.readers.get(&id).map_or(0, |r| r.writers.len())
+    }
+
+    /// Samples held by a writer's history (for tests and `tether info`).
+    pub fn history_len(&self, id: EntityId) -> usize {
+        self.writers.get(&id).map_or(0, |w| w.history.len())
+    }
+
+    /// Samples waiting in a reader (cache plus reorder buffers).
+    pub fn reader_backlog(&self, id: EntityId) -> usize {
+        self.readers.get(&id).map_or(0, |r| {
+            r.cache.samples.len() + r.writers.values().map(|w| w.pending.len()).sum::<usize>()
+        })
+    }
+
+    fn alloc_entity(&mut self) -> EntityId {
+        let id = EntityId(self.next_entity);
+        self.next_entity += 1;
+        id
+    }
+
+    fn remote_endpoints_of(&self, kind: EndpointKind) -> Vec<(Guid, RemoteEndpoint)> {
+        let mut v = Vec::new();
+        for (pid, p) in &self.remotes {
+            for (eid, e) in &p.endpoints {
+                if e.kind == kind {
+                    v.push((
+                        Guid {
+                            participant: *pid,
+                            entity: *eid,
+                        },
+                        e.clone(),
+                    ));
+                }
+            }
+        }
+        v
+    }
+
+    // ----- writing -----------------------------------------------------------------------
+
+    /// Publishes one sample: stored in history, sent once to every matched participant,
+    /// delivered to matched local readers. Returns its sequence number.
+    pub fn write(
+        &mut self,
+        now: Instant,
+        writer: EntityId,
+        timestamp_ns: u64,
+        payload: Bytes,
+    ) -> Result<u64, WriteError> {
+        let max = self.max_payload();
+        let me = self.cfg.participant;
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return Err(WriteError::UnknownWriter(payload));
+        };
+        if payload.len() > max {
+            return Err(WriteError::TooLarge { payload, max });
+        }
+        self.stats.expired += w.expire(now);
+        // Local keep-all reliable readers that are full block the writer too.
+        let local_full = w.readers.iter().any(|(g, rp)| {
+            rp.local
+                && rp.reliable
+                && self.readers.get(&g.entity).is_some_and(|r| {
+                    r.info.qos.history() == crate::qos::History::KeepAll
+                        && !r.cache.has_room(payload.len())
+                })
+        });
+        if local_full || !w.make_room(payload.len() as u64) {
+            w.blocked = true;
+            return Err(WriteError::WouldBlock(payload));
+        }
+        w.blocked = false;
+        let seq = w.next_seq;
+        w.next_seq += 1;
+        w.push_history(Cached {
+            seq,
+            timestamp_ns,
+            payload: payload.clone(),
+            written: now,
+        });
+        if let Some(d) = w.info.qos.deadline_period() {
+            w.deadline_at = Some(now + d);
+        }
+        self.stats.samples_written += 1;
+
+        // Remote fan-out: one datagram, one copy per participant.
+        if !w.dests.is_empty() {
+            w.since_hb += 1;
+            let piggyback = w.info.qos.is_reliable() && w.since_hb >= w.heartbeat_every();
+            let hdr = Header {
+                domain: self.cfg.domain,
+                participant: me,
+            };
+            let mut b = DatagramBuilder::new(&mut self.buf, hdr);
+            let data = Submessage::Data(DataRepr {
+                writer,
+                reader: EntityId::ALL,
+                seq,
+                timestamp_ns,
+                payload: &payload,
+            });
+            let _ = b.push(&data);
+            if piggyback {
+                w.since_hb = 0;
+                w.hb_count = w.hb_count.wrapping_add(1);
+                let hb = Submessage::Heartbeat(HeartbeatRepr {
+                    writer,
+                    reader: EntityId::ALL,
+                    first: w.first_available(),
+                    last: seq,
+                    count: w.hb_count,
+                });
+                let _ = b.push(&hb);
+                self.stats.heartbeats_sent += w.dests.len() as u64;
+            }
+            let dg = Bytes::copy_from_slice(&self.buf);
+            for p in &w.dests {
+                if let Some(rp) = self.remotes.get(p) {
+                    self.stats.datagrams_sent += 1;
+                    self.stats.bytes_sent += dg.len() as u64;
+                    self.transmits.push_back(Transmit {
+                        dest: rp.addr,
+                        payload: dg.clone(),
+                    });
+                }
+            }
+            if w.info.qos.is_reliable() && w.next_hb.is_none() {
+                w.next_hb = Some(now + self.cfg.heartbeat_period);
+            }
+        }
+
+        // Local readers.
+        let locals: Vec<EntityId> = w
+            .readers
+            .iter()
+            .filter(|(_, rp)| rp.local)
+            .map(|(g, _)| g.entity)
+            .collect();
+        if !locals.is_empty() {
+            let s = Sample {
+                writer: Guid {
+                    participant: me,
+                    entity: writer,
+                },
+                seq,
+                timestamp_ns,
+                payload,
+            };
+            for r in locals {
+                self.on_data(now, r, s.clone());
+            }
+        }
+        Ok(seq)
+    }
+
+    // ----- reading -----------------------------------------------------------------------
+
+    /// Takes the oldest sample from a reader's cache. Samples past their lifespan are dropped.
+    pub fn take(&mut self, now: Instant, reader: EntityId) -> Option<Sample> {
+        let r = self.readers.get_mut(&reader)?;
+        let was_full = !r.cache.has_room(0);
+        let out = loop {
+            let Some((s, arrived)) = r.cache.pop() else {
+                break None;
+            };
+            if let Some(ls) = r.info.qos.lifespan_duration() {
+                if now.saturating_duration_since(arrived) > ls {
+                    self.stats.expired += 1;
+                    continue;
+                }
+            }
+            break Some(s);
+        };
+        if r.cache.samples.is_empty() {
+            r.signalled = false;
+        }
+        if was_full {
+            // Room again: pull in-order samples waiting in reorder buffers, and unblock
+            // local writers that were refused for this reader's sake.
+            let mut delivered = 0;
+            for wp in r.writers.values_mut() {
+                delivered += wp.drain(&mut r.cache, now).0;
+            }
+            self.stats.samples_delivered += delivered;
+            let me = self.cfg.participant;
+            let blocked: Vec<EntityId> = r
+                .writers
+                .keys()
+                .filter(|g| g.participant == me)
+                .map(|g| g.entity)
+                .collect();
+            for w in blocked {
+                if self.writers.get(&w).is_some_and(|w| w.blocked) {
+                    self.events.push_back(Event::WriterReady { writer: w });
+                }
+            }
+        }
+        out
+    }
+
+    // ----- input -------------------------------------------------------------------------
+
+    /// Processes one received datagram. `datagram` is kept by reference: delivered payloads
+    /// are slices of it.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
+        let d = match Datagram::parse(datagram) {
+            Ok(d) => d,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let h = d.header();
+        if h.domain != self.cfg.domain {
+            self.stats.wrong_domain += 1;
+            return;
+        }
+        let pid = h.participant;
+        if pid == self.cfg.participant {
+            return; // our own multicast, looped back
+        }
+        let mut known = if let Some(p) = self.remotes.get_mut(&pid) {
+            p.last_heard = now;
+            if p.addr != from {
+                // The peer's address changed (new IP, NAT rebinding): follow it.
+                p.addr = from;
+            }
+            true
+        } else {
+            false
+        };
+        for m in d.submessages() {
+            let m = match m {
+                Ok(m) => m,
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    break;
+                }
+            };
+            match m {
+                Submessage::Participant(p) => {
+                    known = self.on_participant(now, pid, from, p);
+                }
+                Submessage::Unknown(_) => self.stats.unknown_kind += 1,
+                _ if !known => self.stats.unknown_sender += 1,
+                Submessage::ParticipantBye => {
+                    self.remove_participant(pid);
+                    known = false;
+                }
+                Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
+                Submessage::EndpointBye(e) => self.remove_remote_endpoint(pid, e),
+                Submessage::Data(data) => {
+                    let g = Guid {
+                        participant: pid,
+                        entity: data.writer,
+                    };
+                    let s = Sample {
+                        writer: g,
+                        seq: data.seq,
+                        timestamp_ns: data.timestamp_ns,
+                        payload: datagram.slice_ref(data.payload),
+                    };
+                    self.on_remote_data(now, data.reader, s);
+                }
+                Submessage::Heartbeat(hb) => self.on_heartbeat(now, pid, hb),
+                Submessage::AckNack(an) => self.on_acknack(now, pid, an),
+                Submessage::Gap(g) => self.on_gap(now, pid, g),
+            }
+        }
+        self.flush_pending_acks();
+    }
+
+    fn on_participant(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        p: ParticipantRepr<'_>,
+    ) -> bool {
+        let lease = Duration::from_millis(p.lease_ms as u64);
+        if let Some(rp) = self.remotes.get_mut(&pid) {
+            rp.lease = lease;
+            return true;
+        }
+        if self.remotes.len() >= self.cfg.max_participants {
+            self.stats.table_full += 1;
+            return false;
+        }
+        self.remotes.insert(
+            pid,
+            RemoteParticipant {
+                addr: from,
+                name: p.name.to_string(),
+                lease,
+                last_heard: now,
+                endpoints: BTreeMap::new(),
+            },
+        );
+        self.events.push_back(Event::ParticipantDiscovered {
+            participant: pid,
+            name: p.name.to_string(),
+            addr: from,
+        });
+        // Answer at once, so discovery takes one round trip, not one period.
+        for d in self.announcement(None) {
+            self.push_transmit(from, d);
+        }
+        true
+    }
+
+    fn on_endpoint(&mut self, now: Instant, pid: ParticipantId, e: EndpointRepr<'_>) {
+        let info = EndpointInfo {
+            topic: e.topic.to_string(),
+            type_name: e.type_name.to_string(),
+            partitions: e.partitions.iter().map(str::to_string).collect(),
+            qos: Qos::from_repr(&e.qos),
+        };
+        let max = self.cfg.max_endpoints_per_participant;
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        let remote = RemoteEndpoint { kind: e.kind, info };
+        match rp.endpoints.get(&e.entity) {
+            Some(old) if *old == remote => return, // a periodic re-announcement
+            Some(_) => self.remove_remote_endpoint(pid, e.entity),
+            None => {}
+        }
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        if rp.endpoints.len() >= max {
+            self.stats.table_full += 1;
+            return;
+        }
+        rp.endpoints.insert(e.entity, remote.clone());
+        let g = Guid {
+            participant: pid,
+            entity: e.entity,
+        };
+        match e.kind {
+            EndpointKind::Reader => {
+                let ws: Vec<EntityId> = self.writers.keys().copied().collect();
+                for w in ws {
+                    self.try_match(now, w, g, &remote.info, Side::LocalWriter);
+                }
+            }
+            EndpointKind::Writer => {
+                let rs: Vec<EntityId> = self.readers.keys().copied().collect();
+                for r in rs {
+                    self.try_match(now, r, g, &remote.info, Side::LocalReader);
+                }
+            }
+        }
+    }
+
+    fn remove_remote_endpoint(&mut self, pid: ParticipantId, eid: EntityId) {
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        let Some(e) = rp.endpoints.remove(&eid) else {
+            return;
+        };
+        let g = Guid {
+            participant: pid,
+            entity: eid,
+        };
+        self.reported.retain(|(_, r, _)| *r != g);
+        match e.kind {
+            EndpointKind::Reader => {
+                for w in self.writers.values_mut() {
+                    if w.readers.remove(&g).is_some() {
+                        w.rebuild_dests();
+                        w.release_acked();
+                        self.events.push_back(Event::Unmatched {
+                            local: w.id,
+                            remote: g,
+                            topic: w.info.topic.clone(),
+                        });
+                        if w.blocked {
+                            self.events.push_back(Event::WriterReady { writer: w.id });
+                        }
+                    }
+                }
+            }
+            EndpointKind::Writer => {
+                if let Some(rs) = self.remote_writer_readers.remove(&g) {
+                    for r in rs {
+                        if let Some(r) = self.readers.get_mut(&r) {
+                            r.writers.remove(&g);
+                            self.events.push_back(Event::Unmatched {
+                                local: r.id,
+                                remote: g,
+                                topic: r.info.topic.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove_participant(&mut self, pid: ParticipantId) {
+        let Some(rp) = self.remotes.get(&pid) else {
+            return;
+        };
+        let ids: Vec<EntityId> = rp.endpoints.keys().copied().collect();
+        for e in ids {
+            self.remove_remote_endpoint(pid, e);
+        }
+        self.remotes.remove(&pid);
+        self.events
+            .push_back(Event::ParticipantLost { participant: pid });
+    }
+
+    fn on_remote_data(&mut self, now: Instant, to: EntityId, s: Sample) {
+        let Some(rs) = self.remote_writer_readers.get(&s.writer) else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        if to != EntityId::ALL {
+            if rs.contains(&to) {
+                self.on_data(now, to, s);
+            } else {
+                self.stats.unmatched_writer += 1;
+            }
+            return;
+        }
+        match rs.as_slice() {
+            [one] => {
+                let one = *one;
+                self.on_data(now, one, s);
+            }
+            many => {
+                let many = many.to_vec();
+                for r in many {
+                    self.on_data(now, r, s.clone());
+                }
+            }
+        }
+    }
+
+    /// One sample for one local reader.
+    fn on_data(&mut self, now: Instant, reader: EntityId, s: Sample) {
+        let Some(r) = self.readers.get_mut(&reader) else {
+            return;
+        };
+        let Some(wp) = r.writers.get_mut(&s.writer) else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        if !wp.alive {
+            wp.alive = true;
+            self.events.push_back(Event::LivelinessChanged {
+                reader,
+                writer: s.writer,
+                alive: true,
+            });
+        }
+        wp.last_heard = now;
+        let delivered;
+        if !wp.reliable {
+            if s.seq <= wp.last_delivered {
+                self.stats.duplicates += 1;
+                return;
+            }
+            let lost = if wp.last_delivered > 0 {
+                s.seq - wp.last_delivered - 1
+            } else {
+                0
+            };
+            if lost > 0 {
+                self.stats.lost += lost;
+                self.events.push_back(Event::SamplesLost {
+                    reader,
+                    writer: s.writer,
+                    count: lost,
+                });
+            }
+            wp.last_delivered = s.seq;
+            if r.cache.push(s, now) {
+                delivered = 1;
+            } else {
+                self.stats.rejected_full += 1;
+                return;
+            }
+        } else {
+            let writer = s.writer;
+            wp.buffer(s, &r.info.qos, &mut self.stats);
+            let (d, _) = wp.drain(&mut r.cache, now);
+            delivered = d;
+            let _ = writer;
+        }
+        if delivered > 0 {
+            self.stats.samples_delivered += delivered;
+            if let Some(d) = r.info.qos.deadline_period() {
+                r.deadline_at = Some(now + d);
+            }
+            if !r.signalled {
+                r.signalled = true;
+                self.events.push_back(Event::DataAvailable { reader });
+            }
+        }
+    }
+
+    fn on_heartbeat(&mut self, now: Instant, pid: ParticipantId, hb: HeartbeatRepr) {
+        let g = Guid {
+            participant: pid,
+            entity: hb.writer,
+        };
+        let Some(rs) = self.remote_writer_readers.get(&g) else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        let rs: Vec<EntityId> = if hb.reader == EntityId::ALL {
+            rs.clone()
+        } else if rs.contains(&hb.reader) {
+            vec![hb.reader]
+        } else {
+            return;
+        };
+        for rid in rs {
+            let Some(r) = self.readers.get_mut(&rid) else {
+                continue;
+            };
+            let Some(wp) = r.writers.get_mut(&g) else {
+                continue;
+            };
+            wp.last_heard = now;
+            if !wp.reliable {
+                continue;
+            }
+            if wp.hb_count.is_some_and(|c| hb.count <= c && c.wrapping_sub(hb.count) < 1 << 31)
+            {
+                continue; // stale or duplicated heartbeat
+            }
+            wp.hb_count = Some(hb.count);
+            wp.hb_last = wp.hb_last.max(hb.last);
+            if wp.expected.is_none() {
+                wp.expected = Some(hb.first);
+            }
+            if let Some(e) = wp.expected {
+                if hb.first > e {
+                    // The writer no longer has [e, first): those samples are lost to us.
+                    let missing = (e..hb.first)
+                        .filter(|s| !wp.pending.contains_key(s))
+                        .count() as u64;
+                    if missing > 0 {
+                        self.stats.lost += missing;
+                        self.events.push_back(Event::SamplesLost {
+                            reader: rid,
+                            writer: g,
+                            count: missing,
+                        });
+                    }
+                    wp.gaps.push((e, hb.first));
+                }
+            }
+            let (d, _) = wp.drain(&mut r.cache, now);
+            self.stats.samples_delivered += d;
+            if d > 0 && !r.signalled {
+                r.signalled = true;
+                self.events.push_back(Event::DataAvailable { reader: rid });
+            }
+            if let Some(an) = wp.acknack(rid, hb.writer) {
+                self.pending_acks.push((pid, an));
+            }
+        }
+    }
+
+    fn on_gap(&mut self, now: Instant, pid: ParticipantId, gap: GapRepr) {
+        let g = Guid {
+            participant: pid,
+            entity: gap.writer,
+        };
+        let Some(rs) = self.remote_writer_readers.get(&g) else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        let rs: Vec<EntityId> = rs
+            .iter()
+            .copied()
+            .filter(|r| gap.reader == EntityId::ALL || *r == gap.reader)
+            .collect();
+        for rid in rs {
+            let Some(r) = self.readers.get_mut(&rid) else {
+                continue;
+            };
+            let Some(wp) = r.writers.get_mut(&g) else {
+                continue;
+            };
+            if !wp.reliable {
+                continue;
+            }
+            wp.add_gap(gap.start, gap.end);
+            let (d, _) = wp.drain(&mut r.cache, now);
+            self.stats.samples_delivered += d;
+            if d > 0 && !r.signalled {
+                r.signalled = true;
+                self.events.push_back(Event::DataAvailable { reader: rid });
+            }
+        }
+    }
+
+    fn on_acknack(&mut self, now: Instant, pid: ParticipantId, an: tether_wire::AckNackRepr) {
+        let rg = Guid {
+            participant: pid,
+            entity: an.reader,
+        };
+        let Some(w) = self.writers.get_mut(&an.writer) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        let Some(rp) = w.readers.get_mut(&rg) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        if rp.local || !rp.reliable {
+            return;
+        }
+        if rp
+            .last_count
+            .is_some_and(|c| an.count <= c && c.wrapping_sub(an.count) < 1 << 31)
+        {
+            return;
+        }
+        rp.last_count = Some(an.count);
+        let start = rp.start;
+        let base = an.base.min(w.next_seq);
+        rp.acked = rp.acked.max(base);
+        let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+            return;
+        };
+        let hdr = Header {
+            domain: self.cfg.domain,
+            participant: self.cfg.participant,
+        };
+        let mut packer = Packer::new(addr, hdr, self.cfg.max_datagram);
+        // Sequence numbers the reader should never get (before it matched) or that are gone.
+        let mut gap: Option<(u64, u64)> = None;
+        if an.base < start {
+            gap = Some((an.base, start));
+        }
+        for seq in an.missing() {
+            if seq >= w.next_seq {
+                break;
+            }
+            let cached = if seq >= start { w.find(seq) } else { None };
+            match cached {
+                Some(c) => {
+                    flush_gap(&mut gap, &mut packer, &mut self.transmits, &mut self.stats, an.writer, an.reader);
+                    packer.push(
+                        &Submessage::Data(DataRepr {
+                            writer: an.writer,
+                            reader: an.reader,
+                            seq,
+                            timestamp_ns: c.timestamp_ns,
+                            payload: &c.payload,
+                        }),
+                        &mut self.transmits,
+                        &mut self.stats,
+                    );
+                    self.stats.samples_retransmitted += 1;
+                }
+                None => match &mut gap {
+                    Some((_, b)) if *b == seq => *b = seq + 1,
+                    _ => {
+                        flush_gap(&mut gap, &mut packer, &mut self.transmits, &mut self.stats, an.writer, an.reader);
+                        gap = Some((seq, seq + 1));
+                    }
+                },
+            }
+        }
+        flush_gap(&mut gap, &mut packer, &mut self.transmits, &mut self.stats, an.writer, an.reader);
+        // A heartbeat closes every repair, so the reader learns the state at once.
+        if an.num_bits > 0 {
+            w.hb_count = w.hb_count.wrapping_add(1);
+            packer.push(
+                &Submessage::Heartbeat(HeartbeatRepr {
+                    writer: an.writer,
+                    reader: an.reader,
+                    first: w.first_available().max(start).min(w.next_seq),
+                    last: w.next_seq - 1,
+                    count: w.hb_count,
+                }),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            self.stats.heartbeats_sent += 1;
+        }
+        packer.finish(&mut self.transmits, &mut self.stats);
+        w.release_acked();
+        if w.blocked && w.make_room(0) {
+            w.blocked = false;
+            self.events.push_back(Event::WriterReady { writer: w.id });
+        }
+        let _ = now;
+    }
+
+    fn flush_pending_acks(&mut self) {
+        if self.pending_acks.is_empty() {
+            return;
+        }
+        let acks = std::mem::take(&mut self.pending_acks);
+        let hdr = self.header();
+        for (pid, an) in acks {
+            let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+                continue;
+            };
+            let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
+            p.push(
+                &Submessage::AckNack(an),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            p.finish(&mut self.transmits, &mut self.stats);
+            self.stats.acknacks_sent += 1;
+        }
+    }
+
+    // ----- matching ----------------------------------------------------------------------
+
+    fn try_match(
+        &mut self,
+        now: Instant,
+        local: EntityId,
+        remote: Guid,
+        rinfo: &EndpointInfo,
+        side: Side,
+    ) {
+        let me = self.cfg.participant;
+        let linfo = match side {
+            Side::LocalWriter => self.writers.get(&local).map(|w| w.info.clone()),
+            Side::LocalReader => self.readers.get(&local).map(|r| r.info.clone()),
+        };
+        let Some(linfo) = linfo else { return };
+        let (winfo, rinfo_) = match side {
+            Side::LocalWriter => (&linfo, rinfo),
+            Side::LocalReader => (rinfo, &linfo),
+        };
+        match compatible(winfo, rinfo_) {
+            Compat::OutOfScope => {}
+            Compat::Incompatible(ms) => {
+                for m in ms {
+                    if self.reported.insert((local, remote, m.policy)) {
+                        self.events.push_back(Event::IncompatibleQos(IncompatibleQos {
+                            topic: linfo.topic.clone(),
+                            local: Guid {
+                                participant: me,
+                                entity: local,
+                            },
+                            local_kind: match side {
+                                Side::LocalWriter => EndpointKind::Writer,
+                                Side::LocalReader => EndpointKind::Reader,
+                            },
+                            remote,
+                            policy: m.policy,
+                            offered: m.offered,
+                            requested: m.requested,
+                        }));
+                    }
+                }
+            }
+            Compat::Match { reliable } => match side {
+                Side::LocalWriter => self.match_writer_reader(now, local, remote, rinfo, reliable),
+                Side::LocalReader => {
+                    let Some(r) = self.readers.get_mut(&local) else {
+                        return;
+                    };
+                    if r.writers.contains_key(&remote) {
+                        return;
+                    }
+                    r.writers.insert(
+                        remote,
+                        WriterProxy::new(reliable, rinfo.qos.liveliness_lease(), now, false),
+                    );
+                    if r.deadline_at.is_none() {
+                        if let Some(d) = r.info.qos.deadline_period() {
+                            r.deadline_at = Some(now + d);
+                        }
+                    }
+                    self.remote_writer_readers
+                        .entry(remote)
+                        .or_default()
+                        .push(local);
+                    self.events.push_back(Event::Matched {
+                        local,
+                        remote,
+                        topic: linfo.topic.clone(),
+                    });
+                }
+            },
+        }
+    }
+
+    /// A local writer meets a remote reader.
+    fn match_writer_reader(
+        &mut self,
+        now: Instant,
+        writer: EntityId,
+        reader: Guid,
+        rinfo: &EndpointInfo,
+        reliable: bool,
+    ) {
+        let Some(addr) = self.remotes.get(&reader.participant).map(|p| p.addr) else {
+            return;
+        };
+        let hdr = self.header();
+        let max_dg = self.cfg.max_datagram;
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if w.readers.contains_key(&reader) {
+            return;
+        }
+        let transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
+        let start = if transient {
+            w.first_available()
+        } else {
+            w.next_seq
+        };
+        w.readers.insert(
+            reader,
+            ReaderProxy {
+                reliable,
+                start,
+                acked: 0,
+                last_count: None,
+                local: false,
+            },
+        );
+        w.rebuild_dests();
+        let mut p = Packer::new(addr, hdr, max_dg);
+        if transient {
+            for c in w.history.iter() {
+                p.push(
+                    &Submessage::Data(DataRepr {
+                        writer,
+                        reader: reader.entity,
+                        seq: c.seq,
+                        timestamp_ns: c.timestamp_ns,
+                        payload: &c.payload,
+                    }),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+            }
+        }
+        if reliable {
+            w.hb_count = w.hb_count.wrapping_add(1);
+            p.push(
+                &Submessage::Heartbeat(HeartbeatRepr {
+                    writer,
+                    reader: reader.entity,
+                    first: start,
+                    last: w.next_seq - 1,
+                    count: w.hb_count,
+                }),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            self.stats.heartbeats_sent += 1;
+            if w.next_hb.is_none() {
+                w.next_hb = Some(now + self.cfg.heartbeat_period);
+            }
+        }
+        p.finish(&mut self.transmits, &mut self.stats);
+        self.events.push_back(Event::Matched {
+            local: writer,
+            remote: reader,
+            topic: w.info.topic.clone(),
+        });
+    }
+
+    /// A local writer meets a local reader: samples go straight into the reader's cache.
+    fn try_match_local(&mut self, now: Instant, writer: EntityId, reader: EntityId) {
+        let me = self.cfg.participant;
+        let (Some(w), Some(r)) = (self.writers.get(&writer), self.readers.get(&reader)) else {
+            return;
+        };
+        let wg = Guid {
+            participant: me,
+            entity: writer,
+        };
+        let rg = Guid {
+            participant: me,
+            entity: reader,
+        };
+        match compatible(&w.info, &r.info) {
+            Compat::OutOfScope => {}
+            Compat::Incompatible(ms) => {
+                let topic = w.info.topic.clone();
+                for m in ms {
+                    for (local, kind, remote) in [
+                        (writer, EndpointKind::Writer, rg),
+                        (reader, EndpointKind::Reader, wg),
+                    ] {
+                        if self.reported.insert((local, remote, m.policy)) {
+                            self.events.push_back(Event::IncompatibleQos(IncompatibleQos {
+                                topic: topic.clone(),
+                                local: Guid {
+                                    participant: me,
+                                    entity: local,
+                                },
+                                local_kind: kind,
+                                remote,
+                                policy: m.policy,
+                                offered: m.offered.clone(),
+                                requested: m.requested.clone(),
+                            }));
+                        }
+                    }
+                }
+            }
+            Compat::Match { reliable } => {
+                let transient =
+                    r.info.qos.durability_kind() == tether_wire::Durability::TransientLocal;
+                let lease = w.info.qos.liveliness_lease();
+                let topic = w.info.topic.clone();
+                let Some(w) = self.writers.get_mut(&writer) else {
+                    return;
+                };
+                let start = if transient {
+                    w.first_available()
+                } else {
+                    w.next_seq
+                };
+                w.readers.insert(
+                    rg,
+                    ReaderProxy {
+                        reliable,
+                        start,
+                        acked: u64::MAX,
+                        last_count: None,
+                        local: true,
+                    },
+                );
+                let backlog: Vec<Sample> = if transient {
+                    w.history
+                        .iter()
+                        .map(|c| Sample {
+                            writer: wg,
+                            seq: c.seq,
+                            timestamp_ns: c.timestamp_ns,
+                            payload: c.payload.clone(),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let Some(r) = self.readers.get_mut(&reader) else {
+                    return;
+                };
+                let mut wp = WriterProxy::new(reliable, lease, now, true);
+                wp.expected = Some(start);
+                r.writers.insert(wg, wp);
+                for (local, remote) in [(writer, rg), (reader, wg)] {
+                    self.events.push_back(Event::Matched {
+                        local,
+                        remote,
+                        topic: topic.clone(),
+                    });
+                }
+                for s in backlog {
+                    self.on_data(now, reader, s);
+                }
+            }
+        }
+    }
+
+    // ----- time --------------------------------------------------------------------------
+
+    /// When `handle_timeout` wants to run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t = self.next_announce.min(self.next_housekeeping);
+        for w in self.writers.values() {
+            for x in [w.next_hb, w.deadline_at].into_iter().flatten() {
+                t = t.min(x);
+            }
+        }
+        for r in self.readers.values() {
+            if let Some(x) = r.deadline_at {
+                t = t.min(x);
+            }
+        }
+        Some(t)
+    }
+
+    /// Runs every timer that is due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if now >= self.next_announce {
+            let dgrams = self.announcement(None);
+            for a in self.all_destinations() {
+                for d in &dgrams {
+                    self.push_transmit(a, d.clone());
+                }
+            }
+            let period = self.announce_period();
+            self.announce_step = (self.announce_step * 2).min(period);
+            self.next_announce = now + self.announce_step;
+        }
+        if now >= self.next_housekeeping {
+            self.housekeeping(now);
+            self.next_housekeeping = now + HOUSEKEEPING;
+        }
+        let hdr = self.header();
+        let max_dg = self.cfg.max_datagram;
+        let hb_period = self.cfg.heartbeat_period;
+        for w in self.writers.values_mut() {
+            if w.next_hb.is_some_and(|t| now >= t) {
+                if w.has_unacked() {
+                    w.hb_count = w.hb_count.wrapping_add(1);
+                    let hb = Submessage::Heartbeat(HeartbeatRepr {
+                        writer: w.id,
+                        reader: EntityId::ALL,
+                        first: w.first_available(),
+                        last: w.next_seq - 1,
+                        count: w.hb_count,
+                    });
+                    let mut dg = Vec::new();
+                    if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_ok() {
+                        let dg = Bytes::from(dg);
+                        for p in &w.dests {
+                            let has_reliable = w
+                                .readers
+                                .iter()
+                                .any(|(g, r)| g.participant == *p && r.reliable);
+                            if let (true, Some(rp)) = (has_reliable, self.remotes.get(p)) {
+                                self.stats.heartbeats_sent += 1;
+                                self.stats.datagrams_sent += 1;
+                                self.stats.bytes_sent += dg.len() as u64;
+                                self.transmits.push_back(Transmit {
+                                    dest: rp.addr,
+                                    payload: dg.clone(),
+                                });
+                            }
+                        }
+                    }
+                    w.next_hb = Some(now + hb_period);
+                } else {
+                    w.next_hb = None;
+                }
+            }
+            if let (Some(t), Some(d)) = (w.deadline_at, w.info.qos.deadline_period()) {
+                if now >= t {
+                    self.events.push_back(Event::DeadlineMissed {
+                        endpoint: w.id,
+                        side: DeadlineSide::Offered,
+                        topic: w.info.topic.clone(),
+                    });
+                    w.deadline_at = Some(now + d);
+                }
+            }
+            self.stats.expired += w.expire(now);
+        }
+        let _ = max_dg;
+        for r in self.readers.values_mut() {
+            if let (Some(t), Some(d)) = (r.deadline_at, r.info.qos.deadline_period()) {
+                if now >= t {
+                    self.events.push_back(Event::DeadlineMissed {
+                        endpoint: r.id,
+                        side: DeadlineSide::Requested,
+                        topic: r.info.topic.clone(),
+                    });
+                    r.deadline_at = Some(now + d);
+                }
+            }
+        }
+    }
+
+    fn housekeeping(&mut self, now: Instant) {
+        let expired: Vec<ParticipantId> = self
+            .remotes
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > p.lease)
+            .map(|(id, _)| *id)
+            .collect();
+        for p in expired {
+            self.remove_participant(p);
+        }
+        for r in self.readers.values_mut() {
+            for (g, wp) in r.writers.iter_mut() {
+                if wp.local {
+                    continue;
+                }
+                if let Some(lease) = wp.lease {
+                    // Automatic liveliness: any datagram from the writer's participant counts.
+                    let heard = self
+                        .remotes
+                        .get(&g.participant)
+                        .map_or(wp.last_heard, |p| p.last_heard.max(wp.last_heard));
+                    let alive = now.saturating_duration_since(heard) <= lease;
+                    if alive != wp.alive {
+                        wp.alive = alive;
+                        self.events.push_back(Event::LivelinessChanged {
+                            reader: r.id,
+                            writer: *g,
+                            alive,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Announcements must come often enough to assert the shortest liveliness lease.
+    fn announce_period(&self) -> Duration {
+        let min_lease = self
+            .writers
+            .values()
+            .filter_map(|w| w.info.qos.liveliness_lease())
+            .min();
+        let p = self.cfg.announce_period.min(self.cfg.lease / 3);
+        match min_lease {
+            Some(l) => p.min(l / 3).max(Duration::from_millis(1)),
+            None => p,
+        }
+    }
+
+    // ----- output ------------------------------------------------------------------------
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn push_transmit(&mut self, dest: SocketAddr, payload: Bytes) {
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += payload.len() as u64;
+        self.transmits.push_back(Transmit { dest, payload });
+    }
+
+    /// Discovery targets plus every known participant, without duplicates.
+    fn all_destinations(&self) -> Vec<SocketAddr> {
+        let mut s: BTreeSet<SocketAddr> = self.targets.clone();
+        s.extend(self.remotes.values().map(|p| p.addr));
+        s.into_iter().collect()
+    }
+
+    /// Datagrams announcing this participant and its endpoints (`only`: one endpoint).
+    fn announcement(&self, only: Option<EntityId>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let hdr = self.header();
+        let part = Submessage::Participant(ParticipantRepr {
+            lease_ms: u32::try_from(self.cfg.lease.as_millis()).unwrap_or(u32::MAX).max(1),
+            name: &self.cfg.name,
+        });
+        let mut buf = Vec::new();
+        let mut b = DatagramBuilder::new(&mut buf, hdr);
+        let _ = b.push(&part);
+        let mut count = 0;
+        let eps = self
+            .writers
+            .values()
+            .map(|w| (w.id, EndpointKind::Writer, &w.info))
+            .chain(
+                self.readers
+                    .values()
+                    .map(|r| (r.id, EndpointKind::Reader, &r.info)),
+            )
+            .filter(|(id, _, _)| only.is_none_or(|o| o == *id));
+        let mut tmp = Vec::new();
+        for (id, kind, info) in eps {
+            let parts: Vec<&str> = info.partitions.iter().map(String::as_str).collect();
+            let e = Submessage::Endpoint(EndpointRepr {
+                entity: id,
+                kind,
+                qos: info.qos.to_repr(),
+                topic: &info.topic,
+                type_name: &info.type_name,
+                partitions: StrList::Slice(&parts),
+            });
+            // Measure, then start a new datagram if it would not fit.
+            tmp.clear();
+            let mut m = DatagramBuilder::new(&mut tmp, hdr);
+            if m.push(&e).is_err() {
+                continue;
+            }
+            let elen = tmp.len() - HEADER_LEN;
+            if buf.len() + elen > self.cfg.max_datagram && count > 0 {
+                out.push(Bytes::from(std::mem::take(&mut buf)));
+                let mut nb = DatagramBuilder::new(&mut buf, hdr);
+                let _ = nb.push(&part);
+                count = 0;
+            }
+            buf.extend_from_slice(&tmp[HEADER_LEN..]);
+            count += 1;
+        }
+        out.push(Bytes::from(buf));
+        out
+    }
+
+    fn announce_endpoint(&mut self, id: EntityId) {
+        let dgrams = self.announcement(Some(id));
+        for a in self.all_destinations() {
+            for d in &dgrams {
+                self.push_transmit(a, d.clone());
+            }
+        }
+    }
+}
+
+fn flush_gap(
+    gap: &mut Option<(u64, u64)>,
+    packer: &mut Packer,
+    out: &mut VecDeque<Transmit>,
+    stats: &mut Stats,
+    writer: EntityId,
+    reader: EntityId,
+) {
+    if let Some((start, end)) = gap.take() {
+        packer.push(
+            &Submessage::Gap(GapRepr {
+                writer,
+                reader,
+                start,
+                end,
+            }),
+            out,
+            stats,
+        );
+        stats.gaps_sent += 1;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    LocalWriter,
+    LocalReader,
+}
+
+enum Compat {
+    OutOfScope,
+    Incompatible(Vec<Mismatch>),
+    Match { reliable: bool },
+}
+
+fn compatible(w: &EndpointInfo, r: &EndpointInfo) -> Compat {
+    if w.topic != r.topic || !w.shares_partition(r) {
+        return Compat::OutOfScope;
+    }
+    let mut ms = check_compatible(&w.qos, &r.qos);
+    if !w.type_name.is_empty() && !r.type_name.is_empty() && w.type_name != r.type_name {
+        ms.push(Mismatch {
+            policy: QosPolicy::TypeName,
+            offered: w.type_name.clone(),
+            requested: r.type_name.clone(),
+        });
+    }
+    if !ms.is_empty() {
+        return Compat::Incompatible(ms);
+    }
+    Compat::Match {
+        reliable: w.qos.is_reliable() && r.qos.is_reliable(),
+    }
+}
+
+/// Packs submessages for one destination into as few datagrams as fit.
+struct Packer {
+    dest: SocketAddr,
+    hdr: Header,
+    max: usize,
+    buf: Vec<u8>,
+    tmp: Vec<u8>,
+}
+
+impl Packer {
+    fn new(dest: SocketAddr, hdr: Header, max: usize) -> Self {
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, hdr);
+        Packer {
+            dest,
+            hdr,
+            max,
+            buf,
+            tmp: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, m: &Submessage<'_>, out: &mut VecDeque<Transmit>, stats: &mut Stats) {
+        let mut b = DatagramBuilder::new(&mut self.tmp, self.hdr);
+        if b.push(m).is_err() {
+            return;
+        }
+        let body_len = self.tmp.len() - HEADER_LEN;
+        if self.buf.len() + body_len > self.max && self.buf.len() > HEADER_LEN {
+            self.flush(out, stats);
+        }
+        self.buf.extend_from_slice(&self.tmp[HEADER_LEN..]);
+    }
+
+    fn flush(&mut self, out: &mut VecDeque<Transmit>, stats: &mut Stats) {
+        if self.buf.len() <= HEADER_LEN {
+            return;
+        }
+        let dg = Bytes::copy_from_slice(&self.buf);
+        self.buf.truncate(HEADER_LEN);
+        stats.datagrams_sent += 1;
+        stats.bytes_sent += dg.len() as u64;
+        out.push_back(Transmit {
+            dest: self.dest,
+            payload: dg,
+        });
+    }
+
+    fn finish(mut self, out: &mut VecDeque<Transmit>, stats: &mut Stats) {
+        self.flush(out, stats);
+    }
+}

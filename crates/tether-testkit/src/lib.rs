@@ -1,0 +1,343 @@
+//! [internal] A deterministic simulator for `tether-core`.
+//!
+//! Several [`Participant`]s exchange datagrams over a simulated network in virtual time: a
+//! seeded RNG decides loss, duplication, reordering and delay, so a failing seed replays
+//! exactly. No sockets, no threads, no sleeps: [`Sim::step`] jumps the clock to the next
+//! delivery or timer.
+
+#![forbid(unsafe_code)]
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_core::{Config, EntityId, Event, Participant, ParticipantId, Sample};
+
+/// SplitMix64: small, fast, seeded; good enough to drive a network model.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// A float in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+    /// A duration in [0, max].
+    pub fn upto(&mut self, max: Duration) -> Duration {
+        Duration::from_nanos((self.unit() * max.as_nanos() as f64) as u64)
+    }
+}
+
+/// What the simulated network does to each datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Base one-way delay.
+    pub delay: Duration,
+    /// Extra random delay in [0, jitter]; jitter larger than the gap between datagrams
+    /// reorders them.
+    pub jitter: Duration,
+}
+
+impl Link {
+    /// A perfect link with 1 ms delay.
+    pub fn perfect() -> Self {
+        Link {
+            loss: 0.0,
+            duplicate: 0.0,
+            delay: Duration::from_millis(1),
+            jitter: Duration::ZERO,
+        }
+    }
+    /// A hostile link: the given loss, 5 % duplication, delay 1–6 ms (reordering).
+    pub fn lossy(loss: f64) -> Self {
+        Link {
+            loss,
+            duplicate: 0.05,
+            delay: Duration::from_millis(1),
+            jitter: Duration::from_millis(5),
+        }
+    }
+}
+
+/// One simulated host with its participant, and everything it received.
+#[derive(Debug)]
+pub struct Node {
+    /// Its simulated address.
+    pub addr: SocketAddr,
+    /// The engine.
+    pub participant: Participant,
+    /// Every event it raised, in order.
+    pub events: Vec<Event>,
+    /// Samples taken from each reader, in delivery order.
+    pub delivered: BTreeMap<EntityId, Vec<Sample>>,
+    /// Take samples as soon as they are available (false: a stalled application).
+    pub auto_take: bool,
+    /// While false the node neither sends nor receives (a crashed or unplugged host).
+    pub up: bool,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Flight {
+    at: Instant,
+    order: u64,
+    to: usize,
+    from: SocketAddr,
+    payload: Bytes,
+}
+
+/// The simulator.
+#[derive(Debug)]
+pub struct Sim {
+    /// Virtual now.
+    pub now: Instant,
+    start: Instant,
+    rng: Rng,
+    /// The hosts.
+    pub nodes: Vec<Node>,
+    link: Link,
+    flights: BinaryHeap<Reverse<Flight>>,
+    order: u64,
+    /// Datagrams the network dropped.
+    pub dropped: u64,
+    /// Most datagrams ever in flight at once.
+    pub max_in_flight: usize,
+}
+
+impl Sim {
+    /// A network whose every link behaves as `link`, randomised by `seed`.
+    pub fn new(seed: u64, link: Link) -> Self {
+        let now = Instant::now();
+        Sim {
+            now,
+            start: now,
+            rng: Rng::new(seed),
+            nodes: Vec::new(),
+            link,
+            flights: BinaryHeap::new(),
+            order: 0,
+            dropped: 0,
+            max_in_flight: 0,
+        }
+    }
+
+    /// Virtual time elapsed since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// Adds a host in `domain` with default engine settings; every host announces to every
+    /// other (as the same-host registry does).
+    pub fn add_node(&mut self, domain: u16) -> usize {
+        self.add_node_with(|c| c.domain = domain)
+    }
+
+    /// Adds a host, letting `tune` adjust its engine settings.
+    pub fn add_node_with(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
+        let i = self.nodes.len();
+        let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 20_000 + i as u16));
+        let mut cfg = Config::new(0, ParticipantId(0x1000 + i as u64 * 7919));
+        cfg.name = format!("node{i}");
+        tune(&mut cfg);
+        let mut p = Participant::new(cfg, self.now);
+        for n in &mut self.nodes {
+            n.participant.add_target(addr);
+            p.add_target(n.addr);
+        }
+        self.nodes.push(Node {
+            addr,
+            participant: p,
+            events: Vec::new(),
+            delivered: BTreeMap::new(),
+            auto_take: true,
+            up: true,
+        });
+        self.pump(i);
+        for j in 0..i {
+            self.pump(j);
+        }
+        i
+    }
+
+    /// The participant of node `i`.
+    pub fn p(&mut self, i: usize) -> &mut Participant {
+        &mut self.nodes[i].participant
+    }
+
+    /// Moves node `i`'s output into the network and its events into its log.
+    pub fn pump(&mut self, i: usize) {
+        while let Some(t) = self.nodes[i].participant.poll_transmit() {
+            if !self.nodes[i].up {
+                continue;
+            }
+            let Some(to) = self.nodes.iter().position(|n| n.addr == t.dest) else {
+                continue;
+            };
+            if self.rng.chance(self.link.loss) {
+                self.dropped += 1;
+                continue;
+            }
+            let copies = if self.rng.chance(self.link.duplicate) {
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let at = self.now + self.link.delay + self.rng.upto(self.link.jitter);
+                self.order += 1;
+                self.flights.push(Reverse(Flight {
+                    at,
+                    order: self.order,
+                    to,
+                    from: self.nodes[i].addr,
+                    payload: t.payload.clone(),
+                }));
+            }
+        }
+        self.max_in_flight = self.max_in_flight.max(self.flights.len());
+        let now = self.now;
+        let node = &mut self.nodes[i];
+        while let Some(e) = node.participant.poll_event() {
+            if let Event::DataAvailable { reader } = e {
+                if node.auto_take {
+                    while let Some(s) = node.participant.take(now, reader) {
+                        node.delivered.entry(reader).or_default().push(s);
+                    }
+                }
+            }
+            node.events.push(e);
+        }
+    }
+
+    /// Takes every available sample of `reader` on node `i` (for stalled applications).
+    pub fn take_all(&mut self, i: usize, reader: EntityId) -> usize {
+        let now = self.now;
+        let node = &mut self.nodes[i];
+        let mut n = 0;
+        while let Some(s) = node.participant.take(now, reader) {
+            node.delivered.entry(reader).or_default().push(s);
+            n += 1;
+        }
+        self.pump(i);
+        n
+    }
+
+    /// Advances to the next delivery or timer and processes it. False if nothing is left.
+    pub fn step(&mut self) -> bool {
+        let next_timer = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up)
+            .filter_map(|(i, n)| n.participant.poll_timeout().map(|t| (t, i)))
+            .min();
+        let next_flight = self.flights.peek().map(|Reverse(f)| f.at);
+        match (next_timer, next_flight) {
+            (None, None) => false,
+            (Some((t, i)), f) if f.is_none_or(|f| t < f) => {
+                self.now = self.now.max(t);
+                let now = self.now;
+                self.nodes[i].participant.handle_timeout(now);
+                self.pump(i);
+                true
+            }
+            _ => {
+                let Some(Reverse(f)) = self.flights.pop() else {
+                    return false;
+                };
+                self.now = self.now.max(f.at);
+                let now = self.now;
+                if self.nodes[f.to].up {
+                    self.nodes[f.to]
+                        .participant
+                        .handle_datagram(now, f.from, &f.payload);
+                    self.pump(f.to);
+                }
+                true
+            }
+        }
+    }
+
+    /// Runs for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        self.run_until_time(until);
+    }
+
+    /// Runs until the virtual clock reaches `t`.
+    pub fn run_until_time(&mut self, t: Instant) {
+        while self.next_at().is_some_and(|n| n <= t) {
+            self.step();
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Runs until `done` holds or `limit` of virtual time passes; true if `done` held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        let until = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            match self.next_at() {
+                Some(n) if n <= until => {
+                    self.step();
+                }
+                _ => return done(self),
+            }
+        }
+    }
+
+    fn next_at(&self) -> Option<Instant> {
+        let t = self
+            .nodes
+            .iter()
+            .filter(|n| n.up)
+            .filter_map(|n| n.participant.poll_timeout())
+            .min();
+        let f = self.flights.peek().map(|Reverse(f)| f.at);
+        match (t, f) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Samples node `i`'s reader got, as sequence numbers.
+    pub fn seqs(&self, i: usize, reader: EntityId) -> Vec<u64> {
+        self.nodes[i]
+            .delivered
+            .get(&reader)
+            .map(|v| v.iter().map(|s| s.seq).collect())
+            .unwrap_or_default()
+    }
+
+    /// Payloads node `i`'s reader got.
+    pub fn payloads(&self, i: usize, reader: EntityId) -> Vec<Bytes> {
+        self.nodes[i]
+            .delivered
+            .get(&reader)
+            .map(|v| v.iter().map(|s| s.payload.clone()).collect())
+            .unwrap_or_default()
+    }
+}

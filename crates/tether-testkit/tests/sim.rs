@@ -1,0 +1,463 @@
+//! Whole-protocol tests of tether-core in the deterministic simulator.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_core::{
+    DeadlineSide, EndpointInfo, EntityId, Event, History, Qos, QosPolicy, WriteError,
+};
+use tether_testkit::{Link, Sim};
+
+fn info(topic: &str, qos: Qos) -> EndpointInfo {
+    EndpointInfo {
+        topic: topic.into(),
+        type_name: "std_msgs/String".into(),
+        partitions: vec![],
+        qos,
+    }
+}
+
+fn payload(i: u64) -> Bytes {
+    Bytes::from(format!("sample-{i}").into_bytes())
+}
+
+/// Creates a writer on node 0 and a reader on each other node; runs until all matched.
+fn setup(sim: &mut Sim, wq: Qos, rq: Qos, readers: usize) -> (EntityId, Vec<EntityId>) {
+    for _ in 0..=readers {
+        sim.add_node(0);
+    }
+    let now = sim.now;
+    let w = sim.p(0).create_writer(now, info("/t", wq));
+    let mut rs = Vec::new();
+    for i in 1..=readers {
+        let now = sim.now;
+        rs.push(sim.p(i).create_reader(now, info("/t", rq)));
+        sim.pump(i);
+    }
+    sim.pump(0);
+    let ok = sim.run_until(Duration::from_secs(60), |s| {
+        s.nodes[0].participant.matched_count(w) == readers
+            && (1..=readers).all(|i| s.nodes[i].participant.matched_count(rs[i - 1]) == 1)
+    });
+    assert!(ok, "endpoints did not match within 60 s of virtual time");
+    (w, rs)
+}
+
+/// Writes `n` samples as fast as the writer accepts them, stepping the network whenever it
+/// refuses (keep-all flow control). Returns the largest history ever held.
+fn write_all(sim: &mut Sim, w: EntityId, n: u64) -> usize {
+    let mut max_hist = 0;
+    let mut i = 1;
+    let deadline = sim.now + Duration::from_secs(600);
+    while i <= n {
+        let now = sim.now;
+        match sim.p(0).write(now, w, i, payload(i)) {
+            Ok(seq) => {
+                assert_eq!(seq, i);
+                i += 1;
+            }
+            Err(WriteError::WouldBlock(_)) => {
+                assert!(sim.step(), "writer blocked with nothing in flight");
+                assert!(sim.now < deadline, "writer blocked for 600 s of virtual time");
+            }
+            Err(e) => panic!("write failed: {e}"),
+        }
+        sim.pump(0);
+        max_hist = max_hist.max(sim.nodes[0].participant.history_len(w));
+    }
+    max_hist
+}
+
+/// Every reliable sample reaches every matched reader exactly once, in order, whatever the
+/// loss (up to 30 %), duplication and reordering; the writer's history never exceeds its
+/// resource limit.
+#[test]
+fn reliable_keep_all_exactly_once_in_order() {
+    for seed in 0..40u64 {
+        let loss = [0.0, 0.05, 0.1, 0.2, 0.3][(seed % 5) as usize];
+        let mut sim = Sim::new(seed, Link::lossy(loss));
+        let qos = Qos::new().keep_all().max_samples(64);
+        let (w, rs) = setup(&mut sim, qos, qos, 2);
+        let n = 300;
+        let max_hist = write_all(&mut sim, w, n);
+        assert!(max_hist <= 64, "history {max_hist} exceeded max_samples 64");
+        let done = sim.run_until(Duration::from_secs(300), |s| {
+            (1..=2).all(|i| s.seqs(i, rs[i - 1]).len() as u64 >= n)
+        });
+        for i in 1..=2 {
+            let got = sim.seqs(i, rs[i - 1]);
+            let want: Vec<u64> = (1..=n).collect();
+            assert_eq!(got, want, "seed {seed} loss {loss}: reader {i} got wrong sequence");
+            let p = sim.payloads(i, rs[i - 1]);
+            assert!(p.iter().enumerate().all(|(k, b)| *b == payload(k as u64 + 1)));
+        }
+        assert!(done);
+        // Once all is acknowledged, a keep-all writer holds nothing.
+        sim.run_for(Duration::from_secs(5));
+        assert_eq!(sim.nodes[0].participant.history_len(w), 0, "seed {seed}");
+        assert!(sim.nodes[1].participant.reader_backlog(rs[0]) == 0);
+    }
+}
+
+/// Reliable keep-last with a writer far ahead of a lossy network: readers may lose samples
+/// the writer's history no longer has (reported as SamplesLost), but never get one twice or
+/// out of order, and the last sample always arrives.
+#[test]
+fn reliable_keep_last_in_order_and_latest_arrives() {
+    for seed in 0..30u64 {
+        let mut sim = Sim::new(seed, Link::lossy(0.2));
+        let (w, rs) = setup(&mut sim, Qos::new().keep_last(5), Qos::new().keep_last(5), 1);
+        for i in 1..=200 {
+            let now = sim.now;
+            sim.p(0).write(now, w, i, payload(i)).unwrap();
+            sim.pump(0);
+            sim.run_for(Duration::from_micros(200));
+        }
+        sim.run_until(Duration::from_secs(30), |s| s.seqs(1, rs[0]).last() == Some(&200));
+        let got = sim.seqs(1, rs[0]);
+        assert!(got.windows(2).all(|p| p[0] < p[1]), "seed {seed}: {got:?}");
+        assert_eq!(got.last(), Some(&200), "seed {seed}");
+        assert!(sim.nodes[0].participant.history_len(w) <= 5);
+    }
+}
+
+/// Best effort never duplicates and never goes backwards, under duplication and reordering.
+#[test]
+fn best_effort_never_duplicates_or_goes_backwards() {
+    for seed in 0..30u64 {
+        let mut sim = Sim::new(seed, Link::lossy(0.15));
+        let be = Qos::new().best_effort();
+        let (w, rs) = setup(&mut sim, be, be, 3);
+        for i in 1..=300 {
+            let now = sim.now;
+            sim.p(0).write(now, w, i, payload(i)).unwrap();
+            sim.pump(0);
+            sim.run_for(Duration::from_micros(100));
+        }
+        sim.run_for(Duration::from_secs(1));
+        for (k, r) in rs.iter().enumerate() {
+            let got = sim.seqs(k + 1, *r);
+            assert!(got.windows(2).all(|p| p[0] < p[1]), "seed {seed}: {got:?}");
+            assert!(!got.is_empty());
+        }
+        // Best-effort volatile writers keep no history at all.
+        assert_eq!(sim.nodes[0].participant.history_len(w), 0);
+    }
+}
+
+/// A reliable writer serves a best-effort reader (offered ≥ requested).
+#[test]
+fn reliable_writer_best_effort_reader_match() {
+    let mut sim = Sim::new(1, Link::perfect());
+    let (w, rs) = setup(&mut sim, Qos::new(), Qos::new().best_effort(), 1);
+    for i in 1..=10 {
+        let now = sim.now;
+        sim.p(0).write(now, w, i, payload(i)).unwrap();
+        sim.pump(0);
+    }
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.seqs(1, rs[0]), (1..=10).collect::<Vec<_>>());
+}
+
+/// Incompatible QoS: no match, and an event on both sides naming topic, policy and values.
+#[test]
+fn incompatible_qos_reported_on_both_sides() {
+    let mut sim = Sim::new(2, Link::perfect());
+    sim.add_node(0);
+    sim.add_node(0);
+    let now = sim.now;
+    let w = sim.p(0).create_writer(now, info("/cmd", Qos::new().best_effort()));
+    let r = sim.p(1).create_reader(now, info("/cmd", Qos::new().reliable()));
+    sim.pump(0);
+    sim.pump(1);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.nodes[0].participant.matched_count(w), 0);
+    assert_eq!(sim.nodes[1].participant.matched_count(r), 0);
+    for (i, local) in [(0usize, w), (1, r)] {
+        let ev: Vec<_> = sim.nodes[i]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::IncompatibleQos(q) => Some(q.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ev.len(), 1, "node {i}: exactly one report despite re-announcements");
+        let q = &ev[0];
+        assert_eq!(q.topic, "/cmd");
+        assert_eq!(q.local.entity, local);
+        assert_eq!(q.policy, QosPolicy::Reliability);
+        assert_eq!(q.offered, "best_effort");
+        assert_eq!(q.requested, "reliable");
+        let line = q.to_string();
+        assert!(line.contains("/cmd") && line.contains("reliability=best_effort"));
+        assert!(line.contains("reliability=reliable"));
+    }
+}
+
+/// Type names must agree.
+#[test]
+fn type_mismatch_is_incompatible() {
+    let mut sim = Sim::new(3, Link::perfect());
+    sim.add_node(0);
+    sim.add_node(0);
+    let now = sim.now;
+    sim.p(0).create_writer(now, info("/x", Qos::new()));
+    let mut i = info("/x", Qos::new());
+    i.type_name = "geometry_msgs/Twist".into();
+    sim.p(1).create_reader(now, i);
+    sim.pump(0);
+    sim.pump(1);
+    sim.run_for(Duration::from_secs(2));
+    assert!(sim.nodes[1].events.iter().any(
+        |e| matches!(e, Event::IncompatibleQos(q) if q.policy == QosPolicy::TypeName)
+    ));
+}
+
+/// A late-joining transient-local reader gets the writer's last n samples; a volatile one
+/// gets only what follows.
+#[test]
+fn transient_local_late_joiner() {
+    for seed in 0..10 {
+        let mut sim = Sim::new(seed, Link::lossy(0.1));
+        sim.add_node(0);
+        let now = sim.now;
+        let w = sim
+            .p(0)
+            .create_writer(now, info("/map", Qos::new().keep_last(3).transient_local()));
+        for i in 1..=10 {
+            let now = sim.now;
+            sim.p(0).write(now, w, i, payload(i)).unwrap();
+        }
+        sim.pump(0);
+        let late = sim.add_node(0);
+        let vol = sim.add_node(0);
+        let now = sim.now;
+        let r = sim
+            .p(late)
+            .create_reader(now, info("/map", Qos::new().keep_last(3).transient_local()));
+        let rv = sim.p(vol).create_reader(now, info("/map", Qos::new()));
+        sim.pump(late);
+        sim.pump(vol);
+        sim.run_until(Duration::from_secs(30), |s| s.seqs(late, r).len() >= 3);
+        assert_eq!(sim.seqs(late, r), vec![8, 9, 10], "seed {seed}");
+        sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[vol].participant.matched_count(rv) == 1
+        });
+        let now = sim.now;
+        sim.p(0).write(now, w, 11, payload(11)).unwrap();
+        sim.pump(0);
+        sim.run_until(Duration::from_secs(30), |s| s.seqs(vol, rv).len() >= 1);
+        assert_eq!(sim.seqs(vol, rv), vec![11], "seed {seed}");
+    }
+}
+
+/// Partitions scope matching; other partitions never meet.
+#[test]
+fn partitions_scope_matching() {
+    let mut sim = Sim::new(4, Link::perfect());
+    sim.add_node(0);
+    sim.add_node(0);
+    let now = sim.now;
+    let mut wi = info("/p", Qos::new());
+    wi.partitions = vec!["robots".into()];
+    let w = sim.p(0).create_writer(now, wi);
+    let mut a = info("/p", Qos::new());
+    a.partitions = vec!["robots".into(), "extra".into()];
+    let ra = sim.p(1).create_reader(now, a);
+    let mut b = info("/p", Qos::new());
+    b.partitions = vec!["humans".into()];
+    let rb = sim.p(1).create_reader(now, b);
+    let rd = sim.p(1).create_reader(now, info("/p", Qos::new()));
+    sim.pump(0);
+    sim.pump(1);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(sim.nodes[0].participant.matched_count(w), 1);
+    assert_eq!(sim.nodes[1].participant.matched_count(ra), 1);
+    assert_eq!(sim.nodes[1].participant.matched_count(rb), 0);
+    assert_eq!(sim.nodes[1].participant.matched_count(rd), 0);
+}
+
+/// Domains isolate: participants of different domains never discover each other.
+#[test]
+fn domains_isolate() {
+    let mut sim = Sim::new(5, Link::perfect());
+    sim.add_node(0);
+    sim.add_node(1);
+    let now = sim.now;
+    sim.p(0).create_writer(now, info("/d", Qos::new()));
+    sim.p(1).create_reader(now, info("/d", Qos::new()));
+    sim.pump(0);
+    sim.pump(1);
+    sim.run_for(Duration::from_secs(2));
+    assert!(sim.nodes[0].participant.remote_participants().is_empty());
+    assert!(sim.nodes[1].participant.stats().wrong_domain > 0);
+}
+
+/// Keep-all with a stalled reader: the writer refuses (WouldBlock) once max_samples are
+/// unacknowledged, holds exactly that many, and resumes when the reader takes.
+#[test]
+fn keep_all_blocks_on_slow_reader_then_resumes() {
+    let mut sim = Sim::new(6, Link::perfect());
+    let q = Qos::new().keep_all().max_samples(8);
+    let (w, rs) = setup(&mut sim, q, q, 1);
+    sim.nodes[1].auto_take = false;
+    let mut written = 0u64;
+    for i in 1..=100 {
+        let now = sim.now;
+        match sim.p(0).write(now, w, i, payload(i)) {
+            Ok(_) => written += 1,
+            Err(WriteError::WouldBlock(p)) => {
+                assert_eq!(p, payload(i), "the refused payload is handed back");
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        sim.pump(0);
+        sim.run_for(Duration::from_millis(5));
+    }
+    // Reader cache holds 8, writer holds 8 more unacknowledged.
+    assert!(written >= 8 && written <= 16, "written {written}");
+    assert!(sim.nodes[0].participant.history_len(w) <= 8);
+    // The application catches up; the writer gets WriterReady and every sample arrives.
+    let mut next = written + 1;
+    let ok = sim.run_until(Duration::from_secs(60), |s| {
+        s.take_all(1, rs[0]);
+        let now = s.now;
+        while next <= 100 {
+            match s.p(0).write(now, w, next, payload(next)) {
+                Ok(_) => next += 1,
+                Err(_) => break,
+            }
+        }
+        s.pump(0);
+        s.seqs(1, rs[0]).len() == 100
+    });
+    assert!(ok);
+    assert_eq!(sim.seqs(1, rs[0]), (1..=100).collect::<Vec<_>>());
+    assert!(
+        sim.nodes[0]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::WriterReady { writer } if *writer == w))
+    );
+}
+
+/// Deadlines: a writer that stops writing and a reader that stops receiving both report.
+#[test]
+fn deadline_missed_events() {
+    let mut sim = Sim::new(7, Link::perfect());
+    let q = Qos::new().deadline(Duration::from_millis(100));
+    let (w, rs) = setup(&mut sim, q, q, 1);
+    for i in 1..=5 {
+        let now = sim.now;
+        sim.p(0).write(now, w, i, payload(i)).unwrap();
+        sim.pump(0);
+        sim.run_for(Duration::from_millis(50));
+    }
+    let before_w = count(&sim, 0, |e| {
+        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Offered, .. })
+    });
+    let before_r = count(&sim, 1, |e| {
+        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Requested, .. })
+    });
+    sim.run_for(Duration::from_millis(450));
+    let after_w = count(&sim, 0, |e| {
+        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Offered, .. })
+    });
+    let after_r = count(&sim, 1, |e| {
+        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Requested, endpoint, .. } if *endpoint == rs[0])
+    });
+    assert!(after_w - before_w >= 3, "writer deadline misses {before_w}→{after_w}");
+    assert!(after_r - before_r >= 3, "reader deadline misses {before_r}→{after_r}");
+}
+
+/// Liveliness: when the writer's host goes silent, the reader gets LivelinessChanged(false)
+/// within the lease; when it comes back, alive again; after the participant lease, the
+/// participant is lost and the match ends.
+#[test]
+fn liveliness_and_participant_lease() {
+    let mut sim = Sim::new(8, Link::perfect());
+    let q = Qos::new().liveliness(Duration::from_millis(300));
+    let (_w, rs) = setup(&mut sim, q, q, 1);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(
+        count(&sim, 1, |e| matches!(e, Event::LivelinessChanged { alive: false, .. })),
+        0,
+        "announcements keep the writer alive"
+    );
+    sim.nodes[0].up = false;
+    sim.run_for(Duration::from_millis(500));
+    assert_eq!(
+        count(&sim, 1, |e| matches!(e, Event::LivelinessChanged { alive: false, .. })),
+        1
+    );
+    sim.nodes[0].up = true;
+    sim.run_for(Duration::from_millis(500));
+    assert_eq!(
+        count(&sim, 1, |e| matches!(e, Event::LivelinessChanged { alive: true, .. })),
+        1
+    );
+    sim.nodes[0].up = false;
+    sim.run_for(Duration::from_secs(12));
+    assert!(sim.nodes[1].events.iter().any(|e| matches!(e, Event::ParticipantLost { .. })));
+    assert_eq!(sim.nodes[1].participant.matched_count(rs[0]), 0);
+}
+
+/// Lifespan: samples older than the lifespan are not retransmitted.
+#[test]
+fn lifespan_expires_history() {
+    let mut sim = Sim::new(9, Link::perfect());
+    let q = Qos::new().keep_last(100).lifespan(Duration::from_millis(100));
+    let (w, _rs) = setup(&mut sim, q, Qos::new(), 1);
+    for i in 1..=10 {
+        let now = sim.now;
+        sim.p(0).write(now, w, i, payload(i)).unwrap();
+    }
+    assert_eq!(sim.nodes[0].participant.history_len(w), 10);
+    sim.pump(0);
+    sim.run_for(Duration::from_millis(300));
+    assert_eq!(sim.nodes[0].participant.history_len(w), 0);
+}
+
+/// A writer and reader in the same participant match and deliver without the network.
+#[test]
+fn same_participant_delivery() {
+    let mut sim = Sim::new(10, Link::perfect());
+    sim.add_node(0);
+    let now = sim.now;
+    let r = sim.p(0).create_reader(now, info("/loop", Qos::new()));
+    let w = sim.p(0).create_writer(now, info("/loop", Qos::new()));
+    for i in 1..=5 {
+        sim.p(0).write(now, w, i, payload(i)).unwrap();
+    }
+    sim.pump(0);
+    assert_eq!(sim.seqs(0, r), vec![1, 2, 3, 4, 5]);
+}
+
+/// Many seeds, many readers, heavy loss: memory stays bounded (in-flight datagrams) and
+/// keep-all still delivers everything.
+#[test]
+fn many_readers_heavy_loss() {
+    for seed in 100..106u64 {
+        let mut sim = Sim::new(seed, Link::lossy(0.3));
+        let q = Qos::new().keep_all().max_samples(32);
+        let (w, rs) = setup(&mut sim, q, q, 5);
+        write_all(&mut sim, w, 150);
+        sim.run_until(Duration::from_secs(300), |s| {
+            (1..=5).all(|i| s.seqs(i, rs[i - 1]).len() >= 150)
+        });
+        for i in 1..=5 {
+            assert_eq!(sim.seqs(i, rs[i - 1]), (1..=150).collect::<Vec<_>>(), "seed {seed}");
+        }
+        assert!(sim.max_in_flight < 10_000);
+        assert!(matches!(
+            sim.nodes[0].participant.local_endpoint(w).map(|x| x.1.qos.history()),
+            Some(History::KeepAll)
+        ));
+    }
+}
+
+fn count(sim: &Sim, i: usize, f: impl Fn(&Event) -> bool) -> usize {
+    sim.nodes[i].events.iter().filter(|e| f(e)).count()
+}

@@ -1,0 +1,642 @@
+//! Validated representations of each submessage, parsed from and emitted to bytes.
+//!
+//! Parsing goes through [`Cursor`], the only code in this crate that indexes a body; it checks
+//! every read against the bytes present, so a lying length can only produce an error.
+
+use crate::{EntityId, Error, MAX_ACKNACK_BITS, MAX_PARTITIONS};
+
+/// The submessage kinds of wire version 1 (`docs/wire.md` section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SubmessageKind {
+    /// A participant announces itself (discovery and liveliness).
+    Participant = 0x01,
+    /// A participant leaves.
+    ParticipantBye = 0x02,
+    /// An endpoint (writer or reader) announces itself with its topic and QoS.
+    Endpoint = 0x03,
+    /// An endpoint is withdrawn.
+    EndpointBye = 0x04,
+    /// One sample.
+    Data = 0x05,
+    /// A writer states which sequence numbers it has.
+    Heartbeat = 0x06,
+    /// A reader acknowledges and requests what it misses.
+    AckNack = 0x07,
+    /// A writer states that sequence numbers are gone for good.
+    Gap = 0x08,
+}
+
+impl SubmessageKind {
+    /// The kind for a wire byte, if this version knows it.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0x01 => Self::Participant,
+            0x02 => Self::ParticipantBye,
+            0x03 => Self::Endpoint,
+            0x04 => Self::EndpointBye,
+            0x05 => Self::Data,
+            0x06 => Self::Heartbeat,
+            0x07 => Self::AckNack,
+            0x08 => Self::Gap,
+            _ => return None,
+        })
+    }
+}
+
+/// Reliability of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reliability {
+    /// Samples may be lost; never duplicated, never delivered out of order.
+    BestEffort,
+    /// Lost samples are repaired by retransmission.
+    Reliable,
+}
+
+/// Durability of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Durability {
+    /// Only samples written after a reader matched reach it.
+    Volatile,
+    /// A late-joining reader gets the writer's retained history.
+    TransientLocal,
+}
+
+/// History kind of an endpoint; the depth travels beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HistoryKind {
+    /// Keep the newest `depth` samples.
+    KeepLast,
+    /// Keep every sample until resource limits are reached.
+    KeepAll,
+}
+
+/// Liveliness kind of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Liveliness {
+    /// The participant asserts liveliness on behalf of all its endpoints.
+    Automatic,
+}
+
+/// Kind of endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndpointKind {
+    /// Publishes samples.
+    Writer,
+    /// Receives samples.
+    Reader,
+}
+
+/// QoS fields as they travel on the wire. Durations are microseconds; `u64::MAX` is infinite.
+/// Limits of zero mean unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QosRepr {
+    /// Reliability.
+    pub reliability: Reliability,
+    /// Durability.
+    pub durability: Durability,
+    /// History kind.
+    pub history: HistoryKind,
+    /// History depth for keep-last.
+    pub depth: u32,
+    /// Resource limit: most samples held.
+    pub max_samples: u32,
+    /// Resource limit: most payload bytes held.
+    pub max_bytes: u64,
+    /// Deadline period in µs.
+    pub deadline_us: u64,
+    /// Lifespan in µs.
+    pub lifespan_us: u64,
+    /// Liveliness kind.
+    pub liveliness: Liveliness,
+    /// Liveliness lease in µs.
+    pub lease_us: u64,
+}
+
+/// A list of strings: borrowed from a datagram after parsing, or from the caller to emit.
+#[derive(Debug, Clone, Copy)]
+pub enum StrList<'a> {
+    /// As found on the wire: `count` strings, each `u16 length | UTF-8`, validated.
+    Encoded {
+        /// Number of strings.
+        count: u8,
+        /// The encoded strings.
+        bytes: &'a [u8],
+    },
+    /// A caller's strings.
+    Slice(&'a [&'a str]),
+}
+
+impl<'a> StrList<'a> {
+    /// Iterates the strings.
+    pub fn iter(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let (enc, slice) = match *self {
+            StrList::Encoded { count, bytes } => (Some((count, bytes)), None),
+            StrList::Slice(s) => (None, Some(s)),
+        };
+        let mut cur = enc.map(|(c, b)| (c, Cursor::new(b)));
+        let mut idx = 0usize;
+        core::iter::from_fn(move || {
+            if let Some(s) = slice {
+                let r = s.get(idx).copied();
+                idx += 1;
+                return r;
+            }
+            let (count, c) = cur.as_mut()?;
+            if *count == 0 {
+                return None;
+            }
+            *count -= 1;
+            // Validated when parsed, so this cannot fail; stop rather than panic if it did.
+            c.str16().ok()
+        })
+    }
+
+    /// Number of strings.
+    pub fn len(&self) -> usize {
+        match self {
+            StrList::Encoded { count, .. } => *count as usize,
+            StrList::Slice(s) => s.len(),
+        }
+    }
+
+    /// True if there are no strings.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl PartialEq for StrList<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().zip(other.iter()).all(|(a, b)| a == b)
+    }
+}
+
+/// A participant announcement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParticipantRepr<'a> {
+    /// How long receivers consider the participant alive without hearing from it, in ms.
+    pub lease_ms: u32,
+    /// Human-readable name (may be empty).
+    pub name: &'a str,
+}
+
+/// An endpoint announcement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EndpointRepr<'a> {
+    /// The endpoint inside its participant (non-zero).
+    pub entity: EntityId,
+    /// Writer or reader.
+    pub kind: EndpointKind,
+    /// Offered (writer) or requested (reader) QoS.
+    pub qos: QosRepr,
+    /// Topic name.
+    pub topic: &'a str,
+    /// Type name.
+    pub type_name: &'a str,
+    /// Partitions (empty: the default partition).
+    pub partitions: StrList<'a>,
+}
+
+/// One sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRepr<'a> {
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The reader addressed, or [`EntityId::ALL`].
+    pub reader: EntityId,
+    /// The sample's sequence number (≥ 1).
+    pub seq: u64,
+    /// Source timestamp, ns since the UNIX epoch.
+    pub timestamp_ns: u64,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+/// A writer's statement of what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatRepr {
+    /// The writer.
+    pub writer: EntityId,
+    /// The reader addressed, or [`EntityId::ALL`].
+    pub reader: EntityId,
+    /// First sequence number still available (≥ 1).
+    pub first: u64,
+    /// Last sequence number written (`first - 1` when nothing is available).
+    pub last: u64,
+    /// Increases with every heartbeat of this writer.
+    pub count: u32,
+}
+
+/// A reader's acknowledgement: all below `base` received; bit `i` set = `base + i` missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckNackRepr {
+    /// The reader.
+    pub reader: EntityId,
+    /// The writer.
+    pub writer: EntityId,
+    /// Every sequence number below this one has been received (≥ 1).
+    pub base: u64,
+    /// How many bits of `bitmap` are meaningful (≤ 256).
+    pub num_bits: u16,
+    /// Bit `i` (word `i / 32`, bit `i % 32`) set: `base + i` is requested.
+    pub bitmap: [u32; 8],
+    /// Increases with every ACKNACK of this reader.
+    pub count: u32,
+}
+
+impl AckNackRepr {
+    /// Iterates the requested sequence numbers.
+    pub fn missing(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.num_bits as u64)
+            .filter(|i| self.bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0)
+            .map(|i| self.base + i)
+    }
+}
+
+/// A writer's statement that `[start, end)` will never be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GapRepr {
+    /// The writer.
+    pub writer: EntityId,
+    /// The reader addressed, or [`EntityId::ALL`].
+    pub reader: EntityId,
+    /// First irrelevant sequence number (≥ 1).
+    pub start: u64,
+    /// One past the last irrelevant sequence number (> `start`).
+    pub end: u64,
+}
+
+/// One parsed submessage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Submessage<'a> {
+    /// See [`ParticipantRepr`].
+    Participant(ParticipantRepr<'a>),
+    /// The sending participant leaves.
+    ParticipantBye,
+    /// See [`EndpointRepr`].
+    Endpoint(EndpointRepr<'a>),
+    /// The endpoint is withdrawn.
+    EndpointBye(EntityId),
+    /// See [`DataRepr`].
+    Data(DataRepr<'a>),
+    /// See [`HeartbeatRepr`].
+    Heartbeat(HeartbeatRepr),
+    /// See [`AckNackRepr`].
+    AckNack(AckNackRepr),
+    /// See [`GapRepr`].
+    Gap(GapRepr),
+    /// A kind this version does not know; skipped by receivers (forward compatibility).
+    Unknown(u8),
+}
+
+/// Bounds-checked little-endian reader over a body.
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf }
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        if self.buf.len() < n {
+            return Err(Error::Truncated);
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, Error> {
+        Ok(self.array::<1>()?[0])
+    }
+    pub(crate) fn u16(&mut self) -> Result<u16, Error> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, Error> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn str16(&mut self) -> Result<&'a str, Error> {
+        let n = self.u16()? as usize;
+        core::str::from_utf8(self.take(n)?).map_err(|_| Error::BadUtf8)
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        core::mem::take(&mut self.buf)
+    }
+    fn finish(&self) -> Result<(), Error> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::BadLength)
+        }
+    }
+    fn entity(&mut self, field: &'static str) -> Result<EntityId, Error> {
+        let v = self.u32()?;
+        if v == 0 {
+            return Err(Error::BadValue(field));
+        }
+        Ok(EntityId(v))
+    }
+    fn seq(&mut self, field: &'static str) -> Result<u64, Error> {
+        let v = self.u64()?;
+        if v == 0 || v == u64::MAX {
+            return Err(Error::BadValue(field));
+        }
+        Ok(v)
+    }
+}
+
+fn put_str16(out: &mut Vec<u8>, s: &str) -> Result<(), Error> {
+    let n = u16::try_from(s.len()).map_err(|_| Error::TooLong)?;
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+impl<'a> Submessage<'a> {
+    /// The wire kind byte of this submessage.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Submessage::Participant(_) => SubmessageKind::Participant as u8,
+            Submessage::ParticipantBye => SubmessageKind::ParticipantBye as u8,
+            Submessage::Endpoint(_) => SubmessageKind::Endpoint as u8,
+            Submessage::EndpointBye(_) => SubmessageKind::EndpointBye as u8,
+            Submessage::Data(_) => SubmessageKind::Data as u8,
+            Submessage::Heartbeat(_) => SubmessageKind::Heartbeat as u8,
+            Submessage::AckNack(_) => SubmessageKind::AckNack as u8,
+            Submessage::Gap(_) => SubmessageKind::Gap as u8,
+            Submessage::Unknown(k) => *k,
+        }
+    }
+
+    /// Parses and validates one body. `kind` unknown to this version gives `Unknown`.
+    pub(crate) fn parse(kind: u8, body: &'a [u8]) -> Result<Self, Error> {
+        let Some(kind) = SubmessageKind::from_u8(kind) else {
+            return Ok(Submessage::Unknown(kind));
+        };
+        let mut c = Cursor::new(body);
+        let msg = match kind {
+            //= docs/wire.md#participant
+            SubmessageKind::Participant => {
+                let lease_ms = c.u32()?;
+                if lease_ms == 0 {
+                    return Err(Error::BadValue("lease_ms"));
+                }
+                let name = c.str16()?;
+                Submessage::Participant(ParticipantRepr { lease_ms, name })
+            }
+            SubmessageKind::ParticipantBye => Submessage::ParticipantBye,
+            //= docs/wire.md#endpoint
+            SubmessageKind::Endpoint => {
+                let entity = c.entity("entity")?;
+                let kind = match c.u8()? {
+                    1 => EndpointKind::Writer,
+                    2 => EndpointKind::Reader,
+                    _ => return Err(Error::BadValue("endpoint kind")),
+                };
+                let reliability = match c.u8()? {
+                    0 => Reliability::BestEffort,
+                    1 => Reliability::Reliable,
+                    _ => return Err(Error::BadValue("reliability")),
+                };
+                let durability = match c.u8()? {
+                    0 => Durability::Volatile,
+                    1 => Durability::TransientLocal,
+                    _ => return Err(Error::BadValue("durability")),
+                };
+                let history = match c.u8()? {
+                    0 => HistoryKind::KeepLast,
+                    1 => HistoryKind::KeepAll,
+                    _ => return Err(Error::BadValue("history")),
+                };
+                let liveliness = match c.u8()? {
+                    0 => Liveliness::Automatic,
+                    _ => return Err(Error::BadValue("liveliness")),
+                };
+                let _reserved = c.u16()?;
+                let depth = c.u32()?;
+                if history == HistoryKind::KeepLast && depth == 0 {
+                    return Err(Error::BadValue("depth"));
+                }
+                let max_samples = c.u32()?;
+                let max_bytes = c.u64()?;
+                let deadline_us = c.u64()?;
+                let lifespan_us = c.u64()?;
+                let lease_us = c.u64()?;
+                if deadline_us == 0 || lifespan_us == 0 || lease_us == 0 {
+                    return Err(Error::BadValue("duration"));
+                }
+                let topic = c.str16()?;
+                if topic.is_empty() {
+                    return Err(Error::BadValue("topic"));
+                }
+                let type_name = c.str16()?;
+                let count = c.u8()?;
+                if count as usize > MAX_PARTITIONS {
+                    return Err(Error::BadLength);
+                }
+                let bytes = c.rest();
+                let mut check = Cursor::new(bytes);
+                for _ in 0..count {
+                    check.str16()?;
+                }
+                check.finish()?;
+                Submessage::Endpoint(EndpointRepr {
+                    entity,
+                    kind,
+                    qos: QosRepr {
+                        reliability,
+                        durability,
+                        history,
+                        depth,
+                        max_samples,
+                        max_bytes,
+                        deadline_us,
+                        lifespan_us,
+                        liveliness,
+                        lease_us,
+                    },
+                    topic,
+                    type_name,
+                    partitions: StrList::Encoded { count, bytes },
+                })
+            }
+            SubmessageKind::EndpointBye => Submessage::EndpointBye(c.entity("entity")?),
+            //= docs/wire.md#data
+            SubmessageKind::Data => {
+                let writer = c.entity("writer")?;
+                let reader = EntityId(c.u32()?);
+                let seq = c.seq("seq")?;
+                let timestamp_ns = c.u64()?;
+                let payload = c.rest();
+                Submessage::Data(DataRepr {
+                    writer,
+                    reader,
+                    seq,
+                    timestamp_ns,
+                    payload,
+                })
+            }
+            //= docs/wire.md#heartbeat
+            SubmessageKind::Heartbeat => {
+                let writer = c.entity("writer")?;
+                let reader = EntityId(c.u32()?);
+                let first = c.seq("first")?;
+                let last = c.u64()?;
+                if last == u64::MAX || last + 1 < first {
+                    return Err(Error::BadValue("last"));
+                }
+                let count = c.u32()?;
+                Submessage::Heartbeat(HeartbeatRepr {
+                    writer,
+                    reader,
+                    first,
+                    last,
+                    count,
+                })
+            }
+            //= docs/wire.md#acknack
+            SubmessageKind::AckNack => {
+                let reader = c.entity("reader")?;
+                let writer = c.entity("writer")?;
+                let base = c.seq("base")?;
+                let num_bits = c.u16()?;
+                if num_bits > MAX_ACKNACK_BITS || base.checked_add(num_bits as u64).is_none() {
+                    return Err(Error::BadLength);
+                }
+                let count = c.u32()?;
+                let mut bitmap = [0u32; 8];
+                for w in bitmap.iter_mut().take(num_bits.div_ceil(32) as usize) {
+                    *w = c.u32()?;
+                }
+                if num_bits % 32 != 0 {
+                    let last = &mut bitmap[(num_bits / 32) as usize];
+                    if *last >> (num_bits % 32) != 0 {
+                        return Err(Error::BadValue("bitmap"));
+                    }
+                }
+                Submessage::AckNack(AckNackRepr {
+                    reader,
+                    writer,
+                    base,
+                    num_bits,
+                    bitmap,
+                    count,
+                })
+            }
+            //= docs/wire.md#gap
+            SubmessageKind::Gap => {
+                let writer = c.entity("writer")?;
+                let reader = EntityId(c.u32()?);
+                let start = c.seq("start")?;
+                let end = c.u64()?;
+                if end <= start {
+                    return Err(Error::BadValue("end"));
+                }
+                Submessage::Gap(GapRepr {
+                    writer,
+                    reader,
+                    start,
+                    end,
+                })
+            }
+        };
+        c.finish()?;
+        Ok(msg)
+    }
+
+    /// Appends the body of this submessage to `out`.
+    pub(crate) fn emit_body(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+        match self {
+            Submessage::Participant(p) => {
+                out.extend_from_slice(&p.lease_ms.to_le_bytes());
+                put_str16(out, p.name)?;
+            }
+            Submessage::ParticipantBye => {}
+            Submessage::Endpoint(e) => {
+                let q = &e.qos;
+                out.extend_from_slice(&e.entity.0.to_le_bytes());
+                out.push(match e.kind {
+                    EndpointKind::Writer => 1,
+                    EndpointKind::Reader => 2,
+                });
+                out.push(q.reliability as u8);
+                out.push(q.durability as u8);
+                out.push(q.history as u8);
+                out.push(q.liveliness as u8);
+                out.extend_from_slice(&0u16.to_le_bytes());
+                out.extend_from_slice(&q.depth.to_le_bytes());
+                out.extend_from_slice(&q.max_samples.to_le_bytes());
+                out.extend_from_slice(&q.max_bytes.to_le_bytes());
+                out.extend_from_slice(&q.deadline_us.to_le_bytes());
+                out.extend_from_slice(&q.lifespan_us.to_le_bytes());
+                out.extend_from_slice(&q.lease_us.to_le_bytes());
+                put_str16(out, e.topic)?;
+                put_str16(out, e.type_name)?;
+                if e.partitions.len() > MAX_PARTITIONS {
+                    return Err(Error::BadLength);
+                }
+                out.push(e.partitions.len() as u8);
+                for p in e.partitions.iter() {
+                    put_str16(out, p)?;
+                }
+            }
+            Submessage::EndpointBye(id) => out.extend_from_slice(&id.0.to_le_bytes()),
+            Submessage::Data(d) => {
+                d.emit_fixed(out);
+                out.extend_from_slice(d.payload);
+            }
+            Submessage::Heartbeat(h) => {
+                out.extend_from_slice(&h.writer.0.to_le_bytes());
+                out.extend_from_slice(&h.reader.0.to_le_bytes());
+                out.extend_from_slice(&h.first.to_le_bytes());
+                out.extend_from_slice(&h.last.to_le_bytes());
+                out.extend_from_slice(&h.count.to_le_bytes());
+            }
+            Submessage::AckNack(a) => {
+                if a.num_bits > MAX_ACKNACK_BITS {
+                    return Err(Error::BadLength);
+                }
+                out.extend_from_slice(&a.reader.0.to_le_bytes());
+                out.extend_from_slice(&a.writer.0.to_le_bytes());
+                out.extend_from_slice(&a.base.to_le_bytes());
+                out.extend_from_slice(&a.num_bits.to_le_bytes());
+                out.extend_from_slice(&a.count.to_le_bytes());
+                for w in a.bitmap.iter().take(a.num_bits.div_ceil(32) as usize) {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+            Submessage::Gap(g) => {
+                out.extend_from_slice(&g.writer.0.to_le_bytes());
+                out.extend_from_slice(&g.reader.0.to_le_bytes());
+                out.extend_from_slice(&g.start.to_le_bytes());
+                out.extend_from_slice(&g.end.to_le_bytes());
+            }
+            Submessage::Unknown(_) => {}
+        }
+        Ok(())
+    }
+}
+
+impl DataRepr<'_> {
+    /// Appends the fixed part of a DATA body (everything but the payload), so a caller can
+    /// send the payload from its own buffer (scatter-gather) without copying it here.
+    pub fn emit_fixed(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.writer.0.to_le_bytes());
+        out.extend_from_slice(&self.reader.0.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.timestamp_ns.to_le_bytes());
+    }
+}

@@ -1,0 +1,241 @@
+use super::*;
+use proptest::prelude::*;
+
+fn header() -> Header {
+    Header {
+        domain: 7,
+        participant: ParticipantId(0xdead_beef),
+    }
+}
+
+fn roundtrip(msgs: &[Submessage<'_>]) {
+    let mut buf = Vec::new();
+    let mut b = DatagramBuilder::new(&mut buf, header());
+    for m in msgs {
+        b.push(m).unwrap();
+    }
+    let d = Datagram::parse(&buf).unwrap();
+    assert_eq!(d.header(), header());
+    let parsed: Vec<_> = d.submessages().collect::<Result<_, _>>().unwrap();
+    assert_eq!(parsed.as_slice(), msgs);
+}
+
+fn arb_qos() -> impl Strategy<Value = QosRepr> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        1u32..,
+        any::<u32>(),
+        any::<u64>(),
+        (1u64.., 1u64.., 1u64..),
+    )
+        .prop_map(|(r, d, h, depth, ms, mb, (dl, ls, le))| QosRepr {
+            reliability: if r {
+                Reliability::Reliable
+            } else {
+                Reliability::BestEffort
+            },
+            durability: if d {
+                Durability::TransientLocal
+            } else {
+                Durability::Volatile
+            },
+            history: if h {
+                HistoryKind::KeepAll
+            } else {
+                HistoryKind::KeepLast
+            },
+            depth,
+            max_samples: ms,
+            max_bytes: mb,
+            deadline_us: dl,
+            lifespan_us: ls,
+            liveliness: Liveliness::Automatic,
+            lease_us: le,
+        })
+}
+
+proptest! {
+    #[test]
+    fn participant_roundtrip(lease in 1u32.., name in "[a-z0-9/_]{0,40}") {
+        roundtrip(&[Submessage::Participant(ParticipantRepr { lease_ms: lease, name: &name })]);
+        roundtrip(&[Submessage::ParticipantBye]);
+    }
+
+    #[test]
+    fn endpoint_roundtrip(
+        entity in 1u32..,
+        writer in any::<bool>(),
+        qos in arb_qos(),
+        topic in "/[a-z_/]{1,60}",
+        ty in "[a-zA-Z:_]{0,40}",
+        parts in proptest::collection::vec("[a-z]{0,10}", 0..MAX_PARTITIONS),
+    ) {
+        let refs: Vec<&str> = parts.iter().map(|s| s.as_str()).collect();
+        let e = EndpointRepr {
+            entity: EntityId(entity),
+            kind: if writer { EndpointKind::Writer } else { EndpointKind::Reader },
+            qos,
+            topic: &topic,
+            type_name: &ty,
+            partitions: StrList::Slice(&refs),
+        };
+        roundtrip(&[Submessage::Endpoint(e), Submessage::EndpointBye(EntityId(entity))]);
+    }
+
+    #[test]
+    fn data_heartbeat_gap_roundtrip(
+        w in 1u32.., r in any::<u32>(), seq in 1u64..u64::MAX, ts in any::<u64>(),
+        payload in proptest::collection::vec(any::<u8>(), 0..2000),
+        first in 1u64..1_000_000, n in 0u64..1000, count in any::<u32>(),
+    ) {
+        roundtrip(&[
+            Submessage::Data(DataRepr { writer: EntityId(w), reader: EntityId(r), seq, timestamp_ns: ts, payload: &payload }),
+            Submessage::Heartbeat(HeartbeatRepr { writer: EntityId(w), reader: EntityId(r), first, last: first + n - 1, count }),
+            Submessage::Gap(GapRepr { writer: EntityId(w), reader: EntityId(r), start: first, end: first + n + 1 }),
+        ]);
+    }
+
+    #[test]
+    fn acknack_roundtrip(r in 1u32.., w in 1u32.., base in 1u64..1_000_000_000, bits in 0u16..=256, words in any::<[u32; 8]>(), count in any::<u32>()) {
+        let mut bitmap = [0u32; 8];
+        for i in 0..bits as usize {
+            if words[i / 32] & (1 << (i % 32)) != 0 { bitmap[i / 32] |= 1 << (i % 32); }
+        }
+        let a = AckNackRepr { reader: EntityId(r), writer: EntityId(w), base, num_bits: bits, bitmap, count };
+        roundtrip(&[Submessage::AckNack(a)]);
+        let want: Vec<u64> = (0..bits as u64).filter(|i| bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0).map(|i| base + i).collect();
+        prop_assert_eq!(a.missing().collect::<Vec<_>>(), want);
+    }
+
+    /// Arbitrary bytes never panic and yield at most one error, after which iteration stops.
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        if let Ok(d) = Datagram::parse(&bytes) {
+            let mut errors = 0;
+            for m in d.submessages() {
+                if m.is_err() { errors += 1; }
+            }
+            prop_assert!(errors <= 1);
+        }
+    }
+
+    /// A valid header followed by arbitrary submessage bytes (absurd counts and lengths).
+    #[test]
+    fn valid_header_arbitrary_body(kind in 0u8..12, len in any::<u16>(), body in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, header());
+        buf.push(kind);
+        buf.push(0);
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&body);
+        let d = Datagram::parse(&buf).unwrap();
+        for m in d.submessages() {
+            let _ = m;
+        }
+    }
+
+    /// Every truncation of a valid datagram is rejected or parses to a prefix; never panics.
+    #[test]
+    fn truncations(cut in 0usize..200, payload in proptest::collection::vec(any::<u8>(), 0..100)) {
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, header())
+            .push(&Submessage::Data(DataRepr { writer: EntityId(1), reader: EntityId(0), seq: 1, timestamp_ns: 5, payload: &payload })).unwrap()
+            .push(&Submessage::Heartbeat(HeartbeatRepr { writer: EntityId(1), reader: EntityId(0), first: 1, last: 1, count: 1 })).unwrap();
+        let cut = cut.min(buf.len());
+        if let Ok(d) = Datagram::parse(&buf[..cut]) {
+            for m in d.submessages() { let _ = m; }
+        }
+    }
+}
+
+#[test]
+fn rejects_bad_header() {
+    assert_eq!(Datagram::parse(b"short").unwrap_err(), Error::Truncated);
+    let mut buf = Vec::new();
+    DatagramBuilder::new(&mut buf, header())
+        .push(&Submessage::ParticipantBye)
+        .unwrap();
+    let mut bad = buf.clone();
+    bad[0] = b'X';
+    assert_eq!(Datagram::parse(&bad).unwrap_err(), Error::BadMagic);
+    let mut bad = buf.clone();
+    bad[4] = 9;
+    assert_eq!(
+        Datagram::parse(&bad).unwrap_err(),
+        Error::UnsupportedVersion(9)
+    );
+    let mut bad = buf.clone();
+    bad[8..16].copy_from_slice(&[0; 8]);
+    assert!(Datagram::parse(&bad).is_err());
+}
+
+#[test]
+fn absurd_counts_are_rejected() {
+    // An ACKNACK claiming 60000 bitmap bits.
+    let mut buf = Vec::new();
+    DatagramBuilder::new(&mut buf, header());
+    buf.extend_from_slice(&[0x07, 0, 22, 0]);
+    buf.extend_from_slice(&1u32.to_le_bytes());
+    buf.extend_from_slice(&1u32.to_le_bytes());
+    buf.extend_from_slice(&1u64.to_le_bytes());
+    buf.extend_from_slice(&60000u16.to_le_bytes());
+    buf.extend_from_slice(&0u32.to_le_bytes());
+    let d = Datagram::parse(&buf).unwrap();
+    let r: Vec<_> = d.submessages().collect();
+    assert_eq!(r, vec![Err(Error::BadLength)]);
+
+    // An endpoint claiming 255 partitions.
+    let mut buf = Vec::new();
+    let qos = QosRepr {
+        reliability: Reliability::Reliable,
+        durability: Durability::Volatile,
+        history: HistoryKind::KeepLast,
+        depth: 1,
+        max_samples: 0,
+        max_bytes: 0,
+        deadline_us: u64::MAX,
+        lifespan_us: u64::MAX,
+        liveliness: Liveliness::Automatic,
+        lease_us: u64::MAX,
+    };
+    DatagramBuilder::new(&mut buf, header())
+        .push(&Submessage::Endpoint(EndpointRepr {
+            entity: EntityId(1),
+            kind: EndpointKind::Writer,
+            qos,
+            topic: "/t",
+            type_name: "",
+            partitions: StrList::Slice(&[]),
+        }))
+        .unwrap();
+    *buf.last_mut().unwrap() = 255;
+    let d = Datagram::parse(&buf).unwrap();
+    assert_eq!(
+        d.submessages().next().unwrap().unwrap_err(),
+        Error::BadLength
+    );
+    // A submessage length running past the datagram.
+    let mut buf = Vec::new();
+    DatagramBuilder::new(&mut buf, header());
+    buf.extend_from_slice(&[0x05, 0, 0xff, 0xff, 1, 2, 3]);
+    let d = Datagram::parse(&buf).unwrap();
+    assert_eq!(d.submessages().next().unwrap().unwrap_err(), Error::Truncated);
+}
+
+#[test]
+fn unknown_kinds_are_skipped() {
+    let mut buf = Vec::new();
+    DatagramBuilder::new(&mut buf, header());
+    buf.extend_from_slice(&[0x7f, 0, 2, 0, 9, 9]);
+    DatagramBuilder::new(&mut Vec::new(), header());
+    let mut tail = Vec::new();
+    DatagramBuilder::new(&mut tail, header())
+        .push(&Submessage::ParticipantBye)
+        .unwrap();
+    buf.extend_from_slice(&tail[HEADER_LEN..]);
+    let d = Datagram::parse(&buf).unwrap();
+    let r: Vec<_> = d.submessages().collect::<Result<_, _>>().unwrap();
+    assert_eq!(r, vec![Submessage::Unknown(0x7f), Submessage::ParticipantBye]);
+}

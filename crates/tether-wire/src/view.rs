@@ -1,0 +1,158 @@
+//! The datagram view (header + submessage iterator) and the builder that emits datagrams.
+
+use crate::repr::Cursor;
+use crate::{
+    Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId, SUBMESSAGE_HEADER_LEN,
+    Submessage, VERSION,
+};
+
+mod field {
+    use core::ops::Range;
+    pub(super) const MAGIC: Range<usize> = 0..4;
+    pub(super) const VERSION: usize = 4;
+    pub(super) const FLAGS: usize = 5;
+    pub(super) const DOMAIN: Range<usize> = 6..8;
+    pub(super) const PARTICIPANT: Range<usize> = 8..16;
+}
+
+/// A checked view of one datagram: the header is valid; submessages are parsed lazily.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    header: Header,
+    body: &'a [u8],
+}
+
+impl<'a> Datagram<'a> {
+    /// Checks the header of `bytes` (`docs/wire.md` section 2).
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, Error> {
+        if bytes.len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        //= docs/wire.md#header
+        //# A receiver MUST drop a datagram whose magic is not `TTHR` or whose version it does not speak.
+        if bytes[field::MAGIC] != MAGIC {
+            return Err(Error::BadMagic);
+        }
+        if bytes[field::VERSION] != VERSION {
+            return Err(Error::UnsupportedVersion(bytes[field::VERSION]));
+        }
+        if bytes[field::FLAGS] != 0 {
+            return Err(Error::BadValue("header flags"));
+        }
+        let domain = u16::from_le_bytes([bytes[6], bytes[7]]);
+        let mut p = [0u8; 8];
+        p.copy_from_slice(&bytes[field::PARTICIPANT]);
+        let participant = u64::from_le_bytes(p);
+        if participant == 0 {
+            return Err(Error::BadValue("participant"));
+        }
+        debug_assert_eq!(field::DOMAIN.len(), 2);
+        let body = &bytes[HEADER_LEN..];
+        if body.is_empty() {
+            return Err(Error::Truncated);
+        }
+        Ok(Datagram {
+            header: Header {
+                domain,
+                participant: ParticipantId(participant),
+            },
+            body,
+        })
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
+    /// Iterates the submessages; yields at most one error, then stops.
+    pub fn submessages(&self) -> Submessages<'a> {
+        Submessages {
+            cursor: Cursor::new(self.body),
+            done: false,
+        }
+    }
+}
+
+/// Iterator over the submessages of a [`Datagram`].
+#[derive(Debug)]
+pub struct Submessages<'a> {
+    cursor: Cursor<'a>,
+    done: bool,
+}
+
+impl core::fmt::Debug for Cursor<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Cursor")
+    }
+}
+
+impl<'a> Iterator for Submessages<'a> {
+    type Item = Result<Submessage<'a>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = (|| {
+            let kind = self.cursor.u8()?;
+            let _flags = self.cursor.u8()?;
+            let len = self.cursor.u16()? as usize;
+            let body = self.cursor.take(len)?;
+            Submessage::parse(kind, body)
+        })();
+        match &r {
+            Err(_) => self.done = true,
+            Ok(_) => self.done = self.cursor.is_empty(),
+        }
+        Some(r)
+    }
+}
+
+/// Emits one datagram: a header, then submessages appended in order.
+#[derive(Debug)]
+pub struct DatagramBuilder<'b> {
+    out: &'b mut Vec<u8>,
+}
+
+impl<'b> DatagramBuilder<'b> {
+    /// Clears `out` and writes `header` into it.
+    pub fn new(out: &'b mut Vec<u8>, header: Header) -> Self {
+        out.clear();
+        out.extend_from_slice(&MAGIC);
+        out.push(VERSION);
+        out.push(0);
+        out.extend_from_slice(&header.domain.to_le_bytes());
+        out.extend_from_slice(&header.participant.0.to_le_bytes());
+        DatagramBuilder { out }
+    }
+
+    /// Appends one submessage. On error the datagram is left as it was before the call.
+    pub fn push(&mut self, msg: &Submessage<'_>) -> Result<&mut Self, Error> {
+        let start = self.out.len();
+        self.out.push(msg.kind());
+        self.out.push(0);
+        self.out.extend_from_slice(&[0, 0]);
+        if let Err(e) = msg.emit_body(self.out) {
+            self.out.truncate(start);
+            return Err(e);
+        }
+        let len = self.out.len() - start - SUBMESSAGE_HEADER_LEN;
+        if len > MAX_BODY_LEN {
+            self.out.truncate(start);
+            return Err(Error::TooLong);
+        }
+        self.out[start + 2..start + 4].copy_from_slice(&(len as u16).to_le_bytes());
+        Ok(self)
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// True if only the header has been written.
+    pub fn is_empty(&self) -> bool {
+        self.out.len() <= HEADER_LEN
+    }
+}
