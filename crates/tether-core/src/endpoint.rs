@@ -111,10 +111,7 @@ impl Writer {
     }
 
     pub(crate) fn find(&self, seq: u64) -> Option<&Cached> {
-        let i = self
-            .history
-            .binary_search_by_key(&seq, |c| c.seq)
-            .ok()?;
+        let i = self.history.binary_search_by_key(&seq, |c| c.seq).ok()?;
         self.history.get(i)
     }
 
@@ -129,13 +126,11 @@ impl Writer {
     }
 
     pub(crate) fn has_unacked(&self) -> bool {
-        self.readers
-            .values()
-            .any(|r| {
-                r.reliable
-                    && !r.local
-                    && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
-            })
+        self.readers.values().any(|r| {
+            r.reliable
+                && !r.local
+                && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
+        })
     }
 
     fn pop_front(&mut self) {
@@ -183,8 +178,7 @@ impl Writer {
                 let min_acked = self.min_acked();
                 let full = |w: &Self| {
                     w.history.len() >= qos.max_samples_limit() as usize
-                        || (!w.history.is_empty()
-                            && w.history_bytes + len > qos.max_bytes_limit())
+                        || (!w.history.is_empty() && w.history_bytes + len > qos.max_bytes_limit())
                 };
                 while full(self) {
                     match self.history.front() {
@@ -374,7 +368,10 @@ impl WriterProxy {
             }
             let next_pending = self.pending.first_key_value().map(|(&s, _)| s);
             if next_pending == Some(e) {
-                let len = self.pending.first_key_value().map_or(0, |(_, s)| s.payload.len());
+                let len = self
+                    .pending
+                    .first_key_value()
+                    .map_or(0, |(_, s)| s.payload.len());
                 if cache.qos.history() == History::KeepAll && !cache.has_room(len) {
                     break;
                 }

@@ -73,14 +73,7 @@ impl fmt::Display for IncompatibleQos {
         write!(
             f,
             "incompatible QoS on {}: {} {} offers {}={}, reader {} requests {}={}",
-            self.topic,
-            "writer",
-            w,
-            self.policy,
-            self.offered,
-            r,
-            self.policy,
-            self.requested
+            self.topic, "writer", w, self.policy, self.offered, r, self.policy, self.requested
         )
     }
 }

@@ -108,7 +108,9 @@ impl std::fmt::Display for WriteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WriteError::UnknownWriter(_) => f.write_str("unknown writer"),
-            WriteError::WouldBlock(_) => f.write_str("writer history full of unacknowledged samples"),
+            WriteError::WouldBlock(_) => {
+                f.write_str("writer history full of unacknowledged samples")
+            }
             WriteError::TooLarge { payload, max } => write!(
                 f,
                 "sample of {} bytes exceeds the largest single-datagram sample ({max} bytes)",
@@ -207,7 +209,9 @@ impl Participant {
 
     /// Largest payload a single write accepts.
     pub fn max_payload(&self) -> usize {
-        self.cfg.max_datagram.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN)
+        self.cfg
+            .max_datagram
+            .saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN)
     }
 
     fn header(&self) -> Header {
@@ -909,7 +913,9 @@ impl Participant {
             if !wp.reliable {
                 continue;
             }
-            if wp.hb_count.is_some_and(|c| hb.count <= c && c.wrapping_sub(hb.count) < 1 << 31)
+            if wp
+                .hb_count
+                .is_some_and(|c| hb.count <= c && c.wrapping_sub(hb.count) < 1 << 31)
             {
                 continue; // stale or duplicated heartbeat
             }
@@ -1027,7 +1033,14 @@ impl Participant {
             let cached = if seq >= start { w.find(seq) } else { None };
             match cached {
                 Some(c) => {
-                    flush_gap(&mut gap, &mut packer, &mut self.transmits, &mut self.stats, an.writer, an.reader);
+                    flush_gap(
+                        &mut gap,
+                        &mut packer,
+                        &mut self.transmits,
+                        &mut self.stats,
+                        an.writer,
+                        an.reader,
+                    );
                     packer.push(
                         &Submessage::Data(DataRepr {
                             writer: an.writer,
@@ -1044,13 +1057,27 @@ impl Participant {
                 None => match &mut gap {
                     Some((_, b)) if *b == seq => *b = seq + 1,
                     _ => {
-                        flush_gap(&mut gap, &mut packer, &mut self.transmits, &mut self.stats, an.writer, an.reader);
+                        flush_gap(
+                            &mut gap,
+                            &mut packer,
+                            &mut self.transmits,
+                            &mut self.stats,
+                            an.writer,
+                            an.reader,
+                        );
                         gap = Some((seq, seq + 1));
                     }
                 },
             }
         }
-        flush_gap(&mut gap, &mut packer, &mut self.transmits, &mut self.stats, an.writer, an.reader);
+        flush_gap(
+            &mut gap,
+            &mut packer,
+            &mut self.transmits,
+            &mut self.stats,
+            an.writer,
+            an.reader,
+        );
         // A heartbeat closes every repair, so the reader learns the state at once.
         if an.num_bits > 0 {
             w.hb_count = w.hb_count.wrapping_add(1);
@@ -1122,21 +1149,22 @@ impl Participant {
             Compat::Incompatible(ms) => {
                 for m in ms {
                     if self.reported.insert((local, remote, m.policy)) {
-                        self.events.push_back(Event::IncompatibleQos(IncompatibleQos {
-                            topic: linfo.topic.clone(),
-                            local: Guid {
-                                participant: me,
-                                entity: local,
-                            },
-                            local_kind: match side {
-                                Side::LocalWriter => EndpointKind::Writer,
-                                Side::LocalReader => EndpointKind::Reader,
-                            },
-                            remote,
-                            policy: m.policy,
-                            offered: m.offered,
-                            requested: m.requested,
-                        }));
+                        self.events
+                            .push_back(Event::IncompatibleQos(IncompatibleQos {
+                                topic: linfo.topic.clone(),
+                                local: Guid {
+                                    participant: me,
+                                    entity: local,
+                                },
+                                local_kind: match side {
+                                    Side::LocalWriter => EndpointKind::Writer,
+                                    Side::LocalReader => EndpointKind::Reader,
+                                },
+                                remote,
+                                policy: m.policy,
+                                offered: m.offered,
+                                requested: m.requested,
+                            }));
                     }
                 }
             }
@@ -1275,18 +1303,19 @@ impl Participant {
                         (reader, EndpointKind::Reader, wg),
                     ] {
                         if self.reported.insert((local, remote, m.policy)) {
-                            self.events.push_back(Event::IncompatibleQos(IncompatibleQos {
-                                topic: topic.clone(),
-                                local: Guid {
-                                    participant: me,
-                                    entity: local,
-                                },
-                                local_kind: kind,
-                                remote,
-                                policy: m.policy,
-                                offered: m.offered.clone(),
-                                requested: m.requested.clone(),
-                            }));
+                            self.events
+                                .push_back(Event::IncompatibleQos(IncompatibleQos {
+                                    topic: topic.clone(),
+                                    local: Guid {
+                                        participant: me,
+                                        entity: local,
+                                    },
+                                    local_kind: kind,
+                                    remote,
+                                    policy: m.policy,
+                                    offered: m.offered.clone(),
+                                    requested: m.requested.clone(),
+                                }));
                         }
                     }
                 }
@@ -1526,7 +1555,9 @@ impl Participant {
         let mut out = Vec::new();
         let hdr = self.header();
         let part = Submessage::Participant(ParticipantRepr {
-            lease_ms: u32::try_from(self.cfg.lease.as_millis()).unwrap_or(u32::MAX).max(1),
+            lease_ms: u32::try_from(self.cfg.lease.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
             name: &self.cfg.name,
         });
         let mut buf = Vec::new();

@@ -58,7 +58,10 @@ fn write_all(sim: &mut Sim, w: EntityId, n: u64) -> usize {
             }
             Err(WriteError::WouldBlock(_)) => {
                 assert!(sim.step(), "writer blocked with nothing in flight");
-                assert!(sim.now < deadline, "writer blocked for 600 s of virtual time");
+                assert!(
+                    sim.now < deadline,
+                    "writer blocked for 600 s of virtual time"
+                );
             }
             Err(e) => panic!("write failed: {e}"),
         }
@@ -87,9 +90,16 @@ fn reliable_keep_all_exactly_once_in_order() {
         for i in 1..=2 {
             let got = sim.seqs(i, rs[i - 1]);
             let want: Vec<u64> = (1..=n).collect();
-            assert_eq!(got, want, "seed {seed} loss {loss}: reader {i} got wrong sequence");
+            assert_eq!(
+                got, want,
+                "seed {seed} loss {loss}: reader {i} got wrong sequence"
+            );
             let p = sim.payloads(i, rs[i - 1]);
-            assert!(p.iter().enumerate().all(|(k, b)| *b == payload(k as u64 + 1)));
+            assert!(
+                p.iter()
+                    .enumerate()
+                    .all(|(k, b)| *b == payload(k as u64 + 1))
+            );
         }
         assert!(done);
         // Once all is acknowledged, a keep-all writer holds nothing.
@@ -106,14 +116,21 @@ fn reliable_keep_all_exactly_once_in_order() {
 fn reliable_keep_last_in_order_and_latest_arrives() {
     for seed in 0..30u64 {
         let mut sim = Sim::new(seed, Link::lossy(0.2));
-        let (w, rs) = setup(&mut sim, Qos::new().keep_last(5), Qos::new().keep_last(5), 1);
+        let (w, rs) = setup(
+            &mut sim,
+            Qos::new().keep_last(5),
+            Qos::new().keep_last(5),
+            1,
+        );
         for i in 1..=200 {
             let now = sim.now;
             sim.p(0).write(now, w, i, payload(i)).unwrap();
             sim.pump(0);
             sim.run_for(Duration::from_micros(200));
         }
-        sim.run_until(Duration::from_secs(30), |s| s.seqs(1, rs[0]).last() == Some(&200));
+        sim.run_until(Duration::from_secs(30), |s| {
+            s.seqs(1, rs[0]).last() == Some(&200)
+        });
         let got = sim.seqs(1, rs[0]);
         assert!(got.windows(2).all(|p| p[0] < p[1]), "seed {seed}: {got:?}");
         assert_eq!(got.last(), Some(&200), "seed {seed}");
@@ -166,8 +183,12 @@ fn incompatible_qos_reported_on_both_sides() {
     sim.add_node(0);
     sim.add_node(0);
     let now = sim.now;
-    let w = sim.p(0).create_writer(now, info("/cmd", Qos::new().best_effort()));
-    let r = sim.p(1).create_reader(now, info("/cmd", Qos::new().reliable()));
+    let w = sim
+        .p(0)
+        .create_writer(now, info("/cmd", Qos::new().best_effort()));
+    let r = sim
+        .p(1)
+        .create_reader(now, info("/cmd", Qos::new().reliable()));
     sim.pump(0);
     sim.pump(1);
     sim.run_for(Duration::from_secs(3));
@@ -182,7 +203,11 @@ fn incompatible_qos_reported_on_both_sides() {
                 _ => None,
             })
             .collect();
-        assert_eq!(ev.len(), 1, "node {i}: exactly one report despite re-announcements");
+        assert_eq!(
+            ev.len(),
+            1,
+            "node {i}: exactly one report despite re-announcements"
+        );
         let q = &ev[0];
         assert_eq!(q.topic, "/cmd");
         assert_eq!(q.local.entity, local);
@@ -209,9 +234,12 @@ fn type_mismatch_is_incompatible() {
     sim.pump(0);
     sim.pump(1);
     sim.run_for(Duration::from_secs(2));
-    assert!(sim.nodes[1].events.iter().any(
-        |e| matches!(e, Event::IncompatibleQos(q) if q.policy == QosPolicy::TypeName)
-    ));
+    assert!(
+        sim.nodes[1]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::IncompatibleQos(q) if q.policy == QosPolicy::TypeName))
+    );
 }
 
 /// A late-joining transient-local reader gets the writer's last n samples; a volatile one
@@ -356,20 +384,46 @@ fn deadline_missed_events() {
         sim.run_for(Duration::from_millis(50));
     }
     let before_w = count(&sim, 0, |e| {
-        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Offered, .. })
+        matches!(
+            e,
+            Event::DeadlineMissed {
+                side: DeadlineSide::Offered,
+                ..
+            }
+        )
     });
     let before_r = count(&sim, 1, |e| {
-        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Requested, .. })
+        matches!(
+            e,
+            Event::DeadlineMissed {
+                side: DeadlineSide::Requested,
+                ..
+            }
+        )
     });
     sim.run_for(Duration::from_millis(450));
     let after_w = count(&sim, 0, |e| {
-        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Offered, .. })
+        matches!(
+            e,
+            Event::DeadlineMissed {
+                side: DeadlineSide::Offered,
+                ..
+            }
+        )
     });
-    let after_r = count(&sim, 1, |e| {
-        matches!(e, Event::DeadlineMissed { side: DeadlineSide::Requested, endpoint, .. } if *endpoint == rs[0])
-    });
-    assert!(after_w - before_w >= 3, "writer deadline misses {before_w}→{after_w}");
-    assert!(after_r - before_r >= 3, "reader deadline misses {before_r}→{after_r}");
+    let after_r = count(
+        &sim,
+        1,
+        |e| matches!(e, Event::DeadlineMissed { side: DeadlineSide::Requested, endpoint, .. } if *endpoint == rs[0]),
+    );
+    assert!(
+        after_w - before_w >= 3,
+        "writer deadline misses {before_w}→{after_w}"
+    );
+    assert!(
+        after_r - before_r >= 3,
+        "reader deadline misses {before_r}→{after_r}"
+    );
 }
 
 /// Liveliness: when the writer's host goes silent, the reader gets LivelinessChanged(false)
@@ -382,25 +436,39 @@ fn liveliness_and_participant_lease() {
     let (_w, rs) = setup(&mut sim, q, q, 1);
     sim.run_for(Duration::from_secs(2));
     assert_eq!(
-        count(&sim, 1, |e| matches!(e, Event::LivelinessChanged { alive: false, .. })),
+        count(&sim, 1, |e| matches!(
+            e,
+            Event::LivelinessChanged { alive: false, .. }
+        )),
         0,
         "announcements keep the writer alive"
     );
     sim.nodes[0].up = false;
     sim.run_for(Duration::from_millis(500));
     assert_eq!(
-        count(&sim, 1, |e| matches!(e, Event::LivelinessChanged { alive: false, .. })),
+        count(&sim, 1, |e| matches!(
+            e,
+            Event::LivelinessChanged { alive: false, .. }
+        )),
         1
     );
     sim.nodes[0].up = true;
     sim.run_for(Duration::from_millis(500));
     assert_eq!(
-        count(&sim, 1, |e| matches!(e, Event::LivelinessChanged { alive: true, .. })),
+        count(&sim, 1, |e| matches!(
+            e,
+            Event::LivelinessChanged { alive: true, .. }
+        )),
         1
     );
     sim.nodes[0].up = false;
     sim.run_for(Duration::from_secs(12));
-    assert!(sim.nodes[1].events.iter().any(|e| matches!(e, Event::ParticipantLost { .. })));
+    assert!(
+        sim.nodes[1]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::ParticipantLost { .. }))
+    );
     assert_eq!(sim.nodes[1].participant.matched_count(rs[0]), 0);
 }
 
@@ -408,7 +476,9 @@ fn liveliness_and_participant_lease() {
 #[test]
 fn lifespan_expires_history() {
     let mut sim = Sim::new(9, Link::perfect());
-    let q = Qos::new().keep_last(100).lifespan(Duration::from_millis(100));
+    let q = Qos::new()
+        .keep_last(100)
+        .lifespan(Duration::from_millis(100));
     let (w, _rs) = setup(&mut sim, q, Qos::new(), 1);
     for i in 1..=10 {
         let now = sim.now;
@@ -448,11 +518,18 @@ fn many_readers_heavy_loss() {
             (1..=5).all(|i| s.seqs(i, rs[i - 1]).len() >= 150)
         });
         for i in 1..=5 {
-            assert_eq!(sim.seqs(i, rs[i - 1]), (1..=150).collect::<Vec<_>>(), "seed {seed}");
+            assert_eq!(
+                sim.seqs(i, rs[i - 1]),
+                (1..=150).collect::<Vec<_>>(),
+                "seed {seed}"
+            );
         }
         assert!(sim.max_in_flight < 10_000);
         assert!(matches!(
-            sim.nodes[0].participant.local_endpoint(w).map(|x| x.1.qos.history()),
+            sim.nodes[0]
+                .participant
+                .local_endpoint(w)
+                .map(|x| x.1.qos.history()),
             Some(History::KeepAll)
         ));
     }

@@ -1,1 +1,296 @@
-//! placeholder
+//! tether-transport: the only crate of tether with sockets and files.
+//!
+//! It moves bytes and decides nothing: which datagram goes where is `tether-core`'s call.
+//! What is here:
+//! - [`UdpTransport`]: one unicast UDP socket per session, used for everything the session
+//!   sends (so a peer's address as seen by others is the address it can be reached at),
+//!   with large kernel buffers, an optional busy-poll receive mode and zero-copy receive into
+//!   shared [`bytes::Bytes`] chunks;
+//! - [`MulticastReceiver`]: LAN discovery on a multicast group and interface;
+//! - [`Registry`]: same-host discovery without multicast, a per-domain directory of the
+//!   sessions' addresses (loopback has no multicast flag on many hosts).
+//!
+//! Later transports (shared memory, QUIC) implement the same [`Transport`] trait.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use socket2::{Domain, Protocol, Socket, Type};
+
+mod registry;
+pub use registry::{Registry, default_registry_dir};
+
+/// Something that carries datagrams to addresses.
+pub trait Transport: Send + Sync {
+    /// Sends one datagram to `dest`.
+    fn send(&self, dest: SocketAddr, datagram: &[u8]) -> io::Result<()>;
+    /// Largest datagram this transport carries.
+    fn max_datagram(&self) -> usize;
+    /// Where others reach us.
+    fn local_addr(&self) -> SocketAddr;
+}
+
+/// Settings of a [`UdpTransport`].
+#[derive(Debug, Clone)]
+pub struct UdpOptions {
+    /// Address to bind (port 0: any free port).
+    pub bind: SocketAddr,
+    /// Kernel receive buffer in bytes (root may exceed `rmem_max`).
+    pub recv_buffer: usize,
+    /// Kernel send buffer in bytes.
+    pub send_buffer: usize,
+    /// Largest datagram sent or received.
+    pub max_datagram: usize,
+    /// Interface address for multicast sends.
+    pub multicast_if: Option<Ipv4Addr>,
+}
+
+impl Default for UdpOptions {
+    fn default() -> Self {
+        UdpOptions {
+            bind: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
+            recv_buffer: 4 << 20,
+            send_buffer: 4 << 20,
+            max_datagram: 65_000,
+            multicast_if: None,
+        }
+    }
+}
+
+/// A unicast UDP socket.
+#[derive(Debug)]
+pub struct UdpTransport {
+    socket: Socket,
+    local: SocketAddr,
+    max_datagram: usize,
+}
+
+/// Size of the chunks received datagrams are carved from.
+const CHUNK: usize = 1 << 20;
+
+impl UdpTransport {
+    /// Binds a socket with the given options.
+    pub fn bind(opts: &UdpOptions) -> io::Result<Self> {
+        let domain = if opts.bind.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
+        let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        set_buffer(&socket, libc::SO_RCVBUFFORCE, opts.recv_buffer, |s, n| {
+            s.set_recv_buffer_size(n)
+        });
+        set_buffer(&socket, libc::SO_SNDBUFFORCE, opts.send_buffer, |s, n| {
+            s.set_send_buffer_size(n)
+        });
+        socket.bind(&opts.bind.into())?;
+        if let Some(ifa) = opts.multicast_if {
+            socket.set_multicast_if_v4(&ifa)?;
+            socket.set_multicast_loop_v4(true)?;
+            socket.set_multicast_ttl_v4(1)?;
+        }
+        let local = socket
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
+        Ok(UdpTransport {
+            socket,
+            local,
+            max_datagram: opts.max_datagram,
+        })
+    }
+
+    /// The address other sessions on this host should use: loopback when bound to the
+    /// unspecified address.
+    pub fn host_local_addr(&self) -> SocketAddr {
+        let ip = match self.local.ip() {
+            IpAddr::V4(v) if v.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v) if v.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        SocketAddr::new(ip, self.local.port())
+    }
+
+    /// Blocking receives wait at most this long (None: forever).
+    pub fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        self.socket.set_read_timeout(d)
+    }
+
+    /// Switches between blocking and non-blocking receives (busy-poll mode).
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.socket.set_nonblocking(on)
+    }
+
+    /// Receives one datagram into `chunk` and splits it off as shared bytes: no copy, and
+    /// one allocation per megabyte received rather than one per datagram.
+    pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
+        recv_into(&self.socket, chunk, self.max_datagram)
+    }
+
+    /// Wakes a thread blocked in [`recv`](Self::recv) on this socket (an empty datagram to
+    /// ourselves, which receivers skip).
+    pub fn wake(&self) {
+        let _ = self.socket.send_to(&[], &self.host_local_addr().into());
+    }
+}
+
+fn set_buffer(
+    socket: &Socket,
+    force_opt: libc::c_int,
+    size: usize,
+    fallback: impl Fn(&Socket, usize) -> io::Result<()>,
+) {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt with a valid fd, a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            force_opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        // Not root: the kernel caps at rmem_max/wmem_max, which is fine.
+        let _ = fallback(socket, size);
+    }
+}
+
+fn recv_into(socket: &Socket, chunk: &mut BytesMut, max: usize) -> io::Result<(Bytes, SocketAddr)> {
+    if chunk.capacity() - chunk.len() < max + 64 {
+        *chunk = BytesMut::with_capacity(CHUNK.max(max * 2));
+    }
+    let spare = chunk.spare_capacity_mut();
+    let (n, from) = socket.recv_from(spare)?;
+    // SAFETY: recv_from initialised the first `n` bytes of the spare capacity.
+    unsafe { chunk.set_len(chunk.len() + n) };
+    let from = from
+        .as_socket()
+        .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
+    Ok((chunk.split().freeze(), from))
+}
+
+impl Transport for UdpTransport {
+    fn send(&self, dest: SocketAddr, datagram: &[u8]) -> io::Result<()> {
+        self.socket.send_to(datagram, &dest.into()).map(|_| ())
+    }
+    fn max_datagram(&self) -> usize {
+        self.max_datagram
+    }
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+/// Receives a multicast group on one interface (LAN discovery). Several sessions on one host
+/// share the port.
+#[derive(Debug)]
+pub struct MulticastReceiver {
+    socket: Socket,
+    max_datagram: usize,
+}
+
+impl MulticastReceiver {
+    /// Joins `group:port` on the interface with address `iface` (unspecified: the default).
+    pub fn join(group: Ipv4Addr, port: u16, iface: Ipv4Addr) -> io::Result<Self> {
+        if !group.is_multicast() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{group} is not a multicast address"),
+            ));
+        }
+        let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())?;
+        socket.join_multicast_v4(&group, &iface)?;
+        socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+        Ok(MulticastReceiver {
+            socket,
+            max_datagram: 65_507,
+        })
+    }
+
+    /// Receives one datagram (times out after 200 ms with `WouldBlock`/`TimedOut`).
+    pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
+        recv_into(&self.socket, chunk, self.max_datagram)
+    }
+}
+
+/// The IPv4 address of interface `name` (e.g. `eth0`), or `name` itself if it is an address.
+pub fn interface_ipv4(name: &str) -> io::Result<Ipv4Addr> {
+    if let Ok(ip) = name.parse::<Ipv4Addr>() {
+        return Ok(ip);
+    }
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut cur = ifap;
+    let mut found = None;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() && !ifa.ifa_name.is_null() {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            // SAFETY: ifa_addr is non-null and points to a sockaddr of family sa_family.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+            if n.to_bytes() == name.as_bytes() && fam == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: frees the list returned by getifaddrs exactly once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface named {name} with an IPv4 address"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_roundtrip_and_wake() {
+        let a = UdpTransport::bind(&UdpOptions::default()).unwrap();
+        let b = UdpTransport::bind(&UdpOptions::default()).unwrap();
+        a.send(b.local_addr(), b"hello").unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut chunk = BytesMut::new();
+        let (d, from) = b.recv(&mut chunk).unwrap();
+        assert_eq!(&d[..], b"hello");
+        assert_eq!(from, a.local_addr());
+        b.wake();
+        let (d, _) = b.recv(&mut chunk).unwrap();
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn interface_lookup() {
+        assert_eq!(interface_ipv4("lo").unwrap(), Ipv4Addr::LOCALHOST);
+        assert_eq!(
+            interface_ipv4("10.1.2.3").unwrap(),
+            Ipv4Addr::new(10, 1, 2, 3)
+        );
+        assert!(interface_ipv4("no-such-if0").is_err());
+    }
+
+    #[test]
+    fn multicast_rejects_unicast_group() {
+        assert!(MulticastReceiver::join(Ipv4Addr::LOCALHOST, 7400, Ipv4Addr::UNSPECIFIED).is_err());
+    }
+}

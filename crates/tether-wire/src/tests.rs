@@ -221,7 +221,10 @@ fn absurd_counts_are_rejected() {
     DatagramBuilder::new(&mut buf, header());
     buf.extend_from_slice(&[0x05, 0, 0xff, 0xff, 1, 2, 3]);
     let d = Datagram::parse(&buf).unwrap();
-    assert_eq!(d.submessages().next().unwrap().unwrap_err(), Error::Truncated);
+    assert_eq!(
+        d.submessages().next().unwrap().unwrap_err(),
+        Error::Truncated
+    );
 }
 
 #[test]
@@ -237,5 +240,8 @@ fn unknown_kinds_are_skipped() {
     buf.extend_from_slice(&tail[HEADER_LEN..]);
     let d = Datagram::parse(&buf).unwrap();
     let r: Vec<_> = d.submessages().collect::<Result<_, _>>().unwrap();
-    assert_eq!(r, vec![Submessage::Unknown(0x7f), Submessage::ParticipantBye]);
+    assert_eq!(
+        r,
+        vec![Submessage::Unknown(0x7f), Submessage::ParticipantBye]
+    );
 }

@@ -1,1 +1,37 @@
-//! placeholder
+//! tether: secure publish/subscribe for robots.
+//!
+//! A [`Session`] joins a domain; [`Publisher`]s and [`Subscriber`]s on it exchange samples
+//! with every matching endpoint of every session in the domain — processes on this host
+//! (found through a registry directory), hosts on the LAN (UDP multicast discovery) and
+//! static peers — with DDS-grade [`Qos`]: reliability, history and resource limits,
+//! durability, deadline, lifespan, liveliness and partitions.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tether::{Config, Qos, Session};
+//!
+//! let session = Session::open(Config::from_env()?)?;
+//! let _sub = session.subscriber_with_callback("/chatter", Qos::default(), |s| {
+//!     println!("{}", String::from_utf8_lossy(&s.payload));
+//! })?;
+//! let publisher = session.publisher("/chatter", Qos::default().keep_last(5))?;
+//! publisher.put(&b"hello"[..])?;
+//! std::thread::sleep(Duration::from_millis(100));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The protocol logic lives in `tether-core` (sans-IO) and the sockets in
+//! `tether-transport`; this crate is the driver that joins them, and the configuration.
+
+mod config;
+mod session;
+
+pub use config::{Config, ConfigError, DiscoveryConfig, ReliabilityConfig, TransportConfig};
+pub use session::{
+    DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,
+    Subscriber, Topic, kind_str,
+};
+pub use tether_core::{
+    DeadlineSide, Durability, EndpointKind, Event, Guid, History, IncompatibleQos, Qos, QosPolicy,
+    Reliability, Sample, Stats,
+};

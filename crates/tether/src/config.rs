@@ -1,0 +1,305 @@
+//! The session configuration: one TOML file, every field defaulted.
+//!
+//! ```toml
+//! domain = 0                 # sessions of other domains never meet
+//! name = "robot1"            # shown by `tether info`
+//!
+//! [discovery]
+//! registry = true            # same-host discovery through a directory (no multicast needed)
+//! registry_dir = "/tmp/x"    # default: $XDG_RUNTIME_DIR/tether or /tmp/tether-<uid>
+//! multicast = false          # LAN discovery by UDP multicast
+//! multicast_group = "239.255.0.1"
+//! multicast_port = 7400      # the domain id is added
+//! interface = "0.0.0.0"      # interface name (eth0) or IPv4 address for multicast
+//! peers = ["192.0.2.10:7411"] # static unicast peers
+//! announce_period_ms = 1000
+//! lease_ms = 10000
+//!
+//! [transport]
+//! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
+//! max_datagram = 65000
+//! recv_buffer = 4194304
+//! send_buffer = 4194304
+//! busy_poll = false          # spin on the socket for the lowest latency (costs a core)
+//!
+//! [reliability]
+//! heartbeat_period_ms = 100
+//! max_blocking_time_ms = 1000  # how long put() waits for room before failing
+//! ```
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key or a value of the wrong type. The message
+    /// names the key and its line.
+    #[error("invalid config{}: {message}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Parse {
+        /// The file, if read from one.
+        path: Option<PathBuf>,
+        /// The parser's message, with line, column and key.
+        message: String,
+    },
+    /// A value is well-typed but unusable.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration of a session.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Domain id.
+    pub domain: u16,
+    /// Session name.
+    pub name: String,
+    /// Discovery settings.
+    pub discovery: DiscoveryConfig,
+    /// Transport settings.
+    pub transport: TransportConfig,
+    /// Reliability settings.
+    pub reliability: ReliabilityConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            domain: 0,
+            name: String::new(),
+            discovery: DiscoveryConfig::default(),
+            transport: TransportConfig::default(),
+            reliability: ReliabilityConfig::default(),
+        }
+    }
+}
+
+/// `[discovery]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// Same-host discovery through the registry directory.
+    pub registry: bool,
+    /// The registry directory (default: see [`tether_transport::default_registry_dir`]).
+    pub registry_dir: Option<PathBuf>,
+    /// LAN discovery by multicast.
+    pub multicast: bool,
+    /// Multicast group.
+    pub multicast_group: Ipv4Addr,
+    /// Multicast base port; the domain id is added.
+    pub multicast_port: u16,
+    /// Interface name or IPv4 address for multicast.
+    pub interface: String,
+    /// Static unicast peers.
+    pub peers: Vec<SocketAddr>,
+    /// Announcement period in ms.
+    pub announce_period_ms: u64,
+    /// Our lease in ms: peers forget us after this long without hearing from us.
+    pub lease_ms: u64,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig {
+            registry: true,
+            registry_dir: None,
+            multicast: false,
+            multicast_group: Ipv4Addr::new(239, 255, 0, 1),
+            multicast_port: 7400,
+            interface: "0.0.0.0".into(),
+            peers: Vec::new(),
+            announce_period_ms: 1000,
+            lease_ms: 10_000,
+        }
+    }
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportConfig {
+    /// Address to bind.
+    pub listen: Option<SocketAddr>,
+    /// Largest datagram.
+    pub max_datagram: usize,
+    /// Kernel receive buffer.
+    pub recv_buffer: usize,
+    /// Kernel send buffer.
+    pub send_buffer: usize,
+    /// Busy-poll receive mode.
+    pub busy_poll: bool,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            listen: None,
+            max_datagram: 65_000,
+            recv_buffer: 4 << 20,
+            send_buffer: 4 << 20,
+            busy_poll: false,
+        }
+    }
+}
+
+/// `[reliability]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReliabilityConfig {
+    /// Heartbeat period in ms.
+    pub heartbeat_period_ms: u64,
+    /// How long `put` waits for room in a full keep-all history.
+    pub max_blocking_time_ms: u64,
+}
+
+impl Default for ReliabilityConfig {
+    fn default() -> Self {
+        ReliabilityConfig {
+            heartbeat_period_ms: 100,
+            max_blocking_time_ms: 1000,
+        }
+    }
+}
+
+impl Config {
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: None,
+            message: e.to_string(),
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Reads a TOML file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: Some(path.to_path_buf()),
+                message,
+            },
+            e => e,
+        })
+    }
+
+    /// The file named by `TETHER_CONFIG`, or the defaults if it is unset.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        match std::env::var_os("TETHER_CONFIG") {
+            Some(p) if !p.is_empty() => Self::from_file(p),
+            _ => Ok(Self::default()),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.transport;
+        if !(1024..=65_507).contains(&t.max_datagram) {
+            return Err(ConfigError::Invalid(format!(
+                "transport.max_datagram = {} is outside 1024..=65507",
+                t.max_datagram
+            )));
+        }
+        let d = &self.discovery;
+        if d.announce_period_ms == 0 || d.lease_ms < 3 * d.announce_period_ms.min(1000) {
+            return Err(ConfigError::Invalid(format!(
+                "discovery.lease_ms = {} must be at least 3 × min(announce_period_ms, 1000)",
+                d.lease_ms
+            )));
+        }
+        if !d.multicast_group.is_multicast() {
+            return Err(ConfigError::Invalid(format!(
+                "discovery.multicast_group = {} is not a multicast address",
+                d.multicast_group
+            )));
+        }
+        if self.reliability.heartbeat_period_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "reliability.heartbeat_period_ms must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The address to bind.
+    pub(crate) fn listen_addr(&self) -> SocketAddr {
+        self.transport.listen.unwrap_or_else(|| {
+            if self.discovery.multicast || !self.discovery.peers.is_empty() {
+                "0.0.0.0:0".parse().expect("literal")
+            } else {
+                "127.0.0.1:0".parse().expect("literal")
+            }
+        })
+    }
+
+    pub(crate) fn announce_period(&self) -> Duration {
+        Duration::from_millis(self.discovery.announce_period_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_default() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let text = include_str!("config.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = Config::from_toml(&text).unwrap();
+        assert_eq!(c.name, "robot1");
+        assert_eq!(c.discovery.peers.len(), 1);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let e = Config::from_toml("domain = 1\n\n[discovery]\nmulticastt = true\n").unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("multicastt"), "{m}");
+        assert!(m.contains("line 4"), "{m}");
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_line() {
+        let e = Config::from_toml("name = \"x\"\ndomain = \"zero\"\n").unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("line 2"), "{m}");
+        assert!(m.contains("domain") || m.contains("invalid type"), "{m}");
+        let e = Config::from_toml("[transport]\nbusy_poll = 3\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(Config::from_toml("[transport]\nmax_datagram = 10\n").is_err());
+        assert!(Config::from_toml("[discovery]\nmulticast_group = \"10.0.0.1\"\n").is_err());
+        assert!(Config::from_toml("[discovery]\nlease_ms = 1\n").is_err());
+    }
+}

@@ -1,0 +1,331 @@
+//! Sessions over real loopback sockets, discovered through a private registry directory.
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether::{Config, Event, PutError, Qos, QosPolicy, RecvError, Session, Topic};
+
+fn cfg(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.discovery.registry_dir = Some(dir.to_path_buf());
+    c.reliability.max_blocking_time_ms = 300;
+    c
+}
+
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+#[test]
+fn reliable_pubsub_between_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let sub = b.subscriber("/chatter", Qos::default().keep_all()).unwrap();
+    let publisher = a.publisher("/chatter", Qos::default().keep_all()).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || publisher.matched()
+        == 1
+        && sub.matched() == 1));
+    for i in 0..1000u32 {
+        publisher
+            .put(Bytes::from(i.to_le_bytes().to_vec()))
+            .unwrap();
+    }
+    for i in 0..1000u32 {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+        assert_eq!(s.seq, i as u64 + 1);
+    }
+    assert_eq!(sub.try_recv(), None);
+}
+
+#[test]
+fn callback_and_stream_subscribers() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g2 = got.clone();
+    let _cb = b
+        .subscriber_with_callback("/cb", Qos::default(), move |s| {
+            g2.lock().unwrap().push(s.payload)
+        })
+        .unwrap();
+    let stream_sub = b.subscriber("/cb", Qos::default()).unwrap();
+    let p = a.publisher("/cb", Qos::default()).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 2));
+    for i in 0..5u8 {
+        p.put(vec![i]).unwrap();
+    }
+    assert!(wait_for(Duration::from_secs(10), || got
+        .lock()
+        .unwrap()
+        .len()
+        == 5));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let items: Vec<u8> = rt.block_on(async {
+        use futures_util::StreamExt;
+        let mut s = stream_sub;
+        let mut v = Vec::new();
+        while v.len() < 5 {
+            let x = tokio::time::timeout(Duration::from_secs(10), s.next())
+                .await
+                .unwrap()
+                .unwrap();
+            v.push(x.payload[0]);
+        }
+        v
+    });
+    assert_eq!(items, vec![0, 1, 2, 3, 4]);
+    assert_eq!(
+        _cb.recv_timeout(Duration::from_millis(1)),
+        Err(RecvError::CallbackMode)
+    );
+}
+
+/// reliable + keep_all never drops: with a reader that never takes, put blocks for the
+/// configured time, then fails and hands the sample back. Every accepted sample is later
+/// received, in order.
+#[test]
+fn keep_all_put_blocks_then_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let q = Qos::default().keep_all().max_samples(16);
+    let sub = b.subscriber("/bulk", q).unwrap();
+    let p = a.publisher("/bulk", q).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    let mut accepted = 0u64;
+    let err = loop {
+        match p.put(Bytes::from(accepted.to_le_bytes().to_vec())) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 1000, "put never blocked");
+    };
+    match err {
+        PutError::Timeout { payload, waited } => {
+            assert_eq!(&payload[..], &accepted.to_le_bytes());
+            assert!(waited >= Duration::from_millis(300));
+        }
+        e => panic!("unexpected {e}"),
+    }
+    assert!((16..=32).contains(&accepted), "accepted {accepted}");
+    for i in 0..accepted {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+    }
+    // Room again: put succeeds.
+    p.put(&b"after"[..]).unwrap();
+    let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(&s.payload[..], b"after");
+}
+
+#[test]
+fn incompatible_qos_raises_events_on_both_sides() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for s in [&a, &b] {
+        let seen = seen.clone();
+        s.on_event(move |e| {
+            if let Event::IncompatibleQos(q) = e {
+                seen.lock().unwrap().push(q.clone());
+            }
+        });
+    }
+    let _p = a.publisher("/cmd", Qos::default().best_effort()).unwrap();
+    let _s = b.subscriber("/cmd", Qos::default()).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || seen
+        .lock()
+        .unwrap()
+        .len()
+        == 2));
+    let v = seen.lock().unwrap();
+    assert!(
+        v.iter()
+            .all(|q| q.policy == QosPolicy::Reliability && q.topic == "/cmd")
+    );
+    assert_ne!(v[0].local_kind, v[1].local_kind);
+}
+
+#[test]
+fn static_peers_without_registry_and_domains() {
+    let mut ca = Config::default();
+    ca.discovery.registry = false;
+    ca.transport.listen = Some("127.0.0.1:0".parse().unwrap());
+    let a = Session::open(ca).unwrap();
+    let mut cb = Config::default();
+    cb.discovery.registry = false;
+    cb.transport.listen = Some("127.0.0.1:0".parse().unwrap());
+    cb.discovery.peers = vec![a.local_addr()];
+    let b = Session::open(cb.clone()).unwrap();
+    let p = a
+        .publisher(
+            Topic::new("/s").type_name("t").partition("x"),
+            Qos::default(),
+        )
+        .unwrap();
+    let s = b
+        .subscriber(
+            Topic::new("/s").type_name("t").partition("x"),
+            Qos::default(),
+        )
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    p.put(&b"via static peer"[..]).unwrap();
+    assert_eq!(
+        &s.recv_timeout(Duration::from_secs(5)).unwrap().payload[..],
+        b"via static peer"
+    );
+    // Another domain pointed at the same peer never matches.
+    let mut cc = cb;
+    cc.domain = 9;
+    let c = Session::open(cc).unwrap();
+    let s9 = c
+        .subscriber(
+            Topic::new("/s").type_name("t").partition("x"),
+            Qos::default(),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s9.matched(), 0);
+    assert!(c.participants().is_empty());
+    assert!(a.stats().core.wrong_domain > 0);
+}
+
+/// Random bytes, truncated messages and valid headers with absurd counts sent to a session's
+/// port change nothing: dropped and counted, no panic, memory flat, delivery goes on.
+#[test]
+fn garbage_input_is_dropped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let sub = b.subscriber("/ok", Qos::default().keep_all()).unwrap();
+    let p = a.publisher("/ok", Qos::default().keep_all()).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    let target = b.local_addr();
+    let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let rss_before = rss_kib();
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut sent_good = 0u64;
+    for round in 0..20_000u64 {
+        let kind = round % 4;
+        let mut d: Vec<u8> = match kind {
+            // Random bytes.
+            0 => (0..(next() % 1500)).map(|_| next() as u8).collect(),
+            // A valid header, then an ACKNACK claiming 60000 bits.
+            1 => {
+                let mut v = b"TTHR\x01\x00\x00\x00".to_vec();
+                v.extend_from_slice(&next().to_le_bytes());
+                v.extend_from_slice(&[0x07, 0, 22, 0]);
+                v.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0]);
+                v.extend_from_slice(&1u64.to_le_bytes());
+                v.extend_from_slice(&60000u16.to_le_bytes());
+                v.extend_from_slice(&[0; 4]);
+                v
+            }
+            // A valid header, then an endpoint with 255 partitions and a huge length.
+            2 => {
+                let mut v = b"TTHR\x01\x00\x00\x00".to_vec();
+                v.extend_from_slice(&next().to_le_bytes());
+                v.extend_from_slice(&[0x03, 0, 0xff, 0xff]);
+                v.extend((0..100).map(|_| 0xff));
+                v
+            }
+            // A DATA from an unknown participant.
+            _ => {
+                let mut v = b"TTHR\x01\x00\x00\x00".to_vec();
+                v.extend_from_slice(&next().to_le_bytes());
+                v.extend_from_slice(&[0x05, 0, 30, 0]);
+                v.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+                v.extend_from_slice(&5u64.to_le_bytes());
+                v.extend_from_slice(&5u64.to_le_bytes());
+                v.extend_from_slice(b"spoof!");
+                v
+            }
+        };
+        if d.is_empty() {
+            d.push(0);
+        }
+        let _ = attacker.send_to(&d, target);
+        if round % 500 == 0 {
+            p.put(sent_good.to_le_bytes().to_vec()).unwrap();
+            sent_good += 1;
+        }
+    }
+    for i in 0..sent_good {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+        delivered.fetch_add(1, Ordering::Relaxed);
+    }
+    assert!(wait_for(Duration::from_secs(5), || {
+        let st = b.stats().core;
+        st.malformed + st.unknown_sender >= 15_000
+    }));
+    let st = b.stats().core;
+    assert!(st.malformed >= 10_000, "{st:?}");
+    assert!(st.unknown_sender >= 4_000, "{st:?}");
+    assert!(
+        b.participants().len() == 1,
+        "garbage created no participants"
+    );
+    let growth = rss_kib().saturating_sub(rss_before);
+    assert!(growth < 32 * 1024, "RSS grew {growth} KiB under garbage");
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+#[test]
+fn too_large_sample_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let p = a.publisher("/big", Qos::default()).unwrap();
+    let max = a.max_payload();
+    let e = p.put(vec![0u8; max + 1]).unwrap_err();
+    assert!(matches!(e, PutError::TooLarge { .. }), "{e}");
+    assert_eq!(e.into_payload().len(), max + 1);
+    p.put(vec![0u8; max]).unwrap();
+}
+
+#[test]
+fn same_session_pub_and_sub() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let s = a.subscriber("/self", Qos::default()).unwrap();
+    let p = a.publisher("/self", Qos::default()).unwrap();
+    p.put(&b"me"[..]).unwrap();
+    assert_eq!(
+        &s.recv_timeout(Duration::from_secs(1)).unwrap().payload[..],
+        b"me"
+    );
+}
