@@ -1,1 +1,155 @@
-fn main() {}
+//! `tether`: the command-line tool, shaped like `ros2 topic`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tether::{Config, Qos, Topic};
+
+mod bench;
+mod demo;
+mod topic;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tether",
+    version,
+    about = "Secure publish/subscribe for robots"
+)]
+struct Cli {
+    /// Configuration file (TOML); also taken from TETHER_CONFIG.
+    #[arg(long, global = true, env = "TETHER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Domain id (overrides the config file).
+    #[arg(long, global = true)]
+    domain: Option<u16>,
+    /// Same-host registry directory (overrides the config file).
+    #[arg(long, global = true)]
+    registry_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Publish samples on a topic.
+    Pub(topic::PubArgs),
+    /// Print the samples of a topic.
+    Echo(topic::EchoArgs),
+    /// List the topics in the domain.
+    Topics(topic::TopicsArgs),
+    /// Show a topic's publishers and subscribers with their QoS.
+    Info(topic::InfoArgs),
+    /// Print the rate of a topic.
+    Hz(topic::RateArgs),
+    /// Print the bandwidth of a topic.
+    Bw(topic::RateArgs),
+    /// Measure tether against raw UDP on this machine.
+    Bench(bench::BenchArgs),
+    /// Several processes on this host publishing and subscribing, with live rates.
+    Demo(demo::DemoArgs),
+    /// (internal) The far side of a benchmark.
+    #[command(hide = true)]
+    BenchPeer(bench::PeerArgs),
+}
+
+/// QoS flags shared by `pub` and `echo`; absent flags give the defaults (reliable,
+/// keep_last 10, volatile).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct QosArgs {
+    /// Best-effort instead of reliable.
+    #[arg(long)]
+    best_effort: bool,
+    /// Keep every sample (up to resource limits) instead of the last N.
+    #[arg(long, conflicts_with = "keep_last")]
+    keep_all: bool,
+    /// Keep the last N samples (default 10).
+    #[arg(long, value_name = "N")]
+    keep_last: Option<u32>,
+    /// Transient-local durability: late joiners get the retained samples.
+    #[arg(long)]
+    transient_local: bool,
+    /// Partition (communication group); repeatable.
+    #[arg(long, value_name = "P")]
+    partition: Vec<String>,
+    /// Type name of the topic.
+    #[arg(long = "type", value_name = "TYPE", default_value = "")]
+    type_name: String,
+}
+
+impl QosArgs {
+    pub(crate) fn qos(&self) -> Qos {
+        let mut q = Qos::default();
+        if self.best_effort {
+            q = q.best_effort();
+        }
+        if self.keep_all {
+            q = q.keep_all();
+        }
+        if let Some(n) = self.keep_last {
+            q = q.keep_last(n);
+        }
+        if self.transient_local {
+            q = q.transient_local();
+        }
+        q
+    }
+
+    pub(crate) fn topic(&self, name: &str) -> Topic {
+        let mut t = Topic::new(name).type_name(self.type_name.clone());
+        for p in &self.partition {
+            t = t.partition(p.clone());
+        }
+        t
+    }
+}
+
+impl Cli {
+    fn load_config(&self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(p) => Config::from_file(p)?,
+            None => Config::default(),
+        };
+        if let Some(d) = self.domain {
+            c.domain = d;
+        }
+        if let Some(r) = &self.registry_dir {
+            c.discovery.registry_dir = Some(r.clone());
+        }
+        Ok(c)
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let cfg = cli.load_config().context("loading configuration")?;
+    match cli.cmd {
+        Cmd::Pub(a) => topic::publish(cfg, a),
+        Cmd::Echo(a) => topic::echo(cfg, a),
+        Cmd::Topics(a) => topic::topics(cfg, a),
+        Cmd::Info(a) => topic::info(cfg, a),
+        Cmd::Hz(a) => topic::rate(cfg, a, false),
+        Cmd::Bw(a) => topic::rate(cfg, a, true),
+        Cmd::Bench(a) => bench::run(cfg, a),
+        Cmd::BenchPeer(a) => bench::peer(cfg, a),
+        Cmd::Demo(a) => demo::run(cfg, a),
+    }
+}

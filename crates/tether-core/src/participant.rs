@@ -65,14 +65,42 @@ impl Config {
     }
 }
 
-/// One datagram to send.
+/// One datagram to send: `head` followed by `body`. The body is a sample's payload,
+/// referenced rather than copied, so a transport can send both with one scatter-gather call;
+/// several transmits of one sample share the same bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a transmit must be handed to a transport"]
 pub struct Transmit {
     /// Where to.
     pub dest: SocketAddr,
-    /// The datagram. Several transmits of one sample share these bytes.
-    pub payload: Bytes,
+    /// Headers (and every submessage when there is no body).
+    pub head: Bytes,
+    /// The payload of the datagram's last DATA submessage, or empty.
+    pub body: Bytes,
+}
+
+impl Transmit {
+    /// Total datagram length.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// True if the datagram is empty (never for transmits the engine produces).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The datagram as one buffer (copies only when there is a body).
+    pub fn contiguous(&self) -> Bytes {
+        if self.body.is_empty() {
+            self.head.clone()
+        } else {
+            let mut v = Vec::with_capacity(self.len());
+            v.extend_from_slice(&self.head);
+            v.extend_from_slice(&self.body);
+            Bytes::from(v)
+        }
+    }
 }
 
 /// Why a write was refused. Every variant hands the payload back.
@@ -165,7 +193,8 @@ pub struct Participant {
     next_announce: Instant,
     announce_step: Duration,
     next_housekeeping: Instant,
-    pending_acks: Vec<(ParticipantId, tether_wire::AckNackRepr)>,
+    /// Readers that owe a writer an ACKNACK, built once the whole datagram is processed.
+    pending_acks: Vec<(EntityId, Guid)>,
     buf: Vec<u8>,
 }
 
@@ -382,6 +411,11 @@ impl Participant {
         self.readers.get(&id).map_or(0, |r| r.writers.len())
     }
 
+    /// True when every matched reliable reader has acknowledged every sample of `writer`.
+    pub fn all_acked(&self, writer: EntityId) -> bool {
+        self.writers.get(&writer).is_none_or(|w| !w.has_unacked())
+    }
+
     /// Samples held by a writer's history (for tests and `tether info`).
     pub fn history_len(&self, id: EntityId) -> usize {
         self.writers.get(&id).map_or(0, |w| w.history.len())
@@ -474,15 +508,9 @@ impl Participant {
                 participant: me,
             };
             let mut b = DatagramBuilder::new(&mut self.buf, hdr);
-            let data = Submessage::Data(DataRepr {
-                writer,
-                reader: EntityId::ALL,
-                seq,
-                timestamp_ns,
-                payload: &payload,
-            });
-            let _ = b.push(&data);
             if piggyback {
+                // Before the DATA, so the payload can end the datagram; readers answer
+                // heartbeats only after the whole datagram, so this asks for nothing.
                 w.since_hb = 0;
                 w.hb_count = w.hb_count.wrapping_add(1);
                 let hb = Submessage::Heartbeat(HeartbeatRepr {
@@ -495,14 +523,24 @@ impl Participant {
                 let _ = b.push(&hb);
                 self.stats.heartbeats_sent += w.dests.len() as u64;
             }
-            let dg = Bytes::copy_from_slice(&self.buf);
+            let data = DataRepr {
+                writer,
+                reader: EntityId::ALL,
+                seq,
+                timestamp_ns,
+                payload: &[],
+            };
+            let _ = b.push_data_head(&data, payload.len());
+            let head = Bytes::copy_from_slice(&self.buf);
+            let dg_len = head.len() + payload.len();
             for p in &w.dests {
                 if let Some(rp) = self.remotes.get(p) {
                     self.stats.datagrams_sent += 1;
-                    self.stats.bytes_sent += dg.len() as u64;
+                    self.stats.bytes_sent += dg_len as u64;
                     self.transmits.push_back(Transmit {
                         dest: rp.addr,
-                        payload: dg.clone(),
+                        head: head.clone(),
+                        body: payload.clone(),
                     });
                 }
             }
@@ -867,12 +905,19 @@ impl Participant {
                 self.stats.rejected_full += 1;
                 return;
             }
+        } else if wp.expected == Some(s.seq)
+            && wp.pending.is_empty()
+            && wp.gaps.is_empty()
+            && r.cache.has_room(s.payload.len())
+        {
+            // In order, nothing waiting: straight into the cache.
+            wp.expected = Some(s.seq + 1);
+            r.cache.push(s, now);
+            delivered = 1;
         } else {
-            let writer = s.writer;
             wp.buffer(s, &r.info.qos, &mut self.stats);
             let (d, _) = wp.drain(&mut r.cache, now);
             delivered = d;
-            let _ = writer;
         }
         if delivered > 0 {
             self.stats.samples_delivered += delivered;
@@ -947,8 +992,8 @@ impl Participant {
                 r.signalled = true;
                 self.events.push_back(Event::DataAvailable { reader: rid });
             }
-            if let Some(an) = wp.acknack(rid, hb.writer) {
-                self.pending_acks.push((pid, an));
+            if !self.pending_acks.contains(&(rid, g)) {
+                self.pending_acks.push((rid, g));
             }
         }
     }
@@ -1109,8 +1154,16 @@ impl Participant {
         }
         let acks = std::mem::take(&mut self.pending_acks);
         let hdr = self.header();
-        for (pid, an) in acks {
-            let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+        for (rid, g) in acks {
+            let Some(addr) = self.remotes.get(&g.participant).map(|p| p.addr) else {
+                continue;
+            };
+            let Some(an) = self
+                .readers
+                .get_mut(&rid)
+                .and_then(|r| r.writers.get_mut(&g))
+                .and_then(|wp| wp.acknack(rid, g.entity))
+            else {
                 continue;
             };
             let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
@@ -1439,7 +1492,8 @@ impl Participant {
                                 self.stats.bytes_sent += dg.len() as u64;
                                 self.transmits.push_back(Transmit {
                                     dest: rp.addr,
-                                    payload: dg.clone(),
+                                    head: dg.clone(),
+                                    body: Bytes::new(),
                                 });
                             }
                         }
@@ -1540,7 +1594,11 @@ impl Participant {
     fn push_transmit(&mut self, dest: SocketAddr, payload: Bytes) {
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += payload.len() as u64;
-        self.transmits.push_back(Transmit { dest, payload });
+        self.transmits.push_back(Transmit {
+            dest,
+            head: payload,
+            body: Bytes::new(),
+        });
     }
 
     /// Discovery targets plus every known participant, without duplicates.
@@ -1714,7 +1772,8 @@ impl Packer {
         stats.bytes_sent += dg.len() as u64;
         out.push_back(Transmit {
             dest: self.dest,
-            payload: dg,
+            head: dg,
+            body: Bytes::new(),
         });
     }
 

@@ -211,7 +211,7 @@ impl Sim {
                     order: self.order,
                     to,
                     from: self.nodes[i].addr,
-                    payload: t.payload.clone(),
+                    payload: t.contiguous(),
                 }));
             }
         }

@@ -24,8 +24,8 @@ pub use registry::{Registry, default_registry_dir};
 
 /// Something that carries datagrams to addresses.
 pub trait Transport: Send + Sync {
-    /// Sends one datagram to `dest`.
-    fn send(&self, dest: SocketAddr, datagram: &[u8]) -> io::Result<()>;
+    /// Sends one datagram, `head` followed by `body`, to `dest` without joining them first.
+    fn send(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()>;
     /// Largest datagram this transport carries.
     fn max_datagram(&self) -> usize;
     /// Where others reach us.
@@ -161,8 +161,12 @@ fn set_buffer(
 }
 
 fn recv_into(socket: &Socket, chunk: &mut BytesMut, max: usize) -> io::Result<(Bytes, SocketAddr)> {
-    if chunk.capacity() - chunk.len() < max + 64 {
+    if chunk.capacity() == 0 {
         *chunk = BytesMut::with_capacity(CHUNK.max(max * 2));
+    } else if chunk.capacity() - chunk.len() < max {
+        // Reclaims the whole chunk when every datagram carved from it has been dropped
+        // (memory stays hot: no page faults), else allocates a new one.
+        chunk.reserve(max);
     }
     let spare = chunk.spare_capacity_mut();
     let (n, from) = socket.recv_from(spare)?;
@@ -175,8 +179,14 @@ fn recv_into(socket: &Socket, chunk: &mut BytesMut, max: usize) -> io::Result<(B
 }
 
 impl Transport for UdpTransport {
-    fn send(&self, dest: SocketAddr, datagram: &[u8]) -> io::Result<()> {
-        self.socket.send_to(datagram, &dest.into()).map(|_| ())
+    fn send(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()> {
+        let addr = dest.into();
+        if body.is_empty() {
+            self.socket.send_to(head, &addr).map(|_| ())
+        } else {
+            let iov = [io::IoSlice::new(head), io::IoSlice::new(body)];
+            self.socket.send_to_vectored(&iov, &addr).map(|_| ())
+        }
     }
     fn max_datagram(&self) -> usize {
         self.max_datagram
@@ -268,7 +278,7 @@ mod tests {
     fn loopback_roundtrip_and_wake() {
         let a = UdpTransport::bind(&UdpOptions::default()).unwrap();
         let b = UdpTransport::bind(&UdpOptions::default()).unwrap();
-        a.send(b.local_addr(), b"hello").unwrap();
+        a.send(b.local_addr(), b"hel", b"lo").unwrap();
         b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut chunk = BytesMut::new();
         let (d, from) = b.recv(&mut chunk).unwrap();

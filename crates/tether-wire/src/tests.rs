@@ -245,3 +245,17 @@ fn unknown_kinds_are_skipped() {
         vec![Submessage::Unknown(0x7f), Submessage::ParticipantBye]
     );
 }
+
+proptest! {
+    /// The scatter-gather DATA head followed by the payload is byte-for-byte a DATA submessage.
+    #[test]
+    fn data_head_matches_data(payload in proptest::collection::vec(any::<u8>(), 0..3000), seq in 1u64..1000) {
+        let d = DataRepr { writer: EntityId(3), reader: EntityId(0), seq, timestamp_ns: 42, payload: &payload };
+        let mut whole = Vec::new();
+        DatagramBuilder::new(&mut whole, header()).push(&Submessage::Data(d)).unwrap();
+        let mut head = Vec::new();
+        DatagramBuilder::new(&mut head, header()).push_data_head(&d, payload.len()).unwrap();
+        head.extend_from_slice(&payload);
+        prop_assert_eq!(head, whole);
+    }
+}

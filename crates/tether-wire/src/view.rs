@@ -146,6 +146,25 @@ impl<'b> DatagramBuilder<'b> {
         Ok(self)
     }
 
+    /// Appends a DATA submessage's header and fixed fields for a payload of `payload_len`
+    /// bytes that the caller sends right after these bytes (scatter-gather). `data.payload`
+    /// is ignored. The datagram must end with that payload.
+    pub fn push_data_head(
+        &mut self,
+        data: &crate::DataRepr<'_>,
+        payload_len: usize,
+    ) -> Result<&mut Self, Error> {
+        let len = crate::DATA_FIXED_LEN + payload_len;
+        if len > MAX_BODY_LEN {
+            return Err(Error::TooLong);
+        }
+        self.out.push(crate::SubmessageKind::Data as u8);
+        self.out.push(0);
+        self.out.extend_from_slice(&(len as u16).to_le_bytes());
+        data.emit_fixed(self.out);
+        Ok(self)
+    }
+
     /// Bytes written so far.
     pub fn len(&self) -> usize {
         self.out.len()

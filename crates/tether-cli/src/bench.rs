@@ -1,0 +1,705 @@
+//! `tether bench`: tether against raw UDP, two processes on loopback, same run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::UdpSocket;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use tether::{Config, Publisher, Qos, Session};
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Subcommand, Debug)]
+enum Which {
+    /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
+    Latency {
+        /// Round trips measured per size (after 200 warm-up ones).
+        #[arg(long, default_value_t = 5000)]
+        samples: usize,
+        /// Sample sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "64,1024,64000")]
+        sizes: Vec<usize>,
+        /// Receive modes to measure.
+        #[arg(long, value_enum, default_value = "both")]
+        mode: ModeArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Samples per second from one process to another, best effort and reliable keep-all.
+    Throughput {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// Sample sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "256,1024")]
+        sizes: Vec<usize>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum ModeArg {
+    Blocking,
+    BusyPoll,
+    Both,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct PeerArgs {
+    #[arg(value_enum)]
+    role: Role,
+    /// Busy-poll receive.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Pin the process to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Role {
+    /// Echo /bench/ping to /bench/pong.
+    Pong,
+    /// Echo raw UDP datagrams; prints its port.
+    UdpEcho,
+    /// Count /bench/thr (best effort); report on a stdin line.
+    Sink,
+    /// Count /bench/thr (reliable keep-all); report on a stdin line.
+    SinkReliable,
+}
+
+const PING: &str = "/bench/ping";
+const PONG: &str = "/bench/pong";
+const THR: &str = "/bench/thr";
+
+/// A child process running `tether bench-peer`, killed on drop.
+struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    fn spawn(cfg: &BenchCfg, role: &str, busy: bool, cpu: Option<usize>) -> anyhow::Result<Peer> {
+        let exe = std::env::current_exe().context("locating the tether binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("bench-peer")
+            .arg(role)
+            .arg("--domain")
+            .arg(cfg.domain.to_string())
+            .arg("--registry-dir")
+            .arg(&cfg.registry)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if busy {
+            cmd.arg("--busy-poll");
+        }
+        if let Some(c) = cpu {
+            cmd.arg("--cpu").arg(c.to_string());
+        }
+        let mut child = cmd.spawn().context("starting the benchmark peer")?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().context("peer stdout")?);
+        Ok(Peer {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    fn line(&mut self) -> anyhow::Result<String> {
+        let mut s = String::new();
+        if self.stdout.read_line(&mut s)? == 0 {
+            bail!("benchmark peer exited early");
+        }
+        Ok(s.trim().to_string())
+    }
+
+    fn send(&mut self, s: &str) -> anyhow::Result<()> {
+        let i = self.stdin.as_mut().context("peer stdin")?;
+        writeln!(i, "{s}")?;
+        i.flush()?;
+        Ok(())
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stdin.take();
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct BenchCfg {
+    base: Config,
+    domain: u16,
+    registry: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+/// A private registry directory so benchmarks never meet other sessions.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn bench_cfg(mut base: Config) -> anyhow::Result<BenchCfg> {
+    let dir = std::env::temp_dir().join(format!(
+        "tether-bench-{}-{}",
+        std::process::id(),
+        tether_now_ns() % 1_000_000
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let domain = 200 + (std::process::id() % 50) as u16;
+    base.domain = domain;
+    base.discovery.registry_dir = Some(dir.clone());
+    Ok(BenchCfg {
+        base,
+        domain,
+        registry: dir.clone(),
+        _dir: TempDir(dir),
+    })
+}
+
+fn tether_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
+    match a.which {
+        Which::Latency {
+            samples,
+            sizes,
+            mode,
+            json,
+        } => latency(cfg, samples, &sizes, mode, json),
+        Which::Throughput {
+            duration,
+            sizes,
+            json,
+        } => throughput(cfg, duration, &sizes, json),
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{cpu}, {n} vCPU")
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pct {
+    p50: f64,
+    p99: f64,
+}
+
+/// One-way latency percentiles in µs from round-trip times in ns.
+fn one_way(rtts: &mut [u64]) -> Pct {
+    rtts.sort_unstable();
+    let at = |q: f64| {
+        let i = ((rtts.len() as f64 - 1.0) * q).round() as usize;
+        rtts[i] as f64 / 2.0 / 1000.0
+    };
+    Pct {
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+/// Round trips per interleaved block; raw UDP and tether alternate block by block so both
+/// see the same machine conditions (the VM's noise moves whole runs by ±30 %).
+const BLOCK: usize = 250;
+/// Round trips dropped at the start of each block (mode switches, cold caches).
+const BLOCK_WARMUP: usize = 25;
+
+fn raw_block(sock: &UdpSocket, size: usize, n: usize, busy: bool) -> anyhow::Result<Vec<u64>> {
+    sock.set_nonblocking(busy)?;
+    if !busy {
+        sock.set_read_timeout(Some(Duration::from_secs(2)))?;
+    }
+    let buf = vec![0xabu8; size];
+    let mut rx = vec![0u8; 65_536];
+    let mut rtts = Vec::with_capacity(n);
+    for i in 0..BLOCK_WARMUP + n {
+        let t0 = Instant::now();
+        sock.send(&buf)?;
+        loop {
+            match sock.recv(&mut rx) {
+                Ok(_) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    std::hint::spin_loop();
+                    if t0.elapsed() > Duration::from_secs(2) {
+                        bail!("raw UDP echo stopped answering");
+                    }
+                }
+                Err(e) => return Err(e).context("raw UDP ping-pong"),
+            }
+        }
+        if i >= BLOCK_WARMUP {
+            rtts.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(rtts)
+}
+
+struct PingState {
+    remaining: usize,
+    t0: Instant,
+    rtts: Vec<u64>,
+    payload: Bytes,
+    done: bool,
+}
+
+type Ping = Arc<(Mutex<PingState>, Condvar)>;
+
+fn tether_block(
+    st: &Ping,
+    publisher: &Publisher,
+    size: usize,
+    n: usize,
+) -> anyhow::Result<Vec<u64>> {
+    let payload = Bytes::from(vec![0xcdu8; size]);
+    {
+        let mut g = st.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.remaining = BLOCK_WARMUP + n - 1;
+        g.rtts = Vec::with_capacity(BLOCK_WARMUP + n);
+        g.payload = payload.clone();
+        g.done = false;
+        g.t0 = Instant::now();
+    }
+    publisher.put(payload)?;
+    let (m, cv) = &**st;
+    let g = m.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut g, to) = cv
+        .wait_timeout_while(g, Duration::from_secs(60), |g| !g.done)
+        .unwrap_or_else(|p| p.into_inner());
+    if to.timed_out() {
+        g.done = true;
+        bail!("tether ping-pong of {size} B stalled");
+    }
+    let skip = BLOCK_WARMUP.min(g.rtts.len());
+    Ok(g.rtts.split_off(skip))
+}
+
+fn latency(
+    cfg: Config,
+    samples: usize,
+    sizes: &[usize],
+    mode: ModeArg,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let machine = machine();
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let mut runs: Vec<(bool, Placement)> = Vec::new();
+    if mode != ModeArg::BusyPoll {
+        if two {
+            runs.push((false, Placement::CrossCore));
+        }
+        runs.push((false, Placement::SameCore));
+    }
+    // Busy-polling two processes on one CPU only measures the scheduler's time slice.
+    if mode != ModeArg::Blocking && two {
+        runs.push((true, Placement::CrossCore));
+    }
+    let blocks = samples.div_ceil(BLOCK).max(1);
+    let mut rows = Vec::new();
+    for &(busy, placement) in &runs {
+        let bc = bench_cfg(cfg.clone())?;
+        let (mine, theirs) = placement.cpus();
+        pin(Some(mine));
+        let mut udp_peer = Peer::spawn(&bc, "udp-echo", false, Some(theirs))?;
+        let port: u16 = udp_peer.line()?.parse().context("udp-echo port")?;
+        let sock = UdpSocket::bind("127.0.0.1:0")?;
+        sock.connect(("127.0.0.1", port))?;
+        let mut pong = Peer::spawn(&bc, "pong", false, Some(theirs))?;
+        let session = Session::open(bc.base.clone())?;
+        let publisher = Arc::new(session.publisher(PING, Qos::default())?);
+        let st: Ping = Arc::new((
+            Mutex::new(PingState {
+                remaining: 0,
+                t0: Instant::now(),
+                rtts: Vec::new(),
+                payload: Bytes::new(),
+                done: true,
+            }),
+            Condvar::new(),
+        ));
+        let (st2, p2) = (st.clone(), publisher.clone());
+        // The next ping leaves from the thread that received the pong: no hand-off.
+        let sub = session.subscriber_with_callback(PONG, Qos::default(), move |_s| {
+            let now = Instant::now();
+            let (m, cv) = &*st2;
+            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+            if g.done {
+                return;
+            }
+            let rtt = (now - g.t0).as_nanos() as u64;
+            g.rtts.push(rtt);
+            if g.remaining == 0 {
+                g.done = true;
+                cv.notify_all();
+                return;
+            }
+            g.remaining -= 1;
+            g.t0 = Instant::now();
+            let p = g.payload.clone();
+            drop(g);
+            let _ = p2.put(p);
+        })?;
+        let end = Instant::now() + Duration::from_secs(20);
+        while publisher.matched() < 1 || sub.matched() < 1 {
+            if Instant::now() > end {
+                bail!("benchmark peer did not match within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        for &size in sizes {
+            let (mut raw, mut ours) = (Vec::new(), Vec::new());
+            for b in 0..blocks {
+                let n = BLOCK.min(samples - b * BLOCK);
+                // Only the side being measured spins; two spinners on one CPU would
+                // measure the scheduler.
+                if busy {
+                    udp_peer.send("busy")?;
+                    udp_peer.line()?;
+                }
+                raw.extend(raw_block(&sock, size, n, busy)?);
+                if busy {
+                    udp_peer.send("block")?;
+                    udp_peer.line()?;
+                    pong.send("busy")?;
+                    pong.line()?;
+                    session.set_busy_poll(true);
+                }
+                ours.extend(tether_block(&st, &publisher, size, n)?);
+                if busy {
+                    session.set_busy_poll(false);
+                    pong.send("block")?;
+                    pong.line()?;
+                }
+            }
+            rows.push((busy, placement, size, one_way(&mut ours), one_way(&mut raw)));
+        }
+    }
+    pin(None);
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(busy, pl, size, o, r)| {
+                json!({
+                    "mode": if *busy { "busy-poll" } else { "blocking" },
+                    "placement": pl.name(),
+                    "size": size,
+                    "tether_p50_us": o.p50, "tether_p99_us": o.p99,
+                    "udp_p50_us": r.p50, "udp_p99_us": r.p99,
+                    "ratio_p50": o.p50 / r.p50,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"bench": "latency", "machine": machine, "samples": samples, "results": v})
+            )?
+        );
+    } else {
+        println!(
+            "tether bench latency — one-way = RTT/2, {samples} round trips per row in blocks of {BLOCK} alternating with raw UDP, {machine}"
+        );
+        println!(
+            "{:<10} {:<11} {:>7} {:>12} {:>12} {:>12} {:>12} {:>8}",
+            "mode",
+            "placement",
+            "size",
+            "tether p50",
+            "tether p99",
+            "UDP p50",
+            "UDP p99",
+            "p50 ×UDP"
+        );
+        for (busy, pl, size, o, r) in &rows {
+            println!(
+                "{:<10} {:<11} {:>7} {:>10.1}µs {:>10.1}µs {:>10.1}µs {:>10.1}µs {:>8.2}",
+                if *busy { "busy-poll" } else { "blocking" },
+                pl.name(),
+                size,
+                o.p50,
+                o.p99,
+                r.p50,
+                r.p99,
+                o.p50 / r.p50
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn throughput(cfg: Config, duration: f64, sizes: &[usize], json: bool) -> anyhow::Result<ExitCode> {
+    let mut rows = Vec::new();
+    for reliable in [false, true] {
+        for &size in sizes {
+            let bc = bench_cfg(cfg.clone())?;
+            let mut peer = Peer::spawn(
+                &bc,
+                if reliable { "sink-reliable" } else { "sink" },
+                false,
+                None,
+            )?;
+            let session = Session::open(bc.base.clone())?;
+            let qos = if reliable {
+                Qos::default().keep_all()
+            } else {
+                Qos::default().best_effort().keep_last(1)
+            };
+            let p = session.publisher(THR, qos)?;
+            let end = Instant::now() + Duration::from_secs(20);
+            while p.matched() < 1 {
+                if Instant::now() > end {
+                    bail!("throughput peer did not match within 20 s");
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let payload = Bytes::from(vec![0x5au8; size]);
+            let t0 = Instant::now();
+            let d = Duration::from_secs_f64(duration);
+            let mut sent = 0u64;
+            while t0.elapsed() < d {
+                for _ in 0..64 {
+                    p.put(payload.clone())?;
+                }
+                sent += 64;
+            }
+            let send_secs = t0.elapsed().as_secs_f64();
+            if reliable {
+                p.wait_for_acknowledgments(Duration::from_secs(30));
+            } else {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            peer.send("report")?;
+            let line = peer.line()?;
+            let v: serde_json::Value = serde_json::from_str(&line).context("sink report")?;
+            let count = v["count"].as_u64().unwrap_or(0);
+            let secs = v["secs"].as_f64().unwrap_or(0.0).max(1e-9);
+            rows.push((reliable, size, sent, send_secs, count, secs));
+        }
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(rel, size, sent, ss, count, secs)| {
+                json!({
+                    "qos": if *rel { "reliable keep_all" } else { "best_effort" },
+                    "size": size, "sent": sent, "sent_per_s": *sent as f64 / ss,
+                    "received": count, "received_per_s": *count as f64 / secs,
+                    "delivered_fraction": *count as f64 / *sent as f64,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"bench": "throughput", "machine": machine(), "batching": false, "results": v})
+            )?
+        );
+    } else {
+        println!(
+            "tether bench throughput — two processes on loopback, no batching, {}",
+            machine()
+        );
+        println!(
+            "{:<18} {:>6} {:>14} {:>14} {:>10}",
+            "qos", "size", "sent/s", "received/s", "delivered"
+        );
+        for (rel, size, sent, ss, count, secs) in &rows {
+            println!(
+                "{:<18} {:>6} {:>14.0} {:>14.0} {:>9.1}%",
+                if *rel {
+                    "reliable keep_all"
+                } else {
+                    "best_effort"
+                },
+                size,
+                *sent as f64 / ss,
+                *count as f64 / secs,
+                100.0 * *count as f64 / *sent as f64
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tether bench-peer ROLE`: exits when its stdin closes.
+pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
+    cfg.transport.busy_poll = a.busy_poll;
+    if let Some(c) = a.cpu {
+        pin(Some(c));
+    }
+    match a.role {
+        Role::UdpEcho => {
+            let sock = UdpSocket::bind("127.0.0.1:0")?;
+            println!("{}", sock.local_addr()?.port());
+            std::io::stdout().flush()?;
+            let busy = Arc::new(std::sync::atomic::AtomicBool::new(a.busy_poll));
+            let b2 = busy.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65_536];
+                let mut cur = None;
+                loop {
+                    let want = b2.load(Ordering::Relaxed);
+                    if cur != Some(want) {
+                        let _ = sock.set_nonblocking(want);
+                        let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+                        cur = Some(want);
+                    }
+                    match sock.recv_from(&mut buf) {
+                        Ok((n, from)) => {
+                            let _ = sock.send_to(&buf[..n], from);
+                        }
+                        Err(_) => std::hint::spin_loop(),
+                    }
+                }
+            });
+            serve_commands(|on| busy.store(on, Ordering::SeqCst))?;
+        }
+        Role::Pong => {
+            let session = Session::open(cfg)?;
+            let p: Arc<Publisher> = Arc::new(session.publisher(PONG, Qos::default())?);
+            let p2 = p.clone();
+            let _s = session.subscriber_with_callback(PING, Qos::default(), move |s| {
+                let _ = p2.put(s.payload);
+            })?;
+            serve_commands(|on| session.set_busy_poll(on))?;
+        }
+        Role::Sink | Role::SinkReliable => {
+            let session = Session::open(cfg)?;
+            let qos = if matches!(a.role, Role::SinkReliable) {
+                Qos::default().keep_all()
+            } else {
+                Qos::default().best_effort().keep_last(1)
+            };
+            let count = Arc::new(AtomicU64::new(0));
+            let first = Arc::new(Mutex::new(None::<Instant>));
+            let last = Arc::new(Mutex::new(Instant::now()));
+            let (c2, f2, l2) = (count.clone(), first.clone(), last.clone());
+            let _s = session.subscriber_with_callback(THR, qos, move |_s| {
+                if c2.fetch_add(1, Ordering::Relaxed) == 0 {
+                    *f2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                }
+                *l2.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            })?;
+            let stdin = std::io::stdin();
+            for line in stdin.lock().lines() {
+                let Ok(line) = line else { break };
+                if line.trim() == "report" {
+                    let n = count.swap(0, Ordering::Relaxed);
+                    let f = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let l = *last.lock().unwrap_or_else(|p| p.into_inner());
+                    let secs = f.map_or(0.0, |f| (l - f).as_secs_f64());
+                    println!("{}", json!({"count": n, "secs": secs}));
+                    std::io::stdout().flush()?;
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Pins the calling thread (and threads it creates afterwards) to `cpu`, or unpins it.
+fn pin(cpu: Option<usize>) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it;
+    // sched_setaffinity reads it for the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        match cpu {
+            Some(c) => libc::CPU_SET(c, &mut set),
+            None => {
+                for c in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
+                    libc::CPU_SET(c, &mut set);
+                }
+            }
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Where the two processes of a latency measurement run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Each process on its own CPU: every hop wakes the other CPU.
+    CrossCore,
+    /// Both processes on one CPU: every hop is a context switch.
+    SameCore,
+}
+
+impl Placement {
+    fn cpus(self) -> (usize, usize) {
+        match self {
+            Placement::CrossCore => (0, 1),
+            Placement::SameCore => (0, 0),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Placement::CrossCore => "cross-core",
+            Placement::SameCore => "same-core",
+        }
+    }
+}
+
+/// Reads `busy` / `block` lines from stdin, applies them and answers `ok`, until EOF.
+fn serve_commands(mut set_busy: impl FnMut(bool)) -> anyhow::Result<()> {
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        match line.trim() {
+            "busy" => set_busy(true),
+            "block" => set_busy(false),
+            _ => continue,
+        }
+        // Let the switch take effect before the parent measures.
+        std::thread::sleep(Duration::from_millis(20));
+        println!("ok");
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,381 @@
+//! `pub`, `echo`, `topics`, `info`, `hz`, `bw`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use tether::{Config, Event, Qos, Session, kind_str};
+
+use crate::QosArgs;
+
+#[derive(Args, Debug)]
+pub(crate) struct PubArgs {
+    /// Topic name, e.g. /chatter.
+    topic: String,
+    /// The data to publish (text). With --size, it is repeated to fill SIZE bytes.
+    #[arg(default_value = "hello")]
+    data: String,
+    /// Samples per second (0: as fast as possible).
+    #[arg(long, default_value_t = 1.0)]
+    rate: f64,
+    /// Stop after N samples.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Payload size in bytes.
+    #[arg(long)]
+    size: Option<usize>,
+    /// Wait for N matched subscribers before publishing.
+    #[arg(long, default_value_t = 0)]
+    wait_matched: usize,
+    /// Seconds to wait for --wait-matched, and for acknowledgements before exiting.
+    #[arg(long, default_value_t = 10.0)]
+    linger: f64,
+    /// Print nothing but errors and warnings.
+    #[arg(long, short)]
+    quiet: bool,
+    #[command(flatten)]
+    qos: QosArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct EchoArgs {
+    /// Topic name.
+    topic: String,
+    /// Exit 0 after N samples.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Exit 1 if fewer than --count samples (or none) arrived within SECS.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Print the session's counters (drops included) to stderr on exit.
+    #[arg(long)]
+    stats: bool,
+    /// Count samples without printing them.
+    #[arg(long)]
+    no_print: bool,
+    #[command(flatten)]
+    qos: QosArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TopicsArgs {
+    /// Seconds to listen for announcements.
+    #[arg(long, default_value_t = 1.5)]
+    wait: f64,
+    /// Also show types and endpoint counts.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct InfoArgs {
+    /// Topic name.
+    topic: String,
+    /// Seconds to listen for announcements.
+    #[arg(long, default_value_t = 1.5)]
+    wait: f64,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RateArgs {
+    /// Topic name.
+    topic: String,
+    /// Seconds to run (default: until interrupted).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print once per this many seconds.
+    #[arg(long, default_value_t = 1.0)]
+    period: f64,
+    #[command(flatten)]
+    qos: QosArgs,
+}
+
+/// Prints incompatible-QoS reports as one clear line on stderr.
+fn report_incompatible(session: &Session) {
+    session.on_event(|e| {
+        if let Event::IncompatibleQos(q) = e {
+            eprintln!("warning: {q}");
+        }
+    });
+}
+
+fn payload(data: &str, size: Option<usize>) -> Bytes {
+    match size {
+        None => Bytes::copy_from_slice(data.as_bytes()),
+        Some(n) => {
+            let src = if data.is_empty() { "x" } else { data };
+            Bytes::from(src.bytes().cycle().take(n).collect::<Vec<u8>>())
+        }
+    }
+}
+
+pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
+    let session = Session::open(cfg)?;
+    report_incompatible(&session);
+    let p = session.publisher(a.qos.topic(&a.topic), a.qos.qos())?;
+    let linger = Duration::from_secs_f64(a.linger.max(0.0));
+    if a.wait_matched > 0 {
+        let end = Instant::now() + linger;
+        while p.matched() < a.wait_matched {
+            if Instant::now() > end {
+                anyhow::bail!(
+                    "only {} of {} subscribers matched on {} within {:?}",
+                    p.matched(),
+                    a.wait_matched,
+                    a.topic,
+                    linger
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let data = payload(&a.data, a.size);
+    let period = (a.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / a.rate));
+    let start = Instant::now();
+    let mut next = start;
+    let mut n = 0u64;
+    let mut last_report = start;
+    let mut out = std::io::stdout().lock();
+    while a.count.is_none_or(|c| n < c) {
+        if let Some(p) = period {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next += p;
+        }
+        let seq = p.put(data.clone())?;
+        n += 1;
+        if !a.quiet {
+            if period.is_some_and(|p| p >= Duration::from_millis(50)) {
+                let _ = writeln!(out, "publishing #{seq}: {}", render(&data));
+            } else if last_report.elapsed() >= Duration::from_secs(1) {
+                last_report = Instant::now();
+                let _ = writeln!(
+                    out,
+                    "published {n} samples ({:.0}/s), {} subscribers",
+                    n as f64 / start.elapsed().as_secs_f64(),
+                    p.matched()
+                );
+            }
+        }
+    }
+    if !p.wait_for_acknowledgments(linger) && !a.quiet {
+        eprintln!("warning: not every reliable subscriber acknowledged every sample");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Text if printable UTF-8, else hex.
+pub(crate) fn render(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) if s.chars().all(|c| !c.is_control() || c == '\n' || c == '\t') => s.to_string(),
+        _ => {
+            let mut h = String::with_capacity(b.len() * 2);
+            for x in b {
+                h.push_str(&format!("{x:02x}"));
+            }
+            h
+        }
+    }
+}
+
+pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
+    let session = Session::open(cfg)?;
+    report_incompatible(&session);
+    let sub = session.subscriber(a.qos.topic(&a.topic), a.qos.qos())?;
+    let deadline = a
+        .timeout
+        .map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let mut n = 0u64;
+    let mut out = std::io::stdout().lock();
+    let code = loop {
+        if a.count.is_some_and(|c| n >= c) {
+            break ExitCode::SUCCESS;
+        }
+        let wait = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    break if a.count.is_none() && n > 0 {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    };
+                }
+                d - now
+            }
+            None => Duration::from_secs(3600),
+        };
+        match sub.recv_timeout(wait) {
+            Ok(s) => {
+                n += 1;
+                if !a.no_print {
+                    let _ = writeln!(out, "{}", render(&s.payload));
+                }
+            }
+            Err(tether::RecvError::Timeout) => continue,
+            Err(e) => anyhow::bail!("{e}"),
+        }
+    };
+    let _ = out.flush();
+    if a.stats {
+        let st = session.stats();
+        eprintln!("received {n} samples");
+        eprintln!("{:#?}", st.core);
+    }
+    if code != ExitCode::SUCCESS {
+        eprintln!(
+            "error: received {n} of {} samples on {} before the timeout",
+            a.count.map_or("any".to_string(), |c| c.to_string()),
+            a.topic
+        );
+    }
+    Ok(code)
+}
+
+fn discover(cfg: Config, wait: f64) -> anyhow::Result<Session> {
+    let session = Session::open(cfg)?;
+    std::thread::sleep(Duration::from_secs_f64(wait.max(0.0)));
+    Ok(session)
+}
+
+pub(crate) fn topics(cfg: Config, a: TopicsArgs) -> anyhow::Result<ExitCode> {
+    let session = discover(cfg, a.wait)?;
+    let mut map: BTreeMap<String, (String, usize, usize)> = BTreeMap::new();
+    for d in session.discovered() {
+        let e = map.entry(d.endpoint.info.topic.clone()).or_default();
+        if e.0.is_empty() {
+            e.0 = d.endpoint.info.type_name.clone();
+        }
+        match d.endpoint.kind {
+            tether::EndpointKind::Writer => e.1 += 1,
+            tether::EndpointKind::Reader => e.2 += 1,
+        }
+    }
+    for (t, (ty, p, s)) in map {
+        if a.verbose {
+            println!(
+                "{t} [{}] publishers: {p}, subscribers: {s}",
+                if ty.is_empty() { "-" } else { &ty }
+            );
+        } else {
+            println!("{t}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
+    let session = discover(cfg, a.wait)?;
+    let eps: Vec<_> = session
+        .discovered()
+        .into_iter()
+        .filter(|d| d.endpoint.info.topic == a.topic)
+        .collect();
+    let pubs = eps
+        .iter()
+        .filter(|d| d.endpoint.kind == tether::EndpointKind::Writer)
+        .count();
+    println!("Topic: {}", a.topic);
+    println!("Publisher count: {pubs}");
+    println!("Subscriber count: {}", eps.len() - pubs);
+    for d in &eps {
+        let i = &d.endpoint.info;
+        println!();
+        println!(
+            "  {} {} (session {})",
+            kind_str(d.endpoint.kind),
+            d.guid,
+            d.participant_name
+        );
+        println!(
+            "    type: {}",
+            if i.type_name.is_empty() {
+                "-"
+            } else {
+                &i.type_name
+            }
+        );
+        if !i.partitions.is_empty() {
+            println!("    partitions: {}", i.partitions.join(", "));
+        }
+        println!("    qos: {}", i.qos);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<ExitCode> {
+    let session = Session::open(cfg)?;
+    report_incompatible(&session);
+    #[derive(Default)]
+    struct Window {
+        stamps: Vec<Instant>,
+        bytes: u64,
+    }
+    let w = Arc::new(Mutex::new(Window::default()));
+    let total = Arc::new(AtomicU64::new(0));
+    let (w2, t2) = (w.clone(), total.clone());
+    let qos: Qos = a.qos.qos();
+    let _sub = session.subscriber_with_callback(a.qos.topic(&a.topic), qos, move |s| {
+        let mut g = w2.lock().unwrap_or_else(|p| p.into_inner());
+        g.stamps.push(Instant::now());
+        g.bytes += s.payload.len() as u64;
+        t2.fetch_add(1, Ordering::Relaxed);
+    })?;
+    let start = Instant::now();
+    let period = Duration::from_secs_f64(a.period.max(0.05));
+    loop {
+        std::thread::sleep(period);
+        let win = std::mem::take(&mut *w.lock().unwrap_or_else(|p| p.into_inner()));
+        let n = win.stamps.len();
+        if bandwidth {
+            let bps = win.bytes as f64 / period.as_secs_f64();
+            let mean = if n > 0 { win.bytes / n as u64 } else { 0 };
+            println!(
+                "{}/s from {n} messages\n\tMessage size mean: {mean} B",
+                human_bytes(bps)
+            );
+        } else if n < 2 {
+            println!("no new messages");
+        } else {
+            let gaps: Vec<f64> = win
+                .stamps
+                .windows(2)
+                .map(|p| (p[1] - p[0]).as_secs_f64())
+                .collect();
+            let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+            let min = gaps.iter().cloned().fold(f64::MAX, f64::min);
+            let max = gaps.iter().cloned().fold(0.0, f64::max);
+            println!(
+                "average rate: {:.3}\n\tmin: {min:.6}s max: {max:.6}s std dev: {:.6}s window: {n}",
+                1.0 / mean,
+                var.sqrt()
+            );
+        }
+        if a.duration
+            .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+        {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn human_bytes(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.2} KB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
+}
