@@ -44,6 +44,9 @@ enum Which {
         /// Sample sizes in bytes.
         #[arg(long, value_delimiter = ',', default_value = "256,1024")]
         sizes: Vec<usize>,
+        /// Receiver modes to measure.
+        #[arg(long, value_enum, default_value = "both")]
+        mode: ModeArg,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -79,6 +82,8 @@ enum Role {
     Sink,
     /// Count /bench/thr (reliable keep-all); report on a stdin line.
     SinkReliable,
+    /// Count raw UDP datagrams; prints its port; report on a stdin line.
+    UdpSink,
 }
 
 const PING: &str = "/bench/ping";
@@ -204,7 +209,8 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
             duration,
             sizes,
             json,
-        } => throughput(cfg, duration, &sizes, json),
+            mode,
+        } => throughput(cfg, duration, &sizes, mode, json),
     }
 }
 
@@ -246,7 +252,13 @@ const BLOCK: usize = 250;
 /// Round trips dropped at the start of each block (mode switches, cold caches).
 const BLOCK_WARMUP: usize = 25;
 
-fn raw_block(sock: &UdpSocket, size: usize, n: usize, busy: bool) -> anyhow::Result<Vec<u64>> {
+fn raw_block(
+    sock: &UdpSocket,
+    peer: std::net::SocketAddr,
+    size: usize,
+    n: usize,
+    busy: bool,
+) -> anyhow::Result<Vec<u64>> {
     sock.set_nonblocking(busy)?;
     if !busy {
         sock.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -256,9 +268,9 @@ fn raw_block(sock: &UdpSocket, size: usize, n: usize, busy: bool) -> anyhow::Res
     let mut rtts = Vec::with_capacity(n);
     for i in 0..BLOCK_WARMUP + n {
         let t0 = Instant::now();
-        sock.send(&buf)?;
+        sock.send_to(&buf, peer)?;
         loop {
-            match sock.recv(&mut rx) {
+            match sock.recv_from(&mut rx) {
                 Ok(_) => break,
                 Err(e)
                     if matches!(
@@ -348,8 +360,10 @@ fn latency(
         pin(Some(mine));
         let mut udp_peer = Peer::spawn(&bc, "udp-echo", false, Some(theirs))?;
         let port: u16 = udp_peer.line()?.parse().context("udp-echo port")?;
+        // Unconnected, like tether's socket (one socket talks to many peers): a connected
+        // socket skips the route lookup per datagram, which no middleware socket can.
         let sock = UdpSocket::bind("127.0.0.1:0")?;
-        sock.connect(("127.0.0.1", port))?;
+        let udp_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let mut pong = Peer::spawn(&bc, "pong", false, Some(theirs))?;
         let session = Session::open(bc.base.clone())?;
         let publisher = Arc::new(session.publisher(PING, Qos::default())?);
@@ -403,7 +417,7 @@ fn latency(
                     udp_peer.send("busy")?;
                     udp_peer.line()?;
                 }
-                raw.extend(raw_block(&sock, size, n, busy)?);
+                raw.extend(raw_block(&sock, udp_addr, size, n, busy)?);
                 if busy {
                     udp_peer.send("block")?;
                     udp_peer.line()?;
@@ -474,62 +488,135 @@ fn latency(
     Ok(ExitCode::SUCCESS)
 }
 
-fn throughput(cfg: Config, duration: f64, sizes: &[usize], json: bool) -> anyhow::Result<ExitCode> {
-    let mut rows = Vec::new();
-    for reliable in [false, true] {
-        for &size in sizes {
-            let bc = bench_cfg(cfg.clone())?;
-            let mut peer = Peer::spawn(
-                &bc,
-                if reliable { "sink-reliable" } else { "sink" },
-                false,
-                None,
-            )?;
-            let session = Session::open(bc.base.clone())?;
-            let qos = if reliable {
-                Qos::default().keep_all()
-            } else {
-                Qos::default().best_effort().keep_last(1)
-            };
-            let p = session.publisher(THR, qos)?;
-            let end = Instant::now() + Duration::from_secs(20);
-            while p.matched() < 1 {
-                if Instant::now() > end {
-                    bail!("throughput peer did not match within 20 s");
-                }
-                std::thread::sleep(Duration::from_millis(5));
+/// The kernel's ceiling: a raw UDP sendto loop to a counting process, same sizes.
+fn raw_udp_throughput(
+    cfg: &Config,
+    duration: f64,
+    size: usize,
+    busy: bool,
+) -> anyhow::Result<(u64, f64, u64, f64)> {
+    let bc = bench_cfg(cfg.clone())?;
+    let mut peer = Peer::spawn(&bc, "udp-sink", busy, busy.then_some(1))?;
+    let port: u16 = peer.line()?.parse().context("udp-sink port")?;
+    // Unconnected, like tether's socket.
+    let sock = UdpSocket::bind("127.0.0.1:0")?;
+    let dest: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let buf = vec![0x5au8; size];
+    let t0 = Instant::now();
+    let d = Duration::from_secs_f64(duration);
+    let mut sent = 0u64;
+    while t0.elapsed() < d {
+        for _ in 0..64 {
+            if sock.send_to(&buf, dest).is_ok() {
+                sent += 1;
             }
-            std::thread::sleep(Duration::from_millis(100));
-            let payload = Bytes::from(vec![0x5au8; size]);
-            let t0 = Instant::now();
-            let d = Duration::from_secs_f64(duration);
-            let mut sent = 0u64;
-            while t0.elapsed() < d {
-                for _ in 0..64 {
-                    p.put(payload.clone())?;
-                }
-                sent += 64;
-            }
-            let send_secs = t0.elapsed().as_secs_f64();
-            if reliable {
-                p.wait_for_acknowledgments(Duration::from_secs(30));
-            } else {
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            peer.send("report")?;
-            let line = peer.line()?;
-            let v: serde_json::Value = serde_json::from_str(&line).context("sink report")?;
-            let count = v["count"].as_u64().unwrap_or(0);
-            let secs = v["secs"].as_f64().unwrap_or(0.0).max(1e-9);
-            rows.push((reliable, size, sent, send_secs, count, secs));
         }
     }
+    let secs = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(300));
+    peer.send("report")?;
+    let v: serde_json::Value = serde_json::from_str(&peer.line()?).context("sink report")?;
+    Ok((
+        sent,
+        secs,
+        v["count"].as_u64().unwrap_or(0),
+        v["secs"].as_f64().unwrap_or(0.0).max(1e-9),
+    ))
+}
+
+fn throughput(
+    cfg: Config,
+    duration: f64,
+    sizes: &[usize],
+    mode: ModeArg,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let machine = machine();
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let mut modes = Vec::new();
+    if mode != ModeArg::BusyPoll {
+        modes.push(false);
+    }
+    if mode != ModeArg::Blocking && two {
+        modes.push(true);
+    }
+    let mut rows = Vec::new();
+    for &busy in &modes {
+        // A spinning receiver must not share the sender's CPU.
+        pin(busy.then_some(0));
+        for &size in sizes {
+            let (sent, ss, count, secs) = raw_udp_throughput(&cfg, duration, size, busy)?;
+            rows.push((busy, "raw UDP", size, sent, ss, count, secs));
+        }
+        for reliable in [false, true] {
+            for &size in sizes {
+                let bc = bench_cfg(cfg.clone())?;
+                let mut peer = Peer::spawn(
+                    &bc,
+                    if reliable { "sink-reliable" } else { "sink" },
+                    busy,
+                    busy.then_some(1),
+                )?;
+                let session = Session::open(bc.base.clone())?;
+                let qos = if reliable {
+                    Qos::default().keep_all()
+                } else {
+                    Qos::default().best_effort().keep_last(1)
+                };
+                let p = session.publisher(THR, qos)?;
+                let end = Instant::now() + Duration::from_secs(20);
+                while p.matched() < 1 {
+                    if Instant::now() > end {
+                        bail!("throughput peer did not match within 20 s");
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                let payload = Bytes::from(vec![0x5au8; size]);
+                let t0 = Instant::now();
+                let d = Duration::from_secs_f64(duration);
+                let mut sent = 0u64;
+                while t0.elapsed() < d {
+                    for _ in 0..64 {
+                        p.put(payload.clone())?;
+                    }
+                    sent += 64;
+                }
+                let send_secs = t0.elapsed().as_secs_f64();
+                if reliable {
+                    p.wait_for_acknowledgments(Duration::from_secs(30));
+                } else {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                peer.send("report")?;
+                let line = peer.line()?;
+                let v: serde_json::Value = serde_json::from_str(&line).context("sink report")?;
+                let count = v["count"].as_u64().unwrap_or(0);
+                let secs = v["secs"].as_f64().unwrap_or(0.0).max(1e-9);
+                rows.push((
+                    busy,
+                    if reliable {
+                        "reliable keep_all"
+                    } else {
+                        "best_effort"
+                    },
+                    size,
+                    sent,
+                    send_secs,
+                    count,
+                    secs,
+                ));
+            }
+        }
+    }
+    pin(None);
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(rel, size, sent, ss, count, secs)| {
+            .map(|(busy, qos, size, sent, ss, count, secs)| {
                 json!({
-                    "qos": if *rel { "reliable keep_all" } else { "best_effort" },
+                    "receiver": if *busy { "busy-poll" } else { "blocking" },
+                    "qos": qos,
                     "size": size, "sent": sent, "sent_per_s": *sent as f64 / ss,
                     "received": count, "received_per_s": *count as f64 / secs,
                     "delivered_fraction": *count as f64 / *sent as f64,
@@ -539,26 +626,22 @@ fn throughput(cfg: Config, duration: f64, sizes: &[usize], json: bool) -> anyhow
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"bench": "throughput", "machine": machine(), "batching": false, "results": v})
+                &json!({"bench": "throughput", "machine": machine, "batching": false, "results": v})
             )?
         );
     } else {
         println!(
-            "tether bench throughput — two processes on loopback, no batching, {}",
-            machine()
+            "tether bench throughput — two processes on loopback, no batching, {duration} s per row, {machine}"
         );
         println!(
-            "{:<18} {:>6} {:>14} {:>14} {:>10}",
-            "qos", "size", "sent/s", "received/s", "delivered"
+            "{:<10} {:<18} {:>6} {:>12} {:>12} {:>10}",
+            "receiver", "qos", "size", "sent/s", "received/s", "delivered"
         );
-        for (rel, size, sent, ss, count, secs) in &rows {
+        for (busy, qos, size, sent, ss, count, secs) in &rows {
             println!(
-                "{:<18} {:>6} {:>14.0} {:>14.0} {:>9.1}%",
-                if *rel {
-                    "reliable keep_all"
-                } else {
-                    "best_effort"
-                },
+                "{:<10} {:<18} {:>6} {:>12.0} {:>12.0} {:>9.1}%",
+                if *busy { "busy-poll" } else { "blocking" },
+                qos,
                 size,
                 *sent as f64 / ss,
                 *count as f64 / secs,
@@ -611,6 +694,32 @@ pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
             })?;
             serve_commands(|on| session.set_busy_poll(on))?;
         }
+        Role::UdpSink => {
+            let sock = UdpSocket::bind("127.0.0.1:0")?;
+            socket_rcvbuf(&sock, 4 << 20);
+            println!("{}", sock.local_addr()?.port());
+            std::io::stdout().flush()?;
+            let count = Arc::new(AtomicU64::new(0));
+            let first = Arc::new(Mutex::new(None::<Instant>));
+            let last = Arc::new(Mutex::new(Instant::now()));
+            let (c2, f2, l2) = (count.clone(), first.clone(), last.clone());
+            let busy = a.busy_poll;
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65_536];
+                let _ = sock.set_nonblocking(busy);
+                loop {
+                    if sock.recv(&mut buf).is_err() {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    if c2.fetch_add(1, Ordering::Relaxed) == 0 {
+                        *f2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                    }
+                    *l2.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                }
+            });
+            report_loop(&count, &first, &last)?;
+        }
         Role::Sink | Role::SinkReliable => {
             let session = Session::open(cfg)?;
             let qos = if matches!(a.role, Role::SinkReliable) {
@@ -628,21 +737,45 @@ pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
                 }
                 *l2.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
             })?;
-            let stdin = std::io::stdin();
-            for line in stdin.lock().lines() {
-                let Ok(line) = line else { break };
-                if line.trim() == "report" {
-                    let n = count.swap(0, Ordering::Relaxed);
-                    let f = first.lock().unwrap_or_else(|p| p.into_inner()).take();
-                    let l = *last.lock().unwrap_or_else(|p| p.into_inner());
-                    let secs = f.map_or(0.0, |f| (l - f).as_secs_f64());
-                    println!("{}", json!({"count": n, "secs": secs}));
-                    std::io::stdout().flush()?;
-                }
-            }
+            report_loop(&count, &first, &last)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Answers each `report` line on stdin with the count and span since the last report.
+fn report_loop(
+    count: &AtomicU64,
+    first: &Mutex<Option<Instant>>,
+    last: &Mutex<Instant>,
+) -> anyhow::Result<()> {
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        if line.trim() == "report" {
+            let n = count.swap(0, Ordering::Relaxed);
+            let f = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let l = *last.lock().unwrap_or_else(|p| p.into_inner());
+            let secs = f.map_or(0.0, |f| (l - f).as_secs_f64());
+            println!("{}", json!({"count": n, "secs": secs}));
+            std::io::stdout().flush()?;
+        }
+    }
+    Ok(())
+}
+
+/// A 4 MiB receive buffer like tether's own sockets, so the comparison is fair.
+fn socket_rcvbuf(sock: &UdpSocket, size: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt on a valid fd with a pointer to a live c_int and its size.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }
 
 /// Pins the calling thread (and threads it creates afterwards) to `cpu`, or unpins it.

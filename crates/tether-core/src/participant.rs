@@ -533,13 +533,21 @@ impl Participant {
             let _ = b.push_data_head(&data, payload.len());
             let head = Bytes::copy_from_slice(&self.buf);
             let dg_len = head.len() + payload.len();
-            for p in &w.dests {
+            let mut head = Some(head);
+            let last = w.dests.len().saturating_sub(1);
+            for (k, p) in w.dests.iter().enumerate() {
                 if let Some(rp) = self.remotes.get(p) {
                     self.stats.datagrams_sent += 1;
                     self.stats.bytes_sent += dg_len as u64;
+                    // The last destination takes the bytes; the others share them.
+                    let h = if k == last {
+                        head.take().unwrap_or_default()
+                    } else {
+                        head.clone().unwrap_or_default()
+                    };
                     self.transmits.push_back(Transmit {
                         dest: rp.addr,
-                        head: head.clone(),
+                        head: h,
                         body: payload.clone(),
                     });
                 }

@@ -67,6 +67,9 @@ pub struct UdpTransport {
     max_datagram: usize,
 }
 
+/// Datagrams up to this size are copied into one buffer before sending.
+const SMALL: usize = 2048;
+
 /// Size of the chunks received datagrams are carved from.
 const CHUNK: usize = 1 << 20;
 
@@ -183,6 +186,19 @@ impl Transport for UdpTransport {
         let addr = dest.into();
         if body.is_empty() {
             self.socket.send_to(head, &addr).map(|_| ())
+        } else if head.len() + body.len() <= SMALL {
+            // Below a few KB one contiguous copy is cheaper than the kernel's iovec path.
+            let n = head.len() + body.len();
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); SMALL];
+            // SAFETY: head and body fit in `buf` (n <= SMALL) and do not overlap it; the
+            // first n bytes are initialised before the slice over them is made.
+            let data = unsafe {
+                let p = buf.as_mut_ptr().cast::<u8>();
+                std::ptr::copy_nonoverlapping(head.as_ptr(), p, head.len());
+                std::ptr::copy_nonoverlapping(body.as_ptr(), p.add(head.len()), body.len());
+                std::slice::from_raw_parts(p.cast_const(), n)
+            };
+            self.socket.send_to(data, &addr).map(|_| ())
         } else {
             let iov = [io::IoSlice::new(head), io::IoSlice::new(body)];
             self.socket.send_to_vectored(&iov, &addr).map(|_| ())

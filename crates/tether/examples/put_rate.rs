@@ -1,0 +1,146 @@
+//! Sender-side cost of `put`, isolated: the only matched reader is a raw UDP socket that
+//! announced itself with valid wire messages and discards what it receives. Prints put()
+//! rate beside a raw send_to loop to the same socket.
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use tether::{Config, Qos, Session};
+use tether_wire::*;
+
+fn main() {
+    let size: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024);
+    let mut c = Config::default();
+    c.discovery.registry = false;
+    let s = Session::open(c).unwrap();
+    let p = s.publisher("/rate", Qos::default().best_effort()).unwrap();
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let hdr = Header {
+        domain: 0,
+        participant: ParticipantId(0xfeed),
+    };
+    let mut buf = Vec::new();
+    let qos = Qos::default().best_effort().to_repr();
+    DatagramBuilder::new(&mut buf, hdr)
+        .push(&Submessage::Participant(ParticipantRepr {
+            lease_ms: 60_000,
+            name: "sink",
+        }))
+        .unwrap()
+        .push(&Submessage::Endpoint(EndpointRepr {
+            entity: EntityId(1),
+            kind: EndpointKind::Reader,
+            qos,
+            topic: "/rate",
+            type_name: "",
+            partitions: StrList::Slice(&[]),
+        }))
+        .unwrap();
+    sink.send_to(&buf, s.local_addr()).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while p.matched() == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(p.matched(), 1);
+    let drain = sink.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut b = vec![0u8; 70000];
+        while drain.recv(&mut b).is_ok() {}
+    });
+    let payload = bytes::Bytes::from(vec![1u8; size]);
+    if std::env::args().nth(2).as_deref() == Some("contend") {
+        use tether_transport::Transport;
+        let dest = sink.local_addr().unwrap();
+        let n: u64 = 1_000_000;
+        for blocked_reader in [false, true, false, true] {
+            let tr = std::sync::Arc::new(
+                tether_transport::UdpTransport::bind(&tether_transport::UdpOptions::default())
+                    .unwrap(),
+            );
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let h = blocked_reader.then(|| {
+                let (tr, stop) = (tr.clone(), stop.clone());
+                tr.set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                std::thread::spawn(move || {
+                    let mut chunk = bytes::BytesMut::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = tr.recv(&mut chunk);
+                    }
+                })
+            });
+            let head = vec![1u8; 44];
+            let t = Instant::now();
+            for _ in 0..n {
+                tr.send(dest, &head, &payload).unwrap();
+            }
+            println!(
+                "blocked reader {blocked_reader}: {:.0}/s",
+                n as f64 / t.elapsed().as_secs_f64()
+            );
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(h) = h {
+                h.join().unwrap();
+            }
+        }
+        return;
+    }
+    if std::env::args().nth(2).as_deref() == Some("raw-only") {
+        let raw_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dest = sink.local_addr().unwrap();
+        let data = vec![1u8; size + 44];
+        let t = Instant::now();
+        let n: u64 = std::env::var("N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2_000_000);
+        for _ in 0..n {
+            raw_sock.send_to(&data, dest).unwrap();
+        }
+        println!("raw only: {:.0}/s", n as f64 / t.elapsed().as_secs_f64());
+        return;
+    }
+    if std::env::args().nth(2).as_deref() == Some("put-only") {
+        let t = Instant::now();
+        let n: u64 = std::env::var("N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2_000_000);
+        for _ in 0..n {
+            p.put(payload.clone()).unwrap();
+        }
+        println!("put only: {:.0}/s", n as f64 / t.elapsed().as_secs_f64());
+        return;
+    }
+    for round in 0..3 {
+        let n = 300_000;
+        let t = Instant::now();
+        for _ in 0..n {
+            p.put(payload.clone()).unwrap();
+        }
+        let tether = n as f64 / t.elapsed().as_secs_f64();
+        let raw_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dest = sink.local_addr().unwrap();
+        let data = vec![1u8; size + 44];
+        let t = Instant::now();
+        for _ in 0..n {
+            raw_sock.send_to(&data, dest).unwrap();
+        }
+        let raw = n as f64 / t.elapsed().as_secs_f64();
+        use tether_transport::Transport;
+        let tr =
+            tether_transport::UdpTransport::bind(&tether_transport::UdpOptions::default()).unwrap();
+        let head = vec![1u8; 44];
+        let t = Instant::now();
+        for _ in 0..n {
+            tr.send(dest, &head, &payload).unwrap();
+        }
+        let trs = n as f64 / t.elapsed().as_secs_f64();
+        println!(
+            "round {round}: {size} B put {tether:>9.0}/s  transport.send {trs:>9.0}/s  raw send_to {raw:>9.0}/s  put/raw {:.2}",
+            tether / raw
+        );
+    }
+}
