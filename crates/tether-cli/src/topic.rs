@@ -38,6 +38,9 @@ pub(crate) struct PubArgs {
     /// Print nothing but errors and warnings.
     #[arg(long, short)]
     quiet: bool,
+    /// Prefix each sample with its number ("1 DATA", "2 DATA", …).
+    #[arg(long)]
+    numbered: bool,
     #[command(flatten)]
     qos: QosArgs,
 }
@@ -149,11 +152,18 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
             }
             next += p;
         }
-        let seq = p.put(data.clone())?;
+        let sample = if a.numbered {
+            let mut v = format!("{} ", n + 1).into_bytes();
+            v.extend_from_slice(&data);
+            Bytes::from(v)
+        } else {
+            data.clone()
+        };
+        let seq = p.put(sample.clone())?;
         n += 1;
         if !a.quiet {
             if period.is_some_and(|p| p >= Duration::from_millis(50)) {
-                let _ = writeln!(out, "publishing #{seq}: {}", render(&data));
+                let _ = writeln!(out, "publishing #{seq}: {}", render(&sample));
             } else if last_report.elapsed() >= Duration::from_secs(1) {
                 last_report = Instant::now();
                 let _ = writeln!(

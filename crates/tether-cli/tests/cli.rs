@@ -1,0 +1,421 @@
+//! The `tether` binary, run as real processes on loopback. Each test uses its own registry
+//! directory, so tests running in parallel never meet.
+
+use std::io::Read;
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn tether(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.arg("--registry-dir").arg(dir);
+    c.env_remove("TETHER_CONFIG");
+    c
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child with a hard limit, killing it if it overruns (a test never hangs).
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(_) = child.try_wait().unwrap() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "process overran {limit:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn pub_and_echo_exchange_exactly_n_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/chatter", "--count", "5", "--timeout", "30"]);
+    let echo = spawn(e);
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/chatter",
+        "hi there",
+        "--count",
+        "5",
+        "--rate",
+        "20",
+        "--wait-matched",
+        "1",
+    ]);
+    let publisher = spawn(p);
+    let out = finish(echo, Duration::from_secs(40));
+    assert!(out.status.success(), "echo failed: {}", text(&out.stderr));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines, vec!["hi there"; 5]);
+    let pout = finish(publisher, Duration::from_secs(40));
+    assert!(pout.status.success(), "pub failed: {}", text(&pout.stderr));
+    assert!(text(&pout.stdout).contains("publishing #5: hi there"));
+}
+
+#[test]
+fn echo_prints_binary_as_hex_and_size_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/sized", "--count", "1", "--timeout", "30"]);
+    let echo = spawn(e);
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/sized",
+        "ab",
+        "--size",
+        "7",
+        "--count",
+        "1",
+        "--wait-matched",
+        "1",
+        "-q",
+    ]);
+    let publisher = spawn(p);
+    let out = finish(echo, Duration::from_secs(40));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "abababa");
+    finish(publisher, Duration::from_secs(40));
+}
+
+#[test]
+fn echo_timeout_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/nobody", "--count", "1", "--timeout", "0.5"]);
+    let out = finish(spawn(e), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("received 0 of 1 samples on /nobody"));
+}
+
+#[test]
+fn incompatible_qos_is_printed_by_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/cmd_vel", "--count", "1", "--timeout", "3"]);
+    let echo = spawn(e);
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/cmd_vel",
+        "--best-effort",
+        "--rate",
+        "10",
+        "--count",
+        "30",
+        "-q",
+    ]);
+    let publisher = spawn(p);
+    let eout = finish(echo, Duration::from_secs(30));
+    let pout = finish(publisher, Duration::from_secs(30));
+    assert_eq!(
+        eout.status.code(),
+        Some(1),
+        "no sample may cross an incompatible pair"
+    );
+    for (who, err) in [("echo", text(&eout.stderr)), ("pub", text(&pout.stderr))] {
+        let line = err
+            .lines()
+            .find(|l| l.contains("incompatible QoS"))
+            .unwrap_or_else(|| panic!("{who} printed no incompatible-QoS line: {err}"));
+        assert!(line.contains("/cmd_vel"), "{line}");
+        assert!(line.contains("reliability=best_effort"), "{line}");
+        assert!(line.contains("reliability=reliable"), "{line}");
+    }
+}
+
+#[test]
+fn topics_and_info_show_endpoints_and_qos() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/scan",
+        "--rate",
+        "5",
+        "--count",
+        "40",
+        "--keep-last",
+        "3",
+        "--transient-local",
+        "--partition",
+        "lidar",
+        "--type",
+        "sensor_msgs/LaserScan",
+        "-q",
+    ]);
+    let mut publisher = spawn(p);
+    let mut t = tether(dir.path());
+    t.args(["topics", "-v", "--wait", "1.5"]);
+    let out = finish(spawn(t), Duration::from_secs(20));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("/scan [sensor_msgs/LaserScan] publishers: 1"),
+        "{s}"
+    );
+    let mut i = tether(dir.path());
+    i.args(["info", "/scan", "--wait", "1.5"]);
+    let out = finish(spawn(i), Duration::from_secs(20));
+    let s = text(&out.stdout);
+    assert!(s.contains("Publisher count: 1"), "{s}");
+    assert!(s.contains("partitions: lidar"), "{s}");
+    assert!(
+        s.contains("reliability=reliable durability=transient_local history=keep_last(3)"),
+        "{s}"
+    );
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+}
+
+#[test]
+fn hz_and_bw_report_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = tether(dir.path());
+    p.args([
+        "pub", "/rate", "--rate", "50", "--count", "400", "--size", "100", "-q",
+    ]);
+    let mut publisher = spawn(p);
+    let mut h = tether(dir.path());
+    h.args(["hz", "/rate", "--duration", "3"]);
+    let out = finish(spawn(h), Duration::from_secs(30));
+    let s = text(&out.stdout);
+    let rates: Vec<f64> = s
+        .lines()
+        .filter_map(|l| l.strip_prefix("average rate: "))
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    assert!(!rates.is_empty(), "{s}");
+    let last = *rates.last().unwrap();
+    assert!(
+        (20.0..80.0).contains(&last),
+        "measured {last} Hz for a 50 Hz publisher\n{s}"
+    );
+    let mut b = tether(dir.path());
+    b.args(["bw", "/rate", "--duration", "2"]);
+    let out = finish(spawn(b), Duration::from_secs(30));
+    let s = text(&out.stdout);
+    assert!(s.contains("Message size mean: 100 B"), "{s}");
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+}
+
+#[test]
+fn bad_config_names_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "domain = 3\n[transport]\nbusy_pol = true\n").unwrap();
+    let mut c = tether(dir.path());
+    c.arg("--config")
+        .arg(&cfg)
+        .args(["echo", "/x", "--timeout", "0.1"]);
+    let out = finish(spawn(c), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("busy_pol") && err.contains("line 3"), "{err}");
+    // The same through TETHER_CONFIG, with a wrong type.
+    std::fs::write(&cfg, "domain = \"three\"\n").unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.env("TETHER_CONFIG", &cfg).args(["topics", "--wait", "0"]);
+    let out = finish(spawn(c), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("domain") && err.contains("line 1"), "{err}");
+}
+
+#[test]
+fn config_file_sets_domain() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("d7.toml");
+    std::fs::write(&cfg, "domain = 7\nname = \"robot7\"\n").unwrap();
+    let mut e = tether(dir.path());
+    e.arg("--config")
+        .arg(&cfg)
+        .args(["echo", "/d", "--count", "1", "--timeout", "30"]);
+    let echo = spawn(e);
+    // Another domain never reaches it...
+    let mut other = tether(dir.path());
+    other.args([
+        "pub",
+        "/d",
+        "wrong domain",
+        "--rate",
+        "20",
+        "--count",
+        "10",
+        "-q",
+    ]);
+    finish(spawn(other), Duration::from_secs(30));
+    // ...the same domain does.
+    let mut p = tether(dir.path());
+    p.arg("--config").arg(&cfg).args([
+        "pub",
+        "/d",
+        "right domain",
+        "--count",
+        "1",
+        "--wait-matched",
+        "1",
+        "-q",
+    ]);
+    let publisher = spawn(p);
+    let out = finish(echo, Duration::from_secs(40));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "right domain");
+    finish(publisher, Duration::from_secs(30));
+}
+
+/// Garbage sent to a running `tether echo` process: random bytes, truncated datagrams and
+/// valid headers with absurd counts. It keeps delivering, counts the drops, exits cleanly.
+#[test]
+fn echo_process_survives_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args([
+        "echo",
+        "/ok",
+        "--count",
+        "20",
+        "--timeout",
+        "60",
+        "--stats",
+        "--keep-all",
+    ]);
+    let echo = spawn(e);
+    // Find the echo's socket in the registry.
+    let domain_dir = dir.path().join("domain-0");
+    let end = Instant::now() + Duration::from_secs(10);
+    let addr = loop {
+        let found = std::fs::read_dir(&domain_dir).ok().and_then(|rd| {
+            rd.flatten()
+                .find(|e| e.path().extension().is_some_and(|x| x == "addr"))
+                .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        });
+        if let Some(a) = found.and_then(|s| s.trim().parse::<std::net::SocketAddr>().ok()) {
+            break a;
+        }
+        assert!(Instant::now() < end, "echo never registered");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..30_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = (x % 1400) as usize + 1;
+        let mut d: Vec<u8> = (0..len).map(|k| (x >> (k % 56)) as u8).collect();
+        if i % 3 == 0 {
+            // A valid header, so the body's absurd lengths and counts get parsed.
+            d.splice(
+                0..0,
+                b"TTHR\x01\x00\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08"
+                    .iter()
+                    .copied(),
+            );
+        }
+        let _ = attacker.send_to(&d, addr);
+    }
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/ok",
+        "--count",
+        "20",
+        "--rate",
+        "0",
+        "--keep-all",
+        "--wait-matched",
+        "1",
+        "-q",
+    ]);
+    let publisher = spawn(p);
+    let mut out = finish(echo, Duration::from_secs(70));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 20);
+    let mut err = String::new();
+    let _ = out.stderr.as_slice().read_to_string(&mut err);
+    let malformed: u64 = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("malformed: "))
+        .and_then(|v| v.trim_end_matches(',').parse().ok())
+        .unwrap_or(0);
+    assert!(malformed > 1000, "malformed drops not counted: {err}");
+    out.stdout.clear();
+    finish(publisher, Duration::from_secs(30));
+}
+
+#[test]
+fn demo_runs_and_reports_rates() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args(["demo", "--duration", "3"]);
+    let out = finish(spawn(c), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("/demo/chatter") && s.contains("msg/s"), "{s}");
+    assert!(s.contains("sessions: 4"), "{s}");
+    assert!(s.contains("received"), "{s}");
+}
+
+#[test]
+fn bench_runs_and_prints_json() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench",
+        "latency",
+        "--samples",
+        "100",
+        "--sizes",
+        "64",
+        "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert!(r["tether_p50_us"].as_f64().unwrap() > 0.0);
+        assert!(r["udp_p50_us"].as_f64().unwrap() > 0.0);
+    }
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench",
+        "throughput",
+        "--duration",
+        "0.3",
+        "--sizes",
+        "256",
+        "--mode",
+        "blocking",
+        "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        assert!(r["received"].as_u64().unwrap() > 0, "{r}");
+    }
+}
