@@ -140,7 +140,7 @@ pub(crate) fn run(mut cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
         totals[1],
         start.elapsed().as_secs_f64()
     );
-    if totals.iter().any(|t| *t == 0) {
+    if totals.contains(&0) {
         eprintln!("error: a topic delivered nothing");
         return Ok(ExitCode::from(1));
     }

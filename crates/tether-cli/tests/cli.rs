@@ -25,7 +25,7 @@ fn spawn(mut c: Command) -> Child {
 fn finish(mut child: Child, limit: Duration) -> Output {
     let end = Instant::now() + limit;
     loop {
-        if let Some(_) = child.try_wait().unwrap() {
+        if child.try_wait().unwrap().is_some() {
             return child.wait_with_output().unwrap();
         }
         if Instant::now() > end {

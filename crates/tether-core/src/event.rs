@@ -72,8 +72,8 @@ impl fmt::Display for IncompatibleQos {
         };
         write!(
             f,
-            "incompatible QoS on {}: {} {} offers {}={}, reader {} requests {}={}",
-            self.topic, "writer", w, self.policy, self.offered, r, self.policy, self.requested
+            "incompatible QoS on {}: writer {} offers {}={}, reader {} requests {}={}",
+            self.topic, w, self.policy, self.offered, r, self.policy, self.requested
         )
     }
 }

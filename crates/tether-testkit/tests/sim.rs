@@ -275,7 +275,7 @@ fn transient_local_late_joiner() {
         let now = sim.now;
         sim.p(0).write(now, w, 11, payload(11)).unwrap();
         sim.pump(0);
-        sim.run_until(Duration::from_secs(30), |s| s.seqs(vol, rv).len() >= 1);
+        sim.run_until(Duration::from_secs(30), |s| !s.seqs(vol, rv).is_empty());
         assert_eq!(sim.seqs(vol, rv), vec![11], "seed {seed}");
     }
 }
@@ -345,7 +345,7 @@ fn keep_all_blocks_on_slow_reader_then_resumes() {
         sim.run_for(Duration::from_millis(5));
     }
     // Reader cache holds 8, writer holds 8 more unacknowledged.
-    assert!(written >= 8 && written <= 16, "written {written}");
+    assert!((8..=16).contains(&written), "written {written}");
     assert!(sim.nodes[0].participant.history_len(w) <= 8);
     // The application catches up; the writer gets WriterReady and every sample arrives.
     let mut next = written + 1;

@@ -60,7 +60,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration of a session.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Domain id.
@@ -73,18 +73,6 @@ pub struct Config {
     pub transport: TransportConfig,
     /// Reliability settings.
     pub reliability: ReliabilityConfig,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            domain: 0,
-            name: String::new(),
-            discovery: DiscoveryConfig::default(),
-            transport: TransportConfig::default(),
-            reliability: ReliabilityConfig::default(),
-        }
-    }
 }
 
 /// `[discovery]`.
