@@ -29,6 +29,8 @@ pub mod qos;
 
 pub use endpoint::EndpointInfo;
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
-pub use participant::{Config, DATA_OVERHEAD, Participant, RemoteEndpoint, Transmit, WriteError};
+pub use participant::{
+    Config, DATA_OVERHEAD, Head, Participant, RemoteEndpoint, Transmit, WriteError,
+};
 pub use qos::{History, Qos, QosPolicy};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

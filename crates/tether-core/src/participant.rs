@@ -65,16 +65,76 @@ impl Config {
     }
 }
 
+/// Largest head kept inline in a [`Transmit`] (datagram header, heartbeat, DATA header).
+const INLINE_HEAD: usize = 80;
+
+/// The first bytes of a transmit: inline when they are a sample's headers (no allocation per
+/// sample), shared otherwise.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Head(HeadRepr);
+
+#[derive(Clone, PartialEq, Eq)]
+enum HeadRepr {
+    Inline { len: u8, buf: [u8; INLINE_HEAD] },
+    Shared(Bytes),
+}
+
+impl Head {
+    /// Copies `s`, inline when it is short.
+    pub fn copy_from_slice(s: &[u8]) -> Self {
+        if s.len() <= INLINE_HEAD {
+            let mut buf = [0u8; INLINE_HEAD];
+            buf[..s.len()].copy_from_slice(s);
+            Head(HeadRepr::Inline {
+                len: s.len() as u8,
+                buf,
+            })
+        } else {
+            Head(HeadRepr::Shared(Bytes::copy_from_slice(s)))
+        }
+    }
+
+    /// The bytes as shared [`Bytes`] (copies inline heads).
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.0 {
+            HeadRepr::Inline { .. } => Bytes::copy_from_slice(self),
+            HeadRepr::Shared(b) => b.clone(),
+        }
+    }
+}
+
+impl From<Bytes> for Head {
+    fn from(b: Bytes) -> Self {
+        Head(HeadRepr::Shared(b))
+    }
+}
+
+impl std::ops::Deref for Head {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            HeadRepr::Inline { len, buf } => &buf[..*len as usize],
+            HeadRepr::Shared(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for Head {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Head({} bytes)", self.len())
+    }
+}
+
 /// One datagram to send: `head` followed by `body`. The body is a sample's payload,
 /// referenced rather than copied, so a transport can send both with one scatter-gather call;
-/// several transmits of one sample share the same bytes.
+/// several transmits of one sample share the same payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a transmit must be handed to a transport"]
 pub struct Transmit {
     /// Where to.
     pub dest: SocketAddr,
     /// Headers (and every submessage when there is no body).
-    pub head: Bytes,
+    pub head: Head,
     /// The payload of the datagram's last DATA submessage, or empty.
     pub body: Bytes,
 }
@@ -90,10 +150,10 @@ impl Transmit {
         self.len() == 0
     }
 
-    /// The datagram as one buffer (copies only when there is a body).
+    /// The datagram as one buffer.
     pub fn contiguous(&self) -> Bytes {
         if self.body.is_empty() {
-            self.head.clone()
+            self.head.to_bytes()
         } else {
             let mut v = Vec::with_capacity(self.len());
             v.extend_from_slice(&self.head);
@@ -531,23 +591,15 @@ impl Participant {
                 payload: &[],
             };
             let _ = b.push_data_head(&data, payload.len());
-            let head = Bytes::copy_from_slice(&self.buf);
+            let head = Head::copy_from_slice(&self.buf);
             let dg_len = head.len() + payload.len();
-            let mut head = Some(head);
-            let last = w.dests.len().saturating_sub(1);
-            for (k, p) in w.dests.iter().enumerate() {
+            for p in &w.dests {
                 if let Some(rp) = self.remotes.get(p) {
                     self.stats.datagrams_sent += 1;
                     self.stats.bytes_sent += dg_len as u64;
-                    // The last destination takes the bytes; the others share them.
-                    let h = if k == last {
-                        head.take().unwrap_or_default()
-                    } else {
-                        head.clone().unwrap_or_default()
-                    };
                     self.transmits.push_back(Transmit {
                         dest: rp.addr,
-                        head: h,
+                        head: head.clone(),
                         body: payload.clone(),
                     });
                 }
@@ -1500,7 +1552,7 @@ impl Participant {
                                 self.stats.bytes_sent += dg.len() as u64;
                                 self.transmits.push_back(Transmit {
                                     dest: rp.addr,
-                                    head: dg.clone(),
+                                    head: dg.clone().into(),
                                     body: Bytes::new(),
                                 });
                             }
@@ -1604,7 +1656,7 @@ impl Participant {
         self.stats.bytes_sent += payload.len() as u64;
         self.transmits.push_back(Transmit {
             dest,
-            head: payload,
+            head: payload.into(),
             body: Bytes::new(),
         });
     }
@@ -1780,7 +1832,7 @@ impl Packer {
         stats.bytes_sent += dg.len() as u64;
         out.push_back(Transmit {
             dest: self.dest,
-            head: dg,
+            head: dg.into(),
             body: Bytes::new(),
         });
     }

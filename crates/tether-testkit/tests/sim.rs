@@ -44,8 +44,12 @@ fn setup(sim: &mut Sim, wq: Qos, rq: Qos, readers: usize) -> (EntityId, Vec<Enti
 }
 
 /// Writes `n` samples as fast as the writer accepts them, stepping the network whenever it
-/// refuses (keep-all flow control). Returns the largest history ever held.
-fn write_all(sim: &mut Sim, w: EntityId, n: u64) -> usize {
+/// refuses (keep-all flow control). Returns the largest history ever held, and checks at
+/// every step that no reader holds more than its cache plus its bounded reorder buffer.
+fn write_all(sim: &mut Sim, w: EntityId, n: u64, rs: &[EntityId]) -> usize {
+    // Reader k lives on node k + 1 (see `setup`).
+    let readers: Vec<(usize, EntityId)> = rs.iter().enumerate().map(|(k, r)| (k + 1, *r)).collect();
+    assert!(!readers.is_empty());
     let mut max_hist = 0;
     let mut i = 1;
     let deadline = sim.now + Duration::from_secs(600);
@@ -67,6 +71,14 @@ fn write_all(sim: &mut Sim, w: EntityId, n: u64) -> usize {
         }
         sim.pump(0);
         max_hist = max_hist.max(sim.nodes[0].participant.history_len(w));
+        for (i, r) in &readers {
+            let backlog = sim.nodes[*i].participant.reader_backlog(*r);
+            // Cache (max_samples) plus the reorder buffer (at least 256 samples).
+            assert!(
+                backlog <= 64 + 256,
+                "reader {r:?} on node {i} holds {backlog} samples"
+            );
+        }
     }
     max_hist
 }
@@ -82,7 +94,7 @@ fn reliable_keep_all_exactly_once_in_order() {
         let qos = Qos::new().keep_all().max_samples(64);
         let (w, rs) = setup(&mut sim, qos, qos, 2);
         let n = 300;
-        let max_hist = write_all(&mut sim, w, n);
+        let max_hist = write_all(&mut sim, w, n, &rs);
         assert!(max_hist <= 64, "history {max_hist} exceeded max_samples 64");
         let done = sim.run_until(Duration::from_secs(300), |s| {
             (1..=2).all(|i| s.seqs(i, rs[i - 1]).len() as u64 >= n)
@@ -513,7 +525,7 @@ fn many_readers_heavy_loss() {
         let mut sim = Sim::new(seed, Link::lossy(0.3));
         let q = Qos::new().keep_all().max_samples(32);
         let (w, rs) = setup(&mut sim, q, q, 5);
-        write_all(&mut sim, w, 150);
+        write_all(&mut sim, w, 150, &rs);
         sim.run_until(Duration::from_secs(300), |s| {
             (1..=5).all(|i| s.seqs(i, rs[i - 1]).len() >= 150)
         });

@@ -213,16 +213,15 @@ struct Inner {
     core: Participant,
     subs: BTreeMap<EntityId, Slot>,
     listeners: Vec<Listener>,
+    /// When the receive thread will wake on its own (it sleeps in recv until then).
+    armed: Option<Instant>,
 }
 
 struct Shared {
     inner: Mutex<Inner>,
     transport: UdpTransport,
-    epoch: Instant,
     writer_cv: Condvar,
     closed: AtomicBool,
-    /// When the receive thread will wake on its own (ns after `epoch`).
-    armed_ns: AtomicU64,
     max_blocking: Duration,
     busy_poll: AtomicBool,
     send_errors: AtomicU64,
@@ -297,14 +296,13 @@ impl Shared {
     }
 
     /// Wakes the receive thread if the engine now wants to run earlier than it will wake.
-    fn rearm(&self, inner: &Inner) {
+    fn rearm(&self, inner: &mut Inner) {
         if self.busy_poll.load(Ordering::Relaxed) {
             return;
         }
-        if let Some(t) = inner.core.poll_timeout() {
-            let want = t.saturating_duration_since(self.epoch).as_nanos() as u64;
-            if want + 1_000_000 < self.armed_ns.load(Ordering::Relaxed) {
-                self.armed_ns.store(want, Ordering::Relaxed);
+        if let (Some(t), Some(armed)) = (inner.core.poll_timeout(), inner.armed) {
+            if t + Duration::from_millis(1) < armed {
+                inner.armed = Some(t);
                 self.transport.wake();
             }
         }
@@ -455,12 +453,11 @@ impl Session {
                 core,
                 subs: BTreeMap::new(),
                 listeners: Vec::new(),
+                armed: None,
             }),
             transport,
-            epoch: now,
             writer_cv: Condvar::new(),
             closed: AtomicBool::new(false),
-            armed_ns: AtomicU64::new(0),
             max_blocking: Duration::from_millis(config.reliability.max_blocking_time_ms),
             busy_poll: AtomicBool::new(config.transport.busy_poll),
             send_errors: AtomicU64::new(0),
@@ -659,6 +656,7 @@ fn recv_loop(shared: &Shared) {
     let mut deferred = Deferred::default();
     let mut next_timer = Instant::now();
     let mut armed: Option<Instant> = None;
+    let mut published: Option<Instant> = None;
     let mut busy = false;
     let _ = shared.transport.set_nonblocking(false);
     while !shared.closed.load(Ordering::Relaxed) {
@@ -694,10 +692,10 @@ fn recv_loop(shared: &Shared) {
             if differs {
                 let _ = shared.transport.set_read_timeout(Some(wake - now));
                 armed = Some(wake);
-                shared.armed_ns.store(
-                    wake.saturating_duration_since(shared.epoch).as_nanos() as u64,
-                    Ordering::Relaxed,
-                );
+            }
+            if armed != published {
+                shared.lock().armed = armed;
+                published = armed;
             }
         }
         match shared.transport.recv(&mut chunk) {
