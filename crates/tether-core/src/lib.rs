@@ -30,7 +30,7 @@ pub mod qos;
 pub use endpoint::EndpointInfo;
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 pub use participant::{
-    Config, DATA_OVERHEAD, Head, Participant, RemoteEndpoint, Transmit, WriteError,
+    Config, DATA_OVERHEAD, Head, MAX_LEASE, Participant, RemoteEndpoint, Transmit, WriteError,
 };
 pub use qos::{History, Qos, QosPolicy};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

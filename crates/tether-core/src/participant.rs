@@ -19,6 +19,8 @@ use crate::qos::{Mismatch, Qos, QosPolicy, check_compatible};
 pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED_LEN;
 /// A heartbeat submessage, header included.
 const HEARTBEAT_LEN: usize = SUBMESSAGE_HEADER_LEN + 28;
+/// Longest participant lease honoured, whatever a peer announces.
+pub const MAX_LEASE: Duration = Duration::from_secs(300);
 /// How often leases and liveliness are checked.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
 /// First re-announcement after start; doubles up to the configured period.
@@ -759,7 +761,8 @@ impl Participant {
         from: SocketAddr,
         p: ParticipantRepr<'_>,
     ) -> bool {
-        let lease = Duration::from_millis(p.lease_ms as u64);
+        // A peer cannot pin a table slot for longer than MAX_LEASE by claiming a huge lease.
+        let lease = Duration::from_millis(p.lease_ms as u64).min(MAX_LEASE);
         if let Some(rp) = self.remotes.get_mut(&pid) {
             rp.lease = lease;
             return true;

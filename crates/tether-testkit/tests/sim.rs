@@ -550,3 +550,16 @@ fn many_readers_heavy_loss() {
 fn count(sim: &Sim, i: usize, f: impl Fn(&Event) -> bool) -> usize {
     sim.nodes[i].events.iter().filter(|e| f(e)).count()
 }
+
+/// A peer announcing an absurd lease is still forgotten after at most MAX_LEASE of silence.
+#[test]
+fn announced_leases_are_capped() {
+    let mut sim = Sim::new(11, Link::perfect());
+    sim.add_node(0);
+    sim.add_node_with(|c| c.lease = Duration::from_millis(u32::MAX as u64));
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.nodes[0].participant.remote_participants().len(), 1);
+    sim.nodes[1].up = false;
+    sim.run_for(tether_core::MAX_LEASE + Duration::from_secs(1));
+    assert!(sim.nodes[0].participant.remote_participants().is_empty());
+}
