@@ -399,14 +399,7 @@ fn latency(
             drop(g);
             let _ = p2.put(p);
         })?;
-        let end = Instant::now() + Duration::from_secs(20);
-        while publisher.matched() < 1 || sub.matched() < 1 {
-            if Instant::now() > end {
-                bail!("benchmark peer did not match within 20 s");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        wait_matched(|| publisher.matched() >= 1 && sub.matched() >= 1)?;
         for &size in sizes {
             let (mut raw, mut ours) = (Vec::new(), Vec::new());
             for b in 0..blocks {
@@ -564,14 +557,7 @@ fn throughput(
                     Qos::default().best_effort().keep_last(1)
                 };
                 let p = session.publisher(THR, qos)?;
-                let end = Instant::now() + Duration::from_secs(20);
-                while p.matched() < 1 {
-                    if Instant::now() > end {
-                        bail!("throughput peer did not match within 20 s");
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                std::thread::sleep(Duration::from_millis(100));
+                wait_matched(|| p.matched() >= 1)?;
                 let payload = Bytes::from(vec![0x5au8; size]);
                 let t0 = Instant::now();
                 let d = Duration::from_secs_f64(duration);
@@ -741,6 +727,19 @@ pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits up to 20 s for the benchmark's endpoints to match, then lets discovery settle.
+fn wait_matched(matched: impl Fn() -> bool) -> anyhow::Result<()> {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !matched() {
+        if Instant::now() > end {
+            bail!("the benchmark peer did not match within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    Ok(())
 }
 
 /// Answers each `report` line on stdin with the count and span since the last report.

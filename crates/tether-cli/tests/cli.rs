@@ -1,10 +1,13 @@
 //! The `tether` binary, run as real processes on loopback. Each test uses its own registry
 //! directory, so tests running in parallel never meet.
 
+mod common;
+use common::{finish, text};
+
 use std::io::Read;
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn tether(dir: &Path) -> Command {
@@ -19,30 +22,6 @@ fn spawn(mut c: Command) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Waits for a child with a hard limit, killing it if it overruns (a test never hangs).
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let end = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "process overran {limit:?}\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

@@ -4,9 +4,12 @@
 //! packets for the reliability test. Needs root, `ip` and `nft`; without them each test says
 //! why it skips and passes.
 
+mod common;
+use common::{finish, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 struct Lan {
     a: String,
@@ -124,29 +127,6 @@ impl Lan {
             .spawn()
             .expect("spawn tether in namespace")
     }
-}
-
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let end = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "process overran {limit:?}\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Two hosts find each other by multicast on the configured interface and exchange

@@ -982,15 +982,19 @@ impl Participant {
             let (d, _) = wp.drain(&mut r.cache, now);
             delivered = d;
         }
-        if delivered > 0 {
-            self.stats.samples_delivered += delivered;
-            if let Some(d) = r.info.qos.deadline_period() {
-                r.deadline_at = Some(now + d);
+        note_delivered(r, delivered, now, &mut self.stats, &mut self.events);
+    }
+
+    /// Local readers matched with remote writer `g` that a message addressed to `to`
+    /// concerns (all of them for [`EntityId::ALL`]).
+    fn addressed_readers(&mut self, g: Guid, to: EntityId) -> Vec<EntityId> {
+        match self.remote_writer_readers.get(&g) {
+            None => {
+                self.stats.unmatched_writer += 1;
+                Vec::new()
             }
-            if !r.signalled {
-                r.signalled = true;
-                self.events.push_back(Event::DataAvailable { reader });
-            }
+            Some(rs) if to == EntityId::ALL => rs.clone(),
+            Some(rs) => rs.iter().copied().filter(|r| *r == to).collect(),
         }
     }
 
@@ -999,17 +1003,7 @@ impl Participant {
             participant: pid,
             entity: hb.writer,
         };
-        let Some(rs) = self.remote_writer_readers.get(&g) else {
-            self.stats.unmatched_writer += 1;
-            return;
-        };
-        let rs: Vec<EntityId> = if hb.reader == EntityId::ALL {
-            rs.clone()
-        } else if rs.contains(&hb.reader) {
-            vec![hb.reader]
-        } else {
-            return;
-        };
+        let rs = self.addressed_readers(g, hb.reader);
         for rid in rs {
             let Some(r) = self.readers.get_mut(&rid) else {
                 continue;
@@ -1050,11 +1044,7 @@ impl Participant {
                 }
             }
             let (d, _) = wp.drain(&mut r.cache, now);
-            self.stats.samples_delivered += d;
-            if d > 0 && !r.signalled {
-                r.signalled = true;
-                self.events.push_back(Event::DataAvailable { reader: rid });
-            }
+            note_delivered(r, d, now, &mut self.stats, &mut self.events);
             if !self.pending_acks.contains(&(rid, g)) {
                 self.pending_acks.push((rid, g));
             }
@@ -1066,15 +1056,7 @@ impl Participant {
             participant: pid,
             entity: gap.writer,
         };
-        let Some(rs) = self.remote_writer_readers.get(&g) else {
-            self.stats.unmatched_writer += 1;
-            return;
-        };
-        let rs: Vec<EntityId> = rs
-            .iter()
-            .copied()
-            .filter(|r| gap.reader == EntityId::ALL || *r == gap.reader)
-            .collect();
+        let rs = self.addressed_readers(g, gap.reader);
         for rid in rs {
             let Some(r) = self.readers.get_mut(&rid) else {
                 continue;
@@ -1087,11 +1069,7 @@ impl Participant {
             }
             wp.add_gap(gap.start, gap.end);
             let (d, _) = wp.drain(&mut r.cache, now);
-            self.stats.samples_delivered += d;
-            if d > 0 && !r.signalled {
-                r.signalled = true;
-                self.events.push_back(Event::DataAvailable { reader: rid });
-            }
+            note_delivered(r, d, now, &mut self.stats, &mut self.events);
         }
     }
 
@@ -1733,6 +1711,28 @@ impl Participant {
                 self.push_transmit(a, d.clone());
             }
         }
+    }
+}
+
+/// After samples entered a reader's cache: count them, restart its deadline, and signal it
+/// once until the application has taken everything.
+fn note_delivered(
+    r: &mut Reader,
+    delivered: u64,
+    now: Instant,
+    stats: &mut Stats,
+    events: &mut VecDeque<Event>,
+) {
+    if delivered == 0 {
+        return;
+    }
+    stats.samples_delivered += delivered;
+    if let Some(d) = r.info.qos.deadline_period() {
+        r.deadline_at = Some(now + d);
+    }
+    if !r.signalled {
+        r.signalled = true;
+        events.push_back(Event::DataAvailable { reader: r.id });
     }
 }
 
