@@ -7,6 +7,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod fuzz;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};

@@ -1,0 +1,101 @@
+//! Writes the seed corpus for the fuzz targets (`fuzz/corpus/{datagram,participant}`):
+//! a valid datagram of every kind, and a framed conversation with a peer whose endpoints
+//! match the participant target's.
+use std::path::Path;
+
+use tether_core::Qos;
+use tether_wire::*;
+
+fn dg(msgs: &[Submessage<'_>]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut b = DatagramBuilder::new(
+        &mut buf,
+        Header {
+            domain: 0,
+            participant: ParticipantId(0x77),
+        },
+    );
+    for m in msgs {
+        b.push(m).unwrap();
+    }
+    buf
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let qos = Qos::new().keep_all().max_samples(32).to_repr();
+    let part = Submessage::Participant(ParticipantRepr {
+        lease_ms: 10_000,
+        name: "peer",
+    });
+    let ep = |entity, kind| {
+        Submessage::Endpoint(EndpointRepr {
+            entity: EntityId(entity),
+            kind,
+            qos,
+            topic: "/fuzz",
+            type_name: "",
+            partitions: StrList::Slice(&["a", "b"]),
+        })
+    };
+    let data = |seq| {
+        Submessage::Data(DataRepr {
+            writer: EntityId(1),
+            reader: EntityId(0),
+            seq,
+            timestamp_ns: 9,
+            payload: b"payload",
+        })
+    };
+    let hb = Submessage::Heartbeat(HeartbeatRepr {
+        writer: EntityId(1),
+        reader: EntityId(0),
+        first: 1,
+        last: 3,
+        count: 1,
+    });
+    let mut bitmap = [0u32; 8];
+    bitmap[0] = 0b101;
+    let an = Submessage::AckNack(AckNackRepr {
+        reader: EntityId(2),
+        writer: EntityId(1),
+        base: 1,
+        num_bits: 3,
+        bitmap,
+        count: 1,
+    });
+    let gap = Submessage::Gap(GapRepr {
+        writer: EntityId(1),
+        reader: EntityId(0),
+        start: 2,
+        end: 3,
+    });
+    let conversation = vec![
+        dg(&[
+            part,
+            ep(1, EndpointKind::Writer),
+            ep(2, EndpointKind::Reader),
+        ]),
+        dg(&[hb]),
+        dg(&[data(1)]),
+        dg(&[data(3), gap]),
+        dg(&[an]),
+        dg(&[Submessage::EndpointBye(EntityId(1))]),
+        dg(&[Submessage::ParticipantBye]),
+    ];
+    let d = root.join("datagram");
+    std::fs::create_dir_all(&d).unwrap();
+    for (i, c) in conversation.iter().enumerate() {
+        std::fs::write(d.join(format!("seed-{i}")), c).unwrap();
+    }
+    let p = root.join("participant");
+    std::fs::create_dir_all(&p).unwrap();
+    let mut framed = Vec::new();
+    for c in &conversation {
+        assert!(c.len() < 256);
+        framed.push(c.len() as u8);
+        framed.extend_from_slice(c);
+    }
+    std::fs::write(p.join("seed-conversation"), &framed).unwrap();
+    println!("wrote seeds to {}", root.display());
+}
