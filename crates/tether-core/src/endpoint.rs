@@ -75,6 +75,8 @@ pub(crate) struct Writer {
     pub(crate) readers: BTreeMap<Guid, ReaderProxy>,
     /// Remote participants with at least one matched reader, for fan-out.
     pub(crate) dests: Vec<ParticipantId>,
+    /// Matched readers in this participant (delivered to directly).
+    pub(crate) locals: Vec<EntityId>,
     pub(crate) hb_count: u32,
     pub(crate) next_hb: Option<Instant>,
     pub(crate) since_hb: u32,
@@ -92,6 +94,7 @@ impl Writer {
             history_bytes: 0,
             readers: BTreeMap::new(),
             dests: Vec::new(),
+            locals: Vec::new(),
             hb_count: 0,
             next_hb: None,
             since_hb: 0,
@@ -213,6 +216,7 @@ impl Writer {
         self.history.push_back(c);
     }
 
+    /// Recomputes the fan-out lists; called whenever `readers` changes.
     pub(crate) fn rebuild_dests(&mut self) {
         let mut d: Vec<ParticipantId> = self
             .readers
@@ -222,6 +226,12 @@ impl Writer {
             .collect();
         d.dedup();
         self.dests = d;
+        self.locals = self
+            .readers
+            .iter()
+            .filter(|(_, r)| r.local)
+            .map(|(g, _)| g.entity)
+            .collect();
     }
 
     /// How many writes between piggy-backed heartbeats.

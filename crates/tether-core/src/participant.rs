@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DATA_FIXED_LEN, DataRepr, Datagram, DatagramBuilder, EndpointKind, EndpointRepr, EntityId,
-    GapRepr, HEADER_LEN, Header, HeartbeatRepr, ParticipantId, ParticipantRepr,
-    SUBMESSAGE_HEADER_LEN, StrList, Submessage,
+    DATA_FIXED_LEN, DATA_HEAD_MAX, DataRepr, Datagram, DatagramBuilder, EndpointKind, EndpointRepr,
+    EntityId, GapRepr, HEADER_LEN, Header, HeartbeatRepr, ParticipantId, ParticipantRepr,
+    SUBMESSAGE_HEADER_LEN, StrList, Submessage, encode_data_head,
 };
 
 use crate::endpoint::{Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
@@ -82,6 +82,15 @@ enum HeadRepr {
 }
 
 impl Head {
+    /// An inline head (at most 80 bytes; longer input is truncated, which the engine never
+    /// produces: `DATA_HEAD_MAX` is 76).
+    fn inline(s: &[u8]) -> Self {
+        let n = s.len().min(INLINE_HEAD);
+        let mut buf = [0u8; INLINE_HEAD];
+        buf[..n].copy_from_slice(&s[..n]);
+        Head(HeadRepr::Inline { len: n as u8, buf })
+    }
+
     /// Copies `s`, inline when it is short.
     pub fn copy_from_slice(s: &[u8]) -> Self {
         if s.len() <= INLINE_HEAD {
@@ -257,7 +266,8 @@ pub struct Participant {
     next_housekeeping: Instant,
     /// Readers that owe a writer an ACKNACK, built once the whole datagram is processed.
     pending_acks: Vec<(EntityId, Guid)>,
-    buf: Vec<u8>,
+    /// Some timer may now be due earlier than `poll_timeout` said last time.
+    timers_changed: bool,
 }
 
 impl Participant {
@@ -279,7 +289,7 @@ impl Participant {
             announce_step: FIRST_ANNOUNCE,
             next_housekeeping: now + HOUSEKEEPING,
             pending_acks: Vec::new(),
-            buf: Vec::with_capacity(2048),
+            timers_changed: true,
         }
     }
 
@@ -317,6 +327,7 @@ impl Participant {
     /// Adds an address that receives our announcements (a registry entry, a multicast group,
     /// a static peer). Announces to it at once.
     pub fn add_target(&mut self, addr: SocketAddr) {
+        self.timers_changed = true;
         if self.targets.insert(addr) {
             let dgrams = self.announcement(None);
             for d in dgrams {
@@ -339,6 +350,7 @@ impl Participant {
 
     /// Creates a writer and announces it.
     pub fn create_writer(&mut self, now: Instant, info: EndpointInfo) -> EntityId {
+        self.timers_changed = true;
         let id = self.alloc_entity();
         let mut w = Writer::new(id, info);
         if let Some(d) = w.info.qos.deadline_period() {
@@ -360,6 +372,7 @@ impl Participant {
 
     /// Creates a reader and announces it.
     pub fn create_reader(&mut self, now: Instant, info: EndpointInfo) -> EntityId {
+        self.timers_changed = true;
         let id = self.alloc_entity();
         self.readers.insert(id, Reader::new(id, info));
         self.announce_endpoint(id);
@@ -394,6 +407,7 @@ impl Participant {
                 if g.participant == me {
                     if let Some(w) = self.writers.get_mut(&g.entity) {
                         w.readers.remove(&guid);
+                        w.rebuild_dests();
                     }
                 } else if let Some(v) = self.remote_writer_readers.get_mut(g) {
                     v.retain(|x| *x != id);
@@ -535,14 +549,15 @@ impl Participant {
         }
         self.stats.expired += w.expire(now);
         // Local keep-all reliable readers that are full block the writer too.
-        let local_full = w.readers.iter().any(|(g, rp)| {
-            rp.local
-                && rp.reliable
-                && self.readers.get(&g.entity).is_some_and(|r| {
-                    r.info.qos.history() == crate::qos::History::KeepAll
-                        && !r.cache.has_room(payload.len())
-                })
-        });
+        let local_full = !w.locals.is_empty()
+            && w.readers.iter().any(|(g, rp)| {
+                rp.local
+                    && rp.reliable
+                    && self.readers.get(&g.entity).is_some_and(|r| {
+                        r.info.qos.history() == crate::qos::History::KeepAll
+                            && !r.cache.has_room(payload.len())
+                    })
+            });
         if local_full || !w.make_room(payload.len() as u64) {
             w.blocked = true;
             return Err(WriteError::WouldBlock(payload));
@@ -569,20 +584,20 @@ impl Participant {
                 domain: self.cfg.domain,
                 participant: me,
             };
-            let mut b = DatagramBuilder::new(&mut self.buf, hdr);
-            if piggyback {
+            let hb = piggyback.then(|| {
                 // Before the DATA, so the payload can end the datagram; readers answer
                 // heartbeats only after the whole datagram, so this asks for nothing.
                 w.since_hb = 0;
                 w.hb_count = w.hb_count.wrapping_add(1);
-                let hb = Submessage::Heartbeat(HeartbeatRepr {
+                HeartbeatRepr {
                     writer,
                     reader: EntityId::ALL,
                     first: w.first_available(),
                     last: seq,
                     count: w.hb_count,
-                });
-                let _ = b.push(&hb);
+                }
+            });
+            if hb.is_some() {
                 self.stats.heartbeats_sent += w.dests.len() as u64;
             }
             let data = DataRepr {
@@ -592,8 +607,10 @@ impl Participant {
                 timestamp_ns,
                 payload: &[],
             };
-            let _ = b.push_data_head(&data, payload.len());
-            let head = Head::copy_from_slice(&self.buf);
+            let mut arr = [0u8; DATA_HEAD_MAX];
+            let n =
+                encode_data_head(&hdr, hb.as_ref(), &data, payload.len(), &mut arr).unwrap_or(0);
+            let head = Head::inline(&arr[..n]);
             let dg_len = head.len() + payload.len();
             for p in &w.dests {
                 if let Some(rp) = self.remotes.get(p) {
@@ -608,16 +625,16 @@ impl Participant {
             }
             if w.info.qos.is_reliable() && w.next_hb.is_none() {
                 w.next_hb = Some(now + self.cfg.heartbeat_period);
+                self.timers_changed = true;
             }
         }
 
         // Local readers.
-        let locals: Vec<EntityId> = w
-            .readers
-            .iter()
-            .filter(|(_, rp)| rp.local)
-            .map(|(g, _)| g.entity)
-            .collect();
+        let locals = if w.locals.is_empty() {
+            Vec::new()
+        } else {
+            w.locals.clone()
+        };
         if !locals.is_empty() {
             let s = Sample {
                 writer: Guid {
@@ -685,6 +702,7 @@ impl Participant {
     /// Processes one received datagram. `datagram` is kept by reference: delivered payloads
     /// are slices of it.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes) {
+        self.timers_changed = true;
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         let d = match Datagram::parse(datagram) {
@@ -1437,6 +1455,7 @@ impl Participant {
                         local: true,
                     },
                 );
+                w.rebuild_dests();
                 let backlog: Vec<Sample> = if transient {
                     w.history
                         .iter()
@@ -1472,6 +1491,13 @@ impl Participant {
 
     // ----- time --------------------------------------------------------------------------
 
+    /// True (once) if a timer may have become due earlier than the last
+    /// [`poll_timeout`](Self::poll_timeout) said: a driver that sleeps until then should
+    /// re-read it. A plain `write` that arms no new timer leaves it false.
+    pub fn take_timers_changed(&mut self) -> bool {
+        std::mem::take(&mut self.timers_changed)
+    }
+
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.next_announce.min(self.next_housekeeping);
@@ -1490,6 +1516,7 @@ impl Participant {
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.timers_changed = true;
         if now >= self.next_announce {
             let dgrams = self.announcement(None);
             for a in self.all_destinations() {

@@ -33,7 +33,7 @@ pub use repr::{
     HistoryKind, Liveliness, ParticipantRepr, QosRepr, Reliability, StrList, Submessage,
     SubmessageKind,
 };
-pub use view::{Datagram, DatagramBuilder, Submessages};
+pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 
 /// The four bytes every tether datagram starts with.
 pub const MAGIC: [u8; 4] = *b"TTHR";

@@ -259,3 +259,22 @@ proptest! {
         prop_assert_eq!(head, whole);
     }
 }
+
+proptest! {
+    /// The fixed-buffer fast path writes exactly what the builder writes.
+    #[test]
+    fn encode_data_head_matches_builder(
+        with_hb in any::<bool>(), seq in 1u64..u64::MAX, ts in any::<u64>(), len in 0usize..60000,
+        first in 1u64..1000, count in any::<u32>(), w in 1u32.., r in any::<u32>(),
+    ) {
+        let hb = HeartbeatRepr { writer: EntityId(w), reader: EntityId(0), first, last: first + 5, count };
+        let d = DataRepr { writer: EntityId(w), reader: EntityId(r), seq, timestamp_ns: ts, payload: &[] };
+        let mut want = Vec::new();
+        let mut b = DatagramBuilder::new(&mut want, header());
+        if with_hb { b.push(&Submessage::Heartbeat(hb)).unwrap(); }
+        b.push_data_head(&d, len).unwrap();
+        let mut out = [0u8; DATA_HEAD_MAX];
+        let n = encode_data_head(&header(), with_hb.then_some(&hb), &d, len, &mut out).unwrap();
+        prop_assert_eq!(&out[..n], &want[..]);
+    }
+}

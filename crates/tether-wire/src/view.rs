@@ -175,3 +175,59 @@ impl<'b> DatagramBuilder<'b> {
         self.out.len() <= HEADER_LEN
     }
 }
+
+/// Most bytes [`encode_data_head`] writes: header, heartbeat, DATA header and fixed fields.
+pub const DATA_HEAD_MAX: usize =
+    HEADER_LEN + SUBMESSAGE_HEADER_LEN + 28 + SUBMESSAGE_HEADER_LEN + crate::DATA_FIXED_LEN;
+
+/// Encodes, into a fixed buffer, the head of a datagram that carries one sample whose payload
+/// the caller sends right after it (scatter-gather): the header, an optional heartbeat, and
+/// the DATA submessage's header and fixed fields. The bytes equal what [`DatagramBuilder`]
+/// writes for the same submessages; this is the writer's per-sample fast path. Returns the
+/// length written.
+pub fn encode_data_head(
+    header: &Header,
+    heartbeat: Option<&crate::HeartbeatRepr>,
+    data: &crate::DataRepr<'_>,
+    payload_len: usize,
+    out: &mut [u8; DATA_HEAD_MAX],
+) -> Result<usize, Error> {
+    let body = crate::DATA_FIXED_LEN + payload_len;
+    if body > MAX_BODY_LEN {
+        return Err(Error::TooLong);
+    }
+    let mut w = Fixed { out, at: 0 };
+    w.put(&MAGIC);
+    w.put(&[VERSION, 0]);
+    w.put(&header.domain.to_le_bytes());
+    w.put(&header.participant.0.to_le_bytes());
+    if let Some(hb) = heartbeat {
+        w.put(&[crate::SubmessageKind::Heartbeat as u8, 0]);
+        w.put(&28u16.to_le_bytes());
+        w.put(&hb.writer.0.to_le_bytes());
+        w.put(&hb.reader.0.to_le_bytes());
+        w.put(&hb.first.to_le_bytes());
+        w.put(&hb.last.to_le_bytes());
+        w.put(&hb.count.to_le_bytes());
+    }
+    w.put(&[crate::SubmessageKind::Data as u8, 0]);
+    w.put(&(body as u16).to_le_bytes());
+    w.put(&data.writer.0.to_le_bytes());
+    w.put(&data.reader.0.to_le_bytes());
+    w.put(&data.seq.to_le_bytes());
+    w.put(&data.timestamp_ns.to_le_bytes());
+    Ok(w.at)
+}
+
+/// Writes into a buffer whose size is fixed at compile time to fit everything written.
+struct Fixed<'a> {
+    out: &'a mut [u8; DATA_HEAD_MAX],
+    at: usize,
+}
+
+impl Fixed<'_> {
+    fn put(&mut self, b: &[u8]) {
+        self.out[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+}

@@ -237,6 +237,9 @@ struct Deferred {
 
 impl Deferred {
     fn run(&mut self) {
+        if self.calls.is_empty() && self.events.is_empty() {
+            return;
+        }
         for (cb, s) in self.calls.drain(..) {
             cb(s);
         }
@@ -297,7 +300,7 @@ impl Shared {
 
     /// Wakes the receive thread if the engine now wants to run earlier than it will wake.
     fn rearm(&self, inner: &mut Inner) {
-        if self.busy_poll.load(Ordering::Relaxed) {
+        if !inner.core.take_timers_changed() || self.busy_poll.load(Ordering::Relaxed) {
             return;
         }
         if let (Some(t), Some(armed)) = (inner.core.poll_timeout(), inner.armed) {
@@ -368,9 +371,12 @@ fn random_id() -> u64 {
 
 /// Nanoseconds since the UNIX epoch, for source timestamps.
 pub(crate) fn wall_ns() -> u64 {
-    SystemTime::now()
+    let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    d.as_secs()
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(u64::from(d.subsec_nanos()))
 }
 
 impl Session {
@@ -831,13 +837,13 @@ impl Publisher {
     ) -> Result<u64, PutError> {
         let mut payload: Bytes = payload.into();
         let start = Instant::now();
+        let mut now = start;
         let mut deferred = Deferred::default();
         let mut g = self.shared.lock();
         loop {
             if self.shared.closed.load(Ordering::Relaxed) {
                 return Err(PutError::Closed(payload));
             }
-            let now = Instant::now();
             let r = g.core.write(now, self.id, timestamp_ns, payload);
             self.shared.drive(&mut g, now, &mut deferred);
             match r {
@@ -862,6 +868,7 @@ impl Publisher {
                         .wait_timeout(g2, left.min(Duration::from_millis(20)))
                         .unwrap_or_else(|p| p.into_inner());
                     g = g3;
+                    now = Instant::now();
                 }
                 Err(WriteError::TooLarge { payload, max }) => {
                     return Err(PutError::TooLarge { payload, max });
