@@ -359,6 +359,7 @@ fn demo_runs_and_reports_rates() {
 #[test]
 fn bench_runs_and_prints_json() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    // Blocking only: busy-poll rows would spin both CPUs under the tests running beside it.
     c.args([
         "bench",
         "latency",
@@ -366,6 +367,8 @@ fn bench_runs_and_prints_json() {
         "100",
         "--sizes",
         "64",
+        "--mode",
+        "blocking",
         "--json",
     ]);
     let out = finish(spawn(c), Duration::from_secs(120));

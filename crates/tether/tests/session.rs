@@ -329,3 +329,28 @@ fn same_session_pub_and_sub() {
         b"me"
     );
 }
+
+/// The receive thread switches between blocking and busy-polling at run time without losing
+/// or reordering anything.
+#[test]
+fn busy_poll_switches_at_run_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let sub = b.subscriber("/bp", Qos::default().keep_all()).unwrap();
+    let p = a.publisher("/bp", Qos::default().keep_all()).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    let mut next = 0u32;
+    for on in [true, false, true, false] {
+        b.set_busy_poll(on);
+        for _ in 0..200 {
+            p.put(next.to_le_bytes().to_vec()).unwrap();
+            next += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..next {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+    }
+}
