@@ -60,6 +60,8 @@ pub(crate) struct ReaderProxy {
     pub(crate) acked: u64,
     /// Count of the last ACKNACK processed.
     pub(crate) last_count: Option<u32>,
+    /// Count of the last NACK_FRAG processed.
+    pub(crate) last_nackfrag: Option<u32>,
     /// The reader lives in this participant.
     pub(crate) local: bool,
 }
@@ -302,6 +304,14 @@ pub(crate) struct WriterProxy {
     pub(crate) last_heard: Instant,
     pub(crate) alive: bool,
     pub(crate) local: bool,
+    /// Fragmented samples being reassembled, by sequence number.
+    pub(crate) frags: BTreeMap<u64, crate::reassembly::Reassembly>,
+    pub(crate) nackfrag_count: u32,
+}
+
+/// Memory a reassembly is charged for: its sample, and at least 1 KiB of bookkeeping.
+pub(crate) fn reassembly_charge(sample_size: u32) -> u64 {
+    (sample_size as u64).max(1024)
 }
 
 /// Most gap ranges remembered per writer; more are refused and repaired by heartbeats.
@@ -325,7 +335,17 @@ impl WriterProxy {
             last_heard: now,
             alive: true,
             local,
+            frags: BTreeMap::new(),
+            nackfrag_count: 0,
         }
+    }
+
+    /// Bytes charged for this writer's reassemblies in progress.
+    pub(crate) fn frag_bytes(&self) -> u64 {
+        self.frags
+            .values()
+            .map(|r| reassembly_charge(r.sample_size))
+            .sum()
     }
 
     fn pending_room(&self, qos: &Qos, len: usize) -> bool {
@@ -415,7 +435,9 @@ impl WriterProxy {
             let span = (self.hb_last - base + 1).min(MAX_ACKNACK_BITS as u64) as u16;
             for i in 0..span {
                 let seq = base + i as u64;
+                // A sample in reassembly is repaired fragment by fragment (NACK_FRAG).
                 let covered = self.pending.contains_key(&seq)
+                    || self.frags.contains_key(&seq)
                     || self.gaps.iter().any(|(a, b)| *a <= seq && seq < *b);
                 if !covered {
                     bitmap[(i / 32) as usize] |= 1 << (i % 32);

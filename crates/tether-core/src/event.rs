@@ -204,4 +204,13 @@ pub struct Stats {
     pub acknacks_sent: u64,
     /// GAPs sent.
     pub gaps_sent: u64,
+    /// Fragments refused: sample larger than `max_sample_size`, disagreeing with the rest
+    /// of their sample, or beyond `max_reassembly_bytes`.
+    pub fragments_rejected: u64,
+    /// Incomplete samples dropped after `reassembly_timeout`.
+    pub reassembly_expired: u64,
+    /// Fragments re-sent on request.
+    pub fragments_retransmitted: u64,
+    /// NACK_FRAGs sent.
+    pub nackfrags_sent: u64,
 }

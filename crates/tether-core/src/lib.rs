@@ -26,6 +26,7 @@ mod endpoint;
 mod event;
 mod participant;
 pub mod qos;
+mod reassembly;
 
 pub use endpoint::EndpointInfo;
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DATA_FIXED_LEN, DATA_HEAD_MAX, DataRepr, Datagram, DatagramBuilder, EndpointKind, EndpointRepr,
-    EntityId, GapRepr, HEADER_LEN, Header, HeartbeatRepr, ParticipantId, ParticipantRepr,
-    SUBMESSAGE_HEADER_LEN, StrList, Submessage, encode_data_head,
+    DATA_FIXED_LEN, DATA_FRAG_FIXED_LEN, DATA_HEAD_MAX, DataFragRepr, DataRepr, Datagram,
+    DatagramBuilder, EndpointKind, EndpointRepr, EntityId, GapRepr, HEADER_LEN, Header,
+    HeartbeatRepr, NackFragRepr, ParticipantId, ParticipantRepr, SUBMESSAGE_HEADER_LEN, StrList,
+    Submessage, encode_data_head,
 };
 
 use crate::endpoint::{Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
@@ -19,6 +20,16 @@ use crate::qos::{Mismatch, Qos, QosPolicy, check_compatible};
 pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED_LEN;
 /// A heartbeat submessage, header included.
 const HEARTBEAT_LEN: usize = SUBMESSAGE_HEADER_LEN + 28;
+/// Most samples one reader reassembles at once, whatever their size.
+const MAX_REASSEMBLIES: usize = 1024;
+/// A reassembly that has received nothing for this long asks for every missing fragment,
+/// not only the overtaken ones (the writer has finished sending it).
+const FRAG_QUIET: Duration = Duration::from_millis(20);
+/// Least time between two NACK_FRAGs for one sample.
+const NACKFRAG_INTERVAL: Duration = Duration::from_millis(50);
+/// Most NACK_FRAG windows (256 fragments each) a reader sends per sample per heartbeat.
+const NACKFRAG_WINDOWS: usize = 4;
+
 /// Longest participant lease honoured, whatever a peer announces.
 pub const MAX_LEASE: Duration = Duration::from_secs(300);
 /// How often leases and liveliness are checked.
@@ -48,6 +59,13 @@ pub struct Config {
     pub max_participants: usize,
     /// Most endpoints remembered per remote participant.
     pub max_endpoints_per_participant: usize,
+    /// Largest sample a writer accepts and a reader reassembles. Samples larger than one
+    /// datagram are fragmented.
+    pub max_sample_size: usize,
+    /// Most bytes each reader may hold in samples being reassembled.
+    pub max_reassembly_bytes: usize,
+    /// An incomplete sample with no new fragment for this long is dropped.
+    pub reassembly_timeout: Duration,
 }
 
 impl Config {
@@ -63,6 +81,9 @@ impl Config {
             max_datagram: 65_000,
             max_participants: 1024,
             max_endpoints_per_participant: 1024,
+            max_sample_size: 256 << 20,
+            max_reassembly_bytes: 256 << 20,
+            reassembly_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -183,7 +204,7 @@ pub enum WriteError {
     /// A keep-all writer is full of unacknowledged samples (or a local keep-all reader is
     /// full). Retry after [`Event::WriterReady`].
     WouldBlock(Bytes),
-    /// The sample does not fit one datagram (fragmentation is not in this version).
+    /// The sample is larger than `max_sample_size`.
     TooLarge {
         /// The payload.
         payload: Bytes,
@@ -212,7 +233,7 @@ impl std::fmt::Display for WriteError {
             }
             WriteError::TooLarge { payload, max } => write!(
                 f,
-                "sample of {} bytes exceeds the largest single-datagram sample ({max} bytes)",
+                "sample of {} bytes exceeds max_sample_size ({max} bytes)",
                 payload.len()
             ),
         }
@@ -308,11 +329,107 @@ impl Participant {
         &self.stats
     }
 
-    /// Largest payload a single write accepts.
+    /// Largest payload sent in one datagram; larger samples are fragmented.
     pub fn max_payload(&self) -> usize {
         self.cfg
             .max_datagram
             .saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN)
+    }
+
+    /// Largest sample a write accepts.
+    pub fn max_sample_size(&self) -> usize {
+        self.cfg.max_sample_size
+    }
+
+    /// Bytes of sample in each fragment (all but the last).
+    fn frag_size(&self) -> u16 {
+        let room = self.cfg.max_datagram.saturating_sub(
+            HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + DATA_FRAG_FIXED_LEN,
+        );
+        room.clamp(1, u16::MAX as usize) as u16
+    }
+
+    /// Queues one sample for `dest`, addressed to `reader`: one DATA when it fits a datagram,
+    /// else its fragments (`only`: just these fragment numbers). `hb` rides in front of the
+    /// DATA, or of the last fragment. The payload is sliced, never copied.
+    #[allow(clippy::too_many_arguments)]
+    fn send_sample(
+        &mut self,
+        dest: SocketAddr,
+        writer: EntityId,
+        reader: EntityId,
+        seq: u64,
+        timestamp_ns: u64,
+        payload: &Bytes,
+        only: Option<&[u32]>,
+        hb: Option<HeartbeatRepr>,
+    ) {
+        let hdr = self.header();
+        let mut head = Vec::with_capacity(128);
+        if payload.len() <= self.max_payload() {
+            let mut b = DatagramBuilder::new(&mut head, hdr);
+            if let Some(hb) = &hb {
+                let _ = b.push(&Submessage::Heartbeat(*hb));
+            }
+            let data = DataRepr {
+                writer,
+                reader,
+                seq,
+                timestamp_ns,
+                payload: &[],
+            };
+            let _ = b.push_data_head(&data, payload.len());
+            self.stats.datagrams_sent += 1;
+            self.stats.bytes_sent += (head.len() + payload.len()) as u64;
+            self.transmits.push_back(Transmit {
+                dest,
+                head: Head::copy_from_slice(&head),
+                body: payload.clone(),
+            });
+            return;
+        }
+        let frag_size = self.frag_size();
+        let sample_size = payload.len() as u32;
+        let count = sample_size.div_ceil(frag_size as u32);
+        let all: Vec<u32>;
+        let frags: &[u32] = match only {
+            Some(o) => o,
+            None => {
+                all = (0..count).collect();
+                &all
+            }
+        };
+        let last = frags.last().copied();
+        for &n in frags {
+            if n >= count {
+                continue;
+            }
+            let start = n as usize * frag_size as usize;
+            let end = (start + frag_size as usize).min(payload.len());
+            let body = payload.slice(start..end);
+            let mut b = DatagramBuilder::new(&mut head, hdr);
+            if let (Some(hb), true) = (&hb, Some(n) == last) {
+                let _ = b.push(&Submessage::Heartbeat(*hb));
+            }
+            let f = DataFragRepr {
+                writer,
+                reader,
+                seq,
+                timestamp_ns,
+                sample_size,
+                frag_size,
+                frag_num: n,
+                payload: &body,
+            };
+            let _ = b.push_frag_head(&f);
+            self.stats.datagrams_sent += 1;
+            self.stats.bytes_sent += (head.len() + body.len()) as u64;
+            self.transmits.push_back(Transmit {
+                dest,
+                head: Head::copy_from_slice(&head),
+                body,
+            });
+        }
     }
 
     fn header(&self) -> Header {
@@ -497,6 +614,13 @@ impl Participant {
         self.writers.get(&id).map_or(0, |w| w.history.len())
     }
 
+    /// Bytes a reader holds in samples being reassembled.
+    pub fn reassembly_bytes(&self, id: EntityId) -> u64 {
+        self.readers
+            .get(&id)
+            .map_or(0, |r| r.writers.values().map(|w| w.frag_bytes()).sum())
+    }
+
     /// Samples waiting in a reader (cache plus reorder buffers).
     pub fn reader_backlog(&self, id: EntityId) -> usize {
         self.readers.get(&id).map_or(0, |r| {
@@ -539,7 +663,8 @@ impl Participant {
         timestamp_ns: u64,
         payload: Bytes,
     ) -> Result<u64, WriteError> {
-        let max = self.max_payload();
+        let max = self.cfg.max_sample_size;
+        let single = self.max_payload();
         let me = self.cfg.participant;
         let Some(w) = self.writers.get_mut(&writer) else {
             return Err(WriteError::UnknownWriter(payload));
@@ -575,6 +700,46 @@ impl Participant {
             w.deadline_at = Some(now + d);
         }
         self.stats.samples_written += 1;
+
+        // Remote fan-out of a sample larger than one datagram: its fragments, once per
+        // participant, with a heartbeat on the last so readers can repair at once.
+        if !w.dests.is_empty() && payload.len() > single {
+            let hb = w.info.qos.is_reliable().then(|| {
+                w.since_hb = 0;
+                w.hb_count = w.hb_count.wrapping_add(1);
+                HeartbeatRepr {
+                    writer,
+                    reader: EntityId::ALL,
+                    first: w.first_available(),
+                    last: seq,
+                    count: w.hb_count,
+                }
+            });
+            if w.info.qos.is_reliable() && w.next_hb.is_none() {
+                w.next_hb = Some(now + self.cfg.heartbeat_period);
+                self.timers_changed = true;
+            }
+            let addrs: Vec<SocketAddr> = w
+                .dests
+                .iter()
+                .filter_map(|p| self.remotes.get(p).map(|r| r.addr))
+                .collect();
+            let locals = w.locals.clone();
+            for a in addrs {
+                self.send_sample(
+                    a,
+                    writer,
+                    EntityId::ALL,
+                    seq,
+                    timestamp_ns,
+                    &payload,
+                    None,
+                    hb,
+                );
+            }
+            self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
+            return Ok(seq);
+        }
 
         // Remote fan-out: one datagram, one copy per participant.
         if !w.dests.is_empty() {
@@ -635,21 +800,36 @@ impl Participant {
         } else {
             w.locals.clone()
         };
-        if !locals.is_empty() {
-            let s = Sample {
-                writer: Guid {
-                    participant: me,
-                    entity: writer,
-                },
-                seq,
-                timestamp_ns,
-                payload,
-            };
-            for r in locals {
-                self.on_data(now, r, s.clone());
-            }
-        }
+        self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
+        let _ = me;
         Ok(seq)
+    }
+
+    /// A written sample straight into the caches of matched readers of this participant.
+    fn deliver_local(
+        &mut self,
+        now: Instant,
+        writer: EntityId,
+        locals: &[EntityId],
+        seq: u64,
+        timestamp_ns: u64,
+        payload: Bytes,
+    ) {
+        if locals.is_empty() {
+            return;
+        }
+        let s = Sample {
+            writer: Guid {
+                participant: self.cfg.participant,
+                entity: writer,
+            },
+            seq,
+            timestamp_ns,
+            payload,
+        };
+        for r in locals {
+            self.on_data(now, *r, s.clone());
+        }
     }
 
     // ----- reading -----------------------------------------------------------------------
@@ -767,9 +947,11 @@ impl Participant {
                 Submessage::Heartbeat(hb) => self.on_heartbeat(now, pid, hb),
                 Submessage::AckNack(an) => self.on_acknack(now, pid, an),
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
+                Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
+                Submessage::NackFrag(n) => self.on_nack_frag(pid, n),
             }
         }
-        self.flush_pending_acks();
+        self.flush_pending_acks(now);
     }
 
     fn on_participant(
@@ -1016,6 +1198,138 @@ impl Participant {
         }
     }
 
+    fn on_data_frag(&mut self, now: Instant, pid: ParticipantId, f: DataFragRepr<'_>) {
+        let g = Guid {
+            participant: pid,
+            entity: f.writer,
+        };
+        let rs = self.addressed_readers(g, f.reader);
+        if rs.is_empty() {
+            return;
+        }
+        if f.sample_size as usize > self.cfg.max_sample_size {
+            self.stats.fragments_rejected += 1;
+            return;
+        }
+        let max_bytes = self.cfg.max_reassembly_bytes as u64;
+        for rid in rs {
+            let Some(r) = self.readers.get_mut(&rid) else {
+                continue;
+            };
+            let in_progress: u64 = r.writers.values().map(|w| w.frag_bytes()).sum();
+            let count: usize = r.writers.values().map(|w| w.frags.len()).sum();
+            let Some(wp) = r.writers.get_mut(&g) else {
+                continue;
+            };
+            wp.last_heard = now;
+            let done = if wp.reliable {
+                wp.expected.is_some_and(|e| f.seq < e) || wp.pending.contains_key(&f.seq)
+            } else {
+                f.seq <= wp.last_delivered
+            };
+            if done {
+                self.stats.duplicates += 1;
+                continue;
+            }
+            let complete = match wp.frags.get_mut(&f.seq) {
+                Some(ra) => match ra.add(&f, now) {
+                    Ok(c) => c,
+                    Err(crate::reassembly::FragError::Duplicate) => {
+                        self.stats.duplicates += 1;
+                        continue;
+                    }
+                    Err(crate::reassembly::FragError::Inconsistent) => {
+                        self.stats.fragments_rejected += 1;
+                        continue;
+                    }
+                },
+                None => {
+                    let charge = crate::endpoint::reassembly_charge(f.sample_size);
+                    if in_progress + charge > max_bytes || count >= MAX_REASSEMBLIES {
+                        // Over this reader's reassembly budget: a reliable writer repairs it
+                        // later, when room is back.
+                        self.stats.fragments_rejected += 1;
+                        continue;
+                    }
+                    let mut ra = crate::reassembly::Reassembly::new(&f, now);
+                    let c = ra.add(&f, now).ok().flatten();
+                    wp.frags.insert(f.seq, ra);
+                    c
+                }
+            };
+            if let Some(payload) = complete {
+                wp.frags.remove(&f.seq);
+                let s = Sample {
+                    writer: g,
+                    seq: f.seq,
+                    timestamp_ns: f.timestamp_ns,
+                    payload,
+                };
+                self.on_data(now, rid, s);
+            }
+        }
+    }
+
+    fn on_nack_frag(&mut self, pid: ParticipantId, nf: NackFragRepr) {
+        let rg = Guid {
+            participant: pid,
+            entity: nf.reader,
+        };
+        let Some(w) = self.writers.get_mut(&nf.writer) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        let Some(rp) = w.readers.get_mut(&rg) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        if rp.local || !rp.reliable {
+            return;
+        }
+        if rp
+            .last_nackfrag
+            .is_some_and(|c| nf.count <= c && c.wrapping_sub(nf.count) < 1 << 31)
+        {
+            return;
+        }
+        rp.last_nackfrag = Some(nf.count);
+        let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+            return;
+        };
+        match w.find(nf.seq).map(|c| (c.timestamp_ns, c.payload.clone())) {
+            Some((ts, payload)) => {
+                let frags: Vec<u32> = nf.missing().collect();
+                self.stats.fragments_retransmitted += frags.len() as u64;
+                self.send_sample(
+                    addr,
+                    nf.writer,
+                    nf.reader,
+                    nf.seq,
+                    ts,
+                    &payload,
+                    Some(&frags),
+                    None,
+                );
+            }
+            None => {
+                let hdr = self.header();
+                let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
+                p.push(
+                    &Submessage::Gap(GapRepr {
+                        writer: nf.writer,
+                        reader: nf.reader,
+                        start: nf.seq,
+                        end: nf.seq + 1,
+                    }),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+                p.finish(&mut self.transmits, &mut self.stats);
+                self.stats.gaps_sent += 1;
+            }
+        }
+    }
+
     fn on_heartbeat(&mut self, now: Instant, pid: ParticipantId, hb: HeartbeatRepr) {
         let g = Guid {
             participant: pid,
@@ -1130,12 +1444,27 @@ impl Participant {
         if an.base < start {
             gap = Some((an.base, start));
         }
+        // Samples too large for one datagram are re-sent whole (every fragment) after the
+        // small ones; a partly received one is repaired by NACK_FRAG instead.
+        let single = self
+            .cfg
+            .max_datagram
+            .saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
+        let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         for seq in an.missing() {
             if seq >= w.next_seq {
                 break;
             }
             let cached = if seq >= start { w.find(seq) } else { None };
             match cached {
+                Some(c) if c.payload.len() > single => {
+                    // A young sample's fragments may still be in flight: the reader then
+                    // repairs it by NACK_FRAG, so only an old one is re-sent whole.
+                    if now.saturating_duration_since(c.written) >= self.cfg.heartbeat_period {
+                        big.push((seq, c.timestamp_ns, c.payload.clone()));
+                        self.stats.samples_retransmitted += 1;
+                    }
+                }
                 Some(c) => {
                     flush_gap(
                         &mut gap,
@@ -1204,10 +1533,13 @@ impl Participant {
             w.blocked = false;
             self.events.push_back(Event::WriterReady { writer: w.id });
         }
+        for (seq, ts, payload) in big {
+            self.send_sample(addr, an.writer, an.reader, seq, ts, &payload, None, None);
+        }
         let _ = now;
     }
 
-    fn flush_pending_acks(&mut self) {
+    fn flush_pending_acks(&mut self, now: Instant) {
         if self.pending_acks.is_empty() {
             return;
         }
@@ -1217,22 +1549,76 @@ impl Participant {
             let Some(addr) = self.remotes.get(&g.participant).map(|p| p.addr) else {
                 continue;
             };
-            let Some(an) = self
+            let Some(wp) = self
                 .readers
                 .get_mut(&rid)
                 .and_then(|r| r.writers.get_mut(&g))
-                .and_then(|wp| wp.acknack(rid, g.entity))
             else {
                 continue;
             };
+            let Some(an) = wp.acknack(rid, g.entity) else {
+                continue;
+            };
+            // Samples in reassembly are repaired by fragment: the overtaken fragments, or all
+            // missing ones once the sender has gone quiet on that sample.
+            let mut nacks = Vec::new();
+            for (&seq, ra) in wp.frags.iter_mut() {
+                // Ask at most once per NACKFRAG_INTERVAL per sample: the writer answers
+                // with a heartbeat that can overtake the fragments it re-sends.
+                if ra
+                    .nacked
+                    .is_some_and(|t| now.saturating_duration_since(t) < NACKFRAG_INTERVAL)
+                {
+                    continue;
+                }
+                let all = now.saturating_duration_since(ra.last) >= FRAG_QUIET;
+                if ra.missing(0, all).next().is_some() {
+                    ra.nacked = Some(now);
+                }
+                let mut missing = ra.missing(0, all).peekable();
+                for _ in 0..NACKFRAG_WINDOWS {
+                    let Some(&base) = missing.peek() else {
+                        break;
+                    };
+                    let mut bitmap = [0u32; 8];
+                    let mut num_bits = 0u16;
+                    while let Some(&n) = missing.peek() {
+                        let i = n - base;
+                        if i >= tether_wire::MAX_ACKNACK_BITS as u32 {
+                            break;
+                        }
+                        bitmap[(i / 32) as usize] |= 1 << (i % 32);
+                        num_bits = i as u16 + 1;
+                        missing.next();
+                    }
+                    wp.nackfrag_count = wp.nackfrag_count.wrapping_add(1);
+                    nacks.push(NackFragRepr {
+                        reader: rid,
+                        writer: g.entity,
+                        seq,
+                        base,
+                        num_bits,
+                        bitmap,
+                        count: wp.nackfrag_count,
+                    });
+                }
+            }
             let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
             p.push(
                 &Submessage::AckNack(an),
                 &mut self.transmits,
                 &mut self.stats,
             );
-            p.finish(&mut self.transmits, &mut self.stats);
             self.stats.acknacks_sent += 1;
+            for n in nacks {
+                p.push(
+                    &Submessage::NackFrag(n),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+                self.stats.nackfrags_sent += 1;
+            }
+            p.finish(&mut self.transmits, &mut self.stats);
         }
     }
 
@@ -1345,13 +1731,20 @@ impl Participant {
                 start,
                 acked: 0,
                 last_count: None,
+                last_nackfrag: None,
                 local: false,
             },
         );
         w.rebuild_dests();
+        let single = max_dg.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
+        let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         let mut p = Packer::new(addr, hdr, max_dg);
         if transient {
             for c in w.history.iter() {
+                if c.payload.len() > single {
+                    big.push((c.seq, c.timestamp_ns, c.payload.clone()));
+                    continue;
+                }
                 p.push(
                     &Submessage::Data(DataRepr {
                         writer,
@@ -1389,6 +1782,9 @@ impl Participant {
             remote: reader,
             topic: w.info.topic.clone(),
         });
+        for (seq, ts, payload) in big {
+            self.send_sample(addr, writer, reader.entity, seq, ts, &payload, None, None);
+        }
     }
 
     /// A local writer meets a local reader: samples go straight into the reader's cache.
@@ -1452,6 +1848,7 @@ impl Participant {
                         start,
                         acked: u64::MAX,
                         last_count: None,
+                        last_nackfrag: None,
                         local: true,
                     },
                 );
@@ -1608,7 +2005,22 @@ impl Participant {
         for p in expired {
             self.remove_participant(p);
         }
+        let timeout = self.cfg.reassembly_timeout;
         for r in self.readers.values_mut() {
+            for wp in r.writers.values_mut() {
+                // Samples delivered or skipped meanwhile, and samples gone quiet, are dropped.
+                let before = wp.frags.len();
+                let (reliable, expected, last) = (wp.reliable, wp.expected, wp.last_delivered);
+                wp.frags.retain(|seq, ra| {
+                    let live = if reliable {
+                        expected.is_none_or(|e| *seq >= e)
+                    } else {
+                        *seq > last
+                    };
+                    live && now.saturating_duration_since(ra.last) < timeout
+                });
+                self.stats.reassembly_expired += (before - wp.frags.len()) as u64;
+            }
             for (g, wp) in r.writers.iter_mut() {
                 if wp.local {
                     continue;

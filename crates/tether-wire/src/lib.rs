@@ -29,9 +29,9 @@ mod view;
 
 pub use error::Error;
 pub use repr::{
-    AckNackRepr, DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HeartbeatRepr,
-    HistoryKind, Liveliness, ParticipantRepr, QosRepr, Reliability, StrList, Submessage,
-    SubmessageKind,
+    AckNackRepr, DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, EndpointKind,
+    EndpointRepr, GapRepr, HeartbeatRepr, HistoryKind, Liveliness, NackFragRepr, ParticipantRepr,
+    QosRepr, Reliability, StrList, Submessage, SubmessageKind,
 };
 pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 

@@ -25,6 +25,10 @@ pub enum SubmessageKind {
     AckNack = 0x07,
     /// A writer states that sequence numbers are gone for good.
     Gap = 0x08,
+    /// One fragment of a sample too large for one datagram.
+    DataFrag = 0x09,
+    /// A reader requests missing fragments of one sample.
+    NackFrag = 0x0A,
 }
 
 impl SubmessageKind {
@@ -39,6 +43,8 @@ impl SubmessageKind {
             0x06 => Self::Heartbeat,
             0x07 => Self::AckNack,
             0x08 => Self::Gap,
+            0x09 => Self::DataFrag,
+            0x0A => Self::NackFrag,
             _ => return None,
         })
     }
@@ -267,6 +273,77 @@ pub struct GapRepr {
     pub end: u64,
 }
 
+/// One fragment of a sample. Every fragment but the last carries exactly `frag_size` bytes;
+/// fragment `n` starts at byte `n × frag_size` of the sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataFragRepr<'a> {
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The reader addressed, or [`EntityId::ALL`].
+    pub reader: EntityId,
+    /// The sample's sequence number (≥ 1).
+    pub seq: u64,
+    /// Source timestamp, ns since the UNIX epoch.
+    pub timestamp_ns: u64,
+    /// The whole sample's size in bytes (> `frag_size`).
+    pub sample_size: u32,
+    /// Size of every fragment but the last (≥ 1).
+    pub frag_size: u16,
+    /// This fragment's number (< ⌈sample_size / frag_size⌉).
+    pub frag_num: u32,
+    /// The fragment's bytes.
+    pub payload: &'a [u8],
+}
+
+impl DataFragRepr<'_> {
+    /// Number of fragments of the sample.
+    pub fn frag_count(&self) -> u32 {
+        self.sample_size.div_ceil(self.frag_size as u32)
+    }
+
+    /// Appends the fixed part (everything but the fragment's bytes).
+    pub fn emit_fixed(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.writer.0.to_le_bytes());
+        out.extend_from_slice(&self.reader.0.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.timestamp_ns.to_le_bytes());
+        out.extend_from_slice(&self.sample_size.to_le_bytes());
+        out.extend_from_slice(&self.frag_size.to_le_bytes());
+        out.extend_from_slice(&self.frag_num.to_le_bytes());
+    }
+}
+
+/// Fixed part of a DATA_FRAG body before the fragment's bytes.
+pub const DATA_FRAG_FIXED_LEN: usize = 34;
+
+/// A reader's request for fragments of one sample: bit `i` set = fragment `base + i` missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NackFragRepr {
+    /// The reader.
+    pub reader: EntityId,
+    /// The writer.
+    pub writer: EntityId,
+    /// The sample.
+    pub seq: u64,
+    /// First fragment number the bitmap describes.
+    pub base: u32,
+    /// Meaningful bits (1..=256).
+    pub num_bits: u16,
+    /// Bit `i` (word `i / 32`, bit `i % 32`) set: fragment `base + i` is requested.
+    pub bitmap: [u32; 8],
+    /// Increases with every NACK_FRAG of this reader.
+    pub count: u32,
+}
+
+impl NackFragRepr {
+    /// Iterates the requested fragment numbers.
+    pub fn missing(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.num_bits as u32)
+            .filter(|i| self.bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0)
+            .map(|i| self.base + i)
+    }
+}
+
 /// One parsed submessage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Submessage<'a> {
@@ -286,6 +363,10 @@ pub enum Submessage<'a> {
     AckNack(AckNackRepr),
     /// See [`GapRepr`].
     Gap(GapRepr),
+    /// See [`DataFragRepr`].
+    DataFrag(DataFragRepr<'a>),
+    /// See [`NackFragRepr`].
+    NackFrag(NackFragRepr),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -377,6 +458,8 @@ impl<'a> Submessage<'a> {
             Submessage::Heartbeat(_) => SubmessageKind::Heartbeat as u8,
             Submessage::AckNack(_) => SubmessageKind::AckNack as u8,
             Submessage::Gap(_) => SubmessageKind::Gap as u8,
+            Submessage::DataFrag(_) => SubmessageKind::DataFrag as u8,
+            Submessage::NackFrag(_) => SubmessageKind::NackFrag as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -552,6 +635,73 @@ impl<'a> Submessage<'a> {
                     end,
                 })
             }
+            //= docs/wire.md#data_frag
+            SubmessageKind::DataFrag => {
+                let writer = c.entity("writer")?;
+                let reader = EntityId(c.u32()?);
+                let seq = c.seq("seq")?;
+                let timestamp_ns = c.u64()?;
+                let sample_size = c.u32()?;
+                let frag_size = c.u16()?;
+                let frag_num = c.u32()?;
+                if frag_size == 0 || sample_size <= frag_size as u32 {
+                    return Err(Error::BadValue("frag_size"));
+                }
+                let count = sample_size.div_ceil(frag_size as u32);
+                if frag_num >= count {
+                    return Err(Error::BadValue("frag_num"));
+                }
+                let payload = c.rest();
+                let start = frag_num as u64 * frag_size as u64;
+                let want = (sample_size as u64 - start).min(frag_size as u64);
+                if payload.len() as u64 != want {
+                    return Err(Error::BadLength);
+                }
+                Submessage::DataFrag(DataFragRepr {
+                    writer,
+                    reader,
+                    seq,
+                    timestamp_ns,
+                    sample_size,
+                    frag_size,
+                    frag_num,
+                    payload,
+                })
+            }
+            //= docs/wire.md#nack_frag
+            SubmessageKind::NackFrag => {
+                let reader = c.entity("reader")?;
+                let writer = c.entity("writer")?;
+                let seq = c.seq("seq")?;
+                let base = c.u32()?;
+                let num_bits = c.u16()?;
+                if num_bits == 0
+                    || num_bits > MAX_ACKNACK_BITS
+                    || base.checked_add(num_bits as u32).is_none()
+                {
+                    return Err(Error::BadLength);
+                }
+                let count = c.u32()?;
+                let mut bitmap = [0u32; 8];
+                for w in bitmap.iter_mut().take(num_bits.div_ceil(32) as usize) {
+                    *w = c.u32()?;
+                }
+                if num_bits % 32 != 0 {
+                    let last = &mut bitmap[(num_bits / 32) as usize];
+                    if *last >> (num_bits % 32) != 0 {
+                        return Err(Error::BadValue("bitmap"));
+                    }
+                }
+                Submessage::NackFrag(NackFragRepr {
+                    reader,
+                    writer,
+                    seq,
+                    base,
+                    num_bits,
+                    bitmap,
+                    count,
+                })
+            }
         };
         c.finish()?;
         Ok(msg)
@@ -623,6 +773,24 @@ impl<'a> Submessage<'a> {
                 out.extend_from_slice(&g.reader.0.to_le_bytes());
                 out.extend_from_slice(&g.start.to_le_bytes());
                 out.extend_from_slice(&g.end.to_le_bytes());
+            }
+            Submessage::DataFrag(d) => {
+                d.emit_fixed(out);
+                out.extend_from_slice(d.payload);
+            }
+            Submessage::NackFrag(n) => {
+                if n.num_bits == 0 || n.num_bits > MAX_ACKNACK_BITS {
+                    return Err(Error::BadLength);
+                }
+                out.extend_from_slice(&n.reader.0.to_le_bytes());
+                out.extend_from_slice(&n.writer.0.to_le_bytes());
+                out.extend_from_slice(&n.seq.to_le_bytes());
+                out.extend_from_slice(&n.base.to_le_bytes());
+                out.extend_from_slice(&n.num_bits.to_le_bytes());
+                out.extend_from_slice(&n.count.to_le_bytes());
+                for w in n.bitmap.iter().take(n.num_bits.div_ceil(32) as usize) {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
             }
             Submessage::Unknown(_) => {}
         }

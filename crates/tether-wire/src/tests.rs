@@ -278,3 +278,78 @@ proptest! {
         prop_assert_eq!(&out[..n], &want[..]);
     }
 }
+
+proptest! {
+    #[test]
+    fn data_frag_and_nack_frag_roundtrip(
+        w in 1u32.., seq in 1u64..u64::MAX, frag_size in 1u16..2000, extra in 1u32..100_000,
+        pick in any::<u32>(), base in 0u32..1_000_000, bits in 1u16..=256, words in any::<[u32; 8]>(),
+        count in any::<u32>(),
+    ) {
+        let sample_size = frag_size as u32 + extra;
+        let n = sample_size.div_ceil(frag_size as u32);
+        let frag_num = pick % n;
+        let start = frag_num as usize * frag_size as usize;
+        let len = (sample_size as usize - start).min(frag_size as usize);
+        let bytes = vec![7u8; len];
+        let f = DataFragRepr { writer: EntityId(w), reader: EntityId(0), seq, timestamp_ns: 1, sample_size, frag_size, frag_num, payload: &bytes };
+        prop_assert_eq!(f.frag_count(), n);
+        let mut bitmap = [0u32; 8];
+        for i in 0..bits as usize {
+            if words[i / 32] & (1 << (i % 32)) != 0 { bitmap[i / 32] |= 1 << (i % 32); }
+        }
+        let nf = NackFragRepr { reader: EntityId(2), writer: EntityId(w), seq, base, num_bits: bits, bitmap, count };
+        roundtrip(&[Submessage::DataFrag(f), Submessage::NackFrag(nf)]);
+        // The scatter-gather head plus the bytes is the same datagram.
+        let mut whole = Vec::new();
+        DatagramBuilder::new(&mut whole, header()).push(&Submessage::DataFrag(f)).unwrap();
+        let mut head = Vec::new();
+        DatagramBuilder::new(&mut head, header()).push_frag_head(&f).unwrap();
+        head.extend_from_slice(&bytes);
+        prop_assert_eq!(head, whole);
+    }
+}
+
+#[test]
+fn lying_fragments_are_rejected() {
+    let frag = |sample_size: u32, frag_size: u16, frag_num: u32, len: usize| {
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, header());
+        let mut body = Vec::new();
+        DataFragRepr {
+            writer: EntityId(1),
+            reader: EntityId(0),
+            seq: 1,
+            timestamp_ns: 0,
+            sample_size,
+            frag_size,
+            frag_num,
+            payload: &[],
+        }
+        .emit_fixed(&mut body);
+        body.extend(std::iter::repeat_n(0u8, len));
+        buf.push(0x09);
+        buf.push(0);
+        buf.extend_from_slice(&(body.len() as u16).to_le_bytes());
+        buf.extend_from_slice(&body);
+        let d = Datagram::parse(&buf).unwrap();
+        d.submessages().next().unwrap().map(|_| ())
+    };
+    assert!(frag(1000, 100, 3, 100).is_ok());
+    assert!(
+        frag(1000, 100, 10, 100).is_err(),
+        "fragment number beyond the sample"
+    );
+    assert!(frag(1000, 100, 3, 99).is_err(), "short fragment");
+    assert!(frag(1000, 100, 3, 101).is_err(), "long fragment");
+    assert!(frag(1050, 100, 10, 50).is_ok(), "short last fragment");
+    assert!(
+        frag(1050, 100, 10, 100).is_err(),
+        "last fragment longer than the rest of the sample"
+    );
+    assert!(
+        frag(100, 100, 0, 100).is_err(),
+        "a sample that fits one fragment is not fragmented"
+    );
+    assert!(frag(1000, 0, 0, 0).is_err(), "zero fragment size");
+}

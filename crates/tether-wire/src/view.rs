@@ -165,6 +165,21 @@ impl<'b> DatagramBuilder<'b> {
         Ok(self)
     }
 
+    /// Appends a DATA_FRAG submessage's header and fixed fields; the caller sends the
+    /// fragment's `frag.payload.len()`-many bytes right after (scatter-gather), and the
+    /// datagram must end with them. `frag.payload` is only measured.
+    pub fn push_frag_head(&mut self, frag: &crate::DataFragRepr<'_>) -> Result<&mut Self, Error> {
+        let len = crate::DATA_FRAG_FIXED_LEN + frag.payload.len();
+        if len > MAX_BODY_LEN {
+            return Err(Error::TooLong);
+        }
+        self.out.push(crate::SubmessageKind::DataFrag as u8);
+        self.out.push(0);
+        self.out.extend_from_slice(&(len as u16).to_le_bytes());
+        frag.emit_fixed(self.out);
+        Ok(self)
+    }
+
     /// Bytes written so far.
     pub fn len(&self) -> usize {
         self.out.len()

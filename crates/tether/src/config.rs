@@ -21,6 +21,9 @@
 //! recv_buffer = 4194304
 //! send_buffer = 4194304
 //! busy_poll = false          # spin on the socket for the lowest latency (costs a core)
+//! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
+//! max_reassembly_bytes = 268435456  # per reader, in samples being reassembled
+//! reassembly_timeout_ms = 10000     # an incomplete sample quiet this long is dropped
 //!
 //! [reliability]
 //! heartbeat_period_ms = 100
@@ -129,6 +132,12 @@ pub struct TransportConfig {
     pub send_buffer: usize,
     /// Busy-poll receive mode.
     pub busy_poll: bool,
+    /// Largest sample accepted (bytes); larger than one datagram means fragmented.
+    pub max_sample_size: usize,
+    /// Most bytes each reader holds in samples being reassembled.
+    pub max_reassembly_bytes: usize,
+    /// An incomplete sample with no new fragment for this long is dropped (ms).
+    pub reassembly_timeout_ms: u64,
 }
 
 impl Default for TransportConfig {
@@ -139,6 +148,9 @@ impl Default for TransportConfig {
             recv_buffer: 4 << 20,
             send_buffer: 4 << 20,
             busy_poll: false,
+            max_sample_size: 256 << 20,
+            max_reassembly_bytes: 256 << 20,
+            reassembly_timeout_ms: 10_000,
         }
     }
 }
@@ -203,6 +215,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "transport.max_datagram = {} is outside 1024..=65507",
                 t.max_datagram
+            )));
+        }
+        if t.max_sample_size == 0 || t.max_sample_size > u32::MAX as usize {
+            return Err(ConfigError::Invalid(format!(
+                "transport.max_sample_size = {} is outside 1..=4294967295",
+                t.max_sample_size
             )));
         }
         let d = &self.discovery;

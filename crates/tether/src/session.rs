@@ -80,8 +80,8 @@ pub enum PutError {
         /// How long it waited.
         waited: Duration,
     },
-    /// The sample is larger than one datagram can carry.
-    #[error("sample of {} bytes exceeds the largest sample ({max} bytes) in this version", payload.len())]
+    /// The sample is larger than `transport.max_sample_size`.
+    #[error("sample of {} bytes exceeds max_sample_size ({max} bytes)", payload.len())]
     TooLarge {
         /// The payload.
         payload: Bytes,
@@ -417,6 +417,9 @@ impl Session {
         cc.announce_period = config.announce_period();
         cc.heartbeat_period = Duration::from_millis(config.reliability.heartbeat_period_ms);
         cc.max_datagram = config.transport.max_datagram;
+        cc.max_sample_size = config.transport.max_sample_size;
+        cc.max_reassembly_bytes = config.transport.max_reassembly_bytes;
+        cc.reassembly_timeout = Duration::from_millis(config.transport.reassembly_timeout_ms);
         let mut core = Participant::new(cc, now);
         for p in &config.discovery.peers {
             core.add_target(*p);
@@ -627,9 +630,9 @@ impl Session {
         self.shared.transport.wake();
     }
 
-    /// Largest payload one `put` accepts.
-    pub fn max_payload(&self) -> usize {
-        self.shared.lock().core.max_payload()
+    /// Largest sample one `put` accepts (`transport.max_sample_size`).
+    pub fn max_sample_size(&self) -> usize {
+        self.shared.lock().core.max_sample_size()
     }
 }
 
