@@ -270,3 +270,72 @@ fn lan_reliable_under_real_loss() {
     );
     eprintln!("loss rule dropped {dropped} packets; all {n} samples arrived in order");
 }
+
+/// A 16 MiB reliable sample (258 fragments) across a link that drops 20 % of the sender's
+/// packets: repaired fragment by fragment, it arrives.
+#[test]
+fn lan_large_sample_under_real_loss() {
+    let lan = match lan("g") {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipping lan_large_sample_under_real_loss: {why}");
+            return;
+        }
+    };
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping lan_large_sample_under_real_loss: nft is not installed");
+        return;
+    }
+    let rules = "table inet loss {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" numgen random mod 100 < 20 counter drop\n  }\n}\n";
+    nft(&lan.b, rules).expect("installing the loss rule");
+    let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
+    let echo = lan.tether(
+        &lan.a,
+        &ca,
+        &[
+            "echo",
+            "/map",
+            "--keep-all",
+            "--count",
+            "1",
+            "--timeout",
+            "60",
+            "--no-print",
+            "--stats",
+        ],
+    );
+    let publisher = lan.tether(
+        &lan.b,
+        &cb,
+        &[
+            "pub",
+            "/map",
+            "m",
+            "--size",
+            "16777216",
+            "--keep-all",
+            "--count",
+            "1",
+            "--wait-matched",
+            "1",
+            "--linger",
+            "60",
+            "-q",
+        ],
+    );
+    let out = finish(echo, Duration::from_secs(90));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "echo: {err}");
+    assert!(err.contains("received 1 samples"), "{err}");
+    let pout = finish(publisher, Duration::from_secs(90));
+    assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
+    let repaired: u64 = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("nackfrags_sent: "))
+        .and_then(|v| v.trim_end_matches(',').parse().ok())
+        .unwrap_or(0);
+    assert!(
+        repaired > 0,
+        "no fragment was repaired despite the loss rule: {err}"
+    );
+}

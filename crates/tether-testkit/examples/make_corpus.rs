@@ -70,6 +70,34 @@ fn main() {
         start: 2,
         end: 3,
     });
+    let frag_bytes = [5u8; 100];
+    let frag = |n: u32| {
+        Submessage::DataFrag(DataFragRepr {
+            writer: EntityId(1),
+            reader: EntityId(0),
+            seq: 4,
+            timestamp_ns: 9,
+            sample_size: 250,
+            frag_size: 100,
+            frag_num: n,
+            payload: if n == 2 {
+                &frag_bytes[..50]
+            } else {
+                &frag_bytes
+            },
+        })
+    };
+    let mut fb = [0u32; 8];
+    fb[0] = 0b11;
+    let nack_frag = Submessage::NackFrag(NackFragRepr {
+        reader: EntityId(2),
+        writer: EntityId(1),
+        seq: 1,
+        base: 0,
+        num_bits: 2,
+        bitmap: fb,
+        count: 1,
+    });
     let conversation = vec![
         dg(&[
             part,
@@ -80,6 +108,10 @@ fn main() {
         dg(&[data(1)]),
         dg(&[data(3), gap]),
         dg(&[an]),
+        dg(&[frag(0)]),
+        dg(&[frag(2)]),
+        dg(&[hb, frag(1)]),
+        dg(&[nack_frag]),
         dg(&[Submessage::EndpointBye(EntityId(1))]),
         dg(&[Submessage::ParticipantBye]),
     ];
