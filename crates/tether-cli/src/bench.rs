@@ -36,7 +36,8 @@ enum Which {
         #[arg(long)]
         json: bool,
     },
-    /// Samples per second from one process to another, best effort and reliable keep-all.
+    /// Samples per second from one process to another: best effort and reliable keep-all,
+    /// each unbatched and batched, beside raw UDP.
     Throughput {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 3.0)]
@@ -541,7 +542,7 @@ fn throughput(
             let (sent, ss, count, secs) = raw_udp_throughput(&cfg, duration, size, busy)?;
             rows.push((busy, "raw UDP", size, sent, ss, count, secs));
         }
-        for reliable in [false, true] {
+        for (reliable, batched) in [(false, false), (true, false), (false, true), (true, true)] {
             for &size in sizes {
                 let bc = bench_cfg(cfg.clone())?;
                 let mut peer = Peer::spawn(
@@ -551,11 +552,14 @@ fn throughput(
                     busy.then_some(1),
                 )?;
                 let session = Session::open(bc.base.clone())?;
-                let qos = if reliable {
+                let mut qos = if reliable {
                     Qos::default().keep_all()
                 } else {
                     Qos::default().best_effort().keep_last(1)
                 };
+                if batched {
+                    qos = qos.batching(tether::Batching::default());
+                }
                 let p = session.publisher(THR, qos)?;
                 wait_matched(|| p.matched() >= 1)?;
                 let payload = Bytes::from(vec![0x5au8; size]);
@@ -568,6 +572,7 @@ fn throughput(
                     }
                     sent += 64;
                 }
+                p.flush();
                 let send_secs = t0.elapsed().as_secs_f64();
                 if reliable {
                     p.wait_for_acknowledgments(Duration::from_secs(30));
@@ -581,10 +586,11 @@ fn throughput(
                 let secs = v["secs"].as_f64().unwrap_or(0.0).max(1e-9);
                 rows.push((
                     busy,
-                    if reliable {
-                        "reliable keep_all"
-                    } else {
-                        "best_effort"
+                    match (reliable, batched) {
+                        (false, false) => "best_effort",
+                        (true, false) => "reliable keep_all",
+                        (false, true) => "best_effort batched",
+                        (true, true) => "reliable batched",
                     },
                     size,
                     sent,
@@ -612,12 +618,12 @@ fn throughput(
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"bench": "throughput", "machine": machine, "batching": false, "results": v})
+                &json!({"bench": "throughput", "machine": machine, "results": v})
             )?
         );
     } else {
         println!(
-            "tether bench throughput — two processes on loopback, no batching, {duration} s per row, {machine}"
+            "tether bench throughput — two processes on loopback, {duration} s per row, {machine}"
         );
         println!(
             "{:<10} {:<18} {:>6} {:>12} {:>12} {:>10}",

@@ -41,6 +41,19 @@ pub(crate) struct PubArgs {
     /// Prefix each sample with its number ("1 DATA", "2 DATA", …).
     #[arg(long)]
     numbered: bool,
+    /// Batch samples (one header for many): flushed at --batch-bytes, --batch-samples or
+    /// --batch-delay-ms, whichever comes first.
+    #[arg(long)]
+    batch: bool,
+    /// Batch size limit in bytes (implies --batch).
+    #[arg(long, value_name = "BYTES")]
+    batch_bytes: Option<usize>,
+    /// Batch size limit in samples (implies --batch).
+    #[arg(long, value_name = "N")]
+    batch_samples: Option<u32>,
+    /// Longest a sample waits in a batch, in ms (implies --batch).
+    #[arg(long, value_name = "MS")]
+    batch_delay_ms: Option<u64>,
     #[command(flatten)]
     qos: QosArgs,
 }
@@ -120,7 +133,17 @@ fn payload(data: &str, size: Option<usize>) -> Bytes {
 pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
     report_incompatible(&session);
-    let p = session.publisher(a.qos.topic(&a.topic), a.qos.qos())?;
+    let mut qos = a.qos.qos();
+    if a.batch || a.batch_bytes.is_some() || a.batch_samples.is_some() || a.batch_delay_ms.is_some()
+    {
+        let d = tether::Batching::default();
+        qos = qos.batching(tether::Batching {
+            max_bytes: a.batch_bytes.unwrap_or(d.max_bytes),
+            max_samples: a.batch_samples.unwrap_or(d.max_samples),
+            max_delay: a.batch_delay_ms.map_or(d.max_delay, Duration::from_millis),
+        });
+    }
+    let p = session.publisher(a.qos.topic(&a.topic), qos)?;
     let linger = Duration::from_secs_f64(a.linger.max(0.0));
     if a.wait_matched > 0 {
         let end = Instant::now() + linger;
@@ -175,6 +198,7 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    p.flush();
     if !p.wait_for_acknowledgments(linger) && !a.quiet {
         eprintln!("warning: not every reliable subscriber acknowledged every sample");
     }

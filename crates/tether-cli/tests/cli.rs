@@ -396,7 +396,11 @@ fn bench_runs_and_prints_json() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        rows.len(),
+        5,
+        "raw UDP, and tether best effort / reliable, unbatched / batched"
+    );
     for r in rows {
         assert!(r["received"].as_u64().unwrap() > 0, "{r}");
     }

@@ -84,6 +84,13 @@ pub(crate) struct Writer {
     pub(crate) since_hb: u32,
     pub(crate) deadline_at: Option<Instant>,
     pub(crate) blocked: bool,
+    /// Encoded entries of the batch being filled (see `docs/wire.md#batch`).
+    pub(crate) batch_buf: Vec<u8>,
+    /// Samples in it, and the first one's sequence number.
+    pub(crate) batch_count: u32,
+    pub(crate) batch_first: u64,
+    /// When it must be sent at the latest.
+    pub(crate) batch_deadline: Option<Instant>,
 }
 
 impl Writer {
@@ -102,6 +109,19 @@ impl Writer {
             since_hb: 0,
             deadline_at: None,
             blocked: false,
+            batch_buf: Vec::new(),
+            batch_count: 0,
+            batch_first: 0,
+            batch_deadline: None,
+        }
+    }
+
+    /// The last sequence number sent (samples waiting in a batch are not).
+    pub(crate) fn last_sent(&self) -> u64 {
+        if self.batch_count > 0 {
+            self.batch_first - 1
+        } else {
+            self.next_seq - 1
         }
     }
 
@@ -248,7 +268,8 @@ impl Writer {
 /// A reader's cache: what the application takes from.
 #[derive(Debug)]
 pub(crate) struct Cache {
-    pub(crate) samples: VecDeque<(Sample, Instant)>,
+    /// Samples with their arrival and the engine input (datagram or write) that brought them.
+    pub(crate) samples: VecDeque<(Sample, Instant, u64)>,
     pub(crate) bytes: u64,
     pub(crate) qos: Qos,
 }
@@ -259,28 +280,36 @@ impl Cache {
             && (self.samples.is_empty() || self.bytes + len as u64 <= self.qos.max_bytes_limit())
     }
 
-    /// Inserts a sample. Keep-last evicts the oldest; keep-all refuses when full (false).
-    pub(crate) fn push(&mut self, s: Sample, now: Instant) -> bool {
+    /// Inserts a sample that input `input` brought. Keep-all refuses when full (false).
+    /// Keep-last evicts the oldest samples, but only those of earlier inputs: the samples of
+    /// one datagram (a batch) all stay until the application has had a chance to take them,
+    /// so a depth smaller than a batch loses nothing to the batching itself. The cache thus
+    /// holds at most the depth plus one datagram's samples.
+    pub(crate) fn push(&mut self, s: Sample, now: Instant, input: u64) -> bool {
         let len = s.payload.len();
         if !self.has_room(len) {
             if self.qos.history() == History::KeepAll {
                 return false;
             }
-            while !self.samples.is_empty() && !self.has_room(len) {
-                if let Some((old, _)) = self.samples.pop_front() {
+            while !self.has_room(len) {
+                match self.samples.front() {
+                    Some((_, _, i)) if *i < input => {}
+                    _ => break,
+                }
+                if let Some((old, _, _)) = self.samples.pop_front() {
                     self.bytes -= old.payload.len() as u64;
                 }
             }
         }
         self.bytes += len as u64;
-        self.samples.push_back((s, now));
+        self.samples.push_back((s, now, input));
         true
     }
 
     pub(crate) fn pop(&mut self) -> Option<(Sample, Instant)> {
-        let s = self.samples.pop_front()?;
-        self.bytes -= s.0.payload.len() as u64;
-        Some(s)
+        let (s, at, _) = self.samples.pop_front()?;
+        self.bytes -= s.payload.len() as u64;
+        Some((s, at))
     }
 }
 
@@ -382,7 +411,7 @@ impl WriterProxy {
     }
 
     /// Moves in-order samples into the cache. Returns (delivered, skipped-as-lost).
-    pub(crate) fn drain(&mut self, cache: &mut Cache, now: Instant) -> (u64, u64) {
+    pub(crate) fn drain(&mut self, cache: &mut Cache, now: Instant, input: u64) -> (u64, u64) {
         let Some(mut e) = self.expected else {
             return (0, 0);
         };
@@ -407,7 +436,7 @@ impl WriterProxy {
                 }
                 if let Some((_, s)) = self.pending.pop_first() {
                     self.pending_bytes -= s.payload.len() as u64;
-                    cache.push(s, now);
+                    cache.push(s, now, input);
                     delivered += 1;
                 }
                 e += 1;

@@ -33,5 +33,5 @@ pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 pub use participant::{
     Config, DATA_OVERHEAD, Head, MAX_LEASE, Participant, RemoteEndpoint, Transmit, WriteError,
 };
-pub use qos::{History, Qos, QosPolicy};
+pub use qos::{Batching, History, Qos, QosPolicy};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DATA_FIXED_LEN, DATA_FRAG_FIXED_LEN, DATA_HEAD_MAX, DataFragRepr, DataRepr, Datagram,
-    DatagramBuilder, EndpointKind, EndpointRepr, EntityId, GapRepr, HEADER_LEN, Header,
-    HeartbeatRepr, NackFragRepr, ParticipantId, ParticipantRepr, SUBMESSAGE_HEADER_LEN, StrList,
-    Submessage, encode_data_head,
+    BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DATA_FIXED_LEN, DATA_FRAG_FIXED_LEN,
+    DATA_HEAD_MAX, DataFragRepr, DataRepr, Datagram, DatagramBuilder, EndpointKind, EndpointRepr,
+    EntityId, GapRepr, HEADER_LEN, Header, HeartbeatRepr, NackFragRepr, ParticipantId,
+    ParticipantRepr, SUBMESSAGE_HEADER_LEN, StrList, Submessage, encode_data_head,
+    push_batch_entry,
 };
 
 use crate::endpoint::{Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
@@ -289,6 +290,8 @@ pub struct Participant {
     pending_acks: Vec<(EntityId, Guid)>,
     /// Some timer may now be due earlier than `poll_timeout` said last time.
     timers_changed: bool,
+    /// Counts inputs (datagrams, writes): keep-last caches evict only earlier inputs' samples.
+    input: u64,
 }
 
 impl Participant {
@@ -311,6 +314,7 @@ impl Participant {
             next_housekeeping: now + HOUSEKEEPING,
             pending_acks: Vec::new(),
             timers_changed: true,
+            input: 0,
         }
     }
 
@@ -504,8 +508,9 @@ impl Participant {
         id
     }
 
-    /// Withdraws a local endpoint.
-    pub fn delete_endpoint(&mut self, id: EntityId) {
+    /// Withdraws a local endpoint (a writer's waiting batch is sent first).
+    pub fn delete_endpoint(&mut self, now: Instant, id: EntityId) {
+        self.flush_batch(now, id);
         let me = self.cfg.participant;
         let guid = Guid {
             participant: me,
@@ -663,6 +668,7 @@ impl Participant {
         timestamp_ns: u64,
         payload: Bytes,
     ) -> Result<u64, WriteError> {
+        self.input += 1;
         let max = self.cfg.max_sample_size;
         let single = self.max_payload();
         let me = self.cfg.participant;
@@ -700,6 +706,48 @@ impl Participant {
             w.deadline_at = Some(now + d);
         }
         self.stats.samples_written += 1;
+
+        // Batching: the sample joins the writer's batch, sent when a limit is reached.
+        if let (Some(b), false) = (w.info.qos.batch(), w.dests.is_empty()) {
+            let room = self.cfg.max_datagram.saturating_sub(
+                HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN,
+            );
+            let cap = b
+                .max_bytes
+                .min(room)
+                .min(u16::MAX as usize - BATCH_FIXED_LEN);
+            let entry = BATCH_ENTRY_OVERHEAD + payload.len();
+            if entry <= cap {
+                if w.batch_count > 0 && w.batch_buf.len() + entry > cap {
+                    self.flush_batch(now, writer);
+                }
+                let Some(w) = self.writers.get_mut(&writer) else {
+                    return Ok(seq);
+                };
+                if w.batch_count == 0 {
+                    w.batch_first = seq;
+                    w.batch_deadline = Some(now + b.max_delay);
+                    self.timers_changed = true;
+                }
+                push_batch_entry(&mut w.batch_buf, timestamp_ns, &payload);
+                w.batch_count += 1;
+                let full = w.batch_count >= b.max_samples
+                    || w.batch_buf.len() + BATCH_ENTRY_OVERHEAD > cap;
+                let locals = w.locals.clone();
+                if full {
+                    self.flush_batch(now, writer);
+                }
+                self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
+                return Ok(seq);
+            }
+            // Too big for a batch: what waits goes first, so sequence numbers stay in order.
+            if w.batch_count > 0 {
+                self.flush_batch(now, writer);
+            }
+        }
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return Ok(seq);
+        };
 
         // Remote fan-out of a sample larger than one datagram: its fragments, once per
         // participant, with a heartbeat on the last so readers can repair at once.
@@ -805,6 +853,73 @@ impl Participant {
         Ok(seq)
     }
 
+    /// Sends `writer`'s batch now, if it holds anything.
+    pub fn flush(&mut self, now: Instant, writer: EntityId) {
+        self.flush_batch(now, writer);
+    }
+
+    fn flush_batch(&mut self, now: Instant, writer: EntityId) {
+        let hdr = self.header();
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if w.batch_count == 0 {
+            return;
+        }
+        let count = w.batch_count;
+        let first_seq = w.batch_first;
+        let entries = Bytes::from(std::mem::replace(
+            &mut w.batch_buf,
+            Vec::with_capacity(2048),
+        ));
+        w.batch_count = 0;
+        w.batch_deadline = None;
+        w.since_hb += count;
+        let hb = (w.info.qos.is_reliable() && w.since_hb >= w.heartbeat_every()).then(|| {
+            w.since_hb = 0;
+            w.hb_count = w.hb_count.wrapping_add(1);
+            HeartbeatRepr {
+                writer,
+                reader: EntityId::ALL,
+                first: w.first_available(),
+                last: first_seq + count as u64 - 1,
+                count: w.hb_count,
+            }
+        });
+        if w.info.qos.is_reliable() && w.next_hb.is_none() {
+            w.next_hb = Some(now + self.cfg.heartbeat_period);
+            self.timers_changed = true;
+        }
+        let mut head = Vec::with_capacity(96);
+        let mut b = DatagramBuilder::new(&mut head, hdr);
+        if let Some(hb) = &hb {
+            let _ = b.push(&Submessage::Heartbeat(*hb));
+            self.stats.heartbeats_sent += w.dests.len() as u64;
+        }
+        let batch = BatchRepr {
+            writer,
+            reader: EntityId::ALL,
+            first_seq,
+            count,
+            entries: &[],
+        };
+        if b.push_batch_head(&batch, entries.len()).is_err() {
+            return;
+        }
+        let head = Head::copy_from_slice(&head);
+        for p in &w.dests {
+            if let Some(rp) = self.remotes.get(p) {
+                self.stats.datagrams_sent += 1;
+                self.stats.bytes_sent += (head.len() + entries.len()) as u64;
+                self.transmits.push_back(Transmit {
+                    dest: rp.addr,
+                    head: head.clone(),
+                    body: entries.clone(),
+                });
+            }
+        }
+    }
+
     /// A written sample straight into the caches of matched readers of this participant.
     fn deliver_local(
         &mut self,
@@ -858,7 +973,7 @@ impl Participant {
             // local writers that were refused for this reader's sake.
             let mut delivered = 0;
             for wp in r.writers.values_mut() {
-                delivered += wp.drain(&mut r.cache, now).0;
+                delivered += wp.drain(&mut r.cache, now, self.input).0;
             }
             self.stats.samples_delivered += delivered;
             let me = self.cfg.participant;
@@ -883,6 +998,7 @@ impl Participant {
     /// are slices of it.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes) {
         self.timers_changed = true;
+        self.input += 1;
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         let d = match Datagram::parse(datagram) {
@@ -949,6 +1065,21 @@ impl Participant {
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(pid, n),
+                Submessage::Batch(b) => {
+                    let g = Guid {
+                        participant: pid,
+                        entity: b.writer,
+                    };
+                    for (seq, timestamp_ns, payload) in b.samples() {
+                        let s = Sample {
+                            writer: g,
+                            seq,
+                            timestamp_ns,
+                            payload: datagram.slice_ref(payload),
+                        };
+                        self.on_remote_data(now, b.reader, s);
+                    }
+                }
             }
         }
         self.flush_pending_acks(now);
@@ -1162,7 +1293,7 @@ impl Participant {
                 });
             }
             wp.last_delivered = s.seq;
-            if r.cache.push(s, now) {
+            if r.cache.push(s, now, self.input) {
                 delivered = 1;
             } else {
                 self.stats.rejected_full += 1;
@@ -1175,11 +1306,11 @@ impl Participant {
         {
             // In order, nothing waiting: straight into the cache.
             wp.expected = Some(s.seq + 1);
-            r.cache.push(s, now);
+            r.cache.push(s, now, self.input);
             delivered = 1;
         } else {
             wp.buffer(s, &r.info.qos, &mut self.stats);
-            let (d, _) = wp.drain(&mut r.cache, now);
+            let (d, _) = wp.drain(&mut r.cache, now, self.input);
             delivered = d;
         }
         note_delivered(r, delivered, now, &mut self.stats, &mut self.events);
@@ -1375,7 +1506,7 @@ impl Participant {
                     wp.gaps.push((e, hb.first));
                 }
             }
-            let (d, _) = wp.drain(&mut r.cache, now);
+            let (d, _) = wp.drain(&mut r.cache, now, self.input);
             note_delivered(r, d, now, &mut self.stats, &mut self.events);
             if !self.pending_acks.contains(&(rid, g)) {
                 self.pending_acks.push((rid, g));
@@ -1400,7 +1531,7 @@ impl Participant {
                 continue;
             }
             wp.add_gap(gap.start, gap.end);
-            let (d, _) = wp.drain(&mut r.cache, now);
+            let (d, _) = wp.drain(&mut r.cache, now, self.input);
             note_delivered(r, d, now, &mut self.stats, &mut self.events);
         }
     }
@@ -1452,7 +1583,7 @@ impl Participant {
             .saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
         let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         for seq in an.missing() {
-            if seq >= w.next_seq {
+            if seq > w.last_sent() {
                 break;
             }
             let cached = if seq >= start { w.find(seq) } else { None };
@@ -1518,8 +1649,8 @@ impl Participant {
                 &Submessage::Heartbeat(HeartbeatRepr {
                     writer: an.writer,
                     reader: an.reader,
-                    first: w.first_available().max(start).min(w.next_seq),
-                    last: w.next_seq - 1,
+                    first: w.first_available().max(start).min(w.last_sent() + 1),
+                    last: w.last_sent(),
                     count: w.hb_count,
                 }),
                 &mut self.transmits,
@@ -1765,7 +1896,7 @@ impl Participant {
                     writer,
                     reader: reader.entity,
                     first: start,
-                    last: w.next_seq - 1,
+                    last: w.last_sent(),
                     count: w.hb_count,
                 }),
                 &mut self.transmits,
@@ -1899,7 +2030,10 @@ impl Participant {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.next_announce.min(self.next_housekeeping);
         for w in self.writers.values() {
-            for x in [w.next_hb, w.deadline_at].into_iter().flatten() {
+            for x in [w.next_hb, w.deadline_at, w.batch_deadline]
+                .into_iter()
+                .flatten()
+            {
                 t = t.min(x);
             }
         }
@@ -1929,6 +2063,15 @@ impl Participant {
             self.housekeeping(now);
             self.next_housekeeping = now + HOUSEKEEPING;
         }
+        let due: Vec<EntityId> = self
+            .writers
+            .values()
+            .filter(|w| w.batch_deadline.is_some_and(|t| now >= t))
+            .map(|w| w.id)
+            .collect();
+        for w in due {
+            self.flush_batch(now, w);
+        }
         let hdr = self.header();
         let max_dg = self.cfg.max_datagram;
         let hb_period = self.cfg.heartbeat_period;
@@ -1940,7 +2083,7 @@ impl Participant {
                         writer: w.id,
                         reader: EntityId::ALL,
                         first: w.first_available(),
-                        last: w.next_seq - 1,
+                        last: w.last_sent(),
                         count: w.hb_count,
                     });
                     let mut dg = Vec::new();

@@ -16,6 +16,28 @@ pub enum History {
     KeepAll,
 }
 
+/// Writer-side batching: samples wait, one header for many, until a limit is reached or the
+/// writer is flushed. Local to the writer (not announced, not part of matching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Batching {
+    /// Flush once the batch holds this many bytes (capped at one datagram).
+    pub max_bytes: usize,
+    /// Flush once the batch holds this many samples.
+    pub max_samples: u32,
+    /// Flush this long after the batch's first sample at the latest.
+    pub max_delay: Duration,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching {
+            max_bytes: 60_000,
+            max_samples: 1024,
+            max_delay: Duration::from_millis(1),
+        }
+    }
+}
+
 /// Default resource limit on samples for keep-all endpoints.
 pub const DEFAULT_MAX_SAMPLES: u32 = 4096;
 /// Default resource limit on payload bytes held by one endpoint.
@@ -41,6 +63,7 @@ pub struct Qos {
     deadline: Option<Duration>,
     lifespan: Option<Duration>,
     lease: Option<Duration>,
+    batch: Option<Batching>,
 }
 
 impl Default for Qos {
@@ -54,6 +77,7 @@ impl Default for Qos {
             deadline: None,
             lifespan: None,
             lease: None,
+            batch: None,
         }
     }
 }
@@ -117,6 +141,21 @@ impl Qos {
     pub fn liveliness(mut self, lease: Duration) -> Self {
         self.lease = Some(lease.max(Duration::from_micros(1)));
         self
+    }
+
+    /// Batch samples on a writer (one header for many; see [`Batching`]).
+    pub fn batching(mut self, b: Batching) -> Self {
+        self.batch = Some(Batching {
+            max_bytes: b.max_bytes.max(1),
+            max_samples: b.max_samples.max(1),
+            max_delay: b.max_delay,
+        });
+        self
+    }
+
+    /// The writer's batching, if any.
+    pub fn batch(&self) -> Option<Batching> {
+        self.batch
     }
 
     /// Reliability policy.
@@ -204,6 +243,7 @@ impl Qos {
             deadline: d(r.deadline_us),
             lifespan: d(r.lifespan_us),
             lease: d(r.lease_us),
+            batch: None,
         }
     }
 }

@@ -785,3 +785,174 @@ fn fragment_floods_stay_bounded() {
     );
     assert!(sim.nodes[0].participant.stats().reassembly_expired >= 16);
 }
+
+fn batched(q: Qos, max_bytes: usize, max_samples: u32, delay_ms: u64) -> Qos {
+    q.batching(tether_core::Batching {
+        max_bytes,
+        max_samples,
+        max_delay: Duration::from_millis(delay_ms),
+    })
+}
+
+/// A batch goes out when max_samples is reached, when max_delay expires, when the writer is
+/// flushed, or when the next sample would overflow max_bytes; never earlier.
+#[test]
+fn batching_flush_triggers() {
+    let mut sim = Sim::new(21, Link::perfect());
+    let wq = batched(Qos::new().keep_all(), 1000, 4, 50);
+    let (w, rs) = setup(&mut sim, wq, Qos::new().keep_all(), 1);
+    let r = rs[0];
+    let sent = |sim: &Sim| sim.nodes[0].participant.stats().datagrams_sent;
+    let write = |sim: &mut Sim, i: u64, n: usize| {
+        let now = sim.now;
+        sim.p(0).write(now, w, i, sample_bytes(i, n)).unwrap();
+        sim.pump(0);
+    };
+    // Three samples wait; the fourth fills max_samples.
+    for i in 1..=3 {
+        write(&mut sim, i, 10);
+    }
+    sim.run_for(Duration::from_millis(20));
+    assert!(sim.seqs(1, r).is_empty(), "a batch left before any limit");
+    write(&mut sim, 4, 10);
+    sim.run_for(Duration::from_millis(5));
+    assert_eq!(sim.seqs(1, r), vec![1, 2, 3, 4]);
+    // One sample waits for max_delay.
+    write(&mut sim, 5, 10);
+    sim.run_for(Duration::from_millis(30));
+    assert_eq!(sim.seqs(1, r).len(), 4);
+    sim.run_for(Duration::from_millis(30));
+    assert_eq!(sim.seqs(1, r).len(), 5, "max_delay did not flush");
+    // flush() sends at once.
+    write(&mut sim, 6, 10);
+    let now = sim.now;
+    sim.p(0).flush(now, w);
+    sim.pump(0);
+    sim.run_for(Duration::from_millis(5));
+    assert_eq!(sim.seqs(1, r).len(), 6);
+    // max_bytes: two 400-byte samples fit 1000, the third does not and flushes the first two.
+    let before = sent(&sim);
+    write(&mut sim, 7, 400);
+    write(&mut sim, 8, 400);
+    assert_eq!(sent(&sim), before);
+    write(&mut sim, 9, 400);
+    sim.run_for(Duration::from_millis(5));
+    assert_eq!(sim.seqs(1, r).len(), 8);
+    sim.run_for(Duration::from_millis(60));
+    assert_eq!(sim.seqs(1, r), (1..=9).collect::<Vec<_>>());
+    // Readers see each sample with its own sequence number, timestamp and payload.
+    let got = &sim.nodes[1].delivered[&r];
+    for (k, s) in got.iter().enumerate() {
+        let i = k as u64 + 1;
+        assert_eq!(s.timestamp_ns, i);
+        let n = if i >= 7 { 400 } else { 10 };
+        assert_eq!(s.payload, sample_bytes(i, n));
+    }
+}
+
+/// Reliable batching under loss, duplication and reordering, mixed with samples too big for
+/// a batch and with fragmented ones: every sample once, in order, intact, in far fewer
+/// datagrams than samples.
+#[test]
+fn batching_reliable_under_loss() {
+    for seed in 0..12u64 {
+        let loss = [0.0, 0.05, 0.15][(seed % 3) as usize];
+        let mut sim = Sim::new(seed, Link::lossy(loss));
+        let wq = batched(Qos::new().keep_all().max_samples(256), 8000, 64, 2);
+        let (w, rs) = setup(&mut sim, wq, Qos::new().keep_all().max_samples(256), 2);
+        let n = 600u64;
+        let size = |i: u64| match i % 97 {
+            0 => 9000,     // larger than a batch: sent alone
+            50 => 150_000, // larger than a datagram: fragmented
+            _ => 20 + (i as usize * 7) % 300,
+        };
+        let mut i = 1;
+        let deadline = sim.now + Duration::from_secs(600);
+        while i <= n {
+            let now = sim.now;
+            match sim.p(0).write(now, w, i, sample_bytes(i, size(i))) {
+                Ok(_) => i += 1,
+                Err(WriteError::WouldBlock(_)) => {
+                    assert!(sim.step());
+                    assert!(sim.now < deadline);
+                }
+                Err(e) => panic!("{e}"),
+            }
+            sim.pump(0);
+        }
+        let ok = sim.run_until(Duration::from_secs(300), |s| {
+            (1..=2).all(|k| s.seqs(k, rs[k - 1]).len() as u64 == n)
+        });
+        assert!(ok, "seed {seed}: incomplete");
+        for k in 1..=2 {
+            assert_eq!(
+                sim.seqs(k, rs[k - 1]),
+                (1..=n).collect::<Vec<_>>(),
+                "seed {seed}"
+            );
+            for s in &sim.nodes[k].delivered[&rs[k - 1]] {
+                assert_eq!(s.payload, sample_bytes(s.seq, size(s.seq)), "seed {seed}");
+                assert_eq!(s.timestamp_ns, s.seq);
+            }
+        }
+        if loss == 0.0 {
+            let dg = sim.nodes[0].participant.stats().datagrams_sent;
+            assert!(
+                dg < n * 2 / 4,
+                "seed {seed}: {dg} datagrams for {n} samples to 2 readers"
+            );
+        }
+    }
+}
+
+/// Best-effort batching over duplication and reordering never duplicates or goes backwards.
+#[test]
+fn batching_best_effort_order() {
+    for seed in 0..10u64 {
+        // Little reordering: a best-effort reader rightly drops a batch overtaken by the next.
+        let link = Link {
+            loss: 0.1,
+            duplicate: 0.05,
+            delay: Duration::from_millis(1),
+            jitter: Duration::from_micros(100),
+        };
+        let mut sim = Sim::new(seed, link);
+        let wq = batched(Qos::new().best_effort(), 2000, 16, 1);
+        let (w, rs) = setup(&mut sim, wq, Qos::new().best_effort(), 1);
+        for i in 1..=400 {
+            let now = sim.now;
+            sim.p(0).write(now, w, i, payload(i)).unwrap();
+            sim.pump(0);
+            sim.run_for(Duration::from_micros(50));
+        }
+        sim.run_for(Duration::from_secs(1));
+        let got = sim.seqs(1, rs[0]);
+        assert!(got.windows(2).all(|p| p[0] < p[1]), "seed {seed}");
+        assert!(got.len() > 280, "seed {seed}: {} of 400", got.len());
+    }
+}
+
+/// Keep-last evicts only samples of earlier datagrams: a reader of depth 2 that has not
+/// taken anything holds a whole batch of 8, and the next batch replaces it.
+#[test]
+fn keep_last_keeps_a_whole_batch() {
+    let mut sim = Sim::new(31, Link::perfect());
+    let wq = batched(Qos::new(), 60_000, 8, 50);
+    let (w, rs) = setup(&mut sim, wq, Qos::new().keep_last(2), 1);
+    sim.nodes[1].auto_take = false;
+    for round in 0..2u64 {
+        for i in 1..=8 {
+            let now = sim.now;
+            sim.p(0).write(now, w, round * 8 + i, payload(i)).unwrap();
+            sim.pump(0);
+        }
+        sim.run_for(Duration::from_millis(10));
+        assert_eq!(
+            sim.nodes[1].participant.reader_backlog(rs[0]),
+            8,
+            "round {round}"
+        );
+    }
+    sim.take_all(1, rs[0]);
+    assert_eq!(sim.seqs(1, rs[0]), (9..=16).collect::<Vec<_>>());
+}

@@ -29,9 +29,10 @@ mod view;
 
 pub use error::Error;
 pub use repr::{
-    AckNackRepr, DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, EndpointKind,
-    EndpointRepr, GapRepr, HeartbeatRepr, HistoryKind, Liveliness, NackFragRepr, ParticipantRepr,
-    QosRepr, Reliability, StrList, Submessage, SubmessageKind,
+    AckNackRepr, BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DATA_FRAG_FIXED_LEN,
+    DataFragRepr, DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HeartbeatRepr,
+    HistoryKind, Liveliness, NackFragRepr, ParticipantRepr, QosRepr, Reliability, StrList,
+    Submessage, SubmessageKind, push_batch_entry,
 };
 pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 

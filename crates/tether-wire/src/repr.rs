@@ -29,6 +29,8 @@ pub enum SubmessageKind {
     DataFrag = 0x09,
     /// A reader requests missing fragments of one sample.
     NackFrag = 0x0A,
+    /// Several consecutive samples of one writer under one header.
+    Batch = 0x0B,
 }
 
 impl SubmessageKind {
@@ -45,6 +47,7 @@ impl SubmessageKind {
             0x08 => Self::Gap,
             0x09 => Self::DataFrag,
             0x0A => Self::NackFrag,
+            0x0B => Self::Batch,
             _ => return None,
         })
     }
@@ -344,6 +347,60 @@ impl NackFragRepr {
     }
 }
 
+/// Consecutive samples of one writer: entry `i` is sequence number `first_seq + i`. Each
+/// entry is `timestamp (u64) | length (u32) | bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchRepr<'a> {
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The reader addressed, or [`EntityId::ALL`].
+    pub reader: EntityId,
+    /// Sequence number of the first entry (≥ 1).
+    pub first_seq: u64,
+    /// Number of entries (≥ 1).
+    pub count: u32,
+    /// The encoded entries, validated.
+    pub entries: &'a [u8],
+}
+
+/// Fixed part of a BATCH body before its entries.
+pub const BATCH_FIXED_LEN: usize = 20;
+/// Bytes an entry adds to its sample in a BATCH.
+pub const BATCH_ENTRY_OVERHEAD: usize = 12;
+
+impl<'a> BatchRepr<'a> {
+    /// Iterates `(seq, timestamp_ns, payload)`.
+    pub fn samples(&self) -> impl Iterator<Item = (u64, u64, &'a [u8])> + 'a {
+        let mut c = Cursor::new(self.entries);
+        let first = self.first_seq;
+        let mut i = 0u64;
+        core::iter::from_fn(move || {
+            // Validated when parsed: a failure here only ends the iteration.
+            let ts = c.u64().ok()?;
+            let len = c.u32().ok()? as usize;
+            let bytes = c.take(len).ok()?;
+            let seq = first + i;
+            i += 1;
+            Some((seq, ts, bytes))
+        })
+    }
+
+    /// Appends the fixed part; the entries follow (built with [`push_batch_entry`]).
+    pub fn emit_fixed(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.writer.0.to_le_bytes());
+        out.extend_from_slice(&self.reader.0.to_le_bytes());
+        out.extend_from_slice(&self.first_seq.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+    }
+}
+
+/// Appends one BATCH entry to `out`.
+pub fn push_batch_entry(out: &mut Vec<u8>, timestamp_ns: u64, payload: &[u8]) {
+    out.extend_from_slice(&timestamp_ns.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
 /// One parsed submessage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Submessage<'a> {
@@ -367,6 +424,8 @@ pub enum Submessage<'a> {
     DataFrag(DataFragRepr<'a>),
     /// See [`NackFragRepr`].
     NackFrag(NackFragRepr),
+    /// See [`BatchRepr`].
+    Batch(BatchRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -460,6 +519,7 @@ impl<'a> Submessage<'a> {
             Submessage::Gap(_) => SubmessageKind::Gap as u8,
             Submessage::DataFrag(_) => SubmessageKind::DataFrag as u8,
             Submessage::NackFrag(_) => SubmessageKind::NackFrag as u8,
+            Submessage::Batch(_) => SubmessageKind::Batch as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -702,6 +762,34 @@ impl<'a> Submessage<'a> {
                     count,
                 })
             }
+            //= docs/wire.md#batch
+            SubmessageKind::Batch => {
+                let writer = c.entity("writer")?;
+                let reader = EntityId(c.u32()?);
+                let first_seq = c.seq("first_seq")?;
+                let count = c.u32()?;
+                if count == 0 || first_seq.checked_add(count as u64).is_none() {
+                    return Err(Error::BadValue("count"));
+                }
+                let entries = c.rest();
+                if (count as usize).saturating_mul(BATCH_ENTRY_OVERHEAD) > entries.len() {
+                    return Err(Error::BadLength);
+                }
+                let mut check = Cursor::new(entries);
+                for _ in 0..count {
+                    let _ts = check.u64()?;
+                    let len = check.u32()? as usize;
+                    check.take(len)?;
+                }
+                check.finish()?;
+                Submessage::Batch(BatchRepr {
+                    writer,
+                    reader,
+                    first_seq,
+                    count,
+                    entries,
+                })
+            }
         };
         c.finish()?;
         Ok(msg)
@@ -791,6 +879,10 @@ impl<'a> Submessage<'a> {
                 for w in n.bitmap.iter().take(n.num_bits.div_ceil(32) as usize) {
                     out.extend_from_slice(&w.to_le_bytes());
                 }
+            }
+            Submessage::Batch(b) => {
+                b.emit_fixed(out);
+                out.extend_from_slice(b.entries);
             }
             Submessage::Unknown(_) => {}
         }

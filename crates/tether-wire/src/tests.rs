@@ -353,3 +353,64 @@ fn lying_fragments_are_rejected() {
     );
     assert!(frag(1000, 0, 0, 0).is_err(), "zero fragment size");
 }
+
+proptest! {
+    #[test]
+    fn batch_roundtrip(
+        w in 1u32.., first in 1u64..1_000_000_000,
+        samples in proptest::collection::vec((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 1..40),
+    ) {
+        let mut entries = Vec::new();
+        for (ts, p) in &samples {
+            push_batch_entry(&mut entries, *ts, p);
+        }
+        let b = BatchRepr { writer: EntityId(w), reader: EntityId(0), first_seq: first, count: samples.len() as u32, entries: &entries };
+        roundtrip(&[Submessage::Batch(b)]);
+        let got: Vec<(u64, u64, Vec<u8>)> = b.samples().map(|(s, t, p)| (s, t, p.to_vec())).collect();
+        let want: Vec<(u64, u64, Vec<u8>)> = samples.iter().enumerate().map(|(i, (t, p))| (first + i as u64, *t, p.clone())).collect();
+        prop_assert_eq!(got, want);
+        let mut whole = Vec::new();
+        DatagramBuilder::new(&mut whole, header()).push(&Submessage::Batch(b)).unwrap();
+        let mut head = Vec::new();
+        DatagramBuilder::new(&mut head, header()).push_batch_head(&b, entries.len()).unwrap();
+        head.extend_from_slice(&entries);
+        prop_assert_eq!(head, whole);
+    }
+}
+
+#[test]
+fn lying_batches_are_rejected() {
+    let batch = |count: u32, entries: &[u8]| {
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, header());
+        let mut body = Vec::new();
+        BatchRepr {
+            writer: EntityId(1),
+            reader: EntityId(0),
+            first_seq: 1,
+            count,
+            entries: &[],
+        }
+        .emit_fixed(&mut body);
+        body.extend_from_slice(entries);
+        buf.push(0x0B);
+        buf.push(0);
+        buf.extend_from_slice(&(body.len() as u16).to_le_bytes());
+        buf.extend_from_slice(&body);
+        let d = Datagram::parse(&buf).unwrap();
+        d.submessages().next().unwrap().map(|_| ())
+    };
+    let mut two = Vec::new();
+    push_batch_entry(&mut two, 1, b"ab");
+    push_batch_entry(&mut two, 2, b"cde");
+    assert!(batch(2, &two).is_ok());
+    assert!(batch(3, &two).is_err(), "count larger than the entries");
+    assert!(batch(1, &two).is_err(), "entries left over");
+    assert!(batch(0, &[]).is_err(), "empty batch");
+    assert!(batch(4_000_000_000, &two).is_err(), "absurd count");
+    let mut lie = Vec::new();
+    lie.extend_from_slice(&1u64.to_le_bytes());
+    lie.extend_from_slice(&1000u32.to_le_bytes());
+    lie.extend_from_slice(b"short");
+    assert!(batch(1, &lie).is_err(), "entry length past the end");
+}

@@ -180,6 +180,25 @@ impl<'b> DatagramBuilder<'b> {
         Ok(self)
     }
 
+    /// Appends a BATCH submessage's header and fixed fields for `entries_len` bytes of
+    /// entries that the caller sends right after (scatter-gather); the datagram must end
+    /// with them. `batch.entries` is ignored.
+    pub fn push_batch_head(
+        &mut self,
+        batch: &crate::BatchRepr<'_>,
+        entries_len: usize,
+    ) -> Result<&mut Self, Error> {
+        let len = crate::BATCH_FIXED_LEN + entries_len;
+        if len > MAX_BODY_LEN {
+            return Err(Error::TooLong);
+        }
+        self.out.push(crate::SubmessageKind::Batch as u8);
+        self.out.push(0);
+        self.out.extend_from_slice(&(len as u16).to_le_bytes());
+        batch.emit_fixed(self.out);
+        Ok(self)
+    }
+
     /// Bytes written so far.
     pub fn len(&self) -> usize {
         self.out.len()

@@ -32,6 +32,6 @@ pub use session::{
     Subscriber, Topic, kind_str,
 };
 pub use tether_core::{
-    DeadlineSide, Durability, EndpointKind, Event, Guid, History, IncompatibleQos, Qos, QosPolicy,
-    Reliability, Sample, Stats,
+    Batching, DeadlineSide, Durability, EndpointKind, Event, Guid, History, IncompatibleQos, Qos,
+    QosPolicy, Reliability, Sample, Stats,
 };

@@ -896,6 +896,11 @@ impl Publisher {
         }
     }
 
+    /// Sends this publisher's waiting batch now (with `Qos::batching`; otherwise a no-op).
+    pub fn flush(&self) {
+        self.shared.with_core(|i, now| i.core.flush(now, self.id));
+    }
+
     /// How many readers this publisher is matched with.
     pub fn matched(&self) -> usize {
         self.shared.lock().core.matched_count(self.id)
@@ -915,7 +920,7 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.shared
-            .with_core(|i, _| i.core.delete_endpoint(self.id));
+            .with_core(|i, now| i.core.delete_endpoint(now, self.id));
     }
 }
 
@@ -1018,9 +1023,9 @@ impl futures_core::Stream for Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        self.shared.with_core(|i, _| {
+        self.shared.with_core(|i, now| {
             i.subs.remove(&self.id);
-            i.core.delete_endpoint(self.id);
+            i.core.delete_endpoint(now, self.id);
         });
     }
 }

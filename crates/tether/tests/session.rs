@@ -385,3 +385,45 @@ fn busy_poll_switches_at_run_time() {
         assert_eq!(&s.payload[..], &i.to_le_bytes());
     }
 }
+
+/// Batching over real sockets: samples wait for a limit or flush(), then arrive in order,
+/// individually, with their own sequence numbers.
+#[test]
+fn batching_between_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let sub = b.subscriber("/batched", Qos::default().keep_all()).unwrap();
+    let q = Qos::default().keep_all().batching(tether::Batching {
+        max_bytes: 60_000,
+        max_samples: 100,
+        max_delay: Duration::from_secs(5),
+    });
+    let p = a.publisher("/batched", q).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    for i in 0..250u32 {
+        p.put(i.to_le_bytes().to_vec()).unwrap();
+    }
+    // Two full batches went out; 50 samples wait for the 5 s delay or a flush.
+    for i in 0..200u32 {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+        assert_eq!(s.seq, i as u64 + 1);
+    }
+    assert!(
+        sub.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a partial batch left early"
+    );
+    p.flush();
+    for i in 200..250u32 {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+    }
+    assert!(p.wait_for_acknowledgments(Duration::from_secs(10)));
+    let st = a.stats().core;
+    assert!(
+        st.datagrams_sent < 100,
+        "{} datagrams for 250 samples",
+        st.datagrams_sent
+    );
+}
