@@ -707,46 +707,19 @@ impl Participant {
         }
         self.stats.samples_written += 1;
 
-        // Batching: the sample joins the writer's batch, sent when a limit is reached.
-        if let (Some(b), false) = (w.info.qos.batch(), w.dests.is_empty()) {
-            let room = self.cfg.max_datagram.saturating_sub(
-                HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN,
-            );
-            let cap = b
-                .max_bytes
-                .min(room)
-                .min(u16::MAX as usize - BATCH_FIXED_LEN);
-            let entry = BATCH_ENTRY_OVERHEAD + payload.len();
-            if entry <= cap {
-                if w.batch_count > 0 && w.batch_buf.len() + entry > cap {
-                    self.flush_batch(now, writer);
+        // Batching: the sample joins the writer's batch, sent when a limit is reached. Only
+        // writers that batch pay for this (and for looking themselves up again after it).
+        let w = match w.info.qos.batch() {
+            Some(b) if !w.dests.is_empty() => {
+                if self.write_batched(now, writer, b, seq, timestamp_ns, &payload) {
+                    return Ok(seq);
                 }
                 let Some(w) = self.writers.get_mut(&writer) else {
                     return Ok(seq);
                 };
-                if w.batch_count == 0 {
-                    w.batch_first = seq;
-                    w.batch_deadline = Some(now + b.max_delay);
-                    self.timers_changed = true;
-                }
-                push_batch_entry(&mut w.batch_buf, timestamp_ns, &payload);
-                w.batch_count += 1;
-                let full = w.batch_count >= b.max_samples
-                    || w.batch_buf.len() + BATCH_ENTRY_OVERHEAD > cap;
-                let locals = w.locals.clone();
-                if full {
-                    self.flush_batch(now, writer);
-                }
-                self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
-                return Ok(seq);
+                w
             }
-            // Too big for a batch: what waits goes first, so sequence numbers stay in order.
-            if w.batch_count > 0 {
-                self.flush_batch(now, writer);
-            }
-        }
-        let Some(w) = self.writers.get_mut(&writer) else {
-            return Ok(seq);
+            _ => w,
         };
 
         // Remote fan-out of a sample larger than one datagram: its fragments, once per
@@ -851,6 +824,58 @@ impl Participant {
         self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
         let _ = me;
         Ok(seq)
+    }
+
+    /// Adds a written sample to its writer's batch, flushing as the limits say. False if the
+    /// sample is too big for a batch (the batch waiting before it has then been sent, so
+    /// sequence numbers stay in order).
+    fn write_batched(
+        &mut self,
+        now: Instant,
+        writer: EntityId,
+        b: crate::qos::Batching,
+        seq: u64,
+        timestamp_ns: u64,
+        payload: &Bytes,
+    ) -> bool {
+        let room = self
+            .cfg
+            .max_datagram
+            .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN);
+        let cap = b
+            .max_bytes
+            .min(room)
+            .min(u16::MAX as usize - BATCH_FIXED_LEN);
+        let entry = BATCH_ENTRY_OVERHEAD + payload.len();
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return true;
+        };
+        if entry > cap {
+            if w.batch_count > 0 {
+                self.flush_batch(now, writer);
+            }
+            return false;
+        }
+        if w.batch_count > 0 && w.batch_buf.len() + entry > cap {
+            self.flush_batch(now, writer);
+        }
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return true;
+        };
+        if w.batch_count == 0 {
+            w.batch_first = seq;
+            w.batch_deadline = Some(now + b.max_delay);
+            self.timers_changed = true;
+        }
+        push_batch_entry(&mut w.batch_buf, timestamp_ns, payload);
+        w.batch_count += 1;
+        let full = w.batch_count >= b.max_samples || w.batch_buf.len() + BATCH_ENTRY_OVERHEAD > cap;
+        let locals = w.locals.clone();
+        if full {
+            self.flush_batch(now, writer);
+        }
+        self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload.clone());
+        true
     }
 
     /// Sends `writer`'s batch now, if it holds anything.
