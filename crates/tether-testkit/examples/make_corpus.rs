@@ -98,6 +98,17 @@ fn main() {
         bitmap: fb,
         count: 1,
     });
+    let mut entries = Vec::new();
+    push_batch_entry(&mut entries, 11, b"first");
+    push_batch_entry(&mut entries, 12, b"second");
+    push_batch_entry(&mut entries, 13, b"");
+    let batch = Submessage::Batch(BatchRepr {
+        writer: EntityId(1),
+        reader: EntityId(0),
+        first_seq: 5,
+        count: 3,
+        entries: &entries,
+    });
     let conversation = vec![
         dg(&[
             part,
@@ -112,6 +123,7 @@ fn main() {
         dg(&[frag(2)]),
         dg(&[hb, frag(1)]),
         dg(&[nack_frag]),
+        dg(&[batch]),
         dg(&[Submessage::EndpointBye(EntityId(1))]),
         dg(&[Submessage::ParticipantBye]),
     ];
