@@ -21,6 +21,42 @@ pub(crate) struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 enum Which {
+    /// Paper 001, Table 2: n reliable samples as fast as allowed, time until the reader's
+    /// echo after the n-th, unbatched and batched.
+    Batch {
+        /// Sample counts.
+        #[arg(long, value_delimiter = ',', default_value = "3000,10000")]
+        counts: Vec<usize>,
+        /// Sample sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "256,512,1024")]
+        sizes: Vec<usize>,
+        /// Repetitions per row (after one warm-up).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paper 001, Table 3: a 5 MB payload as chunks of each size, and as one sample that
+    /// tether fragments; time until the reader's echo.
+    Large {
+        /// Total bytes.
+        #[arg(long, default_value_t = 5 << 20)]
+        total: usize,
+        /// Chunk sizes in bytes (the total itself: one fragmented sample).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "512,1024,262144,524288,1048576,5242880"
+        )]
+        chunks: Vec<usize>,
+        /// Repetitions per row (after one warm-up).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
@@ -85,6 +121,8 @@ enum Role {
     SinkReliable,
     /// Count raw UDP datagrams; prints its port; report on a stdin line.
     UdpSink,
+    /// Acknowledge every announced count of samples (the 001 paper's echo).
+    Ack,
 }
 
 const PING: &str = "/bench/ping";
@@ -92,14 +130,19 @@ const PONG: &str = "/bench/pong";
 const THR: &str = "/bench/thr";
 
 /// A child process running `tether bench-peer`, killed on drop.
-struct Peer {
+pub(crate) struct Peer {
     child: Child,
-    stdin: Option<ChildStdin>,
+    pub(crate) stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
 }
 
 impl Peer {
-    fn spawn(cfg: &BenchCfg, role: &str, busy: bool, cpu: Option<usize>) -> anyhow::Result<Peer> {
+    pub(crate) fn spawn(
+        cfg: &BenchCfg,
+        role: &str,
+        busy: bool,
+        cpu: Option<usize>,
+    ) -> anyhow::Result<Peer> {
         let exe = std::env::current_exe().context("locating the tether binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("bench-peer")
@@ -158,8 +201,8 @@ impl Drop for Peer {
     }
 }
 
-struct BenchCfg {
-    base: Config,
+pub(crate) struct BenchCfg {
+    pub(crate) base: Config,
     domain: u16,
     registry: std::path::PathBuf,
     _dir: TempDir,
@@ -174,7 +217,7 @@ impl Drop for TempDir {
     }
 }
 
-fn bench_cfg(mut base: Config) -> anyhow::Result<BenchCfg> {
+pub(crate) fn bench_cfg(mut base: Config) -> anyhow::Result<BenchCfg> {
     let dir = std::env::temp_dir().join(format!(
         "tether-bench-{}-{}",
         std::process::id(),
@@ -200,6 +243,18 @@ fn tether_now_ns() -> u64 {
 
 pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
     match a.which {
+        Which::Batch {
+            counts,
+            sizes,
+            reps,
+            json,
+        } => crate::paper::batch(cfg, &counts, &sizes, reps, json),
+        Which::Large {
+            total,
+            chunks,
+            reps,
+            json,
+        } => crate::paper::large(cfg, total, &chunks, reps, json),
         Which::Latency {
             samples,
             sizes,
@@ -215,7 +270,7 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -712,6 +767,7 @@ pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
             });
             report_loop(&count, &first, &last)?;
         }
+        Role::Ack => crate::paper::ack_peer(cfg)?,
         Role::Sink | Role::SinkReliable => {
             let session = Session::open(cfg)?;
             let qos = if matches!(a.role, Role::SinkReliable) {

@@ -9,6 +9,7 @@ use tether::{Config, Qos, Topic};
 
 mod bench;
 mod demo;
+mod paper;
 mod topic;
 
 #[derive(Parser, Debug)]

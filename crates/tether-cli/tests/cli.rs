@@ -405,3 +405,41 @@ fn bench_runs_and_prints_json() {
         assert!(r["received"].as_u64().unwrap() > 0, "{r}");
     }
 }
+
+#[test]
+fn paper_benches_run_and_print_json() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench", "batch", "--counts", "200", "--sizes", "256", "--reps", "2", "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "unbatched and batching");
+    for r in rows {
+        assert!(r["mean_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench",
+        "large",
+        "--total",
+        "300000",
+        "--chunks",
+        "1000,300000",
+        "--reps",
+        "2",
+        "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["samples"], 300);
+    assert_eq!(
+        rows[1]["samples"], 1,
+        "the whole payload as one fragmented sample"
+    );
+}
