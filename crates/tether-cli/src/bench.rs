@@ -743,7 +743,7 @@ pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
         }
         Role::UdpSink => {
             let sock = UdpSocket::bind("127.0.0.1:0")?;
-            socket_rcvbuf(&sock, 4 << 20);
+            socket_rcvbuf(&sock, 16 << 20);
             println!("{}", sock.local_addr()?.port());
             std::io::stdout().flush()?;
             let count = Arc::new(AtomicU64::new(0));
@@ -824,7 +824,7 @@ fn report_loop(
     Ok(())
 }
 
-/// A 4 MiB receive buffer like tether's own sockets, so the comparison is fair.
+/// The same receive buffer as tether's own sockets (16 MiB), so the comparison is fair.
 fn socket_rcvbuf(sock: &UdpSocket, size: libc::c_int) {
     use std::os::fd::AsRawFd;
     // SAFETY: setsockopt on a valid fd with a pointer to a live c_int and its size.

@@ -51,7 +51,7 @@ impl Default for UdpOptions {
     fn default() -> Self {
         UdpOptions {
             bind: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
-            recv_buffer: 4 << 20,
+            recv_buffer: 16 << 20,
             send_buffer: 4 << 20,
             max_datagram: 65_000,
             multicast_if: None,

@@ -18,7 +18,7 @@
 //! [transport]
 //! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
 //! max_datagram = 65000
-//! recv_buffer = 4194304
+//! recv_buffer = 16777216
 //! send_buffer = 4194304
 //! busy_poll = false          # spin on the socket for the lowest latency (costs a core)
 //! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
@@ -145,7 +145,7 @@ impl Default for TransportConfig {
         TransportConfig {
             listen: None,
             max_datagram: 65_000,
-            recv_buffer: 4 << 20,
+            recv_buffer: 16 << 20,
             send_buffer: 4 << 20,
             busy_poll: false,
             max_sample_size: 256 << 20,
