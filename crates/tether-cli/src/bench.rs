@@ -552,7 +552,7 @@ fn raw_udp_throughput(
     let dest: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let buf = vec![0x5au8; size];
     let t0 = Instant::now();
-    let d = Duration::from_secs_f64(duration);
+    let d = crate::topic::secs("--duration", duration)?;
     let mut sent = 0u64;
     while t0.elapsed() < d {
         for _ in 0..64 {
@@ -619,7 +619,7 @@ fn throughput(
                 wait_matched(|| p.matched() >= 1)?;
                 let payload = Bytes::from(vec![0x5au8; size]);
                 let t0 = Instant::now();
-                let d = Duration::from_secs_f64(duration);
+                let d = crate::topic::secs("--duration", duration)?;
                 let mut sent = 0u64;
                 while t0.elapsed() < d {
                     for _ in 0..64 {

@@ -111,6 +111,14 @@ pub(crate) struct RateArgs {
     qos: QosArgs,
 }
 
+/// A duration given in seconds on the command line: finite, not negative, at most ~31 years.
+pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
+    if !(0.0..=1e9).contains(&v) {
+        anyhow::bail!("{flag} must be between 0 and 1e9 seconds, not {v}");
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
 /// Prints incompatible-QoS reports as one clear line on stderr.
 fn report_incompatible(session: &Session) {
     session.on_event(|e| {
@@ -144,7 +152,13 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let p = session.publisher(a.qos.topic(&a.topic), qos)?;
-    let linger = Duration::from_secs_f64(a.linger.max(0.0));
+    let linger = secs("--linger", a.linger)?;
+    if !(a.rate >= 0.0 && a.rate.is_finite()) {
+        anyhow::bail!(
+            "--rate must be a finite number of samples per second ≥ 0, not {}",
+            a.rate
+        );
+    }
     if a.wait_matched > 0 {
         let end = Instant::now() + linger;
         while p.matched() < a.wait_matched {
@@ -161,7 +175,11 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let data = payload(&a.data, a.size);
-    let period = (a.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / a.rate));
+    let period = if a.rate > 0.0 {
+        Some(secs("--rate", 1.0 / a.rate)?)
+    } else {
+        None
+    };
     let start = Instant::now();
     let mut next = start;
     let mut n = 0u64;
@@ -223,9 +241,10 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
     report_incompatible(&session);
     let sub = session.subscriber(a.qos.topic(&a.topic), a.qos.qos())?;
-    let deadline = a
-        .timeout
-        .map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let deadline = match a.timeout {
+        Some(t) => Some(Instant::now() + secs("--timeout", t)?),
+        None => None,
+    };
     let mut n = 0u64;
     let mut out = std::io::stdout().lock();
     let code = loop {
@@ -275,7 +294,7 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
 
 fn discover(cfg: Config, wait: f64) -> anyhow::Result<Session> {
     let session = Session::open(cfg)?;
-    std::thread::sleep(Duration::from_secs_f64(wait.max(0.0)));
+    std::thread::sleep(secs("--wait", wait)?);
     Ok(session)
 }
 
@@ -363,7 +382,7 @@ pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<
         t2.fetch_add(1, Ordering::Relaxed);
     })?;
     let start = Instant::now();
-    let period = Duration::from_secs_f64(a.period.max(0.05));
+    let period = secs("--period", a.period)?.max(Duration::from_millis(50));
     loop {
         std::thread::sleep(period);
         let win = std::mem::take(&mut *w.lock().unwrap_or_else(|p| p.into_inner()));

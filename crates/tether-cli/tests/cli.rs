@@ -443,3 +443,34 @@ fn paper_benches_run_and_print_json() {
         "the whole payload as one fragmented sample"
     );
 }
+
+#[test]
+fn bad_durations_and_rates_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, flag) in [
+        (vec!["echo", "/x", "--timeout=-1"], "--timeout"),
+        (vec!["echo", "/x", "--timeout", "1e300"], "--timeout"),
+        (vec!["pub", "/x", "--rate=-5", "--count", "1"], "--rate"),
+        (vec!["pub", "/x", "--rate", "NaN", "--count", "1"], "--rate"),
+        (
+            vec!["pub", "/x", "--linger", "1e300", "--count", "1"],
+            "--linger",
+        ),
+        (vec!["topics", "--wait=-3"], "--wait"),
+    ] {
+        let mut c = tether(dir.path());
+        c.args(&args);
+        let out = finish(spawn(c), Duration::from_secs(20));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(flag),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

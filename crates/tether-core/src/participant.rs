@@ -311,7 +311,7 @@ impl Participant {
             stats: Stats::default(),
             next_announce: now,
             announce_step: FIRST_ANNOUNCE,
-            next_housekeeping: now + HOUSEKEEPING,
+            next_housekeeping: after(now, HOUSEKEEPING),
             pending_acks: Vec::new(),
             timers_changed: true,
             input: 0,
@@ -475,7 +475,7 @@ impl Participant {
         let id = self.alloc_entity();
         let mut w = Writer::new(id, info);
         if let Some(d) = w.info.qos.deadline_period() {
-            w.deadline_at = Some(now + d);
+            w.deadline_at = Some(after(now, d));
         }
         self.writers.insert(id, w);
         self.announce_endpoint(id);
@@ -703,7 +703,7 @@ impl Participant {
             written: now,
         });
         if let Some(d) = w.info.qos.deadline_period() {
-            w.deadline_at = Some(now + d);
+            w.deadline_at = Some(after(now, d));
         }
         self.stats.samples_written += 1;
 
@@ -737,7 +737,7 @@ impl Participant {
                 }
             });
             if w.info.qos.is_reliable() && w.next_hb.is_none() {
-                w.next_hb = Some(now + self.cfg.heartbeat_period);
+                w.next_hb = Some(after(now, self.cfg.heartbeat_period));
                 self.timers_changed = true;
             }
             let addrs: Vec<SocketAddr> = w
@@ -810,7 +810,7 @@ impl Participant {
                 }
             }
             if w.info.qos.is_reliable() && w.next_hb.is_none() {
-                w.next_hb = Some(now + self.cfg.heartbeat_period);
+                w.next_hb = Some(after(now, self.cfg.heartbeat_period));
                 self.timers_changed = true;
             }
         }
@@ -864,7 +864,7 @@ impl Participant {
         };
         if w.batch_count == 0 {
             w.batch_first = seq;
-            w.batch_deadline = Some(now + b.max_delay);
+            w.batch_deadline = Some(after(now, b.max_delay));
             self.timers_changed = true;
         }
         push_batch_entry(&mut w.batch_buf, timestamp_ns, payload);
@@ -912,7 +912,7 @@ impl Participant {
             }
         });
         if w.info.qos.is_reliable() && w.next_hb.is_none() {
-            w.next_hb = Some(now + self.cfg.heartbeat_period);
+            w.next_hb = Some(after(now, self.cfg.heartbeat_period));
             self.timers_changed = true;
         }
         let mut head = Vec::with_capacity(96);
@@ -1837,7 +1837,7 @@ impl Participant {
                     );
                     if r.deadline_at.is_none() {
                         if let Some(d) = r.info.qos.deadline_period() {
-                            r.deadline_at = Some(now + d);
+                            r.deadline_at = Some(after(now, d));
                         }
                     }
                     self.remote_writer_readers
@@ -1929,7 +1929,7 @@ impl Participant {
             );
             self.stats.heartbeats_sent += 1;
             if w.next_hb.is_none() {
-                w.next_hb = Some(now + self.cfg.heartbeat_period);
+                w.next_hb = Some(after(now, self.cfg.heartbeat_period));
             }
         }
         p.finish(&mut self.transmits, &mut self.stats);
@@ -2082,11 +2082,11 @@ impl Participant {
             }
             let period = self.announce_period();
             self.announce_step = (self.announce_step * 2).min(period);
-            self.next_announce = now + self.announce_step;
+            self.next_announce = after(now, self.announce_step);
         }
         if now >= self.next_housekeeping {
             self.housekeeping(now);
-            self.next_housekeeping = now + HOUSEKEEPING;
+            self.next_housekeeping = after(now, HOUSEKEEPING);
         }
         let due: Vec<EntityId> = self
             .writers
@@ -2131,7 +2131,7 @@ impl Participant {
                             }
                         }
                     }
-                    w.next_hb = Some(now + hb_period);
+                    w.next_hb = Some(after(now, hb_period));
                 } else {
                     w.next_hb = None;
                 }
@@ -2143,7 +2143,7 @@ impl Participant {
                         side: DeadlineSide::Offered,
                         topic: w.info.topic.clone(),
                     });
-                    w.deadline_at = Some(now + d);
+                    w.deadline_at = Some(after(now, d));
                 }
             }
             self.stats.expired += w.expire(now);
@@ -2157,7 +2157,7 @@ impl Participant {
                         side: DeadlineSide::Requested,
                         topic: r.info.topic.clone(),
                     });
-                    r.deadline_at = Some(now + d);
+                    r.deadline_at = Some(after(now, d));
                 }
             }
         }
@@ -2335,12 +2335,19 @@ fn note_delivered(
     }
     stats.samples_delivered += delivered;
     if let Some(d) = r.info.qos.deadline_period() {
-        r.deadline_at = Some(now + d);
+        r.deadline_at = Some(after(now, d));
     }
     if !r.signalled {
         r.signalled = true;
         events.push_back(Event::DataAvailable { reader: r.id });
     }
+}
+
+/// `now + d`, saturating a century ahead: `Instant + Duration` panics on overflow, and a
+/// deadline, lease or period may be "forever".
+fn after(now: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(d.min(CENTURY)).unwrap_or(now)
 }
 
 fn flush_gap(

@@ -38,6 +38,9 @@ impl Default for Batching {
     }
 }
 
+/// Longest finite duration a policy holds; longer ones are taken as this (about a century).
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Default resource limit on samples for keep-all endpoints.
 pub const DEFAULT_MAX_SAMPLES: u32 = 4096;
 /// Default resource limit on payload bytes held by one endpoint.
@@ -129,17 +132,17 @@ impl Qos {
     }
     /// Deadline: a writer promises, a reader expects, a sample at least this often.
     pub fn deadline(mut self, d: Duration) -> Self {
-        self.deadline = Some(d.max(Duration::from_micros(1)));
+        self.deadline = Some(d.clamp(Duration::from_micros(1), MAX_DURATION));
         self
     }
     /// Lifespan: samples older than this are not delivered.
     pub fn lifespan(mut self, d: Duration) -> Self {
-        self.lifespan = Some(d.max(Duration::from_micros(1)));
+        self.lifespan = Some(d.clamp(Duration::from_micros(1), MAX_DURATION));
         self
     }
     /// Automatic liveliness with this lease.
     pub fn liveliness(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease.max(Duration::from_micros(1)));
+        self.lease = Some(lease.clamp(Duration::from_micros(1), MAX_DURATION));
         self
     }
 
@@ -148,7 +151,7 @@ impl Qos {
         self.batch = Some(Batching {
             max_bytes: b.max_bytes.max(1),
             max_samples: b.max_samples.max(1),
-            max_delay: b.max_delay,
+            max_delay: b.max_delay.min(MAX_DURATION),
         });
         self
     }
@@ -230,7 +233,7 @@ impl Qos {
 
     /// From the wire form (already validated by `tether-wire`).
     pub fn from_repr(r: &QosRepr) -> Self {
-        let d = |us: u64| (us != u64::MAX).then(|| Duration::from_micros(us));
+        let d = |us: u64| (us != u64::MAX).then(|| Duration::from_micros(us).min(MAX_DURATION));
         Qos {
             reliability: r.reliability,
             durability: r.durability,

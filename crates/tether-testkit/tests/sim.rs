@@ -956,3 +956,41 @@ fn keep_last_keeps_a_whole_batch() {
     sim.take_all(1, rs[0]);
     assert_eq!(sim.seqs(1, rs[0]), (9..=16).collect::<Vec<_>>());
 }
+
+/// "Forever" durations (deadline, lifespan, lease, batch delay of Duration::MAX) neither
+/// panic (Instant + Duration overflows) nor fire.
+#[test]
+fn huge_durations_are_forever() {
+    let mut sim = Sim::new(41, Link::perfect());
+    let forever = Duration::MAX;
+    let q = Qos::new()
+        .deadline(forever)
+        .lifespan(forever)
+        .liveliness(forever)
+        .batching(tether_core::Batching {
+            max_bytes: 60_000,
+            max_samples: 3,
+            max_delay: forever,
+        });
+    let (w, rs) = setup(
+        &mut sim,
+        q,
+        Qos::new().deadline(forever).liveliness(forever),
+        1,
+    );
+    for i in 1..=3 {
+        let now = sim.now;
+        sim.p(0).write(now, w, i, payload(i)).unwrap();
+        sim.pump(0);
+    }
+    sim.run_for(Duration::from_secs(5));
+    assert_eq!(sim.seqs(1, rs[0]), vec![1, 2, 3]);
+    assert_eq!(
+        count(&sim, 0, |e| matches!(e, Event::DeadlineMissed { .. })),
+        0
+    );
+    assert_eq!(
+        count(&sim, 1, |e| matches!(e, Event::DeadlineMissed { .. })),
+        0
+    );
+}

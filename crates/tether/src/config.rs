@@ -236,10 +236,25 @@ impl Config {
                 d.multicast_group
             )));
         }
-        if self.reliability.heartbeat_period_ms == 0 {
-            return Err(ConfigError::Invalid(
-                "reliability.heartbeat_period_ms must be positive".into(),
-            ));
+        const DAY_MS: u64 = 24 * 3600 * 1000;
+        for (key, v) in [
+            ("discovery.announce_period_ms", d.announce_period_ms),
+            ("discovery.lease_ms", d.lease_ms),
+            ("transport.reassembly_timeout_ms", t.reassembly_timeout_ms),
+            (
+                "reliability.heartbeat_period_ms",
+                self.reliability.heartbeat_period_ms,
+            ),
+            (
+                "reliability.max_blocking_time_ms",
+                self.reliability.max_blocking_time_ms,
+            ),
+        ] {
+            if !(1..=DAY_MS).contains(&v) {
+                return Err(ConfigError::Invalid(format!(
+                    "{key} = {v} is outside 1..={DAY_MS} (1 ms to 1 day)"
+                )));
+            }
         }
         Ok(())
     }
@@ -307,5 +322,9 @@ mod tests {
         assert!(Config::from_toml("[transport]\nmax_datagram = 10\n").is_err());
         assert!(Config::from_toml("[discovery]\nmulticast_group = \"10.0.0.1\"\n").is_err());
         assert!(Config::from_toml("[discovery]\nlease_ms = 1\n").is_err());
+        let e = Config::from_toml("[reliability]\nheartbeat_period_ms = 18446744073709551615\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("heartbeat_period_ms"), "{e}");
+        assert!(Config::from_toml("[reliability]\nmax_blocking_time_ms = 0\n").is_err());
     }
 }

@@ -884,12 +884,14 @@ impl Publisher {
     /// Waits until every matched reliable reader has acknowledged every sample, up to
     /// `timeout`. True if they all did.
     pub fn wait_for_acknowledgments(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
+        let end = Instant::now().checked_add(timeout);
         loop {
             if self.shared.lock().core.all_acked(self.id) {
                 return true;
             }
-            if Instant::now() >= end || self.shared.closed.load(Ordering::Relaxed) {
+            if end.is_some_and(|e| Instant::now() >= e)
+                || self.shared.closed.load(Ordering::Relaxed)
+            {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -953,7 +955,8 @@ impl Subscriber {
 
     /// Waits up to `d` for the next sample.
     pub fn recv_timeout(&self, d: Duration) -> Result<Sample, RecvError> {
-        self.recv_deadline(Some(Instant::now() + d))
+        // A timeout too large to represent waits indefinitely.
+        self.recv_deadline(Instant::now().checked_add(d))
     }
 
     fn recv_deadline(&self, deadline: Option<Instant>) -> Result<Sample, RecvError> {

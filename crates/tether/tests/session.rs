@@ -427,3 +427,15 @@ fn batching_between_sessions() {
         st.datagrams_sent
     );
 }
+
+/// Timeouts too large to represent wait indefinitely instead of panicking.
+#[test]
+fn huge_timeouts_do_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let s = a.subscriber("/t", Qos::default()).unwrap();
+    let p = a.publisher("/t", Qos::default()).unwrap();
+    p.put(&b"x"[..]).unwrap();
+    assert_eq!(&s.recv_timeout(Duration::MAX).unwrap().payload[..], b"x");
+    assert!(p.wait_for_acknowledgments(Duration::MAX));
+}
