@@ -84,6 +84,8 @@ pub(crate) struct Writer {
     pub(crate) since_hb: u32,
     pub(crate) deadline_at: Option<Instant>,
     pub(crate) blocked: bool,
+    /// When a refused write last sent a heartbeat.
+    pub(crate) last_block_hb: Option<Instant>,
     /// Encoded entries of the batch being filled (see `docs/wire.md#batch`).
     pub(crate) batch_buf: Vec<u8>,
     /// Samples in it, and the first one's sequence number.
@@ -109,6 +111,7 @@ impl Writer {
             since_hb: 0,
             deadline_at: None,
             blocked: false,
+            last_block_hb: None,
             batch_buf: Vec::new(),
             batch_count: 0,
             batch_first: 0,
@@ -259,7 +262,7 @@ impl Writer {
     /// How many writes between piggy-backed heartbeats.
     pub(crate) fn heartbeat_every(&self) -> u32 {
         match self.info.qos.history() {
-            History::KeepAll => (self.info.qos.max_samples_limit() / 4).clamp(1, 64),
+            History::KeepAll => (self.info.qos.max_samples_limit() / 4).clamp(1, 1024),
             History::KeepLast(_) => 64,
         }
     }

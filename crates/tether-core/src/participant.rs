@@ -691,6 +691,44 @@ impl Participant {
             });
         if local_full || !w.make_room(payload.len() as u64) {
             w.blocked = true;
+            // Full of unacknowledged samples: ask the readers where they stand now rather
+            // than at the next periodic heartbeat (a lost datagram would stall the writer
+            // until then). At most once per millisecond.
+            if w.info.qos.is_reliable()
+                && !w.dests.is_empty()
+                && w.last_block_hb
+                    .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(1))
+            {
+                w.last_block_hb = Some(now);
+                w.hb_count = w.hb_count.wrapping_add(1);
+                let hb = Submessage::Heartbeat(HeartbeatRepr {
+                    writer,
+                    reader: EntityId::ALL,
+                    first: w.first_available(),
+                    last: w.last_sent(),
+                    count: w.hb_count,
+                });
+                let hdr = Header {
+                    domain: self.cfg.domain,
+                    participant: me,
+                };
+                let mut dg = Vec::new();
+                if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_ok() {
+                    let dg = Bytes::from(dg);
+                    for p in &w.dests {
+                        if let Some(rp) = self.remotes.get(p) {
+                            self.stats.heartbeats_sent += 1;
+                            self.stats.datagrams_sent += 1;
+                            self.stats.bytes_sent += dg.len() as u64;
+                            self.transmits.push_back(Transmit {
+                                dest: rp.addr,
+                                head: dg.clone().into(),
+                                body: Bytes::new(),
+                            });
+                        }
+                    }
+                }
+            }
             return Err(WriteError::WouldBlock(payload));
         }
         w.blocked = false;
