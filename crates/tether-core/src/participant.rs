@@ -700,34 +700,11 @@ impl Participant {
                     .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(1))
             {
                 w.last_block_hb = Some(now);
-                w.hb_count = w.hb_count.wrapping_add(1);
-                let hb = Submessage::Heartbeat(HeartbeatRepr {
-                    writer,
-                    reader: EntityId::ALL,
-                    first: w.first_available(),
-                    last: w.last_sent(),
-                    count: w.hb_count,
-                });
                 let hdr = Header {
                     domain: self.cfg.domain,
                     participant: me,
                 };
-                let mut dg = Vec::new();
-                if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_ok() {
-                    let dg = Bytes::from(dg);
-                    for p in &w.dests {
-                        if let Some(rp) = self.remotes.get(p) {
-                            self.stats.heartbeats_sent += 1;
-                            self.stats.datagrams_sent += 1;
-                            self.stats.bytes_sent += dg.len() as u64;
-                            self.transmits.push_back(Transmit {
-                                dest: rp.addr,
-                                head: dg.clone().into(),
-                                body: Bytes::new(),
-                            });
-                        }
-                    }
-                }
+                heartbeat_all(w, hdr, &self.remotes, &mut self.transmits, &mut self.stats);
             }
             return Err(WriteError::WouldBlock(payload));
         }
@@ -2141,34 +2118,7 @@ impl Participant {
         for w in self.writers.values_mut() {
             if w.next_hb.is_some_and(|t| now >= t) {
                 if w.has_unacked() {
-                    w.hb_count = w.hb_count.wrapping_add(1);
-                    let hb = Submessage::Heartbeat(HeartbeatRepr {
-                        writer: w.id,
-                        reader: EntityId::ALL,
-                        first: w.first_available(),
-                        last: w.last_sent(),
-                        count: w.hb_count,
-                    });
-                    let mut dg = Vec::new();
-                    if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_ok() {
-                        let dg = Bytes::from(dg);
-                        for p in &w.dests {
-                            let has_reliable = w
-                                .readers
-                                .iter()
-                                .any(|(g, r)| g.participant == *p && r.reliable);
-                            if let (true, Some(rp)) = (has_reliable, self.remotes.get(p)) {
-                                self.stats.heartbeats_sent += 1;
-                                self.stats.datagrams_sent += 1;
-                                self.stats.bytes_sent += dg.len() as u64;
-                                self.transmits.push_back(Transmit {
-                                    dest: rp.addr,
-                                    head: dg.clone().into(),
-                                    body: Bytes::new(),
-                                });
-                            }
-                        }
-                    }
+                    heartbeat_all(w, hdr, &self.remotes, &mut self.transmits, &mut self.stats);
                     w.next_hb = Some(after(now, hb_period));
                 } else {
                     w.next_hb = None;
@@ -2378,6 +2328,46 @@ fn note_delivered(
     if !r.signalled {
         r.signalled = true;
         events.push_back(Event::DataAvailable { reader: r.id });
+    }
+}
+
+/// Queues a heartbeat from `w` (its current first and last sent sequence numbers) for every
+/// remote participant where it has a reliable matched reader.
+fn heartbeat_all(
+    w: &mut Writer,
+    hdr: Header,
+    remotes: &BTreeMap<ParticipantId, RemoteParticipant>,
+    transmits: &mut VecDeque<Transmit>,
+    stats: &mut Stats,
+) {
+    w.hb_count = w.hb_count.wrapping_add(1);
+    let hb = Submessage::Heartbeat(HeartbeatRepr {
+        writer: w.id,
+        reader: EntityId::ALL,
+        first: w.first_available(),
+        last: w.last_sent(),
+        count: w.hb_count,
+    });
+    let mut dg = Vec::new();
+    if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_err() {
+        return;
+    }
+    let dg = Bytes::from(dg);
+    for p in &w.dests {
+        let has_reliable = w
+            .readers
+            .iter()
+            .any(|(g, r)| g.participant == *p && r.reliable);
+        if let (true, Some(rp)) = (has_reliable, remotes.get(p)) {
+            stats.heartbeats_sent += 1;
+            stats.datagrams_sent += 1;
+            stats.bytes_sent += dg.len() as u64;
+            transmits.push_back(Transmit {
+                dest: rp.addr,
+                head: dg.clone().into(),
+                body: Bytes::new(),
+            });
+        }
     }
 }
 
