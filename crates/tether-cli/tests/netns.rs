@@ -76,6 +76,25 @@ fn lan(tag: &str) -> Result<Lan, String> {
     Ok(lan)
 }
 
+/// A LAN whose `b` side drops 20 % of what it sends (counted, for the test to check), or
+/// `None` after saying why the test skips (not root, no `ip`, no `nft`).
+fn lossy_lan(tag: &str, test: &str) -> Option<Lan> {
+    let lan = match lan(tag) {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipping {test}: {why}");
+            return None;
+        }
+    };
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping {test}: nft is not installed");
+        return None;
+    }
+    let rules = "table inet loss {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" numgen random mod 100 < 20 counter drop\n  }\n}\n";
+    nft(&lan.b, rules).expect("installing the loss rule");
+    Some(lan)
+}
+
 fn nft(ns: &str, rules: &str) -> Result<(), String> {
     use std::io::Write;
     let mut c = Command::new("ip")
@@ -195,19 +214,9 @@ fn lan_discovery_by_multicast() {
 /// sample arrives, once, in order.
 #[test]
 fn lan_reliable_under_real_loss() {
-    let lan = match lan("l") {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("skipping lan_reliable_under_real_loss: {why}");
-            return;
-        }
-    };
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("skipping lan_reliable_under_real_loss: nft is not installed");
+    let Some(lan) = lossy_lan("l", "lan_reliable_under_real_loss") else {
         return;
-    }
-    let rules = "table inet loss {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" numgen random mod 100 < 20 counter drop\n  }\n}\n";
-    nft(&lan.b, rules).expect("installing the loss rule");
+    };
     let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
     let n = 300;
     let echo = lan.tether(
@@ -275,19 +284,9 @@ fn lan_reliable_under_real_loss() {
 /// packets: repaired fragment by fragment, it arrives.
 #[test]
 fn lan_large_sample_under_real_loss() {
-    let lan = match lan("g") {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("skipping lan_large_sample_under_real_loss: {why}");
-            return;
-        }
-    };
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("skipping lan_large_sample_under_real_loss: nft is not installed");
+    let Some(lan) = lossy_lan("g", "lan_large_sample_under_real_loss") else {
         return;
-    }
-    let rules = "table inet loss {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" numgen random mod 100 < 20 counter drop\n  }\n}\n";
-    nft(&lan.b, rules).expect("installing the loss rule");
+    };
     let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
     let echo = lan.tether(
         &lan.a,

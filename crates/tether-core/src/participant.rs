@@ -760,7 +760,6 @@ impl Participant {
                 .iter()
                 .filter_map(|p| self.remotes.get(p).map(|r| r.addr))
                 .collect();
-            let locals = w.locals.clone();
             for a in addrs {
                 self.send_sample(
                     a,
@@ -773,7 +772,7 @@ impl Participant {
                     hb,
                 );
             }
-            self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
+            self.deliver_local(now, writer, seq, timestamp_ns, payload);
             return Ok(seq);
         }
 
@@ -831,12 +830,7 @@ impl Participant {
         }
 
         // Local readers.
-        let locals = if w.locals.is_empty() {
-            Vec::new()
-        } else {
-            w.locals.clone()
-        };
-        self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload);
+        self.deliver_local(now, writer, seq, timestamp_ns, payload);
         let _ = me;
         Ok(seq)
     }
@@ -885,11 +879,10 @@ impl Participant {
         push_batch_entry(&mut w.batch_buf, timestamp_ns, payload);
         w.batch_count += 1;
         let full = w.batch_count >= b.max_samples || w.batch_buf.len() + BATCH_ENTRY_OVERHEAD > cap;
-        let locals = w.locals.clone();
         if full {
             self.flush_batch(now, writer);
         }
-        self.deliver_local(now, writer, &locals, seq, timestamp_ns, payload.clone());
+        self.deliver_local(now, writer, seq, timestamp_ns, payload.clone());
         true
     }
 
@@ -965,14 +958,19 @@ impl Participant {
         &mut self,
         now: Instant,
         writer: EntityId,
-        locals: &[EntityId],
         seq: u64,
         timestamp_ns: u64,
         payload: Bytes,
     ) {
-        if locals.is_empty() {
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if w.locals.is_empty() {
             return;
         }
+        // Borrowed out and back rather than cloned: no allocation per sample. Delivering
+        // touches readers only, never a writer's list.
+        let locals = std::mem::take(&mut w.locals);
         let s = Sample {
             writer: Guid {
                 participant: self.cfg.participant,
@@ -982,8 +980,11 @@ impl Participant {
             timestamp_ns,
             payload,
         };
-        for r in locals {
+        for r in &locals {
             self.on_data(now, *r, s.clone());
+        }
+        if let Some(w) = self.writers.get_mut(&writer) {
+            w.locals = locals;
         }
     }
 
@@ -1286,10 +1287,19 @@ impl Participant {
                 let one = *one;
                 self.on_data(now, one, s);
             }
-            many => {
-                let many = many.to_vec();
-                for r in many {
-                    self.on_data(now, r, s.clone());
+            _ => {
+                // Borrowed out and back rather than cloned, as in deliver_local.
+                let g = s.writer;
+                let many = self
+                    .remote_writer_readers
+                    .get_mut(&g)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                for r in &many {
+                    self.on_data(now, *r, s.clone());
+                }
+                if let Some(v) = self.remote_writer_readers.get_mut(&g) {
+                    *v = many;
                 }
             }
         }
@@ -1457,13 +1467,9 @@ impl Participant {
         if rp.local || !rp.reliable {
             return;
         }
-        if rp
-            .last_nackfrag
-            .is_some_and(|c| nf.count <= c && c.wrapping_sub(nf.count) < 1 << 31)
-        {
+        if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
         }
-        rp.last_nackfrag = Some(nf.count);
         let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
             return;
         };
@@ -1518,13 +1524,9 @@ impl Participant {
             if !wp.reliable {
                 continue;
             }
-            if wp
-                .hb_count
-                .is_some_and(|c| hb.count <= c && c.wrapping_sub(hb.count) < 1 << 31)
-            {
+            if !newer(&mut wp.hb_count, hb.count) {
                 continue; // stale or duplicated heartbeat
             }
-            wp.hb_count = Some(hb.count);
             wp.hb_last = wp.hb_last.max(hb.last);
             if wp.expected.is_none() {
                 wp.expected = Some(hb.first);
@@ -1592,13 +1594,9 @@ impl Participant {
         if rp.local || !rp.reliable {
             return;
         }
-        if rp
-            .last_count
-            .is_some_and(|c| an.count <= c && c.wrapping_sub(an.count) < 1 << 31)
-        {
+        if !newer(&mut rp.last_count, an.count) {
             return;
         }
-        rp.last_count = Some(an.count);
         let start = rp.start;
         let base = an.base.min(w.next_seq);
         rp.acked = rp.acked.max(base);
@@ -2331,6 +2329,17 @@ fn note_delivered(
     }
 }
 
+/// Records `count` from a HEARTBEAT, ACKNACK or NACK_FRAG if it is newer than the last one
+/// seen (serial-number order, so the counter may wrap); false for a stale or repeated one.
+fn newer(last: &mut Option<u32>, count: u32) -> bool {
+    // Serial-number order (RFC 1982): newer iff count is 1..2^31 steps ahead of the last.
+    if last.is_some_and(|c| count.wrapping_sub(c) as i32 <= 0) {
+        return false;
+    }
+    *last = Some(count);
+    true
+}
+
 /// Queues a heartbeat from `w` (its current first and last sent sequence numbers) for every
 /// remote participant where it has a reliable matched reader.
 fn heartbeat_all(
@@ -2398,6 +2407,23 @@ fn flush_gap(
             stats,
         );
         stats.gaps_sent += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newer;
+
+    #[test]
+    fn counts_in_serial_number_order() {
+        let mut last = None;
+        assert!(newer(&mut last, 5));
+        assert!(!newer(&mut last, 5), "repeated");
+        assert!(!newer(&mut last, 4), "stale");
+        assert!(newer(&mut last, 6));
+        let mut last = Some(u32::MAX);
+        assert!(newer(&mut last, 0), "the counter wraps");
+        assert!(!newer(&mut last, u32::MAX), "older than the wrap");
     }
 }
 

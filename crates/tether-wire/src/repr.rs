@@ -257,9 +257,7 @@ pub struct AckNackRepr {
 impl AckNackRepr {
     /// Iterates the requested sequence numbers.
     pub fn missing(&self) -> impl Iterator<Item = u64> + '_ {
-        (0..self.num_bits as u64)
-            .filter(|i| self.bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0)
-            .map(|i| self.base + i)
+        set_bits(&self.bitmap, self.num_bits).map(|i| self.base + i as u64)
     }
 }
 
@@ -341,9 +339,7 @@ pub struct NackFragRepr {
 impl NackFragRepr {
     /// Iterates the requested fragment numbers.
     pub fn missing(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.num_bits as u32)
-            .filter(|i| self.bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0)
-            .map(|i| self.base + i)
+        set_bits(&self.bitmap, self.num_bits).map(|i| self.base + i)
     }
 }
 
@@ -472,6 +468,18 @@ impl<'a> Cursor<'a> {
     pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
+    /// The ⌈num_bits/32⌉ words of an ACKNACK or NACK_FRAG bitmap (`num_bits` ≤ 256, checked
+    /// by the caller); bits beyond `num_bits` must be zero.
+    fn bitmap(&mut self, num_bits: u16) -> Result<[u32; 8], Error> {
+        let mut bitmap = [0u32; 8];
+        for w in bitmap.iter_mut().take(num_bits.div_ceil(32) as usize) {
+            *w = self.u32()?;
+        }
+        if num_bits % 32 != 0 && bitmap[(num_bits / 32) as usize] >> (num_bits % 32) != 0 {
+            return Err(Error::BadValue("bitmap"));
+        }
+        Ok(bitmap)
+    }
     fn rest(&mut self) -> &'a [u8] {
         core::mem::take(&mut self.buf)
     }
@@ -496,6 +504,20 @@ impl<'a> Cursor<'a> {
         }
         Ok(v)
     }
+}
+
+/// Appends the ⌈num_bits/32⌉ meaningful words of a bitmap.
+fn emit_bitmap(out: &mut Vec<u8>, bitmap: &[u32; 8], num_bits: u16) {
+    for w in bitmap.iter().take(num_bits.div_ceil(32) as usize) {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The positions of the set bits among the first `num_bits` (bit `i`: word `i / 32`,
+/// bit `i % 32`).
+fn set_bits(bitmap: &[u32; 8], num_bits: u16) -> impl Iterator<Item = u32> + '_ {
+    (0..u32::from(num_bits.min(crate::MAX_ACKNACK_BITS)))
+        .filter(move |i| bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0)
 }
 
 fn put_str16(out: &mut Vec<u8>, s: &str) -> Result<(), Error> {
@@ -660,16 +682,7 @@ impl<'a> Submessage<'a> {
                     return Err(Error::BadLength);
                 }
                 let count = c.u32()?;
-                let mut bitmap = [0u32; 8];
-                for w in bitmap.iter_mut().take(num_bits.div_ceil(32) as usize) {
-                    *w = c.u32()?;
-                }
-                if num_bits % 32 != 0 {
-                    let last = &mut bitmap[(num_bits / 32) as usize];
-                    if *last >> (num_bits % 32) != 0 {
-                        return Err(Error::BadValue("bitmap"));
-                    }
-                }
+                let bitmap = c.bitmap(num_bits)?;
                 Submessage::AckNack(AckNackRepr {
                     reader,
                     writer,
@@ -742,16 +755,7 @@ impl<'a> Submessage<'a> {
                     return Err(Error::BadLength);
                 }
                 let count = c.u32()?;
-                let mut bitmap = [0u32; 8];
-                for w in bitmap.iter_mut().take(num_bits.div_ceil(32) as usize) {
-                    *w = c.u32()?;
-                }
-                if num_bits % 32 != 0 {
-                    let last = &mut bitmap[(num_bits / 32) as usize];
-                    if *last >> (num_bits % 32) != 0 {
-                        return Err(Error::BadValue("bitmap"));
-                    }
-                }
+                let bitmap = c.bitmap(num_bits)?;
                 Submessage::NackFrag(NackFragRepr {
                     reader,
                     writer,
@@ -852,9 +856,7 @@ impl<'a> Submessage<'a> {
                 out.extend_from_slice(&a.base.to_le_bytes());
                 out.extend_from_slice(&a.num_bits.to_le_bytes());
                 out.extend_from_slice(&a.count.to_le_bytes());
-                for w in a.bitmap.iter().take(a.num_bits.div_ceil(32) as usize) {
-                    out.extend_from_slice(&w.to_le_bytes());
-                }
+                emit_bitmap(out, &a.bitmap, a.num_bits);
             }
             Submessage::Gap(g) => {
                 out.extend_from_slice(&g.writer.0.to_le_bytes());
@@ -876,9 +878,7 @@ impl<'a> Submessage<'a> {
                 out.extend_from_slice(&n.base.to_le_bytes());
                 out.extend_from_slice(&n.num_bits.to_le_bytes());
                 out.extend_from_slice(&n.count.to_le_bytes());
-                for w in n.bitmap.iter().take(n.num_bits.div_ceil(32) as usize) {
-                    out.extend_from_slice(&w.to_le_bytes());
-                }
+                emit_bitmap(out, &n.bitmap, n.num_bits);
             }
             Submessage::Batch(b) => {
                 b.emit_fixed(out);
