@@ -93,6 +93,24 @@ pub(crate) struct Writer {
     pub(crate) batch_first: u64,
     /// When it must be sent at the latest.
     pub(crate) batch_deadline: Option<Instant>,
+    /// Asynchronous publishing: where the sender stands in the history.
+    pub(crate) asyncw: Option<AsyncState>,
+}
+
+/// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
+/// of sample `seq` for the `dest`-th matched participant.
+#[derive(Debug)]
+pub(crate) struct AsyncState {
+    pub(crate) priority: crate::Priority,
+    /// Index into the participant's flow controllers; `None`: unlimited.
+    pub(crate) bucket: Option<usize>,
+    pub(crate) seq: u64,
+    pub(crate) frag: u32,
+    pub(crate) dest: usize,
+    /// The heartbeat riding on the current sample's last datagram.
+    pub(crate) hb: Option<tether_wire::HeartbeatRepr>,
+    /// Every sample up to this one has been released for every destination.
+    pub(crate) released: u64,
 }
 
 impl Writer {
@@ -116,12 +134,16 @@ impl Writer {
             batch_count: 0,
             batch_first: 0,
             batch_deadline: None,
+            asyncw: None,
         }
     }
 
-    /// The last sequence number sent (samples waiting in a batch are not).
+    /// The last sequence number sent (samples waiting in a batch, or for an asynchronous
+    /// writer's sender, are not).
     pub(crate) fn last_sent(&self) -> u64 {
-        if self.batch_count > 0 {
+        if let Some(a) = &self.asyncw {
+            a.released
+        } else if self.batch_count > 0 {
             self.batch_first - 1
         } else {
             self.next_seq - 1
@@ -130,7 +152,8 @@ impl Writer {
 
     /// Whether samples are kept after sending (someone may ask for them again).
     pub(crate) fn keeps_history(&self) -> bool {
-        self.info.qos.is_reliable()
+        self.asyncw.is_some()
+            || self.info.qos.is_reliable()
             || self.info.qos.durability_kind() == tether_wire::Durability::TransientLocal
     }
 
@@ -143,14 +166,34 @@ impl Writer {
         self.history.get(i)
     }
 
-    /// Lowest sequence number some reliable reader still needs.
+    /// Lowest sequence number some reliable reader, or the asynchronous sender, still needs.
     fn min_acked(&self) -> u64 {
+        let unsent = self.asyncw.as_ref().map_or(u64::MAX, |a| a.released + 1);
         self.readers
             .values()
             .filter(|r| r.reliable && !r.local)
             .map(|r| r.acked.max(r.start))
             .min()
             .unwrap_or(u64::MAX)
+            .min(unsent)
+    }
+
+    /// Drops released samples no one will ask for again.
+    pub(crate) fn forget_released(&mut self) {
+        let Some(r) = self.asyncw.as_ref().map(|a| a.released) else {
+            return;
+        };
+        if self.forgets_released() {
+            while self.history.front().is_some_and(|c| c.seq <= r) {
+                self.pop_front();
+            }
+        }
+    }
+
+    /// Whether released samples may be dropped at once (no one will ask for them again).
+    pub(crate) fn forgets_released(&self) -> bool {
+        !self.info.qos.is_reliable()
+            && self.info.qos.durability_kind() != tether_wire::Durability::TransientLocal
     }
 
     pub(crate) fn has_unacked(&self) -> bool {

@@ -213,4 +213,7 @@ pub struct Stats {
     pub fragments_retransmitted: u64,
     /// NACK_FRAGs sent.
     pub nackfrags_sent: u64,
+    /// Datagrams of asynchronous writers released by `poll_scheduled` (also counted in
+    /// `datagrams_sent`).
+    pub datagrams_scheduled: u64,
 }

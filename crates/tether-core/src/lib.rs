@@ -12,13 +12,15 @@
 //! real sockets; `tether-testkit` drives it over a simulated, lossy network in virtual time.
 //!
 //! Polling order for a driver, after every input:
-//! 1. send every [`Participant::poll_transmit`],
+//! 1. send every [`Participant::poll_transmit`] (and, from a sender thread or here, every
+//!    [`Participant::poll_scheduled`]: asynchronous writers' datagrams, by priority and
+//!    flow controller),
 //! 2. handle every [`Participant::poll_event`] (take samples on `DataAvailable`),
 //! 3. sleep until [`Participant::poll_timeout`] or the next datagram, then call
 //!    [`Participant::handle_timeout`] or [`Participant::handle_datagram`].
 //!
-//! Non-goals of this version: batching, fragmentation, encryption (later layers of the
-//! writer's outgoing path: history → batch → seal → fragment → transmit).
+//! The writer's outgoing path: history → batch → fragment → schedule → transmit. Not yet:
+//! encryption (the seal step, between batch and fragment).
 
 #![forbid(unsafe_code)]
 
@@ -27,11 +29,14 @@ mod event;
 mod participant;
 pub mod qos;
 mod reassembly;
+mod sched;
 
 pub use endpoint::EndpointInfo;
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 pub use participant::{
-    Config, DATA_OVERHEAD, Head, MAX_LEASE, Participant, RemoteEndpoint, Transmit, WriteError,
+    Config, CreateError, DATA_OVERHEAD, Head, MAX_LEASE, Participant, RemoteEndpoint, Transmit,
+    WriteError,
 };
-pub use qos::{Batching, History, Qos, QosPolicy};
+pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
+pub use sched::{FlowController, Priority, format_rate, parse_rate};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

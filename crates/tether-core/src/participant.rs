@@ -13,9 +13,10 @@ use tether_wire::{
     push_batch_entry,
 };
 
-use crate::endpoint::{Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
+use crate::endpoint::{AsyncState, Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
 use crate::event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 use crate::qos::{Mismatch, Qos, QosPolicy, check_compatible};
+use crate::sched::{Bucket, FlowController};
 
 /// Bytes a DATA submessage adds around its payload (datagram header included).
 pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED_LEN;
@@ -196,6 +197,25 @@ impl Transmit {
     }
 }
 
+/// Why an endpoint could not be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateError {
+    /// The writer's QoS names a flow controller this participant does not have.
+    UnknownFlowController(String),
+}
+
+impl std::fmt::Display for CreateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CreateError::UnknownFlowController(n) => {
+                write!(f, "unknown flow controller '{n}' (define it first)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CreateError {}
+
 /// Why a write was refused. Every variant hands the payload back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -292,6 +312,11 @@ pub struct Participant {
     timers_changed: bool,
     /// Counts inputs (datagrams, writes): keep-last caches evict only earlier inputs' samples.
     input: u64,
+    /// Named flow controllers (token buckets) of asynchronous writers.
+    buckets: Vec<Bucket>,
+    /// Asynchronous writers by priority class, and where each class's turn stands.
+    classes: [Vec<EntityId>; 3],
+    turn: [usize; 3],
 }
 
 impl Participant {
@@ -315,6 +340,9 @@ impl Participant {
             pending_acks: Vec::new(),
             timers_changed: true,
             input: 0,
+            buckets: Vec::new(),
+            classes: Default::default(),
+            turn: [0; 3],
         }
     }
 
@@ -368,33 +396,23 @@ impl Participant {
         only: Option<&[u32]>,
         hb: Option<HeartbeatRepr>,
     ) {
-        let hdr = self.header();
-        let mut head = Vec::with_capacity(128);
-        if payload.len() <= self.max_payload() {
-            let mut b = DatagramBuilder::new(&mut head, hdr);
-            if let Some(hb) = &hb {
-                let _ = b.push(&Submessage::Heartbeat(*hb));
-            }
-            let data = DataRepr {
-                writer,
-                reader,
-                seq,
-                timestamp_ns,
-                payload: &[],
-            };
-            let _ = b.push_data_head(&data, payload.len());
-            self.stats.datagrams_sent += 1;
-            self.stats.bytes_sent += (head.len() + payload.len()) as u64;
-            self.transmits.push_back(Transmit {
-                dest,
-                head: Head::copy_from_slice(&head),
-                body: payload.clone(),
-            });
+        let o = Outgoing {
+            hdr: self.header(),
+            single: self.max_payload(),
+            frag_size: self.frag_size(),
+            dest,
+            writer,
+            reader,
+            seq,
+            timestamp_ns,
+            payload,
+        };
+        if payload.len() <= o.single {
+            let t = o.datagram(0, hb.as_ref(), &mut self.stats);
+            self.transmits.push_back(t);
             return;
         }
-        let frag_size = self.frag_size();
-        let sample_size = payload.len() as u32;
-        let count = sample_size.div_ceil(frag_size as u32);
+        let count = o.frag_count();
         let all: Vec<u32>;
         let frags: &[u32] = match only {
             Some(o) => o,
@@ -408,31 +426,9 @@ impl Participant {
             if n >= count {
                 continue;
             }
-            let start = n as usize * frag_size as usize;
-            let end = (start + frag_size as usize).min(payload.len());
-            let body = payload.slice(start..end);
-            let mut b = DatagramBuilder::new(&mut head, hdr);
-            if let (Some(hb), true) = (&hb, Some(n) == last) {
-                let _ = b.push(&Submessage::Heartbeat(*hb));
-            }
-            let f = DataFragRepr {
-                writer,
-                reader,
-                seq,
-                timestamp_ns,
-                sample_size,
-                frag_size,
-                frag_num: n,
-                payload: &body,
-            };
-            let _ = b.push_frag_head(&f);
-            self.stats.datagrams_sent += 1;
-            self.stats.bytes_sent += (head.len() + body.len()) as u64;
-            self.transmits.push_back(Transmit {
-                dest,
-                head: Head::copy_from_slice(&head),
-                body,
-            });
+            let hb = hb.as_ref().filter(|_| Some(n) == last);
+            let t = o.datagram(n, hb, &mut self.stats);
+            self.transmits.push_back(t);
         }
     }
 
@@ -469,14 +465,45 @@ impl Participant {
 
     // ----- endpoints ---------------------------------------------------------------------
 
-    /// Creates a writer and announces it.
-    pub fn create_writer(&mut self, now: Instant, info: EndpointInfo) -> EntityId {
+    /// Creates a writer and announces it. Fails if its QoS names an unknown flow controller.
+    pub fn create_writer(
+        &mut self,
+        now: Instant,
+        info: EndpointInfo,
+    ) -> Result<EntityId, CreateError> {
+        let asyncw = match info.qos.publish_async() {
+            None => None,
+            Some(a) => {
+                let bucket = match a.flow {
+                    None => None,
+                    Some(n) => Some(
+                        self.buckets
+                            .iter()
+                            .position(|b| !n.too_long() && b.name == n.as_str())
+                            .ok_or_else(|| CreateError::UnknownFlowController(n.as_str().into()))?,
+                    ),
+                };
+                Some(AsyncState {
+                    priority: a.priority,
+                    bucket,
+                    seq: 1,
+                    frag: 0,
+                    dest: 0,
+                    hb: None,
+                    released: 0,
+                })
+            }
+        };
         self.timers_changed = true;
         let id = self.alloc_entity();
         let mut w = Writer::new(id, info);
         if let Some(d) = w.info.qos.deadline_period() {
             w.deadline_at = Some(after(now, d));
         }
+        if let Some(a) = &asyncw {
+            self.classes[a.priority.index()].push(id);
+        }
+        w.asyncw = asyncw;
         self.writers.insert(id, w);
         self.announce_endpoint(id);
         // Match against everything already known.
@@ -488,7 +515,7 @@ impl Participant {
         for r in local {
             self.try_match_local(now, id, r);
         }
-        id
+        Ok(id)
     }
 
     /// Creates a reader and announces it.
@@ -517,6 +544,9 @@ impl Participant {
             entity: id,
         };
         if let Some(w) = self.writers.remove(&id) {
+            for c in &mut self.classes {
+                c.retain(|x| *x != id);
+            }
             for (g, rp) in &w.readers {
                 if rp.local {
                     if let Some(r) = self.readers.get_mut(&g.entity) {
@@ -612,6 +642,19 @@ impl Participant {
     /// True when every matched reliable reader has acknowledged every sample of `writer`.
     pub fn all_acked(&self, writer: EntityId) -> bool {
         self.writers.get(&writer).is_none_or(|w| !w.has_unacked())
+    }
+
+    /// The highest sequence number of `writer` that every matched remote reliable reader has
+    /// acknowledged together with all before it (the last written when none is matched).
+    pub fn acknowledged(&self, writer: EntityId) -> u64 {
+        self.writers.get(&writer).map_or(0, |w| {
+            w.readers
+                .values()
+                .filter(|r| r.reliable && !r.local)
+                .map(|r| r.acked.max(r.start).saturating_sub(1))
+                .min()
+                .unwrap_or(w.next_seq - 1)
+        })
     }
 
     /// Samples held by a writer's history (for tests and `tether info`).
@@ -721,6 +764,18 @@ impl Participant {
             w.deadline_at = Some(after(now, d));
         }
         self.stats.samples_written += 1;
+
+        // Asynchronous: the sender releases it (`poll_scheduled`). With no one to send to,
+        // it is released at once.
+        if let Some(a) = &mut w.asyncw {
+            if w.dests.is_empty() && a.seq == seq {
+                a.seq = seq + 1;
+                a.released = seq;
+                w.forget_released();
+            }
+            self.deliver_local(now, writer, seq, timestamp_ns, payload);
+            return Ok(seq);
+        }
 
         // Batching: the sample joins the writer's batch, sent when a limit is reached. Only
         // writers that batch pay for this (and for looking themselves up again after it).
@@ -884,6 +939,189 @@ impl Participant {
         }
         self.deliver_local(now, writer, seq, timestamp_ns, payload.clone());
         true
+    }
+
+    // ----- asynchronous writers ---------------------------------------------------------
+
+    /// Defines (or redefines) a named flow controller for asynchronous writers. A writer
+    /// names it in its QoS ([`Qos::flow_controller`]); several writers may share one.
+    pub fn set_flow_controller(&mut self, name: &str, spec: FlowController) {
+        match self.buckets.iter_mut().find(|b| b.name == name) {
+            Some(b) => b.spec = spec,
+            None => self.buckets.push(Bucket::new(name.to_string(), spec)),
+        }
+    }
+
+    /// The flow controllers: name, settings, and bytes let through so far.
+    pub fn flow_controllers(&self) -> impl Iterator<Item = (&str, FlowController, u64)> {
+        self.buckets
+            .iter()
+            .map(|b| (b.name.as_str(), b.spec, b.bytes))
+    }
+
+    /// The next datagram of an asynchronous writer, if one may leave at `now`: the highest
+    /// priority class first, the writers of a class in turn (one datagram each), each only
+    /// while its flow controller holds tokens. A driver's sender calls this until it returns
+    /// `None`, then waits until [`next_scheduled`](Self::next_scheduled) or a new write.
+    /// Heartbeats, repairs and synchronous writers' data never wait here: they come from
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn poll_scheduled(&mut self, now: Instant) -> Option<Transmit> {
+        for class in 0..self.classes.len() {
+            let n = self.classes[class].len();
+            for k in 0..n {
+                let i = (self.turn[class] + k) % n;
+                let id = self.classes[class][i];
+                if let Some(t) = self.release(now, id) {
+                    self.turn[class] = (i + 1) % n;
+                    return Some(t);
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`poll_scheduled`](Self::poll_scheduled) will next have a datagram: `now` if it
+    /// has one, the next token refill if every waiting writer is out of tokens, `None` if no
+    /// asynchronous writer has anything to send.
+    pub fn next_scheduled(&mut self, now: Instant) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        for class in &self.classes {
+            for id in class {
+                let Some(w) = self.writers.get(id) else {
+                    continue;
+                };
+                let Some(a) = &w.asyncw else { continue };
+                if a.seq >= w.next_seq || w.dests.is_empty() {
+                    continue;
+                }
+                let at = match a.bucket {
+                    Some(b) => self.buckets[b].next_ready(now),
+                    None => now,
+                };
+                t = Some(t.map_or(at, |x| x.min(at)));
+            }
+        }
+        t
+    }
+
+    /// True if events or immediate transmits are waiting to be polled.
+    pub fn has_output(&self) -> bool {
+        !self.transmits.is_empty() || !self.events.is_empty()
+    }
+
+    /// Samples an asynchronous writer has accepted but not yet released to every reader's
+    /// participant (0 for a synchronous one).
+    pub fn unsent(&self, writer: EntityId) -> u64 {
+        self.writers.get(&writer).map_or(0, |w| {
+            w.asyncw
+                .as_ref()
+                .map_or(0, |a| (w.next_seq - 1).saturating_sub(a.released))
+        })
+    }
+
+    /// Releases one datagram of asynchronous writer `id`, if it has one and tokens allow.
+    fn release(&mut self, now: Instant, id: EntityId) -> Option<Transmit> {
+        let hdr = self.header();
+        let single = self.max_payload();
+        let frag_size = self.frag_size();
+        let hb_period = self.cfg.heartbeat_period;
+        let w = self.writers.get_mut(&id)?;
+        let every = w.heartbeat_every();
+        let a = w.asyncw.as_mut()?;
+        if a.seq >= w.next_seq {
+            return None;
+        }
+        if w.dests.is_empty() {
+            // No one to send to (any more): everything waiting is released.
+            a.seq = w.next_seq;
+            a.released = w.next_seq - 1;
+            a.frag = 0;
+            a.dest = 0;
+            a.hb = None;
+            w.forget_released();
+            return None;
+        }
+        if let Some(b) = a.bucket {
+            if !self.buckets[b].ready(now) {
+                return None;
+            }
+        }
+        // The sample at the cursor, or the next one kept (keep-last may have dropped some).
+        let i = w.history.partition_point(|c| c.seq < a.seq);
+        let Some(c) = w.history.get(i) else {
+            a.seq = w.next_seq;
+            a.released = w.next_seq - 1;
+            return None;
+        };
+        if c.seq != a.seq {
+            a.released = c.seq - 1;
+            a.seq = c.seq;
+            a.frag = 0;
+            a.dest = 0;
+            a.hb = None;
+        }
+        if a.dest >= w.dests.len() {
+            a.dest = 0;
+            a.frag += 1;
+        }
+        let reliable = w.info.qos.is_reliable();
+        let o = Outgoing {
+            hdr,
+            single,
+            frag_size,
+            dest: self.remotes.get(&w.dests[a.dest]).map(|r| r.addr)?,
+            writer: id,
+            reader: EntityId::ALL,
+            seq: c.seq,
+            timestamp_ns: c.timestamp_ns,
+            payload: &c.payload,
+        };
+        let count = o.frag_count();
+        if a.frag == 0 && a.dest == 0 {
+            // A new sample: decide whether its last datagram carries a heartbeat (always
+            // for fragmented samples, so readers repair them at once).
+            w.since_hb += 1;
+            a.hb = None;
+            if reliable && (count > 1 || w.since_hb >= every) {
+                w.since_hb = 0;
+                w.hb_count = w.hb_count.wrapping_add(1);
+                a.hb = Some(HeartbeatRepr {
+                    writer: id,
+                    reader: EntityId::ALL,
+                    first: w.history.front().map_or(c.seq, |f| f.seq),
+                    last: c.seq,
+                    count: w.hb_count,
+                });
+            }
+        }
+        let last_frag = a.frag + 1 >= count;
+        let hb = a.hb.as_ref().filter(|_| last_frag);
+        if hb.is_some() {
+            self.stats.heartbeats_sent += 1;
+        }
+        let t = o.datagram(a.frag.min(count - 1), hb, &mut self.stats);
+        self.stats.datagrams_scheduled += 1;
+        if let Some(b) = a.bucket {
+            self.buckets[b].spend(t.len());
+        }
+        a.dest += 1;
+        if a.dest >= w.dests.len() && last_frag {
+            a.released = a.seq;
+            a.seq += 1;
+            a.frag = 0;
+            a.dest = 0;
+            a.hb = None;
+            w.forget_released();
+            if w.blocked && w.make_room(0) {
+                w.blocked = false;
+                self.events.push_back(Event::WriterReady { writer: id });
+            }
+        }
+        if reliable && w.next_hb.is_none() {
+            w.next_hb = Some(after(now, hb_period));
+            self.timers_changed = true;
+        }
+        Some(t)
     }
 
     /// Sends `writer`'s batch now, if it holds anything.
@@ -1477,6 +1715,7 @@ impl Participant {
             Some((ts, payload)) => {
                 let frags: Vec<u32> = nf.missing().collect();
                 self.stats.fragments_retransmitted += frags.len() as u64;
+                let before = self.stats.bytes_sent;
                 self.send_sample(
                     addr,
                     nf.writer,
@@ -1487,6 +1726,7 @@ impl Participant {
                     Some(&frags),
                     None,
                 );
+                self.charge(nf.writer, self.stats.bytes_sent - before);
             }
             None => {
                 let hdr = self.header();
@@ -1607,6 +1847,7 @@ impl Participant {
             domain: self.cfg.domain,
             participant: self.cfg.participant,
         };
+        let before = self.stats.bytes_sent;
         let mut packer = Packer::new(addr, hdr, self.cfg.max_datagram);
         // Sequence numbers the reader should never get (before it matched) or that are gone.
         let mut gap: Option<(u64, u64)> = None;
@@ -1705,7 +1946,20 @@ impl Participant {
         for (seq, ts, payload) in big {
             self.send_sample(addr, an.writer, an.reader, seq, ts, &payload, None, None);
         }
-        let _ = now;
+        self.charge(an.writer, self.stats.bytes_sent - before);
+    }
+
+    /// Repairs of an asynchronous writer leave at once (they are late already) but are paid
+    /// for from its flow controller, so the long-run rate holds on lossy links too.
+    fn charge(&mut self, writer: EntityId, bytes: u64) {
+        if let Some(b) = self
+            .writers
+            .get(&writer)
+            .and_then(|w| w.asyncw.as_ref())
+            .and_then(|a| a.bucket)
+        {
+            self.buckets[b].spend(bytes as usize);
+        }
     }
 
     fn flush_pending_acks(&mut self, now: Instant) {
@@ -1890,6 +2144,9 @@ impl Participant {
         let transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
         let start = if transient {
             w.first_available()
+        } else if w.asyncw.is_some() {
+            // Samples still waiting for the sender go to the new reader too.
+            w.last_sent() + 1
         } else {
             w.next_seq
         };
@@ -2510,5 +2767,74 @@ impl Packer {
 
     fn finish(mut self, out: &mut VecDeque<Transmit>, stats: &mut Stats) {
         self.flush(out, stats);
+    }
+}
+
+/// One sample on its way to one destination: builds its DATA, or one of its fragments.
+struct Outgoing<'a> {
+    hdr: Header,
+    /// Largest payload sent whole in one DATA.
+    single: usize,
+    frag_size: u16,
+    dest: SocketAddr,
+    writer: EntityId,
+    reader: EntityId,
+    seq: u64,
+    timestamp_ns: u64,
+    payload: &'a Bytes,
+}
+
+impl Outgoing<'_> {
+    fn frag_count(&self) -> u32 {
+        if self.payload.len() <= self.single {
+            1
+        } else {
+            (self.payload.len() as u32).div_ceil(self.frag_size as u32)
+        }
+    }
+
+    /// The DATA (when the sample fits one datagram; `n` is then 0) or fragment `n`, with
+    /// `hb` in front. Counted in `stats`.
+    fn datagram(&self, n: u32, hb: Option<&HeartbeatRepr>, stats: &mut Stats) -> Transmit {
+        let mut head = Vec::with_capacity(128);
+        let mut b = DatagramBuilder::new(&mut head, self.hdr);
+        if let Some(hb) = hb {
+            let _ = b.push(&Submessage::Heartbeat(*hb));
+        }
+        let body = if self.payload.len() <= self.single {
+            let data = DataRepr {
+                writer: self.writer,
+                reader: self.reader,
+                seq: self.seq,
+                timestamp_ns: self.timestamp_ns,
+                payload: &[],
+            };
+            let _ = b.push_data_head(&data, self.payload.len());
+            self.payload.clone()
+        } else {
+            let fs = self.frag_size as usize;
+            let start = (n as usize * fs).min(self.payload.len());
+            let end = (start + fs).min(self.payload.len());
+            let body = self.payload.slice(start..end);
+            let f = DataFragRepr {
+                writer: self.writer,
+                reader: self.reader,
+                seq: self.seq,
+                timestamp_ns: self.timestamp_ns,
+                sample_size: self.payload.len() as u32,
+                frag_size: self.frag_size,
+                frag_num: n,
+                payload: &body,
+            };
+            let _ = b.push_frag_head(&f);
+            body
+        };
+        stats.datagrams_sent += 1;
+        stats.bytes_sent += (head.len() + body.len()) as u64;
+        Transmit {
+            dest: self.dest,
+            head: Head::copy_from_slice(&head),
+            body,
+        }
     }
 }

@@ -38,6 +38,62 @@ impl Default for Batching {
     }
 }
 
+/// The name of a flow controller, held inline so [`Qos`] stays `Copy` (at most
+/// [`FlowName::MAX`] bytes; a longer name never matches a controller).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowName {
+    len: u8,
+    buf: [u8; FlowName::MAX],
+}
+
+impl FlowName {
+    /// Longest name kept.
+    pub const MAX: usize = 48;
+
+    /// The name (lossy if it was longer than [`FlowName::MAX`]).
+    pub fn as_str(&self) -> &str {
+        let n = (self.len as usize).min(Self::MAX);
+        std::str::from_utf8(&self.buf[..n]).unwrap_or("")
+    }
+
+    /// True if the name given was longer than [`FlowName::MAX`] bytes.
+    pub fn too_long(&self) -> bool {
+        self.len as usize > Self::MAX
+    }
+
+    fn new(name: &str) -> Self {
+        let mut buf = [0u8; Self::MAX];
+        let mut n = name.len().min(Self::MAX);
+        while !name.is_char_boundary(n) {
+            n -= 1;
+        }
+        buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+        let len = if name.len() > Self::MAX {
+            u8::MAX
+        } else {
+            n as u8
+        };
+        FlowName { len, buf }
+    }
+}
+
+impl fmt::Debug for FlowName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+/// How a writer publishes: synchronously (the default: `write` sends at once on the caller's
+/// thread) or asynchronously (`write` queues; a sender drains by priority class, through a
+/// flow controller). Local to the writer (not announced, not part of matching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AsyncPublish {
+    /// The class its datagrams are drained in.
+    pub priority: crate::Priority,
+    /// The named flow controller it draws tokens from; `None`: unlimited.
+    pub flow: Option<FlowName>,
+}
+
 /// Longest finite duration a policy holds; longer ones are taken as this (about a century).
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -67,6 +123,7 @@ pub struct Qos {
     lifespan: Option<Duration>,
     lease: Option<Duration>,
     batch: Option<Batching>,
+    publish: Option<AsyncPublish>,
 }
 
 impl Default for Qos {
@@ -81,6 +138,7 @@ impl Default for Qos {
             lifespan: None,
             lease: None,
             batch: None,
+            publish: None,
         }
     }
 }
@@ -154,6 +212,32 @@ impl Qos {
             max_delay: b.max_delay.min(MAX_DURATION),
         });
         self
+    }
+
+    /// Publish asynchronously in the given priority class: `write` queues the sample and
+    /// returns at once; the driver's sender drains realtime before default before bulk.
+    pub fn asynchronous(mut self, priority: crate::Priority) -> Self {
+        let flow = self.publish.and_then(|p| p.flow);
+        self.publish = Some(AsyncPublish { priority, flow });
+        self
+    }
+
+    /// Draw tokens from the named flow controller (implies asynchronous publishing, in the
+    /// default class unless [`asynchronous`](Self::asynchronous) chose another).
+    pub fn flow_controller(mut self, name: &str) -> Self {
+        let priority = self
+            .publish
+            .map_or(crate::Priority::Default, |p| p.priority);
+        self.publish = Some(AsyncPublish {
+            priority,
+            flow: Some(FlowName::new(name)),
+        });
+        self
+    }
+
+    /// The writer's asynchronous publishing, if any.
+    pub fn publish_async(&self) -> Option<AsyncPublish> {
+        self.publish
     }
 
     /// The writer's batching, if any.
@@ -247,6 +331,7 @@ impl Qos {
             lifespan: d(r.lifespan_us),
             lease: d(r.lease_us),
             batch: None,
+            publish: None,
         }
     }
 }

@@ -26,7 +26,9 @@ fn main() {
             partitions: vec![],
             qos: q,
         };
-        let w = a.create_writer(t0, info(q.batching(Batching::default())));
+        let w = a
+            .create_writer(t0, info(q.batching(Batching::default())))
+            .unwrap();
         let _r = b.create_reader(t0, info(q));
         let mut now = t0;
         for _ in 0..50 {

@@ -22,7 +22,7 @@ fn main() {
         partitions: vec![],
         qos: q,
     };
-    let w = a.create_writer(t0, info(Qos::new()));
+    let w = a.create_writer(t0, info(Qos::new())).unwrap();
     let r = b.create_reader(t0, info(Qos::new()));
     let mut now = t0;
     for _ in 0..50 {

@@ -51,7 +51,7 @@ pub fn participant(data: &[u8]) {
         partitions: vec![],
         qos: q,
     };
-    let w = p.create_writer(t0, info(qos));
+    let w = p.create_writer(t0, info(qos)).unwrap();
     let r = p.create_reader(t0, info(qos));
     let peers: [SocketAddr; 2] = [
         "127.0.0.1:9".parse().unwrap(),

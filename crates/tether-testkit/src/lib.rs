@@ -83,6 +83,15 @@ impl Link {
     }
 }
 
+impl Node {
+    fn next_wake(&self) -> Option<Instant> {
+        match (self.participant.poll_timeout(), self.sched_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// One simulated host with its participant, and everything it received.
 #[derive(Debug)]
 pub struct Node {
@@ -98,6 +107,8 @@ pub struct Node {
     pub auto_take: bool,
     /// While false the node neither sends nor receives (a crashed or unplugged host).
     pub up: bool,
+    /// When its asynchronous writers may next send (tokens permitting).
+    sched_at: Option<Instant>,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -174,6 +185,7 @@ impl Sim {
             delivered: BTreeMap::new(),
             auto_take: true,
             up: true,
+            sched_at: None,
         });
         self.pump(i);
         for j in 0..i {
@@ -187,36 +199,21 @@ impl Sim {
         &mut self.nodes[i].participant
     }
 
-    /// Moves node `i`'s output into the network and its events into its log.
+    /// Moves node `i`'s output into the network and its events into its log: immediate
+    /// transmits, then whatever asynchronous writers' flow controllers allow now.
     pub fn pump(&mut self, i: usize) {
-        while let Some(t) = self.nodes[i].participant.poll_transmit() {
-            if !self.nodes[i].up {
-                continue;
-            }
-            let Some(to) = self.nodes.iter().position(|n| n.addr == t.dest) else {
-                continue;
+        let now = self.now;
+        loop {
+            let t = match self.nodes[i].participant.poll_transmit() {
+                Some(t) => t,
+                None => match self.nodes[i].participant.poll_scheduled(now) {
+                    Some(t) => t,
+                    None => break,
+                },
             };
-            if self.rng.chance(self.link.loss) {
-                self.dropped += 1;
-                continue;
-            }
-            let copies = if self.rng.chance(self.link.duplicate) {
-                2
-            } else {
-                1
-            };
-            for _ in 0..copies {
-                let at = self.now + self.link.delay + self.rng.upto(self.link.jitter);
-                self.order += 1;
-                self.flights.push(Reverse(Flight {
-                    at,
-                    order: self.order,
-                    to,
-                    from: self.nodes[i].addr,
-                    payload: t.contiguous(),
-                }));
-            }
+            self.transmit(i, t);
         }
+        self.nodes[i].sched_at = self.nodes[i].participant.next_scheduled(now);
         self.max_in_flight = self.max_in_flight.max(self.flights.len());
         let now = self.now;
         let node = &mut self.nodes[i];
@@ -229,6 +226,35 @@ impl Sim {
                 }
             }
             node.events.push(e);
+        }
+    }
+
+    fn transmit(&mut self, i: usize, t: tether_core::Transmit) {
+        if !self.nodes[i].up {
+            return;
+        }
+        let Some(to) = self.nodes.iter().position(|n| n.addr == t.dest) else {
+            return;
+        };
+        if self.rng.chance(self.link.loss) {
+            self.dropped += 1;
+            return;
+        }
+        let copies = if self.rng.chance(self.link.duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let at = self.now + self.link.delay + self.rng.upto(self.link.jitter);
+            self.order += 1;
+            self.flights.push(Reverse(Flight {
+                at,
+                order: self.order,
+                to,
+                from: self.nodes[i].addr,
+                payload: t.contiguous(),
+            }));
         }
     }
 
@@ -252,7 +278,7 @@ impl Sim {
             .iter()
             .enumerate()
             .filter(|(_, n)| n.up)
-            .filter_map(|(i, n)| n.participant.poll_timeout().map(|t| (t, i)))
+            .filter_map(|(i, n)| n.next_wake().map(|t| (t, i)))
             .min();
         let next_flight = self.flights.peek().map(|Reverse(f)| f.at);
         match (next_timer, next_flight) {
@@ -260,7 +286,13 @@ impl Sim {
             (Some((t, i)), f) if f.is_none_or(|f| t < f) => {
                 self.now = self.now.max(t);
                 let now = self.now;
-                self.nodes[i].participant.handle_timeout(now);
+                if self.nodes[i]
+                    .participant
+                    .poll_timeout()
+                    .is_some_and(|x| x <= now)
+                {
+                    self.nodes[i].participant.handle_timeout(now);
+                }
                 self.pump(i);
                 true
             }
@@ -316,7 +348,7 @@ impl Sim {
             .nodes
             .iter()
             .filter(|n| n.up)
-            .filter_map(|n| n.participant.poll_timeout())
+            .filter_map(|n| n.next_wake())
             .min();
         let f = self.flights.peek().map(|Reverse(f)| f.at);
         match (t, f) {

@@ -27,7 +27,7 @@ fn setup(sim: &mut Sim, wq: Qos, rq: Qos, readers: usize) -> (EntityId, Vec<Enti
         sim.add_node(0);
     }
     let now = sim.now;
-    let w = sim.p(0).create_writer(now, info("/t", wq));
+    let w = sim.p(0).create_writer(now, info("/t", wq)).unwrap();
     let mut rs = Vec::new();
     for i in 1..=readers {
         let now = sim.now;
@@ -197,7 +197,8 @@ fn incompatible_qos_reported_on_both_sides() {
     let now = sim.now;
     let w = sim
         .p(0)
-        .create_writer(now, info("/cmd", Qos::new().best_effort()));
+        .create_writer(now, info("/cmd", Qos::new().best_effort()))
+        .unwrap();
     let r = sim
         .p(1)
         .create_reader(now, info("/cmd", Qos::new().reliable()));
@@ -239,7 +240,7 @@ fn type_mismatch_is_incompatible() {
     sim.add_node(0);
     sim.add_node(0);
     let now = sim.now;
-    sim.p(0).create_writer(now, info("/x", Qos::new()));
+    sim.p(0).create_writer(now, info("/x", Qos::new())).unwrap();
     let mut i = info("/x", Qos::new());
     i.type_name = "geometry_msgs/Twist".into();
     sim.p(1).create_reader(now, i);
@@ -264,7 +265,8 @@ fn transient_local_late_joiner() {
         let now = sim.now;
         let w = sim
             .p(0)
-            .create_writer(now, info("/map", Qos::new().keep_last(3).transient_local()));
+            .create_writer(now, info("/map", Qos::new().keep_last(3).transient_local()))
+            .unwrap();
         for i in 1..=10 {
             let now = sim.now;
             sim.p(0).write(now, w, i, payload(i)).unwrap();
@@ -301,7 +303,7 @@ fn partitions_scope_matching() {
     let now = sim.now;
     let mut wi = info("/p", Qos::new());
     wi.partitions = vec!["robots".into()];
-    let w = sim.p(0).create_writer(now, wi);
+    let w = sim.p(0).create_writer(now, wi).unwrap();
     let mut a = info("/p", Qos::new());
     a.partitions = vec!["robots".into(), "extra".into()];
     let ra = sim.p(1).create_reader(now, a);
@@ -325,7 +327,7 @@ fn domains_isolate() {
     sim.add_node(0);
     sim.add_node(1);
     let now = sim.now;
-    sim.p(0).create_writer(now, info("/d", Qos::new()));
+    sim.p(0).create_writer(now, info("/d", Qos::new())).unwrap();
     sim.p(1).create_reader(now, info("/d", Qos::new()));
     sim.pump(0);
     sim.pump(1);
@@ -509,7 +511,10 @@ fn same_participant_delivery() {
     sim.add_node(0);
     let now = sim.now;
     let r = sim.p(0).create_reader(now, info("/loop", Qos::new()));
-    let w = sim.p(0).create_writer(now, info("/loop", Qos::new()));
+    let w = sim
+        .p(0)
+        .create_writer(now, info("/loop", Qos::new()))
+        .unwrap();
     for i in 1..=5 {
         sim.p(0).write(now, w, i, payload(i)).unwrap();
     }
@@ -585,7 +590,7 @@ fn fragmented_reliable_under_loss() {
         }
         let q = Qos::new().keep_all().max_samples(8).max_bytes(16 << 20);
         let now = sim.now;
-        let w = sim.p(0).create_writer(now, info("/img", q));
+        let w = sim.p(0).create_writer(now, info("/img", q)).unwrap();
         let r = sim.p(1).create_reader(now, info("/img", q));
         sim.pump(0);
         sim.pump(1);
@@ -634,7 +639,7 @@ fn sixty_four_mib_over_five_percent_loss() {
     sim.add_node(0);
     let q = Qos::new().keep_all().max_samples(2).max_bytes(128 << 20);
     let now = sim.now;
-    let w = sim.p(0).create_writer(now, info("/map", q));
+    let w = sim.p(0).create_writer(now, info("/map", q)).unwrap();
     let r = sim.p(1).create_reader(now, info("/map", q));
     sim.pump(0);
     sim.pump(1);
@@ -663,7 +668,7 @@ fn fragmented_best_effort_expires_incomplete() {
     }
     let be = Qos::new().best_effort();
     let now = sim.now;
-    let w = sim.p(0).create_writer(now, info("/cam", be));
+    let w = sim.p(0).create_writer(now, info("/cam", be)).unwrap();
     let r = sim.p(1).create_reader(now, info("/cam", be));
     sim.pump(0);
     sim.pump(1);
@@ -713,8 +718,8 @@ fn fragment_floods_stay_bounded() {
     let now = sim.now;
     let r = sim.p(0).create_reader(now, info("/t", q));
     let rok = sim.p(0).create_reader(now, info("/ok", q));
-    let w = sim.p(1).create_writer(now, info("/t", q));
-    let wok = sim.p(1).create_writer(now, info("/ok", q));
+    let w = sim.p(1).create_writer(now, info("/t", q)).unwrap();
+    let wok = sim.p(1).create_writer(now, info("/ok", q)).unwrap();
     sim.pump(0);
     sim.pump(1);
     assert!(sim.run_until(
@@ -1007,7 +1012,7 @@ fn blocked_writer_heartbeats_at_once() {
         }
         let q = Qos::new().keep_all().max_samples(8);
         let now = sim.now;
-        let w = sim.p(0).create_writer(now, info("/t", q));
+        let w = sim.p(0).create_writer(now, info("/t", q)).unwrap();
         let r = sim.p(1).create_reader(now, info("/t", q));
         sim.pump(0);
         sim.pump(1);

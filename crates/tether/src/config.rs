@@ -28,6 +28,16 @@
 //! [reliability]
 //! heartbeat_period_ms = 100
 //! max_blocking_time_ms = 1000  # how long put() waits for room before failing
+//!
+//! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
+//! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).
+//! [flow_controllers.bulk]
+//! rate = "10MB/s"            # K, M, G = 1000^n; Ki, Mi, Gi = 1024^n
+//! [flow_controllers.paper]
+//! tokens_per_period = 10     # or "unlimited"
+//! period_ms = 10
+//! bytes_per_token = 8192
+//! max_tokens = 10            # the largest burst; default tokens_per_period
 //! ```
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -76,6 +86,91 @@ pub struct Config {
     pub transport: TransportConfig,
     /// Reliability settings.
     pub reliability: ReliabilityConfig,
+    /// Named flow controllers for asynchronous writers.
+    pub flow_controllers: std::collections::BTreeMap<String, FlowControllerConfig>,
+}
+
+/// `[flow_controllers.NAME]`: a token bucket. Give `rate`, or `tokens_per_period` with
+/// `period_ms` and `bytes_per_token`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlowControllerConfig {
+    /// A rate such as `"10MB/s"` or `"unlimited"`.
+    pub rate: Option<String>,
+    /// Tokens added per period: a number or `"unlimited"`.
+    pub tokens_per_period: Option<TokenCount>,
+    /// The period in ms (default 10).
+    pub period_ms: Option<u64>,
+    /// Bytes per token (default 1 with `rate`, 8192 with `tokens_per_period`).
+    pub bytes_per_token: Option<u64>,
+    /// The largest burst in tokens (default `tokens_per_period`).
+    pub max_tokens: Option<u64>,
+}
+
+/// A token count or `"unlimited"`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum TokenCount {
+    /// This many.
+    Count(u64),
+    /// The word `unlimited`.
+    Word(UnlimitedWord),
+}
+
+/// The word `unlimited`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnlimitedWord {
+    /// `"unlimited"`.
+    Unlimited,
+}
+
+impl FlowControllerConfig {
+    /// The token bucket it describes; `key` names it in errors.
+    pub fn to_spec(&self, key: &str) -> Result<tether_core::FlowController, ConfigError> {
+        use tether_core::FlowController;
+        let bad = |m: String| ConfigError::Invalid(format!("flow_controllers.{key}: {m}"));
+        let period_ms = self.period_ms.unwrap_or(10);
+        if !(1..=24 * 3600 * 1000).contains(&period_ms) {
+            return Err(bad(format!(
+                "period_ms = {period_ms} is outside 1..=86400000"
+            )));
+        }
+        let period = Duration::from_millis(period_ms);
+        let mut spec = match (&self.rate, self.tokens_per_period) {
+            (Some(_), Some(_)) => {
+                return Err(bad("give rate or tokens_per_period, not both".into()));
+            }
+            (None, None) => return Err(bad("give rate or tokens_per_period".into())),
+            (Some(r), None) if r.trim() == "unlimited" => FlowController::UNLIMITED,
+            (Some(r), None) => {
+                let bps = tether_core::parse_rate(r).map_err(bad)?;
+                let bpt = self.bytes_per_token.unwrap_or(1).max(1);
+                let per_period = (bps as f64 * period.as_secs_f64() / bpt as f64).round();
+                if per_period < 1.0 {
+                    return Err(bad(format!(
+                        "rate {r} is less than one token of {bpt} B per {period_ms} ms"
+                    )));
+                }
+                FlowController::tokens(per_period as u64, period, bpt)
+            }
+            (None, Some(TokenCount::Word(_))) => FlowController::UNLIMITED,
+            (None, Some(TokenCount::Count(n))) => {
+                let bpt = self.bytes_per_token.unwrap_or(8192);
+                if bpt == 0 {
+                    return Err(bad("bytes_per_token must be at least 1".into()));
+                }
+                FlowController::tokens(n, period, bpt)
+            }
+        };
+        if let Some(m) = self.max_tokens {
+            if m == 0 {
+                return Err(bad("max_tokens must be at least 1".into()));
+            }
+            spec = spec.with_max_tokens(m);
+        }
+        Ok(spec)
+    }
 }
 
 /// `[discovery]`.
@@ -236,6 +331,7 @@ impl Config {
                 d.multicast_group
             )));
         }
+        self.flow_controller_specs()?;
         const DAY_MS: u64 = 24 * 3600 * 1000;
         for (key, v) in [
             ("discovery.announce_period_ms", d.announce_period_ms),
@@ -257,6 +353,24 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The flow controllers, validated.
+    pub fn flow_controller_specs(
+        &self,
+    ) -> Result<Vec<(String, tether_core::FlowController)>, ConfigError> {
+        self.flow_controllers
+            .iter()
+            .map(|(k, v)| {
+                if k.is_empty() || k.len() > tether_core::FlowName::MAX {
+                    return Err(ConfigError::Invalid(format!(
+                        "flow controller name '{k}' must be 1 to {} bytes",
+                        tether_core::FlowName::MAX
+                    )));
+                }
+                Ok((k.clone(), v.to_spec(k)?))
+            })
+            .collect()
     }
 
     /// The address to bind.
@@ -297,6 +411,46 @@ mod tests {
         let c = Config::from_toml(&text).unwrap();
         assert_eq!(c.name, "robot1");
         assert_eq!(c.discovery.peers.len(), 1);
+        let f = c.flow_controller_specs().unwrap();
+        assert_eq!(f[0].0, "bulk");
+        assert_eq!(f[0].1.bytes_per_second(), Some(10e6));
+        assert_eq!(f[1].0, "paper");
+        assert_eq!(f[1].1.bytes_per_second(), Some(10.0 * 8192.0 * 100.0));
+    }
+
+    #[test]
+    fn flow_controllers_are_checked() {
+        let f = |t: &str| Config::from_toml(&format!("[flow_controllers.x]\n{t}\n"));
+        assert!(f("rate = \"unlimited\"").is_ok());
+        assert!(f("tokens_per_period = \"unlimited\"").is_ok());
+        let r = f("rate = \"512KiB/s\"")
+            .unwrap()
+            .flow_controller_specs()
+            .unwrap()[0]
+            .1
+            .bytes_per_second()
+            .unwrap();
+        assert!((r / (512.0 * 1024.0) - 1.0).abs() < 1e-4, "{r}");
+        for (bad, says) in [
+            ("rate = \"fast\"", "bad rate"),
+            ("", "give rate or tokens_per_period"),
+            ("rate = \"1MB/s\"\ntokens_per_period = 3", "not both"),
+            (
+                "tokens_per_period = 3\nbytes_per_token = 0",
+                "bytes_per_token",
+            ),
+            ("tokens_per_period = 3\nperiod_ms = 0", "period_ms"),
+            ("tokens_per_period = 3\nmax_tokens = 0", "max_tokens"),
+            (
+                "rate = \"10B/s\"\nbytes_per_token = 1000",
+                "less than one token",
+            ),
+            ("tokens_per_period = \"lots\"", "line"),
+            ("tokens = 3", "tokens"),
+        ] {
+            let e = f(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -26,12 +26,15 @@
 mod config;
 mod session;
 
-pub use config::{Config, ConfigError, DiscoveryConfig, ReliabilityConfig, TransportConfig};
+pub use config::{
+    Config, ConfigError, DiscoveryConfig, FlowControllerConfig, ReliabilityConfig, TokenCount,
+    TransportConfig, UnlimitedWord,
+};
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,
     Subscriber, Topic, kind_str,
 };
 pub use tether_core::{
-    Batching, DeadlineSide, Durability, EndpointKind, Event, Guid, History, IncompatibleQos, Qos,
-    QosPolicy, Reliability, Sample, Stats,
+    Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
+    IncompatibleQos, Priority, Qos, QosPolicy, Reliability, Sample, Stats, format_rate, parse_rate,
 };

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use tether_core::{
-    EndpointInfo, EndpointKind, EntityId, Event, Participant, ParticipantId, Qos, RemoteEndpoint,
-    Sample, Stats, WriteError,
+    EndpointInfo, EndpointKind, EntityId, Event, FlowController, Participant, ParticipantId, Qos,
+    RemoteEndpoint, Sample, Stats, WriteError,
 };
 use tether_transport::{
     MulticastReceiver, Registry, Transport, UdpOptions, UdpTransport, default_registry_dir,
@@ -63,6 +63,14 @@ pub enum OpenError {
     /// A thread could not be spawned.
     #[error("cannot start session thread: {0}")]
     Thread(io::Error),
+    /// The configuration is unusable (e.g. a bad flow controller).
+    #[error(transparent)]
+    Config(#[from] crate::ConfigError),
+    /// A publisher's QoS names a flow controller the session does not have.
+    #[error(
+        "unknown flow controller '{0}': define it under [flow_controllers.{0}] or with Session::set_flow_controller"
+    )]
+    UnknownFlowController(String),
 }
 
 /// Why a `put` failed. Every variant hands the payload back.
@@ -211,6 +219,8 @@ enum Slot {
 
 struct Inner {
     core: Participant,
+    /// The sender thread is waiting for asynchronous writers' data (notify it on a write).
+    sender_idle: bool,
     subs: BTreeMap<EntityId, Slot>,
     listeners: Vec<Listener>,
     /// When the receive thread will wake on its own (it sleeps in recv until then).
@@ -221,6 +231,8 @@ struct Shared {
     inner: Mutex<Inner>,
     transport: UdpTransport,
     writer_cv: Condvar,
+    /// Wakes the sender thread.
+    sender_cv: Condvar,
     closed: AtomicBool,
     max_blocking: Duration,
     busy_poll: AtomicBool,
@@ -421,6 +433,9 @@ impl Session {
         cc.max_reassembly_bytes = config.transport.max_reassembly_bytes;
         cc.reassembly_timeout = Duration::from_millis(config.transport.reassembly_timeout_ms);
         let mut core = Participant::new(cc, now);
+        for (name, spec) in config.flow_controller_specs()? {
+            core.set_flow_controller(&name, spec);
+        }
         for p in &config.discovery.peers {
             core.add_target(*p);
         }
@@ -460,12 +475,14 @@ impl Session {
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 core,
+                sender_idle: false,
                 subs: BTreeMap::new(),
                 listeners: Vec::new(),
                 armed: None,
             }),
             transport,
             writer_cv: Condvar::new(),
+            sender_cv: Condvar::new(),
             closed: AtomicBool::new(false),
             max_blocking: Duration::from_millis(config.reliability.max_blocking_time_ms),
             busy_poll: AtomicBool::new(config.transport.busy_poll),
@@ -496,6 +513,13 @@ impl Session {
                 .spawn(move || discovery_loop(&s, reg_dir, mcast))
                 .map_err(OpenError::Thread)?,
         );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("tether-sender".into())
+                .spawn(move || sender_loop(&s))
+                .map_err(OpenError::Thread)?,
+        );
         Ok(Session {
             shared,
             threads,
@@ -519,12 +543,36 @@ impl Session {
         let info = topic.info(qos);
         let id = self
             .shared
-            .with_core(|i, now| i.core.create_writer(now, info));
+            .with_core(|i, now| i.core.create_writer(now, info))
+            .map_err(|e| match e {
+                tether_core::CreateError::UnknownFlowController(n) => {
+                    OpenError::UnknownFlowController(n)
+                }
+            })?;
         Ok(Publisher {
             shared: self.shared.clone(),
             id,
             topic: topic.name,
+            asynchronous: qos.publish_async().is_some(),
         })
+    }
+
+    /// Defines (or redefines, for the writers already using it) a named flow controller for
+    /// asynchronous publishers ([`Qos::flow_controller`]).
+    pub fn set_flow_controller(&self, name: &str, spec: FlowController) {
+        self.shared
+            .with_core(|i, _| i.core.set_flow_controller(name, spec));
+        self.shared.sender_cv.notify_one();
+    }
+
+    /// The flow controllers: name, setting, and bytes let through so far.
+    pub fn flow_controllers(&self) -> Vec<(String, FlowController, u64)> {
+        self.shared
+            .lock()
+            .core
+            .flow_controllers()
+            .map(|(n, f, b)| (n.to_string(), f, b))
+            .collect()
     }
 
     /// Creates a subscriber whose samples are taken with `recv`, `try_recv` or as a stream.
@@ -643,6 +691,10 @@ impl Drop for Session {
         self.shared.transport.wake();
         self.shared.writer_cv.notify_all();
         {
+            let _g = self.shared.lock();
+            self.shared.sender_cv.notify_all();
+        }
+        {
             let g = self.shared.lock();
             for s in g.subs.values() {
                 if let Slot::Queue(sig) = s {
@@ -748,6 +800,54 @@ fn recv_loop(shared: &Shared) {
     }
 }
 
+/// The sender: releases asynchronous writers' datagrams one at a time, by priority class
+/// and flow controller, and sends each with the engine's lock released, so a synchronous
+/// `put` (which sends on its own thread) never waits behind a bulk transfer, and an
+/// asynchronous realtime sample waits at most for the one datagram being sent.
+fn sender_loop(shared: &Shared) {
+    let mut deferred = Deferred::default();
+    let mut g = shared.lock();
+    while !shared.closed.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let t = g.core.poll_scheduled(now);
+        if g.core.has_output() {
+            shared.drive(&mut g, now, &mut deferred);
+        }
+        match t {
+            Some(t) => {
+                drop(g);
+                deferred.run();
+                if shared.transport.send(t.dest, &t.head, &t.body).is_err() {
+                    shared.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                g = shared.lock();
+            }
+            None => {
+                let wait = match g.core.next_scheduled(now) {
+                    Some(at) => at.saturating_duration_since(now),
+                    None => Duration::from_millis(200),
+                };
+                if !deferred.calls.is_empty() || !deferred.events.is_empty() {
+                    drop(g);
+                    deferred.run();
+                    g = shared.lock();
+                    continue;
+                }
+                if wait.is_zero() {
+                    continue;
+                }
+                g.sender_idle = true;
+                let (g2, _) = shared
+                    .sender_cv
+                    .wait_timeout(g, wait)
+                    .unwrap_or_else(|p| p.into_inner());
+                g = g2;
+                g.sender_idle = false;
+            }
+        }
+    }
+}
+
 type RegistryInfo = (std::path::PathBuf, u16, u64, SocketAddr);
 
 fn discovery_loop(
@@ -812,6 +912,7 @@ pub struct Publisher {
     shared: Arc<Shared>,
     id: EntityId,
     topic: String,
+    asynchronous: bool,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -849,6 +950,10 @@ impl Publisher {
             }
             let r = g.core.write(now, self.id, timestamp_ns, payload);
             self.shared.drive(&mut g, now, &mut deferred);
+            if self.asynchronous && g.sender_idle {
+                g.sender_idle = false;
+                self.shared.sender_cv.notify_one();
+            }
             match r {
                 Ok(seq) => {
                     drop(g);
@@ -896,6 +1001,18 @@ impl Publisher {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Samples an asynchronous publisher has accepted but its sender has not yet sent to
+    /// every matched participant (0 for a synchronous one).
+    pub fn unsent(&self) -> u64 {
+        self.shared.lock().core.unsent(self.id)
+    }
+
+    /// The highest sequence number every matched reliable reader has acknowledged, with
+    /// every one before it (0 if none; the last written if no reliable reader is matched).
+    pub fn acknowledged(&self) -> u64 {
+        self.shared.lock().core.acknowledged(self.id)
     }
 
     /// Sends this publisher's waiting batch now (with `Qos::batching`; otherwise a no-op).

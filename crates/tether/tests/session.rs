@@ -439,3 +439,120 @@ fn huge_timeouts_do_not_panic() {
     assert_eq!(&s.recv_timeout(Duration::MAX).unwrap().payload[..], b"x");
     assert!(p.wait_for_acknowledgments(Duration::MAX));
 }
+
+/// An asynchronous publisher's `put` returns at once; a flow controller holds the transfer
+/// to its rate (never faster, so this lower bound on time cannot flake on a slow machine);
+/// every sample arrives intact and in order.
+#[test]
+fn flow_controlled_async_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path());
+    c.flow_controllers.insert(
+        "bulk".into(),
+        tether::FlowControllerConfig {
+            rate: Some("4MB/s".into()),
+            ..Default::default()
+        },
+    );
+    let a = Session::open(c).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let q = Qos::default()
+        .keep_all()
+        .max_samples(1000)
+        .asynchronous(tether::Priority::Bulk)
+        .flow_controller("bulk");
+    let sub = b.subscriber("/file", Qos::default().keep_all()).unwrap();
+    let publisher = a.publisher("/file", q).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || publisher.matched()
+        == 1
+        && sub.matched() == 1));
+    let (n, size) = (64u32, 32 * 1024);
+    let t0 = Instant::now();
+    for i in 0..n {
+        let mut v = vec![i as u8; size];
+        v[..4].copy_from_slice(&i.to_le_bytes());
+        publisher.put(v).unwrap();
+    }
+    let queued = t0.elapsed();
+    assert!(publisher.unsent() > 0, "nothing waited for the sender");
+    for i in 0..n {
+        let s = sub.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert_eq!(&s.payload[..4], &i.to_le_bytes());
+        assert_eq!(s.payload.len(), size);
+    }
+    let took = t0.elapsed();
+    let expected = Duration::from_secs_f64((n as usize * size) as f64 / 4e6);
+    assert!(
+        took >= expected.mul_f64(0.93),
+        "2 MB at 4 MB/s took {took:?} (queued in {queued:?})"
+    );
+    assert!(publisher.wait_for_acknowledgments(Duration::from_secs(10)));
+    assert_eq!(publisher.acknowledged(), n as u64);
+    assert_eq!(publisher.unsent(), 0);
+    let fc = a.flow_controllers();
+    assert_eq!(fc[0].0, "bulk");
+    assert!(fc[0].2 >= (n as u64) * size as u64);
+}
+
+/// A synchronous realtime publisher keeps delivering while a bulk transfer on the same
+/// session saturates the sender, and a publisher naming an undefined controller is refused.
+#[test]
+fn bulk_and_realtime_share_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let err = a
+        .publisher("/x", Qos::default().flow_controller("nope"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown flow controller 'nope'"),
+        "{err}"
+    );
+    a.set_flow_controller("bulk", tether::FlowController::UNLIMITED);
+    let bulk = a
+        .publisher(
+            "/bulk",
+            Qos::default()
+                .keep_all()
+                .max_samples(64)
+                .flow_controller("bulk")
+                .asynchronous(tether::Priority::Bulk),
+        )
+        .unwrap();
+    let rt = a.publisher("/rt", Qos::default().keep_all()).unwrap();
+    let bsub = b.subscriber("/bulk", Qos::default().keep_all()).unwrap();
+    let rsub = b.subscriber("/rt", Qos::default().keep_all()).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || bulk.matched() == 1
+        && rt.matched() == 1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let bulk_thread = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !s2.load(Ordering::Relaxed) {
+            if bulk.put(vec![7u8; 32 * 1024]).is_ok() {
+                n += 1;
+            }
+        }
+        // Everything accepted is delivered before the publisher goes.
+        assert!(bulk.wait_for_acknowledgments(Duration::from_secs(20)));
+        n
+    });
+    let drain = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while bsub.recv_timeout(Duration::from_secs(2)).is_ok() {
+            n += 1;
+        }
+        n
+    });
+    for i in 0..200u32 {
+        rt.put(Bytes::from(i.to_le_bytes().to_vec())).unwrap();
+        let s = rsub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = bulk_thread.join().unwrap();
+    let got = drain.join().unwrap();
+    assert!(sent > 10, "bulk hardly ran: {sent}");
+    assert_eq!(got, sent, "reliable bulk lost samples");
+}
