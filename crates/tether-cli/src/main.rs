@@ -9,6 +9,7 @@ use tether::{Config, Qos, Topic};
 
 mod bench;
 mod demo;
+mod file;
 mod paper;
 mod topic;
 
@@ -46,6 +47,10 @@ enum Cmd {
     Hz(topic::RateArgs),
     /// Print the bandwidth of a topic.
     Bw(topic::RateArgs),
+    /// Send a file reliably as a bulk transfer, optionally rate-limited.
+    Send(file::SendArgs),
+    /// Receive files sent with `tether send` into a directory (SHA-256 checked).
+    Recv(file::RecvArgs),
     /// Measure tether against raw UDP on this machine.
     Bench(bench::BenchArgs),
     /// Several processes on this host publishing and subscribing, with live rates.
@@ -149,6 +154,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Info(a) => topic::info(cfg, a),
         Cmd::Hz(a) => topic::rate(cfg, a, false),
         Cmd::Bw(a) => topic::rate(cfg, a, true),
+        Cmd::Send(a) => file::send(cfg, a),
+        Cmd::Recv(a) => file::recv(cfg, a),
         Cmd::Bench(a) => bench::run(cfg, a),
         Cmd::BenchPeer(a) => bench::peer(cfg, a),
         Cmd::Demo(a) => demo::run(cfg, a),
