@@ -57,6 +57,35 @@ enum Which {
         #[arg(long)]
         json: bool,
     },
+    /// Paper 001, Table 4: a bulk transfer in 32 KB samples through a token-bucket flow
+    /// controller at each setting, with a 1 kHz 64 B reliable realtime topic on the same
+    /// session; completion time, rate, and the realtime latency with and without the bulk.
+    Bulk {
+        /// Bytes to transfer per setting.
+        #[arg(long, default_value_t = 100 << 20)]
+        total: u64,
+        /// Bytes per bulk sample.
+        #[arg(long, default_value_t = 32 << 10)]
+        sample: usize,
+        /// Tokens added per period, for each row (`unlimited` or a number).
+        #[arg(long, value_delimiter = ',', default_value = "unlimited,30,20,10,5,1")]
+        tokens: Vec<String>,
+        /// The flow controller's period in ms.
+        #[arg(long, default_value_t = 10)]
+        period_ms: u64,
+        /// Bytes per token.
+        #[arg(long, default_value_t = 8192)]
+        bytes_per_token: u64,
+        /// Bulk samples in flight (the writer's keep-all history).
+        #[arg(long, default_value_t = 8)]
+        window: u32,
+        /// Seconds of realtime traffic alone, before each transfer.
+        #[arg(long, default_value_t = 2.0)]
+        idle: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
@@ -123,6 +152,8 @@ enum Role {
     UdpSink,
     /// Acknowledge every announced count of samples (the 001 paper's echo).
     Ack,
+    /// Count bulk bytes and time the realtime topic (`bench bulk`).
+    BulkSink,
 }
 
 const PING: &str = "/bench/ping";
@@ -170,7 +201,7 @@ impl Peer {
         })
     }
 
-    fn line(&mut self) -> anyhow::Result<String> {
+    pub(crate) fn line(&mut self) -> anyhow::Result<String> {
         let mut s = String::new();
         if self.stdout.read_line(&mut s)? == 0 {
             bail!("benchmark peer exited early");
@@ -178,7 +209,7 @@ impl Peer {
         Ok(s.trim().to_string())
     }
 
-    fn send(&mut self, s: &str) -> anyhow::Result<()> {
+    pub(crate) fn send(&mut self, s: &str) -> anyhow::Result<()> {
         let i = self.stdin.as_mut().context("peer stdin")?;
         writeln!(i, "{s}")?;
         i.flush()?;
@@ -255,6 +286,42 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
             reps,
             json,
         } => crate::paper::large(cfg, total, &chunks, reps, json),
+        Which::Bulk {
+            total,
+            sample,
+            tokens,
+            period_ms,
+            bytes_per_token,
+            window,
+            idle,
+            json,
+        } => {
+            let tokens = tokens
+                .iter()
+                .map(|t| match t.trim() {
+                    "unlimited" => Ok(None),
+                    n => n.parse::<u64>().map(Some).map_err(|_| {
+                        anyhow::anyhow!("--tokens: '{n}' is neither a number nor unlimited")
+                    }),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            if period_ms == 0 || bytes_per_token == 0 {
+                bail!("--period-ms and --bytes-per-token must be at least 1");
+            }
+            crate::bulk::run(
+                cfg,
+                crate::bulk::BulkArgs {
+                    total,
+                    sample,
+                    tokens,
+                    period_ms,
+                    bytes_per_token,
+                    window,
+                    idle_secs: crate::topic::secs("--idle", idle)?.as_secs_f64(),
+                    json,
+                },
+            )
+        }
         Which::Latency {
             samples,
             sizes,
@@ -768,6 +835,7 @@ pub(crate) fn peer(mut cfg: Config, a: PeerArgs) -> anyhow::Result<ExitCode> {
             report_loop(&count, &first, &last)?;
         }
         Role::Ack => crate::paper::ack_peer(cfg)?,
+        Role::BulkSink => crate::bulk::sink(cfg)?,
         Role::Sink | Role::SinkReliable => {
             let session = Session::open(cfg)?;
             let qos = if matches!(a.role, Role::SinkReliable) {

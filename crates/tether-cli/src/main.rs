@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use tether::{Config, Qos, Topic};
 
 mod bench;
+mod bulk;
 mod demo;
 mod file;
 mod paper;

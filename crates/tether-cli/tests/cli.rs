@@ -474,3 +474,48 @@ fn bad_durations_and_rates_are_clear_errors() {
         );
     }
 }
+
+/// `bench bulk` runs a flow-controlled transfer beside the realtime topic and reports both;
+/// the limited row never beats its limit by more than the first burst allows.
+#[test]
+fn bulk_bench_runs_and_respects_the_limit() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench",
+        "bulk",
+        "--total",
+        "2000000",
+        "--tokens",
+        "unlimited,50",
+        "--bytes-per-token",
+        "4096",
+        "--idle",
+        "0.3",
+        "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows[0]["tokens_per_period"].is_null());
+    assert!(rows[0]["paper_ms"].as_f64() == Some(5918.0));
+    let limited = &rows[1];
+    // 50 tokens of 4 KB per 10 ms = 20.48 MB/s.
+    assert_eq!(limited["limit_bytes_per_s"].as_f64(), Some(20_480_000.0));
+    let rate = limited["bytes_per_s"].as_f64().unwrap();
+    assert!(
+        rate <= 20_480_000.0 * 1.1,
+        "{rate} B/s through a 20.5 MB/s limit"
+    );
+    for r in rows {
+        assert!(r["rt_idle_samples"].as_u64().unwrap() > 100, "{r}");
+        assert!(r["rt_bulk_samples"].as_u64().unwrap() > 10, "{r}");
+        assert!(r["rt_bulk_p99_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args(["bench", "bulk", "--tokens", "lots"]);
+    let out = finish(spawn(c), Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("'lots' is neither a number nor unlimited"));
+}

@@ -111,6 +111,8 @@ pub(crate) struct AsyncState {
     pub(crate) hb: Option<tether_wire::HeartbeatRepr>,
     /// Every sample up to this one has been released for every destination.
     pub(crate) released: u64,
+    /// A sample whose last datagram was handed to the driver, released at its next poll.
+    pub(crate) sending: Option<u64>,
 }
 
 impl Writer {

@@ -16,7 +16,7 @@ use tether_wire::{
 use crate::endpoint::{AsyncState, Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
 use crate::event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 use crate::qos::{Mismatch, Qos, QosPolicy, check_compatible};
-use crate::sched::{Bucket, FlowController};
+use crate::sched::{Bucket, FlowController, Priority};
 
 /// Bytes a DATA submessage adds around its payload (datagram header included).
 pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED_LEN;
@@ -491,6 +491,7 @@ impl Participant {
                     dest: 0,
                     hb: None,
                     released: 0,
+                    sending: None,
                 })
             }
         };
@@ -947,7 +948,13 @@ impl Participant {
     /// names it in its QoS ([`Qos::flow_controller`]); several writers may share one.
     pub fn set_flow_controller(&mut self, name: &str, spec: FlowController) {
         match self.buckets.iter_mut().find(|b| b.name == name) {
-            Some(b) => b.spec = spec,
+            Some(b) => {
+                // A fresh bucket under the new setting (an unlimited one holds no real
+                // count of tokens), keeping the byte count.
+                let bytes = b.bytes;
+                *b = Bucket::new(name.to_string(), spec);
+                b.bytes = bytes;
+            }
             None => self.buckets.push(Bucket::new(name.to_string(), spec)),
         }
     }
@@ -966,7 +973,15 @@ impl Participant {
     /// Heartbeats, repairs and synchronous writers' data never wait here: they come from
     /// [`poll_transmit`](Self::poll_transmit).
     pub fn poll_scheduled(&mut self, now: Instant) -> Option<Transmit> {
-        for class in 0..self.classes.len() {
+        self.poll_scheduled_in(now, &Priority::ALL)
+    }
+
+    /// [`poll_scheduled`](Self::poll_scheduled) for the given classes only, most urgent
+    /// first: a driver may drain bulk from a thread of lower OS priority than the others.
+    pub fn poll_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Transmit> {
+        self.commit_sent(classes);
+        for p in classes {
+            let class = p.index();
             let n = self.classes[class].len();
             for k in 0..n {
                 let i = (self.turn[class] + k) % n;
@@ -984,9 +999,15 @@ impl Participant {
     /// has one, the next token refill if every waiting writer is out of tokens, `None` if no
     /// asynchronous writer has anything to send.
     pub fn next_scheduled(&mut self, now: Instant) -> Option<Instant> {
+        self.next_scheduled_in(now, &Priority::ALL)
+    }
+
+    /// [`next_scheduled`](Self::next_scheduled) for the given classes only.
+    pub fn next_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Instant> {
+        self.commit_sent(classes);
         let mut t: Option<Instant> = None;
-        for class in &self.classes {
-            for id in class {
+        for p in classes {
+            for id in &self.classes[p.index()] {
                 let Some(w) = self.writers.get(id) else {
                     continue;
                 };
@@ -1002,6 +1023,36 @@ impl Participant {
             }
         }
         t
+    }
+
+    /// The last sample handed out by `poll_scheduled_in` for these classes has been sent.
+    fn commit_sent(&mut self, classes: &[Priority]) {
+        for p in classes {
+            for id in &self.classes[p.index()] {
+                let Some(w) = self.writers.get_mut(id) else {
+                    continue;
+                };
+                let Some(seq) = w.asyncw.as_mut().and_then(|a| a.sending.take()) else {
+                    continue;
+                };
+                if let Some(a) = w.asyncw.as_mut() {
+                    a.released = a.released.max(seq);
+                }
+                w.forget_released();
+                if w.blocked && w.make_room(0) {
+                    w.blocked = false;
+                    self.events.push_back(Event::WriterReady { writer: *id });
+                }
+            }
+        }
+    }
+
+    /// The priority class of an asynchronous writer (`None` for a synchronous one).
+    pub fn writer_priority(&self, writer: EntityId) -> Option<Priority> {
+        self.writers
+            .get(&writer)
+            .and_then(|w| w.asyncw.as_ref())
+            .map(|a| a.priority)
     }
 
     /// True if events or immediate transmits are waiting to be polled.
@@ -1106,16 +1157,14 @@ impl Participant {
         }
         a.dest += 1;
         if a.dest >= w.dests.len() && last_frag {
-            a.released = a.seq;
+            // Released once the driver comes back for the next datagram, that is after it
+            // has sent this one: a heartbeat must not announce a sample still on its way
+            // out of another thread, or readers would ask for it again.
+            a.sending = Some(a.seq);
             a.seq += 1;
             a.frag = 0;
             a.dest = 0;
             a.hb = None;
-            w.forget_released();
-            if w.blocked && w.make_room(0) {
-                w.blocked = false;
-                self.events.push_back(Event::WriterReady { writer: id });
-            }
         }
         if reliable && w.next_hb.is_none() {
             w.next_hb = Some(after(now, hb_period));

@@ -107,8 +107,10 @@ fn async_write_queues_and_returns() {
         .poll_scheduled(now)
         .expect("the sender has a datagram");
     assert_eq!(writer_of(&t.contiguous()), vec![ws[0]]);
-    assert_eq!(sim.p(0).unsent(ws[0]), 0);
+    // Released (and announced by heartbeats) only once the driver is back, having sent it.
+    assert_eq!(sim.p(0).unsent(ws[0]), 1);
     assert!(sim.p(0).poll_scheduled(now).is_none());
+    assert_eq!(sim.p(0).unsent(ws[0]), 0);
     assert_eq!(sim.p(0).next_scheduled(now), None);
     // The simulator's driver sends what the sender released; it arrives.
     sim.pump(0);
@@ -356,4 +358,26 @@ fn async_writer_without_readers_does_not_queue() {
     assert_eq!(sim.p(0).unsent(w), 0);
     assert_eq!(sim.nodes[0].participant.history_len(w), 0);
     write_n(&mut sim, w, 10, 10);
+}
+
+/// Redefining a controller takes effect at once: switching from unlimited to a limit does
+/// not let a period's worth of unlimited traffic through.
+#[test]
+fn redefined_flow_controller_applies_at_once() {
+    let unlimited_then = |spec: FlowController| {
+        let mut sim = Sim::new(9, Link::perfect());
+        let q = Qos::new().keep_all().max_samples(64).flow_controller("f");
+        let (ws, _) = pair(&mut sim, &[("/f", q)], Qos::new().keep_all(), |p| {
+            p.set_flow_controller("f", FlowController::UNLIMITED)
+        });
+        let now = sim.now;
+        sim.p(0).set_flow_controller("f", spec);
+        for k in 0..50 {
+            sim.p(0).write(now, ws[0], k, bytes(k, 32 * 1024)).unwrap();
+        }
+        std::iter::from_fn(|| sim.p(0).poll_scheduled(now)).count()
+    };
+    // 10 tokens of 8192 B: 80 KB may leave at once, that is three 32 KB samples.
+    let n = unlimited_then(FlowController::tokens(10, Duration::from_millis(10), 8192));
+    assert_eq!(n, 3);
 }

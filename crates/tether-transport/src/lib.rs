@@ -248,6 +248,28 @@ impl MulticastReceiver {
     }
 }
 
+/// Puts the calling thread in the background scheduling class (Linux `SCHED_IDLE`, falling
+/// back to nice 19): it runs only when no normal thread wants the CPU. For threads that move
+/// bulk data, so they never delay realtime ones on a small machine.
+pub fn background_thread() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a live, initialised sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+        return Ok(());
+    }
+    // SAFETY: gettid has no preconditions; setpriority with PRIO_PROCESS and a thread id
+    // sets that thread's nice value.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// The IPv4 address of interface `name` (e.g. `eth0`), or `name` itself if it is an address.
 pub fn interface_ipv4(name: &str) -> io::Result<Ipv4Addr> {
     if let Ok(ip) = name.parse::<Ipv4Addr>() {

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use tether_core::{
-    EndpointInfo, EndpointKind, EntityId, Event, FlowController, Participant, ParticipantId, Qos,
-    RemoteEndpoint, Sample, Stats, WriteError,
+    EndpointInfo, EndpointKind, EntityId, Event, FlowController, Participant, ParticipantId,
+    Priority, Qos, RemoteEndpoint, Sample, Stats, WriteError,
 };
 use tether_transport::{
     MulticastReceiver, Registry, Transport, UdpOptions, UdpTransport, default_registry_dir,
@@ -219,8 +219,9 @@ enum Slot {
 
 struct Inner {
     core: Participant,
-    /// The sender thread is waiting for asynchronous writers' data (notify it on a write).
+    /// The sender threads are waiting for asynchronous writers' data (notify on a write).
     sender_idle: bool,
+    bulk_idle: bool,
     subs: BTreeMap<EntityId, Slot>,
     listeners: Vec<Listener>,
     /// When the receive thread will wake on its own (it sleeps in recv until then).
@@ -476,6 +477,7 @@ impl Session {
             inner: Mutex::new(Inner {
                 core,
                 sender_idle: false,
+                bulk_idle: false,
                 subs: BTreeMap::new(),
                 listeners: Vec::new(),
                 armed: None,
@@ -517,7 +519,23 @@ impl Session {
         threads.push(
             std::thread::Builder::new()
                 .name("tether-sender".into())
-                .spawn(move || sender_loop(&s))
+                .spawn(move || {
+                    sender_loop(&s, &[Priority::Realtime, Priority::Default], |i| {
+                        &mut i.sender_idle
+                    })
+                })
+                .map_err(OpenError::Thread)?,
+        );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("tether-bulk".into())
+                .spawn(move || {
+                    if let Err(e) = tether_transport::background_thread() {
+                        tracing::debug!("bulk sender stays at normal priority: {e}");
+                    }
+                    sender_loop(&s, &[Priority::Bulk], |i| &mut i.bulk_idle)
+                })
                 .map_err(OpenError::Thread)?,
         );
         Ok(Session {
@@ -800,16 +818,18 @@ fn recv_loop(shared: &Shared) {
     }
 }
 
-/// The sender: releases asynchronous writers' datagrams one at a time, by priority class
-/// and flow controller, and sends each with the engine's lock released, so a synchronous
-/// `put` (which sends on its own thread) never waits behind a bulk transfer, and an
-/// asynchronous realtime sample waits at most for the one datagram being sent.
-fn sender_loop(shared: &Shared) {
+/// A sender: releases asynchronous writers' datagrams of `classes` one at a time, by class
+/// and flow controller, and sends each with the engine's lock released. A synchronous `put`
+/// (which sends on its own thread) never waits behind a bulk transfer, and an asynchronous
+/// realtime sample waits at most for the one datagram being sent. Bulk has its own sender
+/// in the OS's background class, so moving bulk data never takes a CPU from a realtime
+/// thread of this or another process.
+fn sender_loop(shared: &Shared, classes: &[Priority], idle: fn(&mut Inner) -> &mut bool) {
     let mut deferred = Deferred::default();
     let mut g = shared.lock();
     while !shared.closed.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let t = g.core.poll_scheduled(now);
+        let t = g.core.poll_scheduled_in(now, classes);
         if g.core.has_output() {
             shared.drive(&mut g, now, &mut deferred);
         }
@@ -823,7 +843,7 @@ fn sender_loop(shared: &Shared) {
                 g = shared.lock();
             }
             None => {
-                let wait = match g.core.next_scheduled(now) {
+                let wait = match g.core.next_scheduled_in(now, classes) {
                     Some(at) => at.saturating_duration_since(now),
                     None => Duration::from_millis(200),
                 };
@@ -836,13 +856,13 @@ fn sender_loop(shared: &Shared) {
                 if wait.is_zero() {
                     continue;
                 }
-                g.sender_idle = true;
+                *idle(&mut g) = true;
                 let (g2, _) = shared
                     .sender_cv
                     .wait_timeout(g, wait)
                     .unwrap_or_else(|p| p.into_inner());
                 g = g2;
-                g.sender_idle = false;
+                *idle(&mut g) = false;
             }
         }
     }
@@ -950,9 +970,11 @@ impl Publisher {
             }
             let r = g.core.write(now, self.id, timestamp_ns, payload);
             self.shared.drive(&mut g, now, &mut deferred);
-            if self.asynchronous && g.sender_idle {
+            if self.asynchronous && (g.sender_idle || g.bulk_idle) {
+                // Both senders wait on one condvar; each re-checks its own classes.
                 g.sender_idle = false;
-                self.shared.sender_cv.notify_one();
+                g.bulk_idle = false;
+                self.shared.sender_cv.notify_all();
             }
             match r {
                 Ok(seq) => {
