@@ -22,7 +22,7 @@ pub(crate) struct BenchArgs {
 #[derive(Subcommand, Debug)]
 enum Which {
     /// Paper 001, Table 2: n reliable samples as fast as allowed, time until the reader's
-    /// echo after the n-th, unbatched and batched.
+    /// echo after the n-th: unbatched, coalescing and batching, interleaved.
     Batch {
         /// Sample counts.
         #[arg(long, value_delimiter = ',', default_value = "3000,10000")]

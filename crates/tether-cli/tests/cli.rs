@@ -416,7 +416,9 @@ fn paper_benches_run_and_print_json() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 2, "unbatched and batching");
+    assert_eq!(rows.len(), 3, "unbatched, coalescing and batching");
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["unbatched", "coalescing", "batching"]);
     for r in rows {
         assert!(r["mean_ms"].as_f64().unwrap() > 0.0, "{r}");
     }

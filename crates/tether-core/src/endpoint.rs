@@ -87,7 +87,7 @@ pub(crate) struct Writer {
     /// When a refused write last sent a heartbeat.
     pub(crate) last_block_hb: Option<Instant>,
     /// Encoded entries of the batch being filled (see `docs/wire.md#batch`).
-    pub(crate) batch_buf: Vec<u8>,
+    pub(crate) batch_buf: bytes::BytesMut,
     /// Samples in it, and the first one's sequence number.
     pub(crate) batch_count: u32,
     pub(crate) batch_first: u64,
@@ -132,7 +132,7 @@ impl Writer {
             deadline_at: None,
             blocked: false,
             last_block_hb: None,
-            batch_buf: Vec::new(),
+            batch_buf: bytes::BytesMut::new(),
             batch_count: 0,
             batch_first: 0,
             batch_deadline: None,
@@ -248,11 +248,14 @@ impl Writer {
                 true
             }
             History::KeepAll => {
-                let min_acked = self.min_acked();
                 let full = |w: &Self| {
                     w.history.len() >= qos.max_samples_limit() as usize
                         || (!w.history.is_empty() && w.history_bytes + len > qos.max_bytes_limit())
                 };
+                if !full(self) {
+                    return true;
+                }
+                let min_acked = self.min_acked();
                 while full(self) {
                     match self.history.front() {
                         Some(c) if c.seq < min_acked => self.pop_front(),

@@ -123,6 +123,8 @@ pub struct Qos {
     lifespan: Option<Duration>,
     lease: Option<Duration>,
     batch: Option<Batching>,
+    /// The batch goes out as coalesced DATA submessages instead of one BATCH.
+    coalesce: bool,
     publish: Option<AsyncPublish>,
 }
 
@@ -138,6 +140,7 @@ impl Default for Qos {
             lifespan: None,
             lease: None,
             batch: None,
+            coalesce: false,
             publish: None,
         }
     }
@@ -211,6 +214,7 @@ impl Qos {
             max_samples: b.max_samples.max(1),
             max_delay: b.max_delay.min(MAX_DURATION),
         });
+        self.coalesce = false;
         self
     }
 
@@ -238,6 +242,21 @@ impl Qos {
     /// The writer's asynchronous publishing, if any.
     pub fn publish_async(&self) -> Option<AsyncPublish> {
         self.publish
+    }
+
+    /// Coalescing, the 001 paper's other packet shape: samples wait under the same limits as
+    /// with [`batching`](Self::batching), then leave as one DATA submessage each (a header
+    /// per sample), several per datagram. Batching is cheaper (one header for many, and no
+    /// copy); coalescing exists to compare them (`tether bench batch`).
+    pub fn coalescing(mut self, b: Batching) -> Self {
+        self = self.batching(b);
+        self.coalesce = true;
+        self
+    }
+
+    /// True if the writer's batch is sent as coalesced DATA submessages.
+    pub fn coalesces(&self) -> bool {
+        self.coalesce && self.batch.is_some()
     }
 
     /// The writer's batching, if any.
@@ -331,6 +350,7 @@ impl Qos {
             lifespan: d(r.lifespan_us),
             lease: d(r.lease_us),
             batch: None,
+            coalesce: false,
             publish: None,
         }
     }

@@ -381,3 +381,57 @@ fn redefined_flow_controller_applies_at_once() {
     let n = unlimited_then(FlowController::tokens(10, Duration::from_millis(10), 8192));
     assert_eq!(n, 3);
 }
+
+/// The two packet shapes of the 001 paper: batching sends one BATCH submessage (one header
+/// for many samples); coalescing sends the same samples as one DATA submessage each, in as
+/// few datagrams.
+#[test]
+fn batching_and_coalescing_shapes() {
+    for coalesce in [false, true] {
+        let mut sim = Sim::new(10, Link::perfect());
+        let b = tether_core::Batching {
+            max_bytes: 60_000,
+            max_samples: 1000,
+            max_delay: Duration::from_secs(1),
+        };
+        let q = if coalesce {
+            Qos::new().best_effort().coalescing(b)
+        } else {
+            Qos::new().best_effort().batching(b)
+        };
+        let (ws, rs) = pair(
+            &mut sim,
+            &[("/s", q)],
+            Qos::new().best_effort().keep_all(),
+            |_| {},
+        );
+        let now = sim.now;
+        for k in 0..10 {
+            sim.p(0).write(now, ws[0], k, bytes(k, 100)).unwrap();
+        }
+        sim.p(0).flush(now, ws[0]);
+        let dgs: Vec<_> = std::iter::from_fn(|| sim.p(0).poll_transmit())
+            .map(|t| t.contiguous())
+            .collect();
+        assert_eq!(dgs.len(), 1, "coalesce {coalesce}");
+        let d = Datagram::parse(&dgs[0]).unwrap();
+        let kinds: Vec<&str> = d
+            .submessages()
+            .map(|m| match m.unwrap() {
+                Submessage::Data(_) => "data",
+                Submessage::Batch(_) => "batch",
+                _ => "other",
+            })
+            .collect();
+        if coalesce {
+            assert_eq!(kinds, vec!["data"; 10]);
+        } else {
+            assert_eq!(kinds, vec!["batch"]);
+        }
+        // Delivered the same either way.
+        let from = sim.nodes[0].addr;
+        sim.p(1).handle_datagram(now, from, &dgs[0]);
+        sim.pump(1);
+        assert_eq!(sim.seqs(1, rs[0]), (1..=10).collect::<Vec<_>>());
+    }
+}

@@ -860,10 +860,16 @@ fn batching_flush_triggers() {
 /// datagrams than samples.
 #[test]
 fn batching_reliable_under_loss() {
-    for seed in 0..12u64 {
+    // Both packet shapes: one BATCH per datagram, and coalesced DATA submessages.
+    for seed in 0..16u64 {
         let loss = [0.0, 0.05, 0.15][(seed % 3) as usize];
+        let coalesce = seed >= 8;
         let mut sim = Sim::new(seed, Link::lossy(loss));
-        let wq = batched(Qos::new().keep_all().max_samples(256), 8000, 64, 2);
+        let mut wq = batched(Qos::new().keep_all().max_samples(256), 8000, 64, 2);
+        if coalesce {
+            wq = wq.coalescing(wq.batch().unwrap());
+            assert!(wq.coalesces());
+        }
         let (w, rs) = setup(&mut sim, wq, Qos::new().keep_all().max_samples(256), 2);
         let n = 600u64;
         let size = |i: u64| match i % 97 {
@@ -904,7 +910,7 @@ fn batching_reliable_under_loss() {
             let dg = sim.nodes[0].participant.stats().datagrams_sent;
             assert!(
                 dg < n * 2 / 4,
-                "seed {seed}: {dg} datagrams for {n} samples to 2 readers"
+                "seed {seed} (coalesce {coalesce}): {dg} datagrams for {n} samples to 2 readers"
             );
         }
     }

@@ -32,7 +32,7 @@ pub use repr::{
     AckNackRepr, BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DATA_FRAG_FIXED_LEN,
     DataFragRepr, DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HeartbeatRepr,
     HistoryKind, Liveliness, NackFragRepr, ParticipantRepr, QosRepr, Reliability, StrList,
-    Submessage, SubmessageKind, push_batch_entry,
+    Submessage, SubmessageKind, batch_entry_head, push_batch_entry,
 };
 pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 

@@ -392,9 +392,17 @@ impl<'a> BatchRepr<'a> {
 
 /// Appends one BATCH entry to `out`.
 pub fn push_batch_entry(out: &mut Vec<u8>, timestamp_ns: u64, payload: &[u8]) {
-    out.extend_from_slice(&timestamp_ns.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&batch_entry_head(timestamp_ns, payload.len()));
     out.extend_from_slice(payload);
+}
+
+/// The bytes in front of one batch entry's payload (timestamp, length), for writers that
+/// build entries in their own buffer type.
+pub fn batch_entry_head(timestamp_ns: u64, len: usize) -> [u8; BATCH_ENTRY_OVERHEAD] {
+    let mut h = [0u8; BATCH_ENTRY_OVERHEAD];
+    h[..8].copy_from_slice(&timestamp_ns.to_le_bytes());
+    h[8..].copy_from_slice(&(len as u32).to_le_bytes());
+    h
 }
 
 /// One parsed submessage.

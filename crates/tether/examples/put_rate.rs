@@ -15,7 +15,11 @@ fn main() {
     let mut c = Config::default();
     c.discovery.registry = false;
     let s = Session::open(c).unwrap();
-    let p = s.publisher("/rate", Qos::default().best_effort()).unwrap();
+    let mut q = Qos::default().best_effort();
+    if std::env::var_os("BATCH").is_some() {
+        q = q.batching(tether::Batching::default());
+    }
+    let p = s.publisher("/rate", q).unwrap();
     let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
     let hdr = Header {
         domain: 0,

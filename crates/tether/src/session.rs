@@ -244,18 +244,24 @@ struct Shared {
 /// Work to do after the engine's lock is released: callbacks and event listeners.
 #[derive(Default)]
 struct Deferred {
-    calls: Vec<(Callback, Sample)>,
+    callbacks: Vec<Callback>,
+    /// Samples for `callbacks[i]`.
+    calls: Vec<(u32, Sample)>,
     events: Vec<(Listener, Event)>,
 }
 
 impl Deferred {
     fn run(&mut self) {
         if self.calls.is_empty() && self.events.is_empty() {
+            self.callbacks.clear();
             return;
         }
-        for (cb, s) in self.calls.drain(..) {
-            cb(s);
+        for (i, s) in self.calls.drain(..) {
+            if let Some(cb) = self.callbacks.get(i as usize) {
+                cb(s);
+            }
         }
+        self.callbacks.clear();
         for (l, e) in self.events.drain(..) {
             l(&e);
         }
@@ -278,9 +284,11 @@ impl Shared {
             match &e {
                 Event::DataAvailable { reader } => match inner.subs.get(reader) {
                     Some(Slot::Callback(cb)) => {
-                        while let Some(s) = inner.core.take(now, *reader) {
-                            out.calls.push((cb.clone(), s));
-                        }
+                        // One clone of the callback per event, not per sample.
+                        let i = out.callbacks.len() as u32;
+                        out.callbacks.push(cb.clone());
+                        let calls = &mut out.calls;
+                        inner.core.take_all(now, *reader, |s| calls.push((i, s)));
                     }
                     Some(Slot::Queue(sig)) => {
                         sig.cv.notify_all();
@@ -962,14 +970,21 @@ impl Publisher {
         let mut payload: Bytes = payload.into();
         let start = Instant::now();
         let mut now = start;
-        let mut deferred = Deferred::default();
+        // Created only if the engine produced work (most batched puts produce none).
+        let mut deferred: Option<Deferred> = None;
         let mut g = self.shared.lock();
         loop {
             if self.shared.closed.load(Ordering::Relaxed) {
                 return Err(PutError::Closed(payload));
             }
             let r = g.core.write(now, self.id, timestamp_ns, payload);
-            self.shared.drive(&mut g, now, &mut deferred);
+            if g.core.has_output() {
+                let d = deferred.get_or_insert_with(Deferred::default);
+                self.shared.drive(&mut g, now, d);
+            } else {
+                // Most batched puts produce nothing: only the timers may have moved.
+                self.shared.rearm(&mut g);
+            }
             if self.asynchronous && (g.sender_idle || g.bulk_idle) {
                 // Both senders wait on one condvar; each re-checks its own classes.
                 g.sender_idle = false;
@@ -979,7 +994,9 @@ impl Publisher {
             match r {
                 Ok(seq) => {
                     drop(g);
-                    deferred.run();
+                    if let Some(d) = deferred.as_mut() {
+                        d.run();
+                    }
                     return Ok(seq);
                 }
                 Err(WriteError::WouldBlock(p)) => {
@@ -989,7 +1006,9 @@ impl Publisher {
                     }
                     payload = p;
                     drop(g);
-                    deferred.run();
+                    if let Some(d) = deferred.as_mut() {
+                        d.run();
+                    }
                     let g2 = self.shared.lock();
                     let left = self.shared.max_blocking - waited;
                     let (g3, _) = self
