@@ -279,17 +279,27 @@ pub(crate) fn large(
         .max_samples(16384)
         .max_bytes(256 << 20);
     let mut rig = Rig::new(&cfg, qos)?;
-    for &chunk in chunks {
-        let n = total.div_ceil(chunk);
-        let samples: Vec<Bytes> = (0..n)
-            .map(|i| Bytes::from(vec![i as u8; chunk.min(total - i * chunk)]))
-            .collect();
-        rig.round(&samples)?; // warm-up
-        let mut t = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            t.push(rig.round(&samples)?);
+    let sets: Vec<Vec<Bytes>> = chunks
+        .iter()
+        .map(|&chunk| {
+            let n = total.div_ceil(chunk);
+            (0..n)
+                .map(|i| Bytes::from(vec![i as u8; chunk.min(total - i * chunk)]))
+                .collect()
+        })
+        .collect();
+    for s in &sets {
+        rig.round(s)?; // warm-up
+    }
+    // Every chunk size once per repetition, in turn, so noise falls on all alike.
+    let mut t = vec![Vec::with_capacity(reps); chunks.len()];
+    for _ in 0..reps {
+        for (i, s) in sets.iter().enumerate() {
+            t[i].push(rig.round(s)?);
         }
-        rows.push((chunk, n, summarize(&t)));
+    }
+    for (i, &chunk) in chunks.iter().enumerate() {
+        rows.push((chunk, sets[i].len(), summarize(&t[i])));
     }
     let paper = |chunk: usize| PAPER_LARGE.iter().find(|p| p.0 == chunk).map(|p| p.1);
     if json {
@@ -324,6 +334,20 @@ pub(crate) fn large(
                 s.max,
                 s.stddev,
                 paper(*chunk).map_or("-".into(), |p| format!("{p:.1}"))
+            );
+        }
+        let whole = rows.iter().find(|r| r.0 >= total);
+        let best = rows
+            .iter()
+            .filter(|r| r.0 < total)
+            .min_by(|a, b| a.2.mean.total_cmp(&b.2.mean));
+        if let (Some(w), Some(b)) = (whole, best) {
+            println!(
+                "one {total} B sample fragmented by tether: {:.2} ms; best chunk size ({} B): {:.2} ms; ratio {:.2}",
+                w.2.mean,
+                b.0,
+                b.2.mean,
+                w.2.mean / b.2.mean
             );
         }
     }

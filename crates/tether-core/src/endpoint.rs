@@ -386,6 +386,8 @@ pub(crate) struct WriterProxy {
     pub(crate) local: bool,
     /// Fragmented samples being reassembled, by sequence number.
     pub(crate) frags: BTreeMap<u64, crate::reassembly::Reassembly>,
+    /// The last reassembled sample's buffer, taken back for the next once it is free.
+    pub(crate) spare: bytes::BytesMut,
     pub(crate) nackfrag_count: u32,
 }
 
@@ -416,6 +418,7 @@ impl WriterProxy {
             alive: true,
             local,
             frags: BTreeMap::new(),
+            spare: bytes::BytesMut::new(),
             nackfrag_count: 0,
         }
     }

@@ -1791,7 +1791,7 @@ impl Participant {
                 continue;
             }
             let complete = match wp.frags.get_mut(&f.seq) {
-                Some(ra) => match ra.add(&f, now) {
+                Some(ra) => match ra.add(&f, now, &mut wp.spare) {
                     Ok(c) => c,
                     Err(crate::reassembly::FragError::Duplicate) => {
                         self.stats.duplicates += 1;
@@ -1810,8 +1810,8 @@ impl Participant {
                         self.stats.fragments_rejected += 1;
                         continue;
                     }
-                    let mut ra = crate::reassembly::Reassembly::new(&f, now);
-                    let c = ra.add(&f, now).ok().flatten();
+                    let mut ra = crate::reassembly::Reassembly::new(&f, now, &mut wp.spare);
+                    let c = ra.add(&f, now, &mut wp.spare).ok().flatten();
                     wp.frags.insert(f.seq, ra);
                     c
                 }

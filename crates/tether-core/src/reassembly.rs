@@ -34,16 +34,26 @@ pub(crate) struct Reassembly {
     pub(crate) nacked: Option<Instant>,
 }
 
+/// Largest buffer a writer proxy keeps for its next reassembly (see [`Reassembly::new`]).
+pub(crate) const SPARE_MAX: usize = 16 << 20;
+
 impl Reassembly {
-    /// Starts a sample from one of its fragments (already validated by `tether-wire`). The
-    /// buffer is zero-filled lazily by the allocator, so a sample's pages are touched only
-    /// as its fragments arrive.
-    pub(crate) fn new(f: &DataFragRepr<'_>, now: Instant) -> Self {
+    /// Starts a sample from one of its fragments (already validated by `tether-wire`).
+    ///
+    /// `spare` is the buffer of this writer's previous sample: once the application has
+    /// dropped that sample, its memory is taken back instead of allocating (and faulting
+    /// in) fresh pages, which for samples of megabytes cost more than copying them. The
+    /// buffer is filled in order, without zeroing it first; only the gaps that fragments
+    /// arriving out of order leave are zero-filled.
+    pub(crate) fn new(f: &DataFragRepr<'_>, now: Instant, spare: &mut BytesMut) -> Self {
         let count = f.frag_count() as usize;
+        let mut buf = std::mem::take(spare);
+        buf.clear();
+        buf.reserve(f.sample_size as usize);
         Reassembly {
             sample_size: f.sample_size,
             frag_size: f.frag_size,
-            buf: BytesMut::zeroed(f.sample_size as usize),
+            buf,
             received: vec![0; count.div_ceil(64)],
             have: 0,
             highest: 0,
@@ -60,11 +70,13 @@ impl Reassembly {
         self.received[(n / 64) as usize] & (1 << (n % 64)) != 0
     }
 
-    /// Stores one fragment. Returns the whole sample once the last missing one arrives.
+    /// Stores one fragment. Returns the whole sample once the last missing one arrives; the
+    /// emptied buffer (sharing the sample's allocation) is left in `spare` for the next.
     pub(crate) fn add(
         &mut self,
         f: &DataFragRepr<'_>,
         now: Instant,
+        spare: &mut BytesMut,
     ) -> Result<Option<Bytes>, FragError> {
         if f.sample_size != self.sample_size || f.frag_size != self.frag_size {
             return Err(FragError::Inconsistent);
@@ -75,13 +87,25 @@ impl Reassembly {
         }
         // The wire layer checked that n < count and that the length fits exactly.
         let start = n as usize * self.frag_size as usize;
-        self.buf[start..start + f.payload.len()].copy_from_slice(f.payload);
+        let end = start + f.payload.len();
+        if start >= self.buf.len() {
+            // In order (or ahead: the skipped fragments' room is zero-filled for them).
+            self.buf.resize(start, 0);
+            self.buf.extend_from_slice(f.payload);
+        } else {
+            // A gap left by fragments that overtook this one.
+            self.buf[start..end].copy_from_slice(f.payload);
+        }
         self.received[(n / 64) as usize] |= 1 << (n % 64);
         self.have += 1;
         self.highest = self.highest.max(n);
         self.last = now;
         if self.have == self.count() {
-            return Ok(Some(std::mem::take(&mut self.buf).freeze()));
+            let whole = self.buf.split().freeze();
+            if self.buf.capacity() == 0 && self.sample_size as usize <= SPARE_MAX {
+                *spare = std::mem::take(&mut self.buf);
+            }
+            return Ok(Some(whole));
         }
         Ok(None)
     }
@@ -117,19 +141,50 @@ mod tests {
     fn reassembles_in_any_order_and_refuses_lies() {
         let now = Instant::now();
         let sample: Vec<u8> = (0..25).collect();
-        let mut r = Reassembly::new(&frag(2, &sample[20..]), now);
-        assert_eq!(r.add(&frag(2, &sample[20..]), now), Ok(None));
+        let mut spare = BytesMut::new();
+        let mut r = Reassembly::new(&frag(2, &sample[20..]), now, &mut spare);
+        assert_eq!(r.add(&frag(2, &sample[20..]), now, &mut spare), Ok(None));
         assert_eq!(
-            r.add(&frag(2, &sample[20..]), now),
+            r.add(&frag(2, &sample[20..]), now, &mut spare),
             Err(FragError::Duplicate)
         );
         assert_eq!(r.missing(0, false).collect::<Vec<_>>(), vec![0, 1]);
         let mut lie = frag(0, &sample[..10]);
         lie.sample_size = 30;
-        assert_eq!(r.add(&lie, now), Err(FragError::Inconsistent));
-        assert_eq!(r.add(&frag(0, &sample[..10]), now), Ok(None));
+        assert_eq!(r.add(&lie, now, &mut spare), Err(FragError::Inconsistent));
+        assert_eq!(r.add(&frag(0, &sample[..10]), now, &mut spare), Ok(None));
         assert_eq!(r.missing(0, true).collect::<Vec<_>>(), vec![1]);
-        let done = r.add(&frag(1, &sample[10..20]), now).unwrap().unwrap();
+        let done = r
+            .add(&frag(1, &sample[10..20]), now, &mut spare)
+            .unwrap()
+            .unwrap();
         assert_eq!(&done[..], &sample[..]);
+    }
+
+    /// Once the application drops a sample, the next one reuses its memory; while it holds
+    /// it, the next one gets its own.
+    #[test]
+    fn next_sample_reuses_the_buffer_once_free() {
+        let now = Instant::now();
+        let sample: Vec<u8> = (0..25).collect();
+        let mut spare = BytesMut::new();
+        let whole = |spare: &mut BytesMut| {
+            let mut r = Reassembly::new(&frag(0, &sample[..10]), now, spare);
+            for (n, part) in [(0, &sample[..10]), (1, &sample[10..20]), (2, &sample[20..])] {
+                if let Some(b) = r.add(&frag(n, part), now, spare).unwrap() {
+                    return b;
+                }
+            }
+            unreachable!()
+        };
+        let a = whole(&mut spare);
+        let pa = a.as_ptr();
+        drop(a);
+        let b = whole(&mut spare);
+        assert_eq!(b.as_ptr(), pa, "memory taken back");
+        let c = whole(&mut spare);
+        assert_ne!(c.as_ptr(), b.as_ptr(), "b is still held: c has its own");
+        assert_eq!(&b[..], &sample[..]);
+        assert_eq!(&c[..], &sample[..]);
     }
 }
