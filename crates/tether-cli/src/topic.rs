@@ -45,6 +45,10 @@ pub(crate) struct PubArgs {
     /// --batch-delay-ms, whichever comes first.
     #[arg(long)]
     batch: bool,
+    /// Coalesce instead of batch: the same limits, one DATA submessage per sample, several
+    /// per datagram.
+    #[arg(long)]
+    coalesce: bool,
     /// Batch size limit in bytes (implies --batch).
     #[arg(long, value_name = "BYTES")]
     batch_bytes: Option<usize>,
@@ -142,14 +146,23 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
     report_incompatible(&session);
     let mut qos = a.qos.qos();
-    if a.batch || a.batch_bytes.is_some() || a.batch_samples.is_some() || a.batch_delay_ms.is_some()
+    if a.batch
+        || a.coalesce
+        || a.batch_bytes.is_some()
+        || a.batch_samples.is_some()
+        || a.batch_delay_ms.is_some()
     {
         let d = tether::Batching::default();
-        qos = qos.batching(tether::Batching {
+        let b = tether::Batching {
             max_bytes: a.batch_bytes.unwrap_or(d.max_bytes),
             max_samples: a.batch_samples.unwrap_or(d.max_samples),
             max_delay: a.batch_delay_ms.map_or(d.max_delay, Duration::from_millis),
-        });
+        };
+        qos = if a.coalesce {
+            qos.coalescing(b)
+        } else {
+            qos.batching(b)
+        };
     }
     let p = session.publisher(a.qos.topic(&a.topic), qos)?;
     let linger = secs("--linger", a.linger)?;

@@ -521,3 +521,48 @@ fn bulk_bench_runs_and_respects_the_limit() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("'lots' is neither a number nor unlimited"));
 }
+
+/// `pub --batch` and `pub --coalesce` deliver every sample, in order, as the unbatched path.
+#[test]
+fn pub_batched_and_coalesced() {
+    for shape in ["--batch", "--coalesce"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = tether(dir.path());
+        e.args([
+            "echo",
+            "/b",
+            "--count",
+            "300",
+            "--timeout",
+            "30",
+            "--keep-all",
+        ]);
+        let echo = spawn(e);
+        let mut p = tether(dir.path());
+        p.args([
+            "pub",
+            "/b",
+            "x",
+            "--count",
+            "300",
+            "--rate",
+            "0",
+            "--numbered",
+            "--keep-all",
+            "--wait-matched",
+            "1",
+            "--quiet",
+            shape,
+            "--batch-samples",
+            "32",
+        ]);
+        let publisher = spawn(p);
+        let out = finish(echo, Duration::from_secs(40));
+        assert!(out.status.success(), "{shape}: {}", text(&out.stderr));
+        let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+        let want: Vec<String> = (1..=300).map(|i| format!("{i} x")).collect();
+        assert_eq!(lines, want, "{shape}");
+        let pout = finish(publisher, Duration::from_secs(40));
+        assert!(pout.status.success(), "{shape}: {}", text(&pout.stderr));
+    }
+}
