@@ -1,0 +1,628 @@
+//! Credentials (a participant's name, public keys and grants, signed by the realm's CA) and
+//! revocation lists, with their canonical binary form (what is signed, and what travels on
+//! the wire) and a TOML text form for files.
+
+use serde::{Deserialize, Serialize};
+
+use crate::grant::{pattern_matches, valid_pattern};
+use crate::identity::verify;
+use crate::{CaKey, from_hex, hex_array, to_hex};
+
+const CRED_MAGIC: &[u8; 4] = b"TCR1";
+const REVOKE_MAGIC: &[u8; 4] = b"TRV1";
+/// Longest participant name.
+const MAX_NAME: usize = 255;
+/// Most patterns per grant list.
+const MAX_PATTERNS: usize = 64;
+/// Most serials in a revocation list.
+const MAX_REVOKED: usize = 1 << 20;
+/// How far in the future an issue time may be (clock skew between hosts).
+const SKEW_S: u64 = 300;
+
+/// Why a credential or revocation list was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    /// The bytes or text do not parse.
+    #[error("malformed: {0}")]
+    Malformed(String),
+    /// Signed by another realm's CA.
+    #[error("issued by another realm (CA {0})")]
+    OtherRealm(String),
+    /// The CA's signature does not verify.
+    #[error("the CA's signature does not verify")]
+    BadSignature,
+    /// Expired.
+    #[error("expired at {expires} (now {now}, unix seconds)")]
+    Expired {
+        /// When it expired.
+        expires: u64,
+        /// Now.
+        now: u64,
+    },
+    /// Issued in the future (beyond the allowed clock skew).
+    #[error("issued in the future ({issued}, now {now})")]
+    NotYetValid {
+        /// When it was issued.
+        issued: u64,
+        /// Now.
+        now: u64,
+    },
+    /// Its serial is in the realm's revocation list.
+    #[error("serial {0} is revoked")]
+    Revoked(u64),
+    /// A value is unusable (e.g. a grant pattern).
+    #[error("invalid: {0}")]
+    Invalid(String),
+}
+
+/// What the CA certifies about one participant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// The CA's public key: the realm.
+    pub realm: [u8; 32],
+    /// The participant's name.
+    pub name: String,
+    /// Unique per credential in the realm; what revocation names.
+    pub serial: u64,
+    /// Issue time, unix seconds.
+    pub issued: u64,
+    /// Expiry, unix seconds.
+    pub expires: u64,
+    /// Ed25519 public key (authentication, signatures).
+    pub sign_public: [u8; 32],
+    /// X25519 public key (key wrapping).
+    pub kx_public: [u8; 32],
+    /// Topic patterns it may publish.
+    pub publish: Vec<String>,
+    /// Topic patterns it may subscribe to.
+    pub subscribe: Vec<String>,
+    /// The CA's Ed25519 signature over everything above.
+    pub signature: [u8; 64],
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CredentialError> {
+        if self.b.len() < n {
+            return Err(CredentialError::Malformed("truncated".into()));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], CredentialError> {
+        Ok(self.take(N)?.try_into().expect("length taken"))
+    }
+    fn u16(&mut self) -> Result<u16, CredentialError> {
+        Ok(u16::from_be_bytes(self.arr()?))
+    }
+    fn u32(&mut self) -> Result<u32, CredentialError> {
+        Ok(u32::from_be_bytes(self.arr()?))
+    }
+    fn u64(&mut self) -> Result<u64, CredentialError> {
+        Ok(u64::from_be_bytes(self.arr()?))
+    }
+    fn string(&mut self, max: usize) -> Result<String, CredentialError> {
+        let n = self.u16()? as usize;
+        if n > max {
+            return Err(CredentialError::Malformed("string too long".into()));
+        }
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| CredentialError::Malformed("not UTF-8".into()))
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u16).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn check_patterns(what: &str, v: &[String]) -> Result<(), CredentialError> {
+    if v.len() > MAX_PATTERNS {
+        return Err(CredentialError::Invalid(format!(
+            "more than {MAX_PATTERNS} {what} patterns"
+        )));
+    }
+    for p in v {
+        if !valid_pattern(p) {
+            return Err(CredentialError::Invalid(format!(
+                "{what} pattern '{p}' (levels separated by '/', wildcards '*' and '**' only as whole levels)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Credential {
+    /// A credential for `name` with `identity`'s public keys, signed by `ca`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue(
+        ca: &CaKey,
+        name: &str,
+        serial: u64,
+        issued: u64,
+        expires: u64,
+        sign_public: [u8; 32],
+        kx_public: [u8; 32],
+        publish: Vec<String>,
+        subscribe: Vec<String>,
+    ) -> Result<Credential, CredentialError> {
+        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
+            return Err(CredentialError::Invalid(format!(
+                "name '{name}' (1 to {MAX_NAME} bytes, no control characters)"
+            )));
+        }
+        check_patterns("publish", &publish)?;
+        check_patterns("subscribe", &subscribe)?;
+        if expires <= issued {
+            return Err(CredentialError::Invalid(
+                "expires before it is issued".into(),
+            ));
+        }
+        let mut c = Credential {
+            realm: ca.public(),
+            name: name.to_string(),
+            serial,
+            issued,
+            expires,
+            sign_public,
+            kx_public,
+            publish,
+            subscribe,
+            signature: [0; 64],
+        };
+        c.signature = ca.sign(&c.signed_bytes());
+        Ok(c)
+    }
+
+    /// The bytes the CA signs.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(CRED_MAGIC);
+        out.extend_from_slice(&self.realm);
+        out.extend_from_slice(&self.serial.to_be_bytes());
+        out.extend_from_slice(&self.issued.to_be_bytes());
+        out.extend_from_slice(&self.expires.to_be_bytes());
+        out.extend_from_slice(&self.sign_public);
+        out.extend_from_slice(&self.kx_public);
+        put_str(&mut out, &self.name);
+        for list in [&self.publish, &self.subscribe] {
+            out.extend_from_slice(&(list.len() as u16).to_be_bytes());
+            for p in list {
+                put_str(&mut out, p);
+            }
+        }
+        out
+    }
+
+    /// The canonical binary form (signed bytes, then the signature).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.signed_bytes();
+        out.extend_from_slice(&self.signature);
+        out
+    }
+
+    /// Parses the binary form, bounds-checked (the signature is not checked here: see
+    /// [`verify`](Self::verify)).
+    pub fn from_bytes(b: &[u8]) -> Result<Credential, CredentialError> {
+        let mut r = Reader { b };
+        if r.take(4)? != CRED_MAGIC {
+            return Err(CredentialError::Malformed("not a tether credential".into()));
+        }
+        let realm = r.arr()?;
+        let serial = r.u64()?;
+        let issued = r.u64()?;
+        let expires = r.u64()?;
+        let sign_public = r.arr()?;
+        let kx_public = r.arr()?;
+        let name = r.string(MAX_NAME)?;
+        let mut lists = [Vec::new(), Vec::new()];
+        for l in &mut lists {
+            let n = r.u16()? as usize;
+            if n > MAX_PATTERNS {
+                return Err(CredentialError::Malformed("too many patterns".into()));
+            }
+            for _ in 0..n {
+                l.push(r.string(1024)?);
+            }
+        }
+        let signature = r.arr()?;
+        if !r.b.is_empty() {
+            return Err(CredentialError::Malformed("trailing bytes".into()));
+        }
+        let [publish, subscribe] = lists;
+        Ok(Credential {
+            realm,
+            name,
+            serial,
+            issued,
+            expires,
+            sign_public,
+            kx_public,
+            publish,
+            subscribe,
+            signature,
+        })
+    }
+
+    /// Checks it against the realm's CA at `now` (unix seconds) and the revocation list.
+    pub fn verify(
+        &self,
+        ca_public: &[u8; 32],
+        now: u64,
+        revoked: Option<&RevocationList>,
+    ) -> Result<(), CredentialError> {
+        if &self.realm != ca_public {
+            return Err(CredentialError::OtherRealm(to_hex(&self.realm[..8])));
+        }
+        if !verify(ca_public, &self.signed_bytes(), &self.signature) {
+            return Err(CredentialError::BadSignature);
+        }
+        if self.issued > now.saturating_add(SKEW_S) {
+            return Err(CredentialError::NotYetValid {
+                issued: self.issued,
+                now,
+            });
+        }
+        if now >= self.expires {
+            return Err(CredentialError::Expired {
+                expires: self.expires,
+                now,
+            });
+        }
+        if revoked.is_some_and(|r| r.contains(self.serial)) {
+            return Err(CredentialError::Revoked(self.serial));
+        }
+        for p in self.publish.iter().chain(&self.subscribe) {
+            if !valid_pattern(p) {
+                return Err(CredentialError::Invalid(format!("pattern '{p}'")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether it grants publishing `topic`.
+    pub fn may_publish(&self, topic: &str) -> bool {
+        self.publish.iter().any(|p| pattern_matches(p, topic))
+    }
+
+    /// Whether it grants subscribing to `topic`.
+    pub fn may_subscribe(&self, topic: &str) -> bool {
+        self.subscribe.iter().any(|p| pattern_matches(p, topic))
+    }
+
+    /// The TOML text form (for files; `tether keys show` prints it).
+    pub fn to_toml(&self) -> String {
+        let f = CredFile {
+            tether_credential: 1,
+            name: self.name.clone(),
+            serial: self.serial,
+            issued: self.issued,
+            expires: self.expires,
+            realm: to_hex(&self.realm),
+            sign_public: to_hex(&self.sign_public),
+            kx_public: to_hex(&self.kx_public),
+            publish: self.publish.clone(),
+            subscribe: self.subscribe.clone(),
+            signature: to_hex(&self.signature),
+        };
+        toml::to_string(&f).expect("plain fields serialize")
+    }
+
+    /// From the TOML text form (the signature is checked by [`verify`](Self::verify)).
+    pub fn from_toml(text: &str) -> Result<Credential, CredentialError> {
+        let f: CredFile =
+            toml::from_str(text).map_err(|e| CredentialError::Malformed(e.to_string()))?;
+        let bad = |what: &str| CredentialError::Malformed(format!("{what} is not valid hex"));
+        if f.tether_credential != 1 {
+            return Err(CredentialError::Malformed(format!(
+                "credential version {} (this tether reads 1)",
+                f.tether_credential
+            )));
+        }
+        Ok(Credential {
+            realm: hex_array(&f.realm).ok_or_else(|| bad("realm"))?,
+            name: f.name,
+            serial: f.serial,
+            issued: f.issued,
+            expires: f.expires,
+            sign_public: hex_array(&f.sign_public).ok_or_else(|| bad("sign_public"))?,
+            kx_public: hex_array(&f.kx_public).ok_or_else(|| bad("kx_public"))?,
+            publish: f.publish,
+            subscribe: f.subscribe,
+            signature: hex_array(&f.signature).ok_or_else(|| bad("signature"))?,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredFile {
+    tether_credential: u32,
+    name: String,
+    serial: u64,
+    issued: u64,
+    expires: u64,
+    realm: String,
+    sign_public: String,
+    kx_public: String,
+    publish: Vec<String>,
+    subscribe: Vec<String>,
+    signature: String,
+}
+
+/// The serials the realm's CA has revoked, signed by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevocationList {
+    /// The CA's public key.
+    pub realm: [u8; 32],
+    /// When it was signed (unix seconds): a participant keeps the newest it has seen.
+    pub issued: u64,
+    /// Revoked serials, sorted.
+    pub serials: Vec<u64>,
+    /// The CA's signature.
+    pub signature: [u8; 64],
+}
+
+impl RevocationList {
+    /// A list signed by `ca`.
+    pub fn issue(ca: &CaKey, issued: u64, mut serials: Vec<u64>) -> RevocationList {
+        serials.sort_unstable();
+        serials.dedup();
+        let mut r = RevocationList {
+            realm: ca.public(),
+            issued,
+            serials,
+            signature: [0; 64],
+        };
+        r.signature = ca.sign(&r.signed_bytes());
+        r
+    }
+
+    fn signed_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48 + 8 * self.serials.len());
+        out.extend_from_slice(REVOKE_MAGIC);
+        out.extend_from_slice(&self.realm);
+        out.extend_from_slice(&self.issued.to_be_bytes());
+        out.extend_from_slice(&(self.serials.len() as u32).to_be_bytes());
+        for s in &self.serials {
+            out.extend_from_slice(&s.to_be_bytes());
+        }
+        out
+    }
+
+    /// The canonical binary form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.signed_bytes();
+        out.extend_from_slice(&self.signature);
+        out
+    }
+
+    /// Parses the binary form (bounds-checked; see [`verify`](Self::verify)).
+    pub fn from_bytes(b: &[u8]) -> Result<RevocationList, CredentialError> {
+        let mut r = Reader { b };
+        if r.take(4)? != REVOKE_MAGIC {
+            return Err(CredentialError::Malformed(
+                "not a tether revocation list".into(),
+            ));
+        }
+        let realm = r.arr()?;
+        let issued = r.u64()?;
+        let n = r.u32()? as usize;
+        if n > MAX_REVOKED || r.b.len() < n * 8 {
+            return Err(CredentialError::Malformed("bad serial count".into()));
+        }
+        let mut serials = Vec::with_capacity(n);
+        for _ in 0..n {
+            serials.push(r.u64()?);
+        }
+        let signature = r.arr()?;
+        if !r.b.is_empty() {
+            return Err(CredentialError::Malformed("trailing bytes".into()));
+        }
+        if serials.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(CredentialError::Malformed("serials not sorted".into()));
+        }
+        Ok(RevocationList {
+            realm,
+            issued,
+            serials,
+            signature,
+        })
+    }
+
+    /// Checks the CA's signature.
+    pub fn verify(&self, ca_public: &[u8; 32]) -> Result<(), CredentialError> {
+        if &self.realm != ca_public {
+            return Err(CredentialError::OtherRealm(to_hex(&self.realm[..8])));
+        }
+        if !verify(ca_public, &self.signed_bytes(), &self.signature) {
+            return Err(CredentialError::BadSignature);
+        }
+        Ok(())
+    }
+
+    /// Whether `serial` is revoked.
+    pub fn contains(&self, serial: u64) -> bool {
+        self.serials.binary_search(&serial).is_ok()
+    }
+
+    /// The TOML text form.
+    pub fn to_toml(&self) -> String {
+        let f = RevokeFile {
+            tether_revocations: 1,
+            realm: to_hex(&self.realm),
+            issued: self.issued,
+            serials: self.serials.clone(),
+            signature: to_hex(&self.signature),
+        };
+        toml::to_string(&f).expect("plain fields serialize")
+    }
+
+    /// From the TOML text form.
+    pub fn from_toml(text: &str) -> Result<RevocationList, CredentialError> {
+        let f: RevokeFile =
+            toml::from_str(text).map_err(|e| CredentialError::Malformed(e.to_string()))?;
+        let bad = |what: &str| CredentialError::Malformed(format!("{what} is not valid hex"));
+        let mut sorted = f.serials.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted != f.serials || f.serials.len() > MAX_REVOKED {
+            return Err(CredentialError::Malformed(
+                "serials must be sorted and unique".into(),
+            ));
+        }
+        Ok(RevocationList {
+            realm: hex_array(&f.realm).ok_or_else(|| bad("realm"))?,
+            issued: f.issued,
+            serials: f.serials,
+            signature: from_hex(&f.signature)
+                .and_then(|v| v.try_into().ok())
+                .ok_or_else(|| bad("signature"))?,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevokeFile {
+    tether_revocations: u32,
+    realm: String,
+    issued: u64,
+    serials: Vec<u64>,
+    signature: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Identity;
+    use proptest::prelude::*;
+
+    fn cred(ca: &CaKey, serial: u64) -> Credential {
+        let id = Identity::generate();
+        Credential::issue(
+            ca,
+            "robot1",
+            serial,
+            1000,
+            2000,
+            id.sign_public(),
+            id.kx_public(),
+            vec!["/robot1/**".into()],
+            vec!["/cmd/*".into(), "/map".into()],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn issue_verify_and_grants() {
+        let ca = CaKey::generate();
+        let c = cred(&ca, 3);
+        assert_eq!(c.verify(&ca.public(), 1500, None), Ok(()));
+        assert!(c.may_publish("/robot1/odom"));
+        assert!(!c.may_publish("/robot2/odom"));
+        assert!(c.may_subscribe("/cmd/vel") && c.may_subscribe("/map"));
+        assert!(!c.may_subscribe("/cmd/a/b"));
+        // Time, realm, revocation, tampering.
+        assert!(matches!(
+            c.verify(&ca.public(), 2000, None),
+            Err(CredentialError::Expired { .. })
+        ));
+        assert!(matches!(
+            c.verify(&ca.public(), 100, None),
+            Err(CredentialError::NotYetValid { .. })
+        ));
+        let other = CaKey::generate();
+        assert!(matches!(
+            c.verify(&other.public(), 1500, None),
+            Err(CredentialError::OtherRealm(_))
+        ));
+        let rl = RevocationList::issue(&ca, 1400, vec![9, 3]);
+        assert_eq!(rl.verify(&ca.public()), Ok(()));
+        assert_eq!(
+            c.verify(&ca.public(), 1500, Some(&rl)),
+            Err(CredentialError::Revoked(3))
+        );
+        let mut t = c.clone();
+        t.subscribe.push("/**".into());
+        assert_eq!(
+            t.verify(&ca.public(), 1500, None),
+            Err(CredentialError::BadSignature)
+        );
+        let mut t = c.clone();
+        t.expires = 9999;
+        assert_eq!(
+            t.verify(&ca.public(), 1500, None),
+            Err(CredentialError::BadSignature)
+        );
+        // A credential re-signed by another CA but claiming this realm.
+        let mut forged = c.clone();
+        forged.signature = other.sign(&forged.signed_bytes());
+        assert_eq!(
+            forged.verify(&ca.public(), 1500, None),
+            Err(CredentialError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn bad_grants_and_names_are_refused_at_issue() {
+        let ca = CaKey::generate();
+        let id = Identity::generate();
+        let issue = |name: &str, p: &str| {
+            Credential::issue(
+                &ca,
+                name,
+                1,
+                0,
+                10,
+                id.sign_public(),
+                id.kx_public(),
+                vec![p.into()],
+                vec![],
+            )
+        };
+        assert!(issue("ok", "/a/*").is_ok());
+        assert!(issue("ok", "/a*").is_err());
+        assert!(issue("", "/a").is_err());
+        assert!(issue("a\nb", "/a").is_err());
+    }
+
+    #[test]
+    fn binary_and_toml_round_trip() {
+        let ca = CaKey::generate();
+        let c = cred(&ca, 7);
+        assert_eq!(Credential::from_bytes(&c.to_bytes()).unwrap(), c);
+        assert_eq!(Credential::from_toml(&c.to_toml()).unwrap(), c);
+        let rl = RevocationList::issue(&ca, 5, vec![1, 2, 40]);
+        assert_eq!(RevocationList::from_bytes(&rl.to_bytes()).unwrap(), rl);
+        assert_eq!(RevocationList::from_toml(&rl.to_toml()).unwrap(), rl);
+        assert!(Credential::from_toml("name = 3").is_err());
+        let mut b = c.to_bytes();
+        b.push(0);
+        assert!(Credential::from_bytes(&b).is_err());
+    }
+
+    proptest! {
+        /// Arbitrary and truncated bytes never panic, and whatever parses is refused by
+        /// verification unless it is exactly what the CA signed.
+        #[test]
+        fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..600), cut in 0usize..400) {
+            let _ = Credential::from_bytes(&b);
+            let _ = RevocationList::from_bytes(&b);
+            let ca = CaKey::from_seed(&[1; 32]).unwrap();
+            let c = cred(&ca, 1).to_bytes();
+            let cut = cut.min(c.len());
+            let _ = Credential::from_bytes(&c[..cut]);
+            let mut flipped = c.clone();
+            let i = cut.min(c.len() - 1);
+            flipped[i] ^= 0x80;
+            if let Ok(f) = Credential::from_bytes(&flipped) {
+                prop_assert!(f.verify(&ca.public(), 1500, None).is_err());
+            }
+        }
+    }
+}

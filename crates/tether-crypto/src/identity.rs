@@ -1,0 +1,248 @@
+//! Key pairs: a participant's identity, the realm's CA, the realm secret.
+
+use std::fmt;
+
+use aws_lc_rs::agreement::{self, X25519};
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::signature::{self, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
+use zeroize::Zeroizing;
+
+/// `N` bytes from the system's secure random generator.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    SystemRandom::new()
+        .fill(&mut b)
+        .expect("the system random generator works");
+    b
+}
+
+/// Verifies an Ed25519 signature.
+pub(crate) fn verify(public: &[u8; 32], msg: &[u8], sig: &[u8]) -> bool {
+    UnparsedPublicKey::new(&signature::ED25519, public)
+        .verify(msg, sig)
+        .is_ok()
+}
+
+/// A participant's secret keys: Ed25519 to sign (challenges, batches), X25519 to agree on
+/// key-wrapping keys. Held as seeds, zeroed when dropped.
+pub struct Identity {
+    sign_seed: Zeroizing<[u8; 32]>,
+    kx_secret: Zeroizing<[u8; 32]>,
+    signer: Ed25519KeyPair,
+    kx_public: [u8; 32],
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Identity")
+            .field("sign_public", &crate::to_hex(&self.sign_public()))
+            .field("kx_public", &crate::to_hex(&self.kx_public))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    /// Fresh random keys.
+    pub fn generate() -> Identity {
+        Self::from_secrets(&random_bytes(), &random_bytes()).expect("random seeds are valid")
+    }
+
+    /// From the two 32-byte secrets (as stored in a key file).
+    pub fn from_secrets(sign_seed: &[u8; 32], kx_secret: &[u8; 32]) -> Option<Identity> {
+        let signer = Ed25519KeyPair::from_seed_unchecked(sign_seed).ok()?;
+        let kx = agreement::PrivateKey::from_private_key(&X25519, kx_secret).ok()?;
+        let kx_public: [u8; 32] = kx.compute_public_key().ok()?.as_ref().try_into().ok()?;
+        Some(Identity {
+            sign_seed: Zeroizing::new(*sign_seed),
+            kx_secret: Zeroizing::new(*kx_secret),
+            signer,
+            kx_public,
+        })
+    }
+
+    /// The Ed25519 seed (secret).
+    pub fn sign_seed(&self) -> &[u8; 32] {
+        &self.sign_seed
+    }
+
+    /// The X25519 private key (secret).
+    pub fn kx_secret(&self) -> &[u8; 32] {
+        &self.kx_secret
+    }
+
+    /// The Ed25519 public key.
+    pub fn sign_public(&self) -> [u8; 32] {
+        self.signer
+            .public_key()
+            .as_ref()
+            .try_into()
+            .expect("Ed25519 public keys are 32 bytes")
+    }
+
+    /// The X25519 public key.
+    pub fn kx_public(&self) -> [u8; 32] {
+        self.kx_public
+    }
+
+    /// Signs `msg` (Ed25519).
+    pub fn sign(&self, msg: &[u8]) -> [u8; 64] {
+        self.signer
+            .sign(msg)
+            .as_ref()
+            .try_into()
+            .expect("Ed25519 signatures are 64 bytes")
+    }
+
+    /// Verifies a signature by the holder of `public`.
+    pub fn verify(public: &[u8; 32], msg: &[u8], sig: &[u8]) -> bool {
+        verify(public, msg, sig)
+    }
+
+    /// The X25519 shared secret with `peer`, fed to `f` (then zeroed).
+    pub(crate) fn agree<R>(&self, peer: &[u8; 32], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let me = agreement::PrivateKey::from_private_key(&X25519, &self.kx_secret[..]).ok()?;
+        let peer = agreement::UnparsedPublicKey::new(&X25519, peer);
+        agreement::agree(&me, peer, (), |s| Ok(f(s))).ok()
+    }
+}
+
+/// The realm's certificate authority: an Ed25519 key that signs credentials and revocation
+/// lists. Its public key identifies the realm.
+pub struct CaKey {
+    seed: Zeroizing<[u8; 32]>,
+    signer: Ed25519KeyPair,
+}
+
+impl fmt::Debug for CaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaKey")
+            .field("public", &crate::to_hex(&self.public()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaKey {
+    /// A fresh CA.
+    pub fn generate() -> CaKey {
+        Self::from_seed(&random_bytes()).expect("random seeds are valid")
+    }
+
+    /// From its stored seed.
+    pub fn from_seed(seed: &[u8; 32]) -> Option<CaKey> {
+        Some(CaKey {
+            seed: Zeroizing::new(*seed),
+            signer: Ed25519KeyPair::from_seed_unchecked(seed).ok()?,
+        })
+    }
+
+    /// The seed (secret).
+    pub fn seed(&self) -> &[u8; 32] {
+        &self.seed
+    }
+
+    /// The public key: the realm's identity.
+    pub fn public(&self) -> [u8; 32] {
+        self.signer
+            .public_key()
+            .as_ref()
+            .try_into()
+            .expect("Ed25519 public keys are 32 bytes")
+    }
+
+    /// Signs `msg`.
+    pub fn sign(&self, msg: &[u8]) -> [u8; 64] {
+        self.signer
+            .sign(msg)
+            .as_ref()
+            .try_into()
+            .expect("Ed25519 signatures are 64 bytes")
+    }
+}
+
+/// The realm secret: the key of topic identifiers. Every member holds it; outsiders (and
+/// routers) never do.
+#[derive(Clone)]
+pub struct RealmSecret(pub(crate) Zeroizing<[u8; 32]>);
+
+impl fmt::Debug for RealmSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RealmSecret(..)")
+    }
+}
+
+impl RealmSecret {
+    /// A fresh random secret.
+    pub fn generate() -> RealmSecret {
+        RealmSecret(Zeroizing::new(random_bytes()))
+    }
+
+    /// From stored bytes.
+    pub fn from_bytes(b: [u8; 32]) -> RealmSecret {
+        RealmSecret(Zeroizing::new(b))
+    }
+
+    /// The bytes (secret).
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_sign_verify_and_agree() {
+        let a = Identity::generate();
+        let b = Identity::generate();
+        let sig = a.sign(b"challenge");
+        assert!(Identity::verify(&a.sign_public(), b"challenge", &sig));
+        assert!(!Identity::verify(&a.sign_public(), b"challengE", &sig));
+        assert!(!Identity::verify(&b.sign_public(), b"challenge", &sig));
+        let ab = a.agree(&b.kx_public(), |s| s.to_vec()).unwrap();
+        let ba = b.agree(&a.kx_public(), |s| s.to_vec()).unwrap();
+        assert_eq!(ab, ba);
+        // Stored secrets give the same keys back.
+        let a2 = Identity::from_secrets(a.sign_seed(), a.kx_secret()).unwrap();
+        assert_eq!(a2.sign_public(), a.sign_public());
+        assert_eq!(a2.kx_public(), a.kx_public());
+        let ca = CaKey::generate();
+        assert_eq!(CaKey::from_seed(ca.seed()).unwrap().public(), ca.public());
+        assert!(verify(&ca.public(), b"m", &ca.sign(b"m")));
+    }
+
+    /// RFC 8032 section 7.1, test 1, and RFC 7748 section 6.1: the provider computes what
+    /// the standards say.
+    #[test]
+    fn known_answers() {
+        let seed: [u8; 32] =
+            crate::hex_array("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+                .unwrap();
+        let ca = CaKey::from_seed(&seed).unwrap();
+        assert_eq!(
+            crate::to_hex(&ca.public()),
+            "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+        );
+        assert_eq!(
+            crate::to_hex(&ca.sign(b"")),
+            "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+        );
+        let alice: [u8; 32] =
+            crate::hex_array("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+                .unwrap();
+        let bob: [u8; 32] =
+            crate::hex_array("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb")
+                .unwrap();
+        let a = Identity::from_secrets(&seed, &alice).unwrap();
+        let b = Identity::from_secrets(&seed, &bob).unwrap();
+        assert_eq!(
+            crate::to_hex(&a.kx_public()),
+            "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
+        );
+        let shared = a.agree(&b.kx_public(), crate::to_hex).unwrap();
+        assert_eq!(
+            shared,
+            "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742"
+        );
+    }
+}

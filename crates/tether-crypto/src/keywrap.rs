@@ -1,0 +1,100 @@
+//! Sender keys sealed for one reader: X25519 between the writer's and the reader's
+//! key-agreement keys, HKDF-SHA-256 to a wrapping key bound to the context (realm, writer,
+//! reader, epoch, suite), AES-256-GCM over the sender key. Done once per reader and epoch.
+
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::hkdf::{HKDF_SHA256, Salt};
+use zeroize::Zeroizing;
+
+use crate::Identity;
+
+/// Bytes a wrapped key adds to the key: the nonce and the tag.
+pub const WRAP_OVERHEAD: usize = 12 + 16;
+
+const SALT: &[u8] = b"tether key wrap v1";
+
+fn wrapping_key(me: &Identity, peer: &[u8; 32], context: &[u8]) -> Option<LessSafeKey> {
+    me.agree(peer, |shared| {
+        let prk = Salt::new(HKDF_SHA256, SALT).extract(shared);
+        let info = [context];
+        let okm = prk.expand(&info, &AES_256_GCM).ok()?;
+        let k = UnboundKey::from(okm);
+        Some(LessSafeKey::new(k))
+    })
+    .flatten()
+}
+
+/// Seals `key` for the holder of the X25519 public key `peer`. `context` must name
+/// everything the key is for (both sides build it the same way); a key unwrapped under any
+/// other context fails.
+pub fn wrap_key(me: &Identity, peer: &[u8; 32], context: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+    let wk = wrapping_key(me, peer, context)?;
+    let nonce: [u8; 12] = crate::random_bytes();
+    let mut out = Vec::with_capacity(WRAP_OVERHEAD + key.len());
+    out.extend_from_slice(&nonce);
+    let mut body = key.to_vec();
+    let tag = wk
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(context),
+            &mut body,
+        )
+        .ok()?;
+    out.extend_from_slice(&body);
+    out.extend_from_slice(tag.as_ref());
+    Some(out)
+}
+
+/// Opens a key wrapped by the holder of `peer` for us. `None` if it was not (wrong keys,
+/// wrong context, tampered bytes).
+pub fn unwrap_key(
+    me: &Identity,
+    peer: &[u8; 32],
+    context: &[u8],
+    wrapped: &[u8],
+) -> Option<Zeroizing<Vec<u8>>> {
+    if wrapped.len() < WRAP_OVERHEAD {
+        return None;
+    }
+    let wk = wrapping_key(me, peer, context)?;
+    let nonce = Nonce::try_assume_unique_for_key(&wrapped[..12]).ok()?;
+    let mut body = Zeroizing::new(wrapped[12..].to_vec());
+    let n = wk
+        .open_in_place(nonce, Aad::from(context), &mut body[..])
+        .ok()?
+        .len();
+    body.truncate(n);
+    Some(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_reader_unwraps_and_only_in_context() {
+        let writer = Identity::generate();
+        let reader = Identity::generate();
+        let other = Identity::generate();
+        let key = crate::random_bytes::<32>();
+        let ctx = b"realm|w|r|epoch 1|aes128-gcm";
+        let w = wrap_key(&writer, &reader.kx_public(), ctx, &key).unwrap();
+        assert_eq!(w.len(), 32 + WRAP_OVERHEAD);
+        let got = unwrap_key(&reader, &writer.kx_public(), ctx, &w).unwrap();
+        assert_eq!(&got[..], &key);
+        // Another participant, another claimed writer, another context, a flipped bit.
+        assert!(unwrap_key(&other, &writer.kx_public(), ctx, &w).is_none());
+        assert!(unwrap_key(&reader, &other.kx_public(), ctx, &w).is_none());
+        assert!(unwrap_key(&reader, &writer.kx_public(), b"epoch 2", &w).is_none());
+        for i in 0..w.len() {
+            let mut t = w.clone();
+            t[i] ^= 1;
+            assert!(unwrap_key(&reader, &writer.kx_public(), ctx, &t).is_none());
+        }
+        assert!(unwrap_key(&reader, &writer.kx_public(), ctx, &w[..20]).is_none());
+        // Two wraps of one key differ (fresh nonce), both open.
+        let w2 = wrap_key(&writer, &reader.kx_public(), ctx, &key).unwrap();
+        assert_ne!(w, w2);
+        assert!(unwrap_key(&reader, &writer.kx_public(), ctx, &w2).is_some());
+    }
+}

@@ -1,0 +1,85 @@
+//! tether-crypto: the security primitives of tether (DESIGN section 4), with no I/O.
+//!
+//! - [`Suite`]: the AEAD suites tether ships (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305,
+//!   from aws-lc-rs), and [`SenderKey`]: one writer's key for one epoch, sealing each sample
+//!   once under a nonce made of the epoch and the sample's sequence number.
+//! - [`Identity`] (an Ed25519 signing key and an X25519 key-agreement key) and [`CaKey`], the
+//!   realm's certificate authority.
+//! - [`Credential`]: a participant's name, public keys, grants (topic patterns it may publish
+//!   and subscribe, `*` one level, `**` any depth), serial and expiry, signed by the CA;
+//!   [`RevocationList`]: revoked serials, signed by the CA.
+//! - [`wrap_key`] / [`unwrap_key`]: a sender key sealed for one reader (X25519, HKDF-SHA-256,
+//!   AES-256-GCM): pairwise work once per reader and epoch, never per sample.
+//! - [`ReplayWindow`]: a sliding window of sequence numbers per writer and epoch.
+//! - [`TopicId`]: 256-bit HMAC-SHA-256 of canonical topic metadata under the realm secret.
+//!
+//! Everything here is pure computation over bytes (and the system's randomness): files and
+//! sockets belong to the crates above.
+
+#![forbid(unsafe_code)]
+
+mod credential;
+mod grant;
+mod identity;
+mod keywrap;
+mod replay;
+mod suite;
+mod topic;
+
+pub use credential::{Credential, CredentialError, RevocationList};
+pub use grant::{pattern_matches, valid_pattern};
+pub use identity::{CaKey, Identity, RealmSecret, random_bytes};
+pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_key};
+pub use replay::ReplayWindow;
+pub use suite::{SealError, SenderKey, Suite, TAG_LEN};
+pub use topic::TopicId;
+
+/// Lower-case hex of `b`.
+pub fn to_hex(b: &[u8]) -> String {
+    const H: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(H[(x >> 4) as usize] as char);
+        s.push(H[(x & 15) as usize] as char);
+    }
+    s
+}
+
+/// Bytes from hex (either case); `None` if malformed.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let v = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(v(p[0])? << 4 | v(p[1])?))
+        .collect()
+}
+
+/// Fixed-size bytes from hex.
+pub(crate) fn hex_array<const N: usize>(s: &str) -> Option<[u8; N]> {
+    from_hex(s)?.try_into().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_rejects_garbage() {
+        let b = [0u8, 1, 0xab, 0xff];
+        assert_eq!(to_hex(&b), "0001abff");
+        assert_eq!(from_hex("0001ABff").unwrap(), b);
+        assert!(from_hex("abc").is_none());
+        assert!(from_hex("zz").is_none());
+        assert_eq!(hex_array::<2>("0102"), Some([1, 2]));
+        assert_eq!(hex_array::<3>("0102"), None);
+    }
+}

@@ -1,0 +1,324 @@
+//! AEAD suites and sender keys.
+
+use std::fmt;
+
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+
+/// Bytes of authentication tag every sealed message carries.
+pub const TAG_LEN: usize = 16;
+
+/// The AEAD suites tether ships (aws-lc-rs on the data path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Suite {
+    /// AES-128-GCM.
+    Aes128Gcm,
+    /// AES-256-GCM.
+    Aes256Gcm,
+    /// ChaCha20-Poly1305.
+    ChaCha20Poly1305,
+}
+
+impl Suite {
+    /// Every suite.
+    pub const ALL: [Suite; 3] = [Suite::Aes128Gcm, Suite::Aes256Gcm, Suite::ChaCha20Poly1305];
+
+    /// AES-128-GCM where the CPU has AES and carry-less multiply instructions (AES-NI, ARMv8
+    /// crypto extensions), ChaCha20-Poly1305 elsewhere (the 003 paper: without AES
+    /// instructions ChaCha is several times faster).
+    pub fn auto() -> Suite {
+        if has_aes_instructions() {
+            Suite::Aes128Gcm
+        } else {
+            Suite::ChaCha20Poly1305
+        }
+    }
+
+    /// Its name in configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Aes128Gcm => "aes128-gcm",
+            Suite::Aes256Gcm => "aes256-gcm",
+            Suite::ChaCha20Poly1305 => "chacha20-poly1305",
+        }
+    }
+
+    /// Its code on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            Suite::Aes128Gcm => 1,
+            Suite::Aes256Gcm => 2,
+            Suite::ChaCha20Poly1305 => 3,
+        }
+    }
+
+    /// From its code on the wire.
+    pub fn from_code(c: u8) -> Option<Suite> {
+        Suite::ALL.into_iter().find(|s| s.code() == c)
+    }
+
+    /// Key length in bytes.
+    pub fn key_len(self) -> usize {
+        match self {
+            Suite::Aes128Gcm => 16,
+            Suite::Aes256Gcm | Suite::ChaCha20Poly1305 => 32,
+        }
+    }
+
+    /// Seals one key may make before the writer moves to a new epoch. For AES-GCM, 2^24
+    /// messages keeps the confidentiality advantage below 2^-57 for messages up to 64 KiB
+    /// (the bound TLS 1.3 uses, scaled to tether's datagram); ChaCha20-Poly1305's bound is
+    /// far beyond any writer's life, capped at 2^48 here.
+    pub fn usage_limit(self) -> u64 {
+        match self {
+            Suite::Aes128Gcm | Suite::Aes256Gcm => 1 << 24,
+            Suite::ChaCha20Poly1305 => 1 << 48,
+        }
+    }
+
+    fn algorithm(self) -> &'static aead::Algorithm {
+        match self {
+            Suite::Aes128Gcm => &aead::AES_128_GCM,
+            Suite::Aes256Gcm => &aead::AES_256_GCM,
+            Suite::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+        }
+    }
+}
+
+impl std::str::FromStr for Suite {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Suite::auto()),
+            "aes128-gcm" => Ok(Suite::Aes128Gcm),
+            "aes256-gcm" => Ok(Suite::Aes256Gcm),
+            "chacha20-poly1305" => Ok(Suite::ChaCha20Poly1305),
+            _ => Err(format!(
+                "unknown suite '{s}' (expected auto, aes128-gcm, aes256-gcm or chacha20-poly1305)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Suite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn has_aes_instructions() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// Why a seal or open failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The key bytes do not fit the suite.
+    #[error("key length does not match the suite")]
+    BadKey,
+    /// Authentication failed: wrong key, tampered bytes, or wrong sequence number.
+    #[error("authentication failed")]
+    Forged,
+    /// Shorter than a tag.
+    #[error("sealed message shorter than its tag")]
+    TooShort,
+}
+
+/// One writer's key for one epoch. Every sample (or batch) is sealed once, with the nonce
+/// `epoch (4 bytes) ‖ sequence number (8 bytes)`: unique, because a writer never reuses a
+/// sequence number and every epoch has a fresh random key.
+pub struct SenderKey {
+    suite: Suite,
+    epoch: u32,
+    key: LessSafeKey,
+}
+
+impl fmt::Debug for SenderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SenderKey")
+            .field("suite", &self.suite)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SenderKey {
+    /// A fresh random key.
+    pub fn generate(suite: Suite, epoch: u32) -> SenderKey {
+        let bytes = crate::random_bytes::<32>();
+        Self::from_bytes(suite, epoch, &bytes[..suite.key_len()]).expect("length fits the suite")
+    }
+
+    /// From key bytes (e.g. unwrapped for a reader).
+    pub fn from_bytes(suite: Suite, epoch: u32, key: &[u8]) -> Result<SenderKey, SealError> {
+        let k = UnboundKey::new(suite.algorithm(), key).map_err(|_| SealError::BadKey)?;
+        Ok(SenderKey {
+            suite,
+            epoch,
+            key: LessSafeKey::new(k),
+        })
+    }
+
+    /// The suite.
+    pub fn suite(&self) -> Suite {
+        self.suite
+    }
+
+    /// The epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    fn nonce(&self, seq: u64) -> Nonce {
+        let mut n = [0u8; 12];
+        n[..4].copy_from_slice(&self.epoch.to_be_bytes());
+        n[4..].copy_from_slice(&seq.to_be_bytes());
+        Nonce::assume_unique_for_key(n)
+    }
+
+    /// Seals `buf` in place for sequence number `seq` and returns the tag to send after it.
+    /// `aad` is authenticated, not encrypted (tether binds the writer, the epoch and the
+    /// sequence numbers).
+    pub fn seal_in_place(
+        &self,
+        seq: u64,
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; TAG_LEN], SealError> {
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(self.nonce(seq), Aad::from(aad), buf)
+            .map_err(|_| SealError::BadKey)?;
+        let mut t = [0u8; TAG_LEN];
+        t.copy_from_slice(tag.as_ref());
+        Ok(t)
+    }
+
+    /// Opens `sealed` (ciphertext followed by its tag) in place; returns the plaintext.
+    pub fn open_in_place<'a>(
+        &self,
+        seq: u64,
+        aad: &[u8],
+        sealed: &'a mut [u8],
+    ) -> Result<&'a mut [u8], SealError> {
+        if sealed.len() < TAG_LEN {
+            return Err(SealError::TooShort);
+        }
+        self.key
+            .open_in_place(self.nonce(seq), Aad::from(aad), sealed)
+            .map_err(|_| SealError::Forged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_open_round_trip_every_suite() {
+        for suite in Suite::ALL {
+            let k = SenderKey::generate(suite, 7);
+            let mut buf = b"hello robots".to_vec();
+            let tag = k.seal_in_place(42, b"aad", &mut buf).unwrap();
+            assert_ne!(&buf[..], b"hello robots");
+            buf.extend_from_slice(&tag);
+            let mut copy = buf.clone();
+            assert_eq!(
+                k.open_in_place(42, b"aad", &mut copy).unwrap(),
+                b"hello robots"
+            );
+            // Wrong sequence number, wrong AAD, a flipped bit, a truncation: all refused.
+            let mut c = buf.clone();
+            assert_eq!(k.open_in_place(43, b"aad", &mut c), Err(SealError::Forged));
+            let mut c = buf.clone();
+            assert_eq!(k.open_in_place(42, b"aaD", &mut c), Err(SealError::Forged));
+            for i in 0..buf.len() {
+                let mut c = buf.clone();
+                c[i] ^= 0x10;
+                assert_eq!(k.open_in_place(42, b"aad", &mut c), Err(SealError::Forged));
+            }
+            let mut c = buf[..10].to_vec();
+            assert_eq!(
+                k.open_in_place(42, b"aad", &mut c),
+                Err(SealError::TooShort)
+            );
+            // Another epoch's key (same bytes would still differ by nonce) refuses it too.
+            let other = SenderKey::generate(suite, 8);
+            let mut c = buf.clone();
+            assert!(other.open_in_place(42, b"aad", &mut c).is_err());
+        }
+    }
+
+    /// Known-answer tests against the suites' published vectors, so a provider or
+    /// configuration mistake cannot pass unnoticed.
+    #[test]
+    fn known_answers() {
+        // RFC 8439 section 2.8.2 (ChaCha20-Poly1305 AEAD).
+        let key =
+            crate::from_hex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f")
+                .unwrap();
+        let nonce = crate::from_hex("070000004041424344454647").unwrap();
+        let aad = crate::from_hex("50515253c0c1c2c3c4c5c6c7").unwrap();
+        let pt = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.";
+        let k = LessSafeKey::new(UnboundKey::new(&aead::CHACHA20_POLY1305, &key).unwrap());
+        let mut buf = pt.to_vec();
+        let tag = k
+            .seal_in_place_separate_tag(
+                Nonce::try_assume_unique_for_key(&nonce).unwrap(),
+                Aad::from(&aad[..]),
+                &mut buf,
+            )
+            .unwrap();
+        assert_eq!(
+            crate::to_hex(tag.as_ref()),
+            "1ae10b594f09e26a7e902ecbd0600691"
+        );
+        assert_eq!(
+            crate::to_hex(&buf[..16]),
+            "d31a8d34648e60db7b86afbc53ef7ec2"
+        );
+        // NIST GCM test case 3 (AES-128, 96-bit IV, no AAD).
+        let key = crate::from_hex("feffe9928665731c6d6a8f9467308308").unwrap();
+        let iv = crate::from_hex("cafebabefacedbaddecaf888").unwrap();
+        let pt = crate::from_hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255").unwrap();
+        let k = LessSafeKey::new(UnboundKey::new(&aead::AES_128_GCM, &key).unwrap());
+        let mut buf = pt.clone();
+        let tag = k
+            .seal_in_place_separate_tag(
+                Nonce::try_assume_unique_for_key(&iv).unwrap(),
+                Aad::empty(),
+                &mut buf,
+            )
+            .unwrap();
+        assert_eq!(
+            crate::to_hex(tag.as_ref()),
+            "4d5c2af327cd64a62cf35abd2ba6fab4"
+        );
+        assert_eq!(
+            crate::to_hex(&buf[..16]),
+            "42831ec2217774244b7221b784d0d49c"
+        );
+    }
+
+    #[test]
+    fn names_and_codes() {
+        for s in Suite::ALL {
+            assert_eq!(s.name().parse::<Suite>(), Ok(s));
+            assert_eq!(Suite::from_code(s.code()), Some(s));
+        }
+        assert!("des".parse::<Suite>().is_err());
+        assert_eq!("auto".parse::<Suite>(), Ok(Suite::auto()));
+        assert_eq!(Suite::from_code(0), None);
+    }
+}
