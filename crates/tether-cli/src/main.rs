@@ -11,6 +11,7 @@ mod bench;
 mod bulk;
 mod demo;
 mod file;
+mod keys;
 mod paper;
 mod topic;
 
@@ -52,6 +53,8 @@ enum Cmd {
     Send(file::SendArgs),
     /// Receive files sent with `tether send` into a directory (SHA-256 checked).
     Recv(file::RecvArgs),
+    /// Realm keys: a CA, credentials with topic grants, revocation.
+    Keys(keys::KeysArgs),
     /// Measure tether against raw UDP on this machine.
     Bench(bench::BenchArgs),
     /// Several processes on this host publishing and subscribing, with live rates.
@@ -147,6 +150,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Cmd::Keys(a) = cli.cmd {
+        // Key management needs no session and no configuration.
+        return keys::run(a);
+    }
     let cfg = cli.load_config().context("loading configuration")?;
     match cli.cmd {
         Cmd::Pub(a) => topic::publish(cfg, a),
@@ -160,5 +167,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bench(a) => bench::run(cfg, a),
         Cmd::BenchPeer(a) => bench::peer(cfg, a),
         Cmd::Demo(a) => demo::run(cfg, a),
+        Cmd::Keys(a) => keys::run(a),
     }
 }

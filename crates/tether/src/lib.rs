@@ -24,6 +24,7 @@
 //! `tether-transport`; this crate is the driver that joins them, and the configuration.
 
 mod config;
+pub mod keys;
 mod session;
 
 pub use config::{

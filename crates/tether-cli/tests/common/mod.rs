@@ -1,4 +1,5 @@
-//! Helpers shared by the CLI integration tests.
+//! Helpers shared by the CLI integration tests (each test crate uses some of them).
+#![allow(dead_code)]
 
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};

@@ -1,0 +1,105 @@
+//! `tether keys`: a realm's CA and secret, credentials with grants, revocation.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use tether::keys::{Realm, describe, utc};
+
+#[derive(Args, Debug)]
+pub(crate) struct KeysArgs {
+    #[command(subcommand)]
+    cmd: KeysCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum KeysCmd {
+    /// Create a realm in DIR: its CA key pair and its realm secret (files 0600).
+    Init {
+        /// The realm directory (created if missing).
+        dir: PathBuf,
+    },
+    /// Issue NAME a key pair and a credential signed by the realm's CA, granting the
+    /// topic patterns given (`*` one level, `**` any depth). Writes DIR/NAME.key (0600, for
+    /// `--keys`) and DIR/NAME.cred.
+    Issue {
+        /// The realm directory.
+        dir: PathBuf,
+        /// The participant's name.
+        name: String,
+        /// Topic patterns NAME may publish (repeatable, or several after one flag).
+        #[arg(long = "pub", value_name = "PATTERN", num_args = 1..)]
+        publish: Vec<String>,
+        /// Topic patterns NAME may subscribe to.
+        #[arg(long = "sub", value_name = "PATTERN", num_args = 1..)]
+        subscribe: Vec<String>,
+        /// Days until it expires.
+        #[arg(long, value_name = "DAYS", default_value_t = 365)]
+        expires: u64,
+    },
+    /// Revoke NAME's credentials (or one SERIAL) and re-sign the realm's revocation list
+    /// (DIR/revoked.toml), which participants load.
+    Revoke {
+        /// The realm directory.
+        dir: PathBuf,
+        /// A name or a serial number.
+        who: String,
+    },
+    /// Print a key file (credential, bundle, revocation list, CA) in plain words. Never
+    /// prints a secret.
+    Show {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
+    match a.cmd {
+        KeysCmd::Init { dir } => {
+            let r = Realm::init(&dir)?;
+            println!(
+                "realm created in {}\nCA public key {}\nissue credentials with: tether keys issue {} NAME --pub PATTERN --sub PATTERN",
+                dir.display(),
+                tether_crypto::to_hex(&r.ca_public()),
+                dir.display()
+            );
+        }
+        KeysCmd::Issue {
+            dir,
+            name,
+            publish,
+            subscribe,
+            expires,
+        } => {
+            if expires == 0 || expires > 36_500 {
+                anyhow::bail!("--expires {expires} is outside 1..=36500 days");
+            }
+            let r = Realm::open(&dir)?;
+            let c = r.issue(&name, publish, subscribe, expires)?;
+            println!(
+                "issued {} serial {}, expires {}\nkeys: {}\ncredential: {}",
+                c.name,
+                c.serial,
+                utc(c.expires),
+                dir.join(format!("{name}.key")).display(),
+                dir.join(format!("{name}.cred")).display()
+            );
+        }
+        KeysCmd::Revoke { dir, who } => {
+            let r = Realm::open(&dir)?;
+            let serials = r.revoke(&who)?;
+            println!(
+                "revoked serial{} {}; revocation list: {}",
+                if serials.len() == 1 { "" } else { "s" },
+                serials
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                dir.join("revoked.toml").display()
+            );
+        }
+        KeysCmd::Show { file } => print!("{}", describe(&file)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,188 @@
+//! `tether keys` as a real process: a realm, credentials, revocation, and `show`.
+
+mod common;
+use common::text;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn keys(args: &[&str], dir: &Path) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.arg("keys");
+    for a in args {
+        c.arg(a.replace("DIR", dir.to_str().unwrap()));
+    }
+    c.output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    text(&o.stdout)
+}
+
+#[cfg(unix)]
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn realm_issue_show_revoke() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("realm");
+    let out = ok(&keys(&["init", "DIR"], &dir));
+    assert!(out.contains("CA public key"), "{out}");
+    #[cfg(unix)]
+    {
+        assert_eq!(mode(&dir.join("ca.key")), 0o600);
+        assert_eq!(mode(&dir.join("realm.secret")), 0o600);
+    }
+    // A second init refuses to overwrite the CA.
+    let o = keys(&["init", "DIR"], &dir);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("refusing to overwrite"));
+
+    let out = ok(&keys(
+        &[
+            "issue",
+            "DIR",
+            "robot1",
+            "--pub",
+            "/robot1/**",
+            "--sub",
+            "/cmd/*",
+            "/map",
+            "--expires",
+            "10",
+        ],
+        &dir,
+    ));
+    assert!(out.contains("issued robot1 serial 1"), "{out}");
+    ok(&keys(&["issue", "DIR", "viewer", "--sub", "/**"], &dir));
+    #[cfg(unix)]
+    {
+        assert_eq!(mode(&dir.join("robot1.key")), 0o600);
+        assert_eq!(mode(&dir.join("robot1.cred")), 0o644);
+    }
+
+    let show = ok(&keys(&["show", "DIR/robot1.cred"], &dir));
+    for want in [
+        "credential   robot1",
+        "serial       1",
+        "publish      /robot1/**",
+        "subscribe    /cmd/* /map",
+        "signature    valid",
+    ] {
+        assert!(show.contains(want), "missing {want:?} in\n{show}");
+    }
+    // The library reads what the command wrote, and the grants mean what they say.
+    let b = tether::keys::KeyBundle::load(&dir.join("robot1.key")).unwrap();
+    assert!(b.credential.may_publish("/robot1/odom"));
+    assert!(!b.credential.may_publish("/robot2/odom"));
+    assert!(b.credential.may_subscribe("/map"));
+    assert_eq!(b.credential.expires - b.credential.issued, 10 * 86_400);
+
+    // Secrets are never printed.
+    let ca_key = std::fs::read_to_string(dir.join("ca.key")).unwrap();
+    let seed = ca_key
+        .lines()
+        .find(|l| l.starts_with("seed"))
+        .unwrap()
+        .split('"')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let bundle = std::fs::read_to_string(dir.join("viewer.key")).unwrap();
+    let secrets: Vec<String> = bundle
+        .lines()
+        .filter(|l| {
+            l.starts_with("sign_seed")
+                || l.starts_with("kx_secret")
+                || l.starts_with("realm_secret")
+        })
+        .map(|l| l.split('"').nth(1).unwrap().to_string())
+        .chain([seed])
+        .collect();
+    for f in ["DIR/ca.key", "DIR/viewer.key", "DIR/realm.secret"] {
+        let s = ok(&keys(&["show", f], &dir));
+        for secret in &secrets {
+            assert!(!s.contains(secret.as_str()), "{f} printed a secret:\n{s}");
+        }
+    }
+
+    // Revocation by name, then by serial; the list is signed and lists both.
+    let out = ok(&keys(&["revoke", "DIR", "robot1"], &dir));
+    assert!(out.contains("revoked serial 1"), "{out}");
+    ok(&keys(&["revoke", "DIR", "2"], &dir));
+    let show = ok(&keys(&["show", "DIR/revoked.toml"], &dir));
+    assert!(
+        show.contains("revoked      1 2") && show.contains("signature    valid"),
+        "{show}"
+    );
+    let ca = b.ca_public;
+    let rl = tether::keys::load_revocations(&dir.join("revoked.toml"), &ca).unwrap();
+    assert!(rl.contains(1) && rl.contains(2));
+    assert!(matches!(
+        b.credential
+            .verify(&ca, tether::keys::unix_now(), Some(&rl)),
+        Err(tether_crypto::CredentialError::Revoked(1))
+    ));
+}
+
+#[test]
+fn clear_errors() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("realm");
+    ok(&keys(&["init", "DIR"], &dir));
+    std::fs::write(dir.join("other.toml"), "a = 1\n").unwrap();
+    for (args, says) in [
+        (
+            vec!["issue", "DIR", "a", "--pub", "/x*"],
+            "publish pattern '/x*'",
+        ),
+        (
+            vec!["issue", "DIR", "../evil", "--pub", "/x"],
+            "name '../evil'",
+        ),
+        (vec!["issue", "DIR", "a", "--expires", "0"], "--expires 0"),
+        (
+            vec!["revoke", "DIR", "nobody"],
+            "no credential named or numbered 'nobody'",
+        ),
+        (vec!["show", "DIR/other.toml"], "not a tether key file"),
+        (vec!["show", "DIR/missing"], "missing"),
+        (vec!["issue", "DIR/nowhere", "a"], "ca.key"),
+    ] {
+        let o = keys(&args, &dir);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&o.stderr).contains(says),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    ok(&keys(&["issue", "DIR", "a", "--pub", "/x"], &dir));
+    let o = keys(&["issue", "DIR", "a", "--pub", "/x"], &dir);
+    assert!(text(&o.stderr).contains("refusing to overwrite"));
+    // A secret file others can read is refused, with the fix in the message.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("ca.key"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let o = keys(&["issue", "DIR", "b"], &dir);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(text(&o.stderr).contains("chmod 600"), "{}", text(&o.stderr));
+    }
+    // A tampered credential shows as not valid.
+    let p = dir.join("a.cred");
+    let c = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("\"/x\"", "\"/**\"");
+    std::fs::write(&p, c).unwrap();
+    let s = ok(&keys(&["show", "DIR/a.cred"], &dir));
+    assert!(
+        s.contains("NOT VALID: the CA's signature does not verify"),
+        "{s}"
+    );
+}

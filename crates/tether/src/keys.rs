@@ -1,0 +1,517 @@
+//! Key files: a realm directory (its CA, its secret, the credentials it issued, its
+//! revocation list) and a participant's key bundle. What `tether keys` writes and sessions
+//! read. Secret files are created 0600 and refused when others can read them.
+//!
+//! ```text
+//! DIR/ca.key         the CA's Ed25519 seed                       (secret, 0600)
+//! DIR/realm.secret   the realm secret (topic ids)                (secret, 0600)
+//! DIR/issued.toml    every credential issued: name, serial, expiry
+//! DIR/revoked.toml   the revocation list, signed by the CA
+//! DIR/NAME.key       NAME's bundle: its secret keys, credential, the CA's public key,
+//!                    the realm secret                            (secret, 0600)
+//! DIR/NAME.cred      NAME's credential alone (public)
+//! ```
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tether_crypto::{
+    CaKey, Credential, CredentialError, Identity, RealmSecret, RevocationList, from_hex, to_hex,
+};
+
+/// Why a key operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// A file could not be read or written.
+    #[error("{path}: {cause}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        cause: std::io::Error,
+    },
+    /// A file is not what it should be.
+    #[error("{path}: {message}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A secret file others can read.
+    #[error("{path} is readable by others (mode {mode:o}); run `chmod 600 {path}`")]
+    Permissions {
+        /// The file.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+    /// Refusing to overwrite.
+    #[error("{0} exists; refusing to overwrite it")]
+    Exists(PathBuf),
+    /// A credential problem (bad grant, expired, revoked, …).
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    /// No credential of that name or serial.
+    #[error("no credential named or numbered '{0}' in this realm")]
+    Unknown(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyError + '_ {
+    move |cause| KeyError::Io {
+        path: path.to_path_buf(),
+        cause,
+    }
+}
+
+fn format(path: &Path, message: impl Into<String>) -> KeyError {
+    KeyError::Format {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `2026-11-22 05:42:00 UTC`.
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn write_new(path: &Path, text: &str, secret: bool) -> Result<(), KeyError> {
+    let mut o = fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(if secret { 0o600 } else { 0o644 });
+    }
+    let mut f = o.open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            KeyError::Exists(path.to_path_buf())
+        } else {
+            KeyError::Io {
+                path: path.to_path_buf(),
+                cause: e,
+            }
+        }
+    })?;
+    f.write_all(text.as_bytes()).map_err(io(path))?;
+    f.sync_all().map_err(io(path))
+}
+
+/// Replaces a public file atomically (write aside, rename).
+fn replace(path: &Path, text: &str) -> Result<(), KeyError> {
+    let tmp = path.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    write_new(&tmp, text, false)?;
+    fs::rename(&tmp, path).map_err(io(path))
+}
+
+fn read_secret(path: &Path) -> Result<String, KeyError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(path).map_err(io(path))?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(KeyError::Permissions {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+    }
+    fs::read_to_string(path).map_err(io(path))
+}
+
+fn hex32(path: &Path, what: &str, s: &str) -> Result<[u8; 32], KeyError> {
+    from_hex(s)
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| format(path, format!("{what} is not 32 bytes of hex")))
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaFile {
+    tether_ca: u32,
+    public: String,
+    seed: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretFile {
+    tether_realm_secret: u32,
+    secret: String,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct IssuedFile {
+    #[serde(default)]
+    issued: Vec<IssuedEntry>,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct IssuedEntry {
+    name: String,
+    serial: u64,
+    expires: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BundleFile {
+    tether_keys: u32,
+    name: String,
+    sign_seed: String,
+    kx_secret: String,
+    ca_public: String,
+    realm_secret: String,
+    credential: String,
+}
+
+/// A realm directory, as `tether keys init` made it.
+#[derive(Debug)]
+pub struct Realm {
+    dir: PathBuf,
+    ca: CaKey,
+    secret: RealmSecret,
+}
+
+impl Realm {
+    /// Creates a realm in `dir` (created if missing): a new CA and realm secret. Refuses to
+    /// overwrite an existing realm.
+    pub fn init(dir: &Path) -> Result<Realm, KeyError> {
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+        }
+        let ca = CaKey::generate();
+        let secret = RealmSecret::generate();
+        let ca_text = toml::to_string(&CaFile {
+            tether_ca: 1,
+            public: to_hex(&ca.public()),
+            seed: to_hex(ca.seed()),
+        })
+        .expect("plain fields");
+        write_new(&dir.join("ca.key"), &ca_text, true)?;
+        let s_text = toml::to_string(&SecretFile {
+            tether_realm_secret: 1,
+            secret: to_hex(secret.as_bytes()),
+        })
+        .expect("plain fields");
+        write_new(&dir.join("realm.secret"), &s_text, true)?;
+        let realm = Realm {
+            dir: dir.to_path_buf(),
+            ca,
+            secret,
+        };
+        realm.write_revocations(&RevocationList::issue(&realm.ca, unix_now(), vec![]))?;
+        Ok(realm)
+    }
+
+    /// Opens the realm in `dir`.
+    pub fn open(dir: &Path) -> Result<Realm, KeyError> {
+        let p = dir.join("ca.key");
+        let f: CaFile = toml::from_str(&read_secret(&p)?).map_err(|e| format(&p, e.to_string()))?;
+        let seed = hex32(&p, "seed", &f.seed)?;
+        let ca = CaKey::from_seed(&seed).ok_or_else(|| format(&p, "unusable CA seed"))?;
+        if to_hex(&ca.public()) != f.public {
+            return Err(format(&p, "public key does not match the seed"));
+        }
+        let p = dir.join("realm.secret");
+        let f: SecretFile =
+            toml::from_str(&read_secret(&p)?).map_err(|e| format(&p, e.to_string()))?;
+        let secret = RealmSecret::from_bytes(hex32(&p, "secret", &f.secret)?);
+        Ok(Realm {
+            dir: dir.to_path_buf(),
+            ca,
+            secret,
+        })
+    }
+
+    /// The CA's public key (the realm's identity).
+    pub fn ca_public(&self) -> [u8; 32] {
+        self.ca.public()
+    }
+
+    fn issued(&self) -> Result<IssuedFile, KeyError> {
+        let p = self.dir.join("issued.toml");
+        match fs::read_to_string(&p) {
+            Ok(t) => toml::from_str(&t).map_err(|e| format(&p, e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(IssuedFile::default()),
+            Err(e) => Err(io(&p)(e)),
+        }
+    }
+
+    /// Issues a credential for `name` with fresh keys: writes `NAME.key` (0600) and
+    /// `NAME.cred`. Returns the credential.
+    pub fn issue(
+        &self,
+        name: &str,
+        publish: Vec<String>,
+        subscribe: Vec<String>,
+        valid_days: u64,
+    ) -> Result<Credential, KeyError> {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || name.starts_with('.')
+        {
+            return Err(KeyError::Credential(CredentialError::Invalid(format!(
+                "name '{name}' (letters, digits, '-', '_' and '.'; it names files)"
+            ))));
+        }
+        let key_path = self.dir.join(format!("{name}.key"));
+        if key_path.exists() {
+            return Err(KeyError::Exists(key_path));
+        }
+        let mut issued = self.issued()?;
+        let serial = issued.issued.iter().map(|e| e.serial).max().unwrap_or(0) + 1;
+        let now = unix_now();
+        let id = Identity::generate();
+        let cred = Credential::issue(
+            &self.ca,
+            name,
+            serial,
+            now,
+            now.saturating_add(valid_days.max(1).saturating_mul(86_400)),
+            id.sign_public(),
+            id.kx_public(),
+            publish,
+            subscribe,
+        )?;
+        let bundle = toml::to_string(&BundleFile {
+            tether_keys: 1,
+            name: name.to_string(),
+            sign_seed: to_hex(id.sign_seed()),
+            kx_secret: to_hex(id.kx_secret()),
+            ca_public: to_hex(&self.ca.public()),
+            realm_secret: to_hex(self.secret.as_bytes()),
+            credential: to_hex(&cred.to_bytes()),
+        })
+        .expect("plain fields");
+        write_new(&key_path, &bundle, true)?;
+        let cred_path = self.dir.join(format!("{name}.cred"));
+        let _ = fs::remove_file(&cred_path);
+        write_new(&cred_path, &cred.to_toml(), false)?;
+        issued.issued.push(IssuedEntry {
+            name: name.to_string(),
+            serial,
+            expires: cred.expires,
+        });
+        replace(
+            &self.dir.join("issued.toml"),
+            &toml::to_string(&issued).expect("plain fields"),
+        )?;
+        Ok(cred)
+    }
+
+    /// Revokes a credential by name (every credential issued under it) or serial; rewrites
+    /// the signed revocation list. Returns the serials revoked by this call.
+    pub fn revoke(&self, who: &str) -> Result<Vec<u64>, KeyError> {
+        let issued = self.issued()?;
+        let serials: Vec<u64> = match who.parse::<u64>() {
+            Ok(s) if issued.issued.iter().any(|e| e.serial == s) => vec![s],
+            _ => issued
+                .issued
+                .iter()
+                .filter(|e| e.name == who)
+                .map(|e| e.serial)
+                .collect(),
+        };
+        if serials.is_empty() {
+            return Err(KeyError::Unknown(who.to_string()));
+        }
+        let mut all = self.revocations()?.serials;
+        all.extend(&serials);
+        self.write_revocations(&RevocationList::issue(&self.ca, unix_now(), all))?;
+        Ok(serials)
+    }
+
+    /// The realm's current revocation list (verified).
+    pub fn revocations(&self) -> Result<RevocationList, KeyError> {
+        load_revocations(&self.dir.join("revoked.toml"), &self.ca.public())
+    }
+
+    fn write_revocations(&self, r: &RevocationList) -> Result<(), KeyError> {
+        replace(&self.dir.join("revoked.toml"), &r.to_toml())
+    }
+}
+
+/// Reads and verifies a revocation list against the realm's CA.
+pub fn load_revocations(path: &Path, ca_public: &[u8; 32]) -> Result<RevocationList, KeyError> {
+    let t = fs::read_to_string(path).map_err(io(path))?;
+    let r = RevocationList::from_toml(&t).map_err(|e| format(path, e.to_string()))?;
+    r.verify(ca_public)
+        .map_err(|e| format(path, e.to_string()))?;
+    Ok(r)
+}
+
+/// A participant's keys: what a session needs to take part in a secure realm.
+#[derive(Debug)]
+pub struct KeyBundle {
+    /// Its secret keys.
+    pub identity: Identity,
+    /// Its credential.
+    pub credential: Credential,
+    /// The realm's CA public key.
+    pub ca_public: [u8; 32],
+    /// The realm secret.
+    pub realm_secret: RealmSecret,
+}
+
+impl KeyBundle {
+    /// Loads `NAME.key`. Checks that the file is private, that the credential is the CA's
+    /// and names this identity's public keys. (Expiry and revocation are checked when the
+    /// session uses it, against the time then.)
+    pub fn load(path: &Path) -> Result<KeyBundle, KeyError> {
+        let f: BundleFile =
+            toml::from_str(&read_secret(path)?).map_err(|e| format(path, e.to_string()))?;
+        if f.tether_keys != 1 {
+            return Err(format(path, format!("key file version {}", f.tether_keys)));
+        }
+        let identity = Identity::from_secrets(
+            &hex32(path, "sign_seed", &f.sign_seed)?,
+            &hex32(path, "kx_secret", &f.kx_secret)?,
+        )
+        .ok_or_else(|| format(path, "unusable secret keys"))?;
+        let ca_public = hex32(path, "ca_public", &f.ca_public)?;
+        let realm_secret = RealmSecret::from_bytes(hex32(path, "realm_secret", &f.realm_secret)?);
+        let bytes = from_hex(&f.credential).ok_or_else(|| format(path, "credential is not hex"))?;
+        let credential = Credential::from_bytes(&bytes).map_err(|e| format(path, e.to_string()))?;
+        if credential.sign_public != identity.sign_public()
+            || credential.kx_public != identity.kx_public()
+        {
+            return Err(format(path, "the credential is for other keys"));
+        }
+        match credential.verify(&ca_public, credential.issued, None) {
+            Ok(()) => {}
+            Err(e @ (CredentialError::BadSignature | CredentialError::OtherRealm(_))) => {
+                return Err(format(path, e.to_string()));
+            }
+            Err(_) => {}
+        }
+        Ok(KeyBundle {
+            identity,
+            credential,
+            ca_public,
+            realm_secret,
+        })
+    }
+}
+
+/// A human-readable account of any tether key file (`tether keys show`). Secrets are never
+/// printed.
+pub fn describe(path: &Path) -> Result<String, KeyError> {
+    let text = fs::read_to_string(path).map_err(io(path))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| format(path, e.to_string()))?;
+    let now = unix_now();
+    let cred_lines = |c: &Credential, out: &mut String| {
+        let state = match c.verify(&c.realm, now, None) {
+            Ok(()) => "valid".to_string(),
+            Err(e) => format!("NOT VALID: {e}"),
+        };
+        out.push_str(&format!(
+            "credential   {}\nserial       {}\nrealm        {} (CA public key)\nissued       {}\nexpires      {}\nsign key     {} (Ed25519)\nkx key       {} (X25519)\npublish      {}\nsubscribe    {}\nsignature    {} (checked against the realm's CA; revocation not checked)\n",
+            c.name,
+            c.serial,
+            to_hex(&c.realm),
+            utc(c.issued),
+            utc(c.expires),
+            to_hex(&c.sign_public),
+            to_hex(&c.kx_public),
+            if c.publish.is_empty() { "(nothing)".to_string() } else { c.publish.join(" ") },
+            if c.subscribe.is_empty() { "(nothing)".to_string() } else { c.subscribe.join(" ") },
+            state,
+        ));
+    };
+    let mut out = String::new();
+    if table.contains_key("tether_credential") {
+        let c = Credential::from_toml(&text).map_err(|e| format(path, e.to_string()))?;
+        cred_lines(&c, &mut out);
+    } else if table.contains_key("tether_keys") {
+        let b = KeyBundle::load(path)?;
+        out.push_str(&format!(
+            "key bundle of {} (secret keys, realm secret: not shown)\n",
+            b.credential.name
+        ));
+        cred_lines(&b.credential, &mut out);
+    } else if table.contains_key("tether_revocations") {
+        let r = RevocationList::from_toml(&text).map_err(|e| format(path, e.to_string()))?;
+        let state = match r.verify(&r.realm) {
+            Ok(()) => "valid".to_string(),
+            Err(e) => format!("NOT VALID: {e}"),
+        };
+        out.push_str(&format!(
+            "revocation list\nrealm        {}\nissued       {}\nrevoked      {}\nsignature    {state}\n",
+            to_hex(&r.realm),
+            utc(r.issued),
+            if r.serials.is_empty() {
+                "(none)".to_string()
+            } else {
+                r.serials
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            },
+        ));
+    } else if let Some(p) = table
+        .get("public")
+        .filter(|_| table.contains_key("tether_ca"))
+    {
+        out.push_str(&format!(
+            "realm CA key (secret seed: not shown)\npublic       {}\n",
+            p.as_str().unwrap_or("?")
+        ));
+    } else if table.contains_key("tether_realm_secret") {
+        out.push_str("realm secret (not shown)\n");
+    } else {
+        return Err(format(path, "not a tether key file"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_795_336_000), "2026-11-22 08:26:40 UTC");
+    }
+}
