@@ -86,6 +86,24 @@ enum Which {
         #[arg(long)]
         json: bool,
     },
+    /// Paper 003: encryption and decryption speed of tether's suites and comparison ciphers
+    /// in buffers of 1,024 … 10,240 bytes, with cycles per byte; tether's seal path against
+    /// the raw primitive at 8 KB; openssl speed when installed.
+    Cipher {
+        /// Buffer sizes in bytes.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1024,2048,3072,4096,5120,6144,7168,8192,9216,10240"
+        )]
+        sizes: Vec<usize>,
+        /// Milliseconds per measurement (best of three).
+        #[arg(long, default_value_t = 200)]
+        millis: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
@@ -322,6 +340,11 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
                 },
             )
         }
+        Which::Cipher {
+            sizes,
+            millis,
+            json,
+        } => crate::cipher::run(&sizes, millis, json),
         Which::Latency {
             samples,
             sizes,

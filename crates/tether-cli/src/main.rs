@@ -9,6 +9,7 @@ use tether::{Config, Qos, Topic};
 
 mod bench;
 mod bulk;
+mod cipher;
 mod demo;
 mod file;
 mod keys;

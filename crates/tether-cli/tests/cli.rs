@@ -566,3 +566,47 @@ fn pub_batched_and_coalesced() {
         assert!(pout.status.success(), "{shape}: {}", text(&pout.stderr));
     }
 }
+
+/// `bench cipher` checks every cipher against its test vectors, then measures them all and
+/// tether's seal path against the raw primitive.
+#[test]
+fn cipher_bench_runs_and_prints_json() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench",
+        "cipher",
+        "--sizes",
+        "1024,8192",
+        "--millis",
+        "5",
+        "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 8 * 2);
+    let names: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r["cipher"].as_str().unwrap()).collect();
+    for n in [
+        "aes128-gcm",
+        "aes256-gcm",
+        "chacha20-poly1305",
+        "chacha20",
+        "chacha12",
+        "lea-128",
+        "lea-192",
+        "lea-256",
+    ] {
+        assert!(names.contains(n), "{n} missing");
+    }
+    for r in rows {
+        assert!(r["encrypt_kb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["decrypt_kb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let paths = v["seal_path_8k"].as_array().unwrap();
+    assert_eq!(paths.len(), 3);
+    for p in paths {
+        assert!(p["ratio"].as_f64().unwrap() > 0.0, "{p}");
+    }
+}
