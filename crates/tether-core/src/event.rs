@@ -83,6 +83,31 @@ impl fmt::Display for IncompatibleQos {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
+    /// A remote participant proved it holds a valid credential of our realm.
+    ParticipantAuthenticated {
+        /// Its id.
+        participant: ParticipantId,
+        /// The name its credential certifies.
+        name: String,
+    },
+    /// A remote participant's credential or answer was refused (reported once per peer).
+    AuthenticationFailed {
+        /// Its id.
+        participant: ParticipantId,
+        /// Why, in words.
+        reason: String,
+    },
+    /// A match was refused: the remote participant's credential does not grant the topic.
+    AccessDenied {
+        /// The local endpoint.
+        local: EntityId,
+        /// The remote endpoint.
+        remote: Guid,
+        /// The topic.
+        topic: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// A remote participant was heard for the first time.
     ParticipantDiscovered {
         /// Its id.
@@ -216,4 +241,9 @@ pub struct Stats {
     /// Datagrams of asynchronous writers released by `poll_scheduled` (also counted in
     /// `datagrams_sent`).
     pub datagrams_scheduled: u64,
+    /// AUTH messages refused: a credential that is malformed, of another realm, expired or
+    /// revoked, an answer that does not verify, or one addressed to someone else.
+    pub auth_failed: u64,
+    /// Matches refused because a peer's credential does not grant the topic.
+    pub access_denied: u64,
 }

@@ -30,6 +30,7 @@ mod participant;
 pub mod qos;
 mod reassembly;
 mod sched;
+mod security;
 
 pub use endpoint::EndpointInfo;
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
@@ -39,4 +40,5 @@ pub use participant::{
 };
 pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
 pub use sched::{FlowController, Priority, format_rate, parse_rate};
+pub use security::Security;
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

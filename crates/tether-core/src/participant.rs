@@ -68,6 +68,8 @@ pub struct Config {
     pub max_reassembly_bytes: usize,
     /// An incomplete sample with no new fragment for this long is dropped.
     pub reassembly_timeout: Duration,
+    /// Membership of a secure realm; `None`: security off (every peer is trusted).
+    pub security: Option<std::sync::Arc<crate::Security>>,
 }
 
 impl Config {
@@ -86,6 +88,7 @@ impl Config {
             max_sample_size: 256 << 20,
             max_reassembly_bytes: 256 << 20,
             reassembly_timeout: Duration::from_secs(10),
+            security: None,
         }
     }
 }
@@ -279,6 +282,8 @@ struct RemoteParticipant {
     lease: Duration,
     last_heard: Instant,
     endpoints: BTreeMap<EntityId, RemoteEndpoint>,
+    /// With security on: what we know of its identity.
+    auth: Option<crate::security::PeerAuth>,
 }
 
 /// The sans-IO protocol engine of one session.
@@ -300,6 +305,8 @@ pub struct Participant {
     remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
     targets: BTreeSet<SocketAddr>,
     reported: BTreeSet<(EntityId, Guid, QosPolicy)>,
+    /// Pairs refused for want of a grant (reported once).
+    denied: BTreeSet<(EntityId, Guid)>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: Stats,
@@ -331,6 +338,7 @@ impl Participant {
             remote_writer_readers: BTreeMap::new(),
             targets: BTreeSet::new(),
             reported: BTreeSet::new(),
+            denied: BTreeSet::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -1473,6 +1481,7 @@ impl Participant {
                     known = false;
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
+                Submessage::Auth(a) => self.on_auth(now, pid, a),
                 Submessage::EndpointBye(e) => self.remove_remote_endpoint(pid, e),
                 Submessage::Data(data) => {
                     let g = Guid {
@@ -1529,8 +1538,14 @@ impl Participant {
                 lease,
                 last_heard: now,
                 endpoints: BTreeMap::new(),
+                auth: self
+                    .cfg
+                    .security
+                    .as_ref()
+                    .map(|_| crate::security::PeerAuth::new()),
             },
         );
+        self.send_auth(now, pid);
         self.events.push_back(Event::ParticipantDiscovered {
             participant: pid,
             name: p.name.to_string(),
@@ -2187,6 +2202,201 @@ impl Participant {
 
     // ----- matching ----------------------------------------------------------------------
 
+    // ----- security ----------------------------------------------------------------------
+
+    /// Whether a local endpoint may match a remote one: always with security off; with it,
+    /// only if the remote participant proved its identity and its credential grants what
+    /// the match needs (publish for a remote writer, subscribe for a remote reader).
+    /// Refusals on grants are reported once per pair and counted.
+    fn permitted(&mut self, local: EntityId, remote: Guid, topic: &str, side: Side) -> bool {
+        if self.cfg.security.is_none() {
+            return true;
+        }
+        let Some(auth) = self
+            .remotes
+            .get(&remote.participant)
+            .and_then(|p| p.auth.as_ref())
+            .filter(|a| a.verified)
+        else {
+            return false;
+        };
+        let Some(cred) = auth.credential.as_ref() else {
+            return false;
+        };
+        let (ok, needs) = match side {
+            Side::LocalWriter => (cred.may_subscribe(topic), "subscribe"),
+            Side::LocalReader => (cred.may_publish(topic), "publish"),
+        };
+        if !ok {
+            self.stats.access_denied += 1;
+            if self.denied.insert((local, remote)) {
+                self.events.push_back(Event::AccessDenied {
+                    local,
+                    remote,
+                    topic: topic.to_string(),
+                    reason: format!(
+                        "{} (serial {}) holds no grant to {needs} {topic}",
+                        cred.name, cred.serial
+                    ),
+                });
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Sends our AUTH to `pid`: credential, our challenge, our answer to its challenge.
+    fn send_auth(&mut self, now: Instant, pid: ParticipantId) {
+        let me = self.cfg.participant;
+        let hdr = self.header();
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        let addr = rp.addr;
+        let Some(a) = rp.auth.as_mut() else { return };
+        let response = a.theirs.map(|c| sec.answer(me, pid, &c));
+        a.answered = a.theirs;
+        a.sent = Some(now);
+        let m = tether_wire::AuthRepr {
+            to: pid,
+            challenge: a.mine,
+            response,
+            verified_you: a.verified,
+            credential: sec.credential_bytes(),
+        };
+        let mut dg = Vec::with_capacity(200 + m.credential.len());
+        if DatagramBuilder::new(&mut dg, hdr)
+            .push(&Submessage::Auth(m))
+            .is_ok()
+        {
+            self.push_transmit(addr, Bytes::from(dg));
+        }
+    }
+
+    fn on_auth(&mut self, now: Instant, pid: ParticipantId, m: tether_wire::AuthRepr<'_>) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.clone() else {
+            return; // security off: nothing to prove
+        };
+        if m.to != me {
+            self.stats.auth_failed += 1;
+            return;
+        }
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        let Some(a) = rp.auth.as_mut() else { return };
+        let cred = match sec.check(m.credential, now) {
+            Ok(c) => c,
+            Err(e) => {
+                self.stats.auth_failed += 1;
+                if !a.reported {
+                    a.reported = true;
+                    self.events.push_back(Event::AuthenticationFailed {
+                        participant: pid,
+                        reason: format!("credential refused: {e}"),
+                    });
+                }
+                return;
+            }
+        };
+        if a.credential
+            .as_ref()
+            .is_some_and(|c| c.sign_public != cred.sign_public)
+        {
+            // Another identity under the same participant id: start over.
+            a.verified = false;
+            a.verified_us = false;
+        }
+        a.credential = Some(cred);
+        let new_challenge = a.theirs != Some(m.challenge);
+        a.theirs = Some(m.challenge);
+        a.verified_us = m.verified_you;
+        let mut newly = false;
+        if let (Some(r), false) = (m.response, a.verified) {
+            let signed = tether_wire::auth_signed_bytes(&a.mine, pid, me);
+            let key = a
+                .credential
+                .as_ref()
+                .map(|c| c.sign_public)
+                .unwrap_or_default();
+            if tether_crypto::Identity::verify(&key, &signed, &r) {
+                a.verified = true;
+                newly = true;
+            } else {
+                self.stats.auth_failed += 1;
+                if !a.reported {
+                    a.reported = true;
+                    self.events.push_back(Event::AuthenticationFailed {
+                        participant: pid,
+                        reason:
+                            "its answer to our challenge does not verify with its credential's key"
+                                .into(),
+                    });
+                }
+            }
+        }
+        if new_challenge || newly || !m.verified_you {
+            self.send_auth(now, pid);
+        }
+        if newly {
+            let name = self
+                .remotes
+                .get(&pid)
+                .and_then(|p| p.auth.as_ref())
+                .and_then(|a| a.credential.as_ref())
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            self.events.push_back(Event::ParticipantAuthenticated {
+                participant: pid,
+                name,
+            });
+            // Match what it announced before it proved itself.
+            let eps: Vec<(EntityId, RemoteEndpoint)> = self
+                .remotes
+                .get(&pid)
+                .map(|p| p.endpoints.iter().map(|(k, v)| (*k, v.clone())).collect())
+                .unwrap_or_default();
+            for (eid, e) in eps {
+                let g = Guid {
+                    participant: pid,
+                    entity: eid,
+                };
+                let (locals, side): (Vec<EntityId>, Side) = match e.kind {
+                    EndpointKind::Reader => {
+                        (self.writers.keys().copied().collect(), Side::LocalWriter)
+                    }
+                    EndpointKind::Writer => {
+                        (self.readers.keys().copied().collect(), Side::LocalReader)
+                    }
+                };
+                for l in locals {
+                    self.try_match(now, l, g, &e.info, side);
+                }
+            }
+        }
+    }
+
+    /// Peers that have not finished authenticating get our AUTH again (lost datagrams).
+    fn resend_auth(&mut self, now: Instant) {
+        if self.cfg.security.is_none() {
+            return;
+        }
+        let period = self.announce_step;
+        let due: Vec<ParticipantId> = self
+            .remotes
+            .iter()
+            .filter(|(_, p)| p.auth.as_ref().is_some_and(|a| a.resend_due(now, period)))
+            .map(|(id, _)| *id)
+            .collect();
+        for pid in due {
+            self.send_auth(now, pid);
+        }
+    }
+
     fn try_match(
         &mut self,
         now: Instant,
@@ -2201,6 +2411,9 @@ impl Participant {
             Side::LocalReader => self.readers.get(&local).map(|r| r.info.clone()),
         };
         let Some(linfo) = linfo else { return };
+        if !self.permitted(local, remote, &linfo.topic, side) {
+            return;
+        }
         let (winfo, rinfo_) = match side {
             Side::LocalWriter => (&linfo, rinfo),
             Side::LocalReader => (rinfo, &linfo),
@@ -2493,6 +2706,7 @@ impl Participant {
             let period = self.announce_period();
             self.announce_step = (self.announce_step * 2).min(period);
             self.next_announce = after(now, self.announce_step);
+            self.resend_auth(now);
         }
         if now >= self.next_housekeeping {
             self.housekeeping(now);

@@ -31,6 +31,8 @@ pub enum SubmessageKind {
     NackFrag = 0x0A,
     /// Several consecutive samples of one writer under one header.
     Batch = 0x0B,
+    /// A participant's credential, challenge and answer (secure realms).
+    Auth = 0x0C,
 }
 
 impl SubmessageKind {
@@ -48,6 +50,7 @@ impl SubmessageKind {
             0x09 => Self::DataFrag,
             0x0A => Self::NackFrag,
             0x0B => Self::Batch,
+            0x0C => Self::Auth,
             _ => return None,
         })
     }
@@ -405,6 +408,43 @@ pub fn batch_entry_head(timestamp_ns: u64, len: usize) -> [u8; BATCH_ENTRY_OVERH
     h
 }
 
+/// Largest credential an AUTH carries.
+pub const MAX_CREDENTIAL_LEN: usize = 4096;
+
+/// Mutual authentication in a secure realm (`docs/wire.md#auth`): the sender's credential,
+/// a fresh challenge it sets the addressee, and its signature over the addressee's last
+/// challenge, if it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthRepr<'a> {
+    /// The participant addressed.
+    pub to: crate::ParticipantId,
+    /// The sender's challenge for `to` (random, fresh per peer).
+    pub challenge: [u8; 32],
+    /// Ed25519 signature by the sender over `"tether auth v1" | to's challenge | sender id |
+    /// to id`, once it has received a challenge from `to`.
+    pub response: Option<[u8; 64]>,
+    /// The sender has verified the addressee (a valid credential and response): once both
+    /// sides say so, they stop sending AUTH.
+    pub verified_you: bool,
+    /// The sender's credential (tether-crypto's canonical form, 1 to 4,096 bytes).
+    pub credential: &'a [u8],
+}
+
+/// The bytes an AUTH response signs: the domain separator, the challenge being answered,
+/// the answering participant and the one that set the challenge.
+pub fn auth_signed_bytes(
+    challenge: &[u8; 32],
+    signer: crate::ParticipantId,
+    challenger: crate::ParticipantId,
+) -> [u8; 14 + 32 + 16] {
+    let mut b = [0u8; 62];
+    b[..14].copy_from_slice(b"tether auth v1");
+    b[14..46].copy_from_slice(challenge);
+    b[46..54].copy_from_slice(&signer.0.to_le_bytes());
+    b[54..].copy_from_slice(&challenger.0.to_le_bytes());
+    b
+}
+
 /// One parsed submessage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Submessage<'a> {
@@ -430,6 +470,8 @@ pub enum Submessage<'a> {
     NackFrag(NackFragRepr),
     /// See [`BatchRepr`].
     Batch(BatchRepr<'a>),
+    /// See [`AuthRepr`].
+    Auth(AuthRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -550,6 +592,7 @@ impl<'a> Submessage<'a> {
             Submessage::DataFrag(_) => SubmessageKind::DataFrag as u8,
             Submessage::NackFrag(_) => SubmessageKind::NackFrag as u8,
             Submessage::Batch(_) => SubmessageKind::Batch as u8,
+            Submessage::Auth(_) => SubmessageKind::Auth as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -802,6 +845,35 @@ impl<'a> Submessage<'a> {
                     entries,
                 })
             }
+            //= docs/wire.md#auth
+            SubmessageKind::Auth => {
+                let to = crate::ParticipantId(c.u64()?);
+                if to.0 == 0 {
+                    return Err(Error::BadValue("to"));
+                }
+                let challenge: [u8; 32] = c.take(32)?.try_into().map_err(|_| Error::BadLength)?;
+                let flags = c.u8()?;
+                if flags & !0b11 != 0 {
+                    return Err(Error::BadValue("auth flags"));
+                }
+                let response = match flags & 1 {
+                    0 => None,
+                    _ => Some(c.take(64)?.try_into().map_err(|_| Error::BadLength)?),
+                };
+                let verified_you = flags & 2 != 0;
+                let n = c.u16()? as usize;
+                if n == 0 || n > MAX_CREDENTIAL_LEN {
+                    return Err(Error::BadValue("credential length"));
+                }
+                let credential = c.take(n)?;
+                Submessage::Auth(AuthRepr {
+                    to,
+                    challenge,
+                    response,
+                    verified_you,
+                    credential,
+                })
+            }
         };
         c.finish()?;
         Ok(msg)
@@ -891,6 +963,20 @@ impl<'a> Submessage<'a> {
             Submessage::Batch(b) => {
                 b.emit_fixed(out);
                 out.extend_from_slice(b.entries);
+            }
+            Submessage::Auth(a) => {
+                if a.credential.is_empty() || a.credential.len() > MAX_CREDENTIAL_LEN {
+                    return Err(Error::BadLength);
+                }
+                out.extend_from_slice(&a.to.0.to_le_bytes());
+                out.extend_from_slice(&a.challenge);
+                let flags = a.response.is_some() as u8 | (a.verified_you as u8) << 1;
+                out.push(flags);
+                if let Some(r) = &a.response {
+                    out.extend_from_slice(r);
+                }
+                out.extend_from_slice(&(a.credential.len() as u16).to_le_bytes());
+                out.extend_from_slice(a.credential);
             }
             Submessage::Unknown(_) => {}
         }

@@ -414,3 +414,74 @@ fn lying_batches_are_rejected() {
     lie.extend_from_slice(b"short");
     assert!(batch(1, &lie).is_err(), "entry length past the end");
 }
+
+proptest! {
+    #[test]
+    fn auth_roundtrip(
+        to in 1u64..,
+        challenge in any::<[u8; 32]>(),
+        response in proptest::option::of(proptest::collection::vec(any::<u8>(), 64)),
+        cred in proptest::collection::vec(any::<u8>(), 1..600),
+        verified_you in any::<bool>(),
+    ) {
+        let response: Option<[u8; 64]> = response.map(|r| r.try_into().unwrap());
+        let a = AuthRepr { to: ParticipantId(to), challenge, response, verified_you, credential: &cred };
+        roundtrip(&[Submessage::Auth(a)]);
+    }
+
+    /// Every truncation of a valid AUTH is refused, never misread.
+    #[test]
+    fn auth_truncations_refused(cut in 0usize..200) {
+        let cred = [5u8; 100];
+        let a = AuthRepr { to: ParticipantId(9), challenge: [1; 32], response: Some([2; 64]), verified_you: true, credential: &cred };
+        let mut body = Vec::new();
+        Submessage::Auth(a).emit_body(&mut body).unwrap();
+        let cut = cut.min(body.len() - 1);
+        prop_assert!(Submessage::parse(0x0C, &body[..cut]).is_err());
+    }
+}
+
+#[test]
+fn auth_bad_values() {
+    let cred = [5u8; 10];
+    let ok = AuthRepr {
+        to: ParticipantId(9),
+        challenge: [1; 32],
+        response: None,
+        verified_you: false,
+        credential: &cred,
+    };
+    let mut body = Vec::new();
+    Submessage::Auth(ok).emit_body(&mut body).unwrap();
+    // to = 0
+    let mut b = body.clone();
+    b[..8].copy_from_slice(&0u64.to_le_bytes());
+    assert!(Submessage::parse(0x0C, &b).is_err());
+    // unknown flag bits
+    let mut b = body.clone();
+    b[40] = 4;
+    assert!(Submessage::parse(0x0C, &b).is_err());
+    // credential length 0, or longer than the limit
+    let empty = AuthRepr {
+        credential: &[],
+        ..ok
+    };
+    assert!(Submessage::Auth(empty).emit_body(&mut Vec::new()).is_err());
+    let mut b = body.clone();
+    b[41..43].copy_from_slice(&5000u16.to_le_bytes());
+    assert!(Submessage::parse(0x0C, &b).is_err());
+    // trailing bytes
+    let mut b = body.clone();
+    b.push(0);
+    assert!(Submessage::parse(0x0C, &b).is_err());
+    // the signed bytes bind the challenge and both ids, in order
+    let x = auth_signed_bytes(&[1; 32], ParticipantId(1), ParticipantId(2));
+    assert_ne!(
+        x,
+        auth_signed_bytes(&[1; 32], ParticipantId(2), ParticipantId(1))
+    );
+    assert_ne!(
+        x,
+        auth_signed_bytes(&[2; 32], ParticipantId(1), ParticipantId(2))
+    );
+}

@@ -1,0 +1,131 @@
+//! A participant's part in a secure realm: its keys and credential, the realm's CA and
+//! revocation list, and each peer's authentication state (`docs/wire.md#auth`).
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use tether_crypto::{Credential, CredentialError, Identity, RevocationList};
+use tether_wire::{ParticipantId, auth_signed_bytes};
+
+/// What a participant needs to take part in a secure realm. Deny by default: with it, a
+/// participant matches only peers that proved they hold a valid credential of the same realm,
+/// and only on topics their grants cover.
+pub struct Security {
+    /// Its secret keys.
+    pub identity: Identity,
+    /// Its credential.
+    pub credential: Credential,
+    credential_bytes: Vec<u8>,
+    /// The realm's CA public key.
+    pub ca_public: [u8; 32],
+    /// The realm's revocation list, if loaded.
+    pub revocations: Option<RevocationList>,
+    /// Unix seconds at an engine instant: credentials expire in wall-clock time, the engine
+    /// counts in `Instant`s.
+    wall: (Instant, u64),
+}
+
+impl fmt::Debug for Security {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Security")
+            .field("name", &self.credential.name)
+            .field("serial", &self.credential.serial)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Security {
+    /// `unix_now` is the wall-clock time (unix seconds) at engine instant `now`.
+    pub fn new(
+        identity: Identity,
+        credential: Credential,
+        ca_public: [u8; 32],
+        revocations: Option<RevocationList>,
+        now: Instant,
+        unix_now: u64,
+    ) -> Security {
+        let credential_bytes = credential.to_bytes();
+        Security {
+            identity,
+            credential,
+            credential_bytes,
+            ca_public,
+            revocations,
+            wall: (now, unix_now),
+        }
+    }
+
+    /// Wall-clock unix seconds at engine instant `now`.
+    pub fn unix_at(&self, now: Instant) -> u64 {
+        let (base, unix) = self.wall;
+        unix + now.saturating_duration_since(base).as_secs()
+    }
+
+    pub(crate) fn credential_bytes(&self) -> &[u8] {
+        &self.credential_bytes
+    }
+
+    /// Checks a peer's credential bytes at `now`.
+    pub(crate) fn check(&self, bytes: &[u8], now: Instant) -> Result<Credential, CredentialError> {
+        let c = Credential::from_bytes(bytes)?;
+        c.verify(
+            &self.ca_public,
+            self.unix_at(now),
+            self.revocations.as_ref(),
+        )?;
+        Ok(c)
+    }
+
+    /// Our answer to `peer`'s challenge.
+    pub(crate) fn answer(
+        &self,
+        me: ParticipantId,
+        peer: ParticipantId,
+        challenge: &[u8; 32],
+    ) -> [u8; 64] {
+        self.identity.sign(&auth_signed_bytes(challenge, me, peer))
+    }
+}
+
+/// What we know of one peer's identity.
+#[derive(Debug)]
+pub(crate) struct PeerAuth {
+    /// The challenge we set it.
+    pub(crate) mine: [u8; 32],
+    /// Its last challenge to us, and whether we have answered it.
+    pub(crate) theirs: Option<[u8; 32]>,
+    pub(crate) answered: Option<[u8; 32]>,
+    /// Its credential, once valid.
+    pub(crate) credential: Option<Credential>,
+    /// It answered our challenge with the key its credential names.
+    pub(crate) verified: bool,
+    /// It says it has verified us.
+    pub(crate) verified_us: bool,
+    /// A failure was reported (once per peer).
+    pub(crate) reported: bool,
+    /// When we last sent it an AUTH.
+    pub(crate) sent: Option<Instant>,
+}
+
+impl PeerAuth {
+    pub(crate) fn new() -> PeerAuth {
+        PeerAuth {
+            mine: tether_crypto::random_bytes(),
+            theirs: None,
+            answered: None,
+            credential: None,
+            verified: false,
+            verified_us: false,
+            reported: false,
+            sent: None,
+        }
+    }
+
+    /// Whether the periodic resend is due: until both sides have verified each other.
+    pub(crate) fn resend_due(&self, now: Instant, period: Duration) -> bool {
+        !(self.verified && self.verified_us)
+            && self
+                .sent
+                .is_none_or(|t| now.saturating_duration_since(t) >= period)
+    }
+}
