@@ -32,6 +32,13 @@ struct Cli {
     /// Same-host registry directory (overrides the config file).
     #[arg(long, global = true)]
     registry_dir: Option<PathBuf>,
+    /// Take part in a secure realm with this key bundle (from `tether keys issue`):
+    /// peers must authenticate, and grants decide what matches.
+    #[arg(long, global = true, value_name = "FILE", env = "TETHER_KEYS")]
+    keys: Option<PathBuf>,
+    /// The realm's revocation list (with --keys).
+    #[arg(long, global = true, value_name = "FILE", requires = "keys")]
+    revocations: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -127,6 +134,15 @@ impl Cli {
         }
         if let Some(r) = &self.registry_dir {
             c.discovery.registry_dir = Some(r.clone());
+        }
+        if let Some(k) = &self.keys {
+            c.security.keys = Some(k.clone());
+            if c.security.mode.as_deref() == Some("off") {
+                c.security.mode = None;
+            }
+        }
+        if let Some(r) = &self.revocations {
+            c.security.revocations = Some(r.clone());
         }
         Ok(c)
     }

@@ -29,6 +29,11 @@
 //! heartbeat_period_ms = 100
 //! max_blocking_time_ms = 1000  # how long put() waits for room before failing
 //!
+//! [security]
+//! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
+//! revocations = "realm/revoked.toml"   # the realm's signed revocation list
+//! mode = "authenticate"      # "off" (default without keys) or "authenticate"
+//!
 //! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
 //! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).
 //! [flow_controllers.bulk]
@@ -88,6 +93,31 @@ pub struct Config {
     pub reliability: ReliabilityConfig,
     /// Named flow controllers for asynchronous writers.
     pub flow_controllers: std::collections::BTreeMap<String, FlowControllerConfig>,
+    /// Membership of a secure realm.
+    pub security: SecurityConfig,
+}
+
+/// `[security]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    /// The participant's key bundle (`tether keys issue` writes `NAME.key`).
+    pub keys: Option<PathBuf>,
+    /// The realm's revocation list (`revoked.toml`).
+    pub revocations: Option<PathBuf>,
+    /// `"off"` or `"authenticate"`; default: `"authenticate"` with keys, `"off"` without.
+    pub mode: Option<String>,
+}
+
+impl SecurityConfig {
+    /// Whether authentication is on (validated by `Config::validate`).
+    pub fn enabled(&self) -> bool {
+        match self.mode.as_deref() {
+            Some("off") => false,
+            Some(_) => true,
+            None => self.keys.is_some(),
+        }
+    }
 }
 
 /// `[flow_controllers.NAME]`: a token bucket. Give `rate`, or `tokens_per_period` with
@@ -332,6 +362,25 @@ impl Config {
             )));
         }
         self.flow_controller_specs()?;
+        let sec = &self.security;
+        match sec.mode.as_deref() {
+            None | Some("off") | Some("authenticate") => {}
+            Some(m @ ("encrypt" | "sign" | "encrypt+sign")) => {
+                return Err(ConfigError::Invalid(format!(
+                    "security.mode = \"{m}\": sealed samples are not in this version yet; use \"authenticate\" (credentials and grants, no encryption)"
+                )));
+            }
+            Some(m) => {
+                return Err(ConfigError::Invalid(format!(
+                    "security.mode = \"{m}\" (expected \"off\" or \"authenticate\")"
+                )));
+            }
+        }
+        if sec.enabled() && sec.keys.is_none() {
+            return Err(ConfigError::Invalid(
+                "security.mode = \"authenticate\" needs security.keys (a bundle from `tether keys issue`)".into(),
+            ));
+        }
         const DAY_MS: u64 = 24 * 3600 * 1000;
         for (key, v) in [
             ("discovery.announce_period_ms", d.announce_period_ms),

@@ -28,8 +28,8 @@ pub mod keys;
 mod session;
 
 pub use config::{
-    Config, ConfigError, DiscoveryConfig, FlowControllerConfig, ReliabilityConfig, TokenCount,
-    TransportConfig, UnlimitedWord,
+    Config, ConfigError, DiscoveryConfig, FlowControllerConfig, ReliabilityConfig, SecurityConfig,
+    TokenCount, TransportConfig, UnlimitedWord,
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,

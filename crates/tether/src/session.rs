@@ -66,6 +66,26 @@ pub enum OpenError {
     /// The configuration is unusable (e.g. a bad flow controller).
     #[error(transparent)]
     Config(#[from] crate::ConfigError),
+    /// The session's keys could not be used.
+    #[error("security: {0}")]
+    Keys(#[from] crate::keys::KeyError),
+    /// The session's credential is not valid now.
+    #[error("security: our own credential is not usable: {0}")]
+    Credential(tether_crypto::CredentialError),
+    /// The session's credential does not grant this endpoint.
+    #[error(
+        "our credential ({name}) grants no {kind} on {topic}; ask the realm for a credential that does (tether keys issue … --{flag} PATTERN)"
+    )]
+    NotGranted {
+        /// Whose credential.
+        name: String,
+        /// `publish` or `subscribe`.
+        kind: &'static str,
+        /// The `tether keys issue` flag that grants it.
+        flag: &'static str,
+        /// The topic.
+        topic: String,
+    },
     /// A publisher's QoS names a flow controller the session does not have.
     #[error(
         "unknown flow controller '{0}': define it under [flow_controllers.{0}] or with Session::set_flow_controller"
@@ -441,6 +461,30 @@ impl Session {
         cc.max_sample_size = config.transport.max_sample_size;
         cc.max_reassembly_bytes = config.transport.max_reassembly_bytes;
         cc.reassembly_timeout = Duration::from_millis(config.transport.reassembly_timeout_ms);
+        if config.security.enabled() {
+            let path = config.security.keys.as_ref().ok_or_else(|| {
+                OpenError::Config(crate::ConfigError::Invalid(
+                    "security needs security.keys".into(),
+                ))
+            })?;
+            let b = crate::keys::KeyBundle::load(path)?;
+            let revocations = match &config.security.revocations {
+                Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
+                None => None,
+            };
+            let unix = crate::keys::unix_now();
+            b.credential
+                .verify(&b.ca_public, unix, revocations.as_ref())
+                .map_err(OpenError::Credential)?;
+            cc.security = Some(Arc::new(tether_core::Security::new(
+                b.identity,
+                b.credential,
+                b.ca_public,
+                revocations,
+                now,
+                unix,
+            )));
+        }
         let mut core = Participant::new(cc, now);
         for (name, spec) in config.flow_controller_specs()? {
             core.set_flow_controller(&name, spec);
@@ -566,6 +610,7 @@ impl Session {
     /// Creates a publisher.
     pub fn publisher(&self, topic: impl Into<Topic>, qos: Qos) -> Result<Publisher, OpenError> {
         let topic = topic.into();
+        self.granted(&topic.name, true)?;
         let info = topic.info(qos);
         let id = self
             .shared
@@ -581,6 +626,31 @@ impl Session {
             topic: topic.name,
             asynchronous: qos.publish_async().is_some(),
         })
+    }
+
+    /// With security on: refuses an endpoint our own credential does not grant, with a
+    /// message that says so (peers would refuse it anyway).
+    fn granted(&self, topic: &str, publish: bool) -> Result<(), OpenError> {
+        let g = self.shared.lock();
+        let Some(sec) = g.core.config().security.as_ref() else {
+            return Ok(());
+        };
+        let c = &sec.credential;
+        let ok = if publish {
+            c.may_publish(topic)
+        } else {
+            c.may_subscribe(topic)
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(OpenError::NotGranted {
+                name: c.name.clone(),
+                kind: if publish { "publish" } else { "subscribe" },
+                flag: if publish { "pub" } else { "sub" },
+                topic: topic.to_string(),
+            })
+        }
     }
 
     /// Defines (or redefines, for the writers already using it) a named flow controller for
@@ -604,6 +674,7 @@ impl Session {
     /// Creates a subscriber whose samples are taken with `recv`, `try_recv` or as a stream.
     pub fn subscriber(&self, topic: impl Into<Topic>, qos: Qos) -> Result<Subscriber, OpenError> {
         let topic = topic.into();
+        self.granted(&topic.name, false)?;
         let info = topic.info(qos);
         let sig = Arc::new(Signal::default());
         let s2 = sig.clone();
@@ -629,6 +700,7 @@ impl Session {
         callback: impl Fn(Sample) + Send + Sync + 'static,
     ) -> Result<Subscriber, OpenError> {
         let topic = topic.into();
+        self.granted(&topic.name, false)?;
         let info = topic.info(qos);
         let cb: Callback = Arc::new(callback);
         let id = self.shared.with_core(|i, now| {
