@@ -2204,6 +2204,20 @@ impl Participant {
 
     // ----- security ----------------------------------------------------------------------
 
+    /// A local endpoint as it appears on the wire: with security on, its topic is the
+    /// topic's id and its type is folded into it (and so not announced).
+    fn wire_info(&self, info: &EndpointInfo) -> EndpointInfo {
+        match &self.cfg.security {
+            Some(sec) => EndpointInfo {
+                topic: sec.wire_topic(&info.topic, &info.type_name),
+                type_name: String::new(),
+                partitions: info.partitions.clone(),
+                qos: info.qos,
+            },
+            None => info.clone(),
+        }
+    }
+
     /// Whether a local endpoint may match a remote one: always with security off; with it,
     /// only if the remote participant proved its identity and its credential grants what
     /// the match needs (publish for a remote writer, subscribe for a remote reader).
@@ -2414,9 +2428,11 @@ impl Participant {
         if !self.permitted(local, remote, &linfo.topic, side) {
             return;
         }
+        // Remote endpoints are known by their wire form (topic ids in a secure realm).
+        let lwire = self.wire_info(&linfo);
         let (winfo, rinfo_) = match side {
-            Side::LocalWriter => (&linfo, rinfo),
-            Side::LocalReader => (rinfo, &linfo),
+            Side::LocalWriter => (&lwire, rinfo),
+            Side::LocalReader => (rinfo, &lwire),
         };
         match compatible(winfo, rinfo_) {
             Compat::OutOfScope => {}
@@ -2879,6 +2895,8 @@ impl Participant {
             .filter(|(id, _, _)| only.is_none_or(|o| o == *id));
         let mut tmp = Vec::new();
         for (id, kind, info) in eps {
+            let wire = self.wire_info(info);
+            let info = &wire;
             let parts: Vec<&str> = info.partitions.iter().map(String::as_str).collect();
             let e = Submessage::Endpoint(EndpointRepr {
                 entity: id,

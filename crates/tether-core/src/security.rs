@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use tether_crypto::{Credential, CredentialError, Identity, RevocationList};
+use tether_crypto::{Credential, CredentialError, Identity, RealmSecret, RevocationList, TopicId};
 use tether_wire::{ParticipantId, auth_signed_bytes};
 
 /// What a participant needs to take part in a secure realm. Deny by default: with it, a
@@ -20,6 +20,8 @@ pub struct Security {
     pub ca_public: [u8; 32],
     /// The realm's revocation list, if loaded.
     pub revocations: Option<RevocationList>,
+    /// The realm secret: topic ids.
+    realm_secret: RealmSecret,
     /// Unix seconds at an engine instant: credentials expire in wall-clock time, the engine
     /// counts in `Instant`s.
     wall: (Instant, u64),
@@ -36,10 +38,12 @@ impl fmt::Debug for Security {
 
 impl Security {
     /// `unix_now` is the wall-clock time (unix seconds) at engine instant `now`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         identity: Identity,
         credential: Credential,
         ca_public: [u8; 32],
+        realm_secret: RealmSecret,
         revocations: Option<RevocationList>,
         now: Instant,
         unix_now: u64,
@@ -51,8 +55,18 @@ impl Security {
             credential_bytes,
             ca_public,
             revocations,
+            realm_secret,
             wall: (now, unix_now),
         }
+    }
+
+    /// What a topic is called on the wire: `#` and its 256-bit id (HMAC-SHA-256 of name and
+    /// type under the realm secret), so names and types never leave the realm's members.
+    pub fn wire_topic(&self, name: &str, type_name: &str) -> String {
+        format!(
+            "#{}",
+            TopicId::derive(&self.realm_secret, name, type_name, "")
+        )
     }
 
     /// Wall-clock unix seconds at engine instant `now`.

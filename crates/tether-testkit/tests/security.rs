@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tether_core::{EndpointInfo, EntityId, Event, Qos, Security};
-use tether_crypto::{CaKey, Credential, Identity, RevocationList};
+use tether_crypto::{CaKey, Credential, Identity, RealmSecret, RevocationList};
 use tether_testkit::{Link, Sim};
 
 /// Unix time the simulated realm lives at.
@@ -66,16 +66,24 @@ fn member_at(
     }
 }
 
+/// The realm secret of CA `ca` in these tests (derived, so every member of one realm has
+/// the same one and other realms another).
+fn secret(ca: &CaKey) -> RealmSecret {
+    RealmSecret::from_bytes(ca.public())
+}
+
 /// Adds a node holding `m` in the realm of `ca` (None: security off).
 fn node(sim: &mut Sim, m: Option<Member>, ca: &CaKey, revoked: Option<RevocationList>) -> usize {
     let now = sim.now;
     let ca_public = ca.public();
+    let rs = secret(ca);
     sim.add_node_with(move |c| {
         c.security = m.map(|m| {
             Arc::new(Security::new(
                 m.identity,
                 m.credential,
                 ca_public,
+                rs,
                 revoked,
                 now,
                 NOW,
@@ -171,8 +179,9 @@ fn a_participant_without_credentials_matches_nothing() {
             assert_eq!(sim.nodes[r].participant.matched_count(rid), 0);
         }
         if !secure_writer {
-            // The secure reader drops the plain writer's samples, and says so in its stats.
-            assert!(sim.nodes[r].participant.stats().unmatched_writer > 0);
+            // The secure reader announces only the topic's id: the plain writer, which
+            // cannot derive it, never even learns there is a reader of "/t".
+            assert_eq!(sim.nodes[w].participant.matched_count(wid), 0);
         }
     }
 }
@@ -307,4 +316,103 @@ fn a_stolen_credential_does_not_authenticate() {
             .iter()
             .any(|e| matches!(e, Event::ParticipantAuthenticated { .. }))
     );
+}
+
+/// In a secure realm, topic names and types never appear on the wire, only ids; members of
+/// the realm still match on them, and members of another realm (another secret) do not.
+#[test]
+fn names_never_appear_on_the_wire() {
+    let ca = CaKey::generate();
+    let mut sim = Sim::new(9, Link::perfect());
+    let w = node(
+        &mut sim,
+        Some(member(&ca, 1, "robot", &["/**"], &[])),
+        &ca,
+        None,
+    );
+    let r = node(
+        &mut sim,
+        Some(member(&ca, 2, "viewer", &[], &["/**"])),
+        &ca,
+        None,
+    );
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(
+            now,
+            EndpointInfo {
+                topic: "/secret/plans".into(),
+                type_name: "nav_msgs/Path".into(),
+                partitions: vec![],
+                qos: Qos::new().keep_all(),
+            },
+        )
+        .unwrap();
+    let rid = sim.p(r).create_reader(
+        now,
+        EndpointInfo {
+            topic: "/secret/plans".into(),
+            type_name: "nav_msgs/Path".into(),
+            partitions: vec![],
+            qos: Qos::new().keep_all(),
+        },
+    );
+    // Every datagram either side sends, over the whole exchange, is inspected.
+    let mut wire: Vec<Bytes> = Vec::new();
+    let deadline = sim.now + Duration::from_secs(10);
+    let mut wrote = false;
+    while sim.now < deadline {
+        for i in [w, r] {
+            while let Some(t) = sim.p(i).poll_transmit() {
+                let d = t.contiguous();
+                wire.push(d.clone());
+                let to = if i == w { r } else { w };
+                let from = sim.nodes[i].addr;
+                let now = sim.now;
+                sim.p(to).handle_datagram(now, from, &d);
+            }
+        }
+        if !wrote && sim.nodes[w].participant.matched_count(wid) == 1 {
+            let now = sim.now;
+            sim.p(w)
+                .write(now, wid, 1, Bytes::from_static(b"go left"))
+                .unwrap();
+            wrote = true;
+        }
+        sim.now += Duration::from_millis(10);
+        for i in [w, r] {
+            let now = sim.now;
+            sim.p(i).handle_timeout(now);
+        }
+    }
+    assert!(wrote, "never matched");
+    assert_eq!(sim.nodes[r].participant.matched_count(rid), 1);
+    let all: Vec<u8> = wire.iter().flat_map(|d| d.iter().copied()).collect();
+    for needle in [&b"/secret/plans"[..], b"nav_msgs/Path", b"secret"] {
+        assert!(
+            !all.windows(needle.len()).any(|x| x == needle),
+            "{} on the wire",
+            String::from_utf8_lossy(needle)
+        );
+    }
+    // Another realm's members derive other ids: they never match, even with valid keys of
+    // their own realm and the same topic.
+    let other = CaKey::generate();
+    let mut sim = Sim::new(10, Link::perfect());
+    let w = node(
+        &mut sim,
+        Some(member(&ca, 1, "robot", &["/**"], &[])),
+        &ca,
+        None,
+    );
+    let r = node(
+        &mut sim,
+        Some(member(&other, 1, "spy", &[], &["/**"])),
+        &other,
+        None,
+    );
+    let (wid, rid, n) = exchange(&mut sim, w, r, "/t");
+    assert_eq!((n, sim.nodes[w].participant.matched_count(wid)), (0, 0));
+    assert_eq!(sim.nodes[r].participant.matched_count(rid), 0);
 }

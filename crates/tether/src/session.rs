@@ -480,6 +480,7 @@ impl Session {
                 b.identity,
                 b.credential,
                 b.ca_public,
+                b.realm_secret,
                 revocations,
                 now,
                 unix,
