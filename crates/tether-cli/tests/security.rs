@@ -164,16 +164,17 @@ fn security_config_errors_are_clear() {
     let t = tempfile::tempdir().unwrap();
     for (toml, says) in [
         (
-            "[security]\nmode = \"encrypt\"\nkeys = \"x\"\n",
+            "[security]\nmode = \"sign\"\nkeys = \"x\"\n",
             "not in this version yet",
         ),
         (
             "[security]\nmode = \"sometimes\"\n",
-            "expected \"off\" or \"authenticate\"",
+            "expected \"off\" or \"encrypt\"",
         ),
+        ("[security]\nmode = \"encrypt\"\n", "needs security.keys"),
         (
-            "[security]\nmode = \"authenticate\"\n",
-            "needs security.keys",
+            "[security]\nkeys = \"x\"\nsuite = \"des\"\n",
+            "unknown suite 'des'",
         ),
         ("[security]\nkeys = \"/no/such.key\"\n", "/no/such.key"),
     ] {

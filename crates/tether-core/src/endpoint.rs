@@ -95,6 +95,9 @@ pub(crate) struct Writer {
     pub(crate) batch_deadline: Option<Instant>,
     /// Asynchronous publishing: where the sender stands in the history.
     pub(crate) asyncw: Option<AsyncState>,
+    /// In a secure realm: the key its samples are sealed under (history holds them
+    /// sealed, so every retransmission sends the same sealed bytes).
+    pub(crate) key: Option<std::sync::Arc<tether_crypto::SenderKey>>,
 }
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
@@ -137,6 +140,7 @@ impl Writer {
             batch_first: 0,
             batch_deadline: None,
             asyncw: None,
+            key: None,
         }
     }
 

@@ -246,4 +246,16 @@ pub struct Stats {
     pub auth_failed: u64,
     /// Matches refused because a peer's credential does not grant the topic.
     pub access_denied: u64,
+    /// Samples sealed by local writers (once each, whatever the number of readers).
+    pub samples_sealed: u64,
+    /// Sealed samples opened for local readers.
+    pub samples_opened: u64,
+    /// Sealed samples refused: they did not authenticate (tampered, replayed under another
+    /// number, or sealed under a key that is not the writer's).
+    pub open_failed: u64,
+    /// Sealed samples dropped because their writer's key for that epoch is not here (yet):
+    /// the key is asked for, and a reliable writer repairs them.
+    pub no_key: u64,
+    /// Wrapped sender keys received and unwrapped.
+    pub keys_received: u64,
 }

@@ -307,6 +307,10 @@ pub struct Participant {
     reported: BTreeSet<(EntityId, Guid, QosPolicy)>,
     /// Pairs refused for want of a grant (reported once).
     denied: BTreeSet<(EntityId, Guid)>,
+    /// Sender keys of remote writers, by writer and epoch (secure realms).
+    keys: BTreeMap<(Guid, u32), tether_crypto::SenderKey>,
+    /// When we last asked a remote writer for a key.
+    key_asked: BTreeMap<Guid, Instant>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: Stats,
@@ -339,6 +343,8 @@ impl Participant {
             targets: BTreeSet::new(),
             reported: BTreeSet::new(),
             denied: BTreeSet::new(),
+            keys: BTreeMap::new(),
+            key_asked: BTreeMap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -513,6 +519,11 @@ impl Participant {
             self.classes[a.priority.index()].push(id);
         }
         w.asyncw = asyncw;
+        if let Some(sec) = &self.cfg.security {
+            w.key = Some(std::sync::Arc::new(tether_crypto::SenderKey::generate(
+                sec.suite, 1,
+            )));
+        }
         self.writers.insert(id, w);
         self.announce_endpoint(id);
         // Match against everything already known.
@@ -763,6 +774,22 @@ impl Participant {
         w.blocked = false;
         let seq = w.next_seq;
         w.next_seq += 1;
+        // In a secure realm the sample is sealed here, once, whatever the number of
+        // readers: history, every datagram and every retransmission carry the sealed bytes;
+        // this participant's own readers get the plain ones.
+        let (payload, plain) = match w.key.as_deref() {
+            Some(k) => {
+                let wid = crate::security::endpoint_id(me, writer.0);
+                match crate::security::seal(k, &wid, seq, timestamp_ns, &payload) {
+                    Some(sealed) => {
+                        self.stats.samples_sealed += 1;
+                        (Bytes::from(sealed), Some(payload))
+                    }
+                    None => return Err(WriteError::UnknownWriter(payload)),
+                }
+            }
+            None => (payload, None),
+        };
         w.push_history(Cached {
             seq,
             timestamp_ns,
@@ -782,7 +809,7 @@ impl Participant {
                 a.released = seq;
                 w.forget_released();
             }
-            self.deliver_local(now, writer, seq, timestamp_ns, payload);
+            self.deliver_local(now, writer, seq, timestamp_ns, plain.unwrap_or(payload));
             return Ok(seq);
         }
 
@@ -790,7 +817,7 @@ impl Participant {
         // writers that batch pay for this (and for looking themselves up again after it).
         let w = match w.info.qos.batch() {
             Some(b) if !w.dests.is_empty() => {
-                if self.write_batched(now, writer, b, seq, timestamp_ns, &payload) {
+                if self.write_batched(now, writer, b, seq, timestamp_ns, &payload, plain.as_ref()) {
                     return Ok(seq);
                 }
                 let Some(w) = self.writers.get_mut(&writer) else {
@@ -836,7 +863,7 @@ impl Participant {
                     hb,
                 );
             }
-            self.deliver_local(now, writer, seq, timestamp_ns, payload);
+            self.deliver_local(now, writer, seq, timestamp_ns, plain.unwrap_or(payload));
             return Ok(seq);
         }
 
@@ -894,14 +921,16 @@ impl Participant {
         }
 
         // Local readers.
-        self.deliver_local(now, writer, seq, timestamp_ns, payload);
+        self.deliver_local(now, writer, seq, timestamp_ns, plain.unwrap_or(payload));
         let _ = me;
         Ok(seq)
     }
 
     /// Adds a written sample to its writer's batch, flushing as the limits say. False if the
     /// sample is too big for a batch (the batch waiting before it has then been sent, so
-    /// sequence numbers stay in order).
+    /// sequence numbers stay in order). `payload` is what goes on the wire (sealed in a
+    /// secure realm), `plain` what local readers get if it differs.
+    #[allow(clippy::too_many_arguments)]
     fn write_batched(
         &mut self,
         now: Instant,
@@ -910,6 +939,7 @@ impl Participant {
         seq: u64,
         timestamp_ns: u64,
         payload: &Bytes,
+        plain: Option<&Bytes>,
     ) -> bool {
         let room = self
             .cfg
@@ -954,7 +984,8 @@ impl Participant {
             self.flush_batch(now, writer);
         }
         if local {
-            self.deliver_local(now, writer, seq, timestamp_ns, payload.clone());
+            let p = plain.unwrap_or(payload).clone();
+            self.deliver_local(now, writer, seq, timestamp_ns, p);
         }
         true
     }
@@ -1494,8 +1525,12 @@ impl Participant {
                         timestamp_ns: data.timestamp_ns,
                         payload: datagram.slice_ref(data.payload),
                     };
-                    self.on_remote_data(now, data.reader, s);
+                    if let Some(s) = self.unseal(now, data.reader, s) {
+                        self.on_remote_data(now, data.reader, s);
+                    }
                 }
+                Submessage::Key(k) => self.on_key(pid, k),
+                Submessage::KeyRequest(k) => self.on_key_request(pid, k),
                 Submessage::Heartbeat(hb) => self.on_heartbeat(now, pid, hb),
                 Submessage::AckNack(an) => self.on_acknack(now, pid, an),
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
@@ -1610,6 +1645,12 @@ impl Participant {
         let Some(e) = rp.endpoints.remove(&eid) else {
             return;
         };
+        let gone = Guid {
+            participant: pid,
+            entity: eid,
+        };
+        self.keys.retain(|(g, _), _| *g != gone);
+        self.key_asked.remove(&gone);
         let g = Guid {
             participant: pid,
             entity: eid,
@@ -1725,6 +1766,21 @@ impl Participant {
     /// A BATCH: its samples for every addressed local reader, each reader and writer proxy
     /// looked up once per batch rather than once per sample.
     fn on_batch(&mut self, now: Instant, g: Guid, b: BatchRepr<'_>, datagram: &Bytes) {
+        if self.cfg.security.is_some() {
+            // Sealed entries: opened one by one, then taken as single samples.
+            for (seq, timestamp_ns, payload) in b.samples() {
+                let s = Sample {
+                    writer: g,
+                    seq,
+                    timestamp_ns,
+                    payload: datagram.slice_ref(payload),
+                };
+                if let Some(s) = self.unseal(now, b.reader, s) {
+                    self.on_remote_data(now, b.reader, s);
+                }
+            }
+            return;
+        }
         let rs = self.addressed_readers(g, b.reader);
         for reader in rs {
             let Some(r) = self.readers.get_mut(&reader) else {
@@ -1839,7 +1895,9 @@ impl Participant {
                     timestamp_ns: f.timestamp_ns,
                     payload,
                 };
-                self.on_data(now, rid, s);
+                if let Some(s) = self.unseal(now, rid, s) {
+                    self.on_data(now, rid, s);
+                }
             }
         }
     }
@@ -2394,6 +2452,178 @@ impl Participant {
         }
     }
 
+    /// In a secure realm, opens a sample's sealed payload with its writer's key for the
+    /// epoch it names. Refused samples are counted; a missing key is asked for (at most
+    /// every 50 ms per writer) and the sample dropped (a reliable writer repairs it).
+    fn unseal(&mut self, now: Instant, reader: EntityId, s: Sample) -> Option<Sample> {
+        if self.cfg.security.is_none() {
+            return Some(s);
+        }
+        // Only writers we are matched with get their samples opened (and keys asked
+        // for): forged writers cost a lookup, never memory.
+        if !self.remote_writer_readers.contains_key(&s.writer) {
+            self.stats.unmatched_writer += 1;
+            return None;
+        }
+        let Some(epoch) = crate::security::sealed_epoch(&s.payload) else {
+            self.stats.open_failed += 1;
+            return None;
+        };
+        let wid = crate::security::endpoint_id(s.writer.participant, s.writer.entity.0);
+        match self.keys.get(&(s.writer, epoch)) {
+            Some(k) => match crate::security::open(k, &wid, s.seq, s.timestamp_ns, &s.payload) {
+                Some(plain) => {
+                    self.stats.samples_opened += 1;
+                    Some(Sample {
+                        payload: Bytes::from(plain),
+                        ..s
+                    })
+                }
+                None => {
+                    self.stats.open_failed += 1;
+                    None
+                }
+            },
+            None => {
+                self.stats.no_key += 1;
+                let asked = self.key_asked.get(&s.writer).copied();
+                if asked
+                    .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(50))
+                {
+                    self.key_asked.insert(s.writer, now);
+                    let to = if reader == EntityId::ALL {
+                        self.remote_writer_readers
+                            .get(&s.writer)
+                            .and_then(|v| v.first().copied())
+                    } else {
+                        Some(reader)
+                    };
+                    if let (Some(to), Some(addr)) =
+                        (to, self.remotes.get(&s.writer.participant).map(|p| p.addr))
+                    {
+                        let mut dg = Vec::new();
+                        if DatagramBuilder::new(&mut dg, self.header())
+                            .push(&Submessage::KeyRequest(tether_wire::KeyRequestRepr {
+                                reader: to,
+                                writer: s.writer.entity,
+                                epoch,
+                            }))
+                            .is_ok()
+                        {
+                            self.push_transmit(addr, Bytes::from(dg));
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Sends `writer`'s current key, wrapped for remote `reader` (a matched, verified peer).
+    fn send_key(&mut self, writer: EntityId, reader: Guid) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        let Some(key) = self.writers.get(&writer).and_then(|w| w.key.clone()) else {
+            return;
+        };
+        let Some(rp) = self.remotes.get(&reader.participant) else {
+            return;
+        };
+        let Some(kx) = rp
+            .auth
+            .as_ref()
+            .filter(|a| a.verified)
+            .and_then(|a| a.credential.as_ref())
+            .map(|c| c.kx_public)
+        else {
+            return;
+        };
+        let addr = rp.addr;
+        let ctx = sec.wrap_context(
+            &crate::security::endpoint_id(me, writer.0),
+            &crate::security::endpoint_id(reader.participant, reader.entity.0),
+            key.epoch(),
+            key.suite(),
+        );
+        let Some(wrapped) = tether_crypto::wrap_key(&sec.identity, &kx, &ctx, key.key_bytes())
+        else {
+            return;
+        };
+        let mut dg = Vec::new();
+        if DatagramBuilder::new(&mut dg, self.header())
+            .push(&Submessage::Key(tether_wire::KeyRepr {
+                writer,
+                reader: reader.entity,
+                epoch: key.epoch(),
+                suite: key.suite().code(),
+                wrapped: &wrapped,
+            }))
+            .is_ok()
+        {
+            self.push_transmit(addr, Bytes::from(dg));
+        }
+    }
+
+    fn on_key(&mut self, pid: ParticipantId, k: tether_wire::KeyRepr<'_>) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        let g = Guid {
+            participant: pid,
+            entity: k.writer,
+        };
+        // Only for a local reader matched with that writer, from a verified peer.
+        let matched = self
+            .remote_writer_readers
+            .get(&g)
+            .is_some_and(|v| v.contains(&k.reader));
+        let kx = self
+            .remotes
+            .get(&pid)
+            .and_then(|p| p.auth.as_ref())
+            .filter(|a| a.verified)
+            .and_then(|a| a.credential.as_ref())
+            .map(|c| c.kx_public);
+        let (Some(kx), true, Some(suite)) = (kx, matched, tether_crypto::Suite::from_code(k.suite))
+        else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        let ctx = sec.wrap_context(
+            &crate::security::endpoint_id(pid, k.writer.0),
+            &crate::security::endpoint_id(me, k.reader.0),
+            k.epoch,
+            suite,
+        );
+        match tether_crypto::unwrap_key(&sec.identity, &kx, &ctx, k.wrapped)
+            .and_then(|raw| tether_crypto::SenderKey::from_bytes(suite, k.epoch, &raw).ok())
+        {
+            Some(key) => {
+                self.stats.keys_received += 1;
+                self.keys.insert((g, k.epoch), key);
+            }
+            None => self.stats.open_failed += 1,
+        }
+    }
+
+    fn on_key_request(&mut self, pid: ParticipantId, k: tether_wire::KeyRequestRepr) {
+        let rg = Guid {
+            participant: pid,
+            entity: k.reader,
+        };
+        let ok = self.writers.get(&k.writer).is_some_and(|w| {
+            w.readers.contains_key(&rg) && w.key.as_ref().is_some_and(|key| key.epoch() == k.epoch)
+        });
+        if ok {
+            self.send_key(k.writer, rg);
+        } else {
+            self.stats.unmatched_reader += 1;
+        }
+    }
+
     /// Peers that have not finished authenticating get our AUTH again (lost datagrams).
     fn resend_auth(&mut self, now: Instant) {
         if self.cfg.security.is_none() {
@@ -2531,6 +2761,7 @@ impl Participant {
             },
         );
         w.rebuild_dests();
+        let secure = w.key.is_some();
         let single = max_dg.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
         let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         let mut p = Packer::new(addr, hdr, max_dg);
@@ -2571,11 +2802,16 @@ impl Participant {
                 w.next_hb = Some(after(now, self.cfg.heartbeat_period));
             }
         }
+        let topic = w.info.topic.clone();
+        if secure {
+            // The key before anything sealed under it.
+            self.send_key(writer, reader);
+        }
         p.finish(&mut self.transmits, &mut self.stats);
         self.events.push_back(Event::Matched {
             local: writer,
             remote: reader,
-            topic: w.info.topic.clone(),
+            topic,
         });
         for (seq, ts, payload) in big {
             self.send_sample(addr, writer, reader.entity, seq, ts, &payload, None, None);
@@ -2649,13 +2885,29 @@ impl Participant {
                 );
                 w.rebuild_dests();
                 let backlog: Vec<Sample> = if transient {
+                    let key = w.key.clone();
+                    let wid = crate::security::endpoint_id(me, writer.0);
                     w.history
                         .iter()
-                        .map(|c| Sample {
-                            writer: wg,
-                            seq: c.seq,
-                            timestamp_ns: c.timestamp_ns,
-                            payload: c.payload.clone(),
+                        .filter_map(|c| {
+                            // History holds sealed samples in a secure realm: our own
+                            // readers get them opened.
+                            let payload = match key.as_deref() {
+                                Some(k) => Bytes::from(crate::security::open(
+                                    k,
+                                    &wid,
+                                    c.seq,
+                                    c.timestamp_ns,
+                                    &c.payload,
+                                )?),
+                                None => c.payload.clone(),
+                            };
+                            Some(Sample {
+                                writer: wg,
+                                seq: c.seq,
+                                timestamp_ns: c.timestamp_ns,
+                                payload,
+                            })
                         })
                         .collect()
                 } else {

@@ -4,7 +4,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use tether_crypto::{Credential, CredentialError, Identity, RealmSecret, RevocationList, TopicId};
+use tether_crypto::{
+    Credential, CredentialError, Identity, RealmSecret, RevocationList, SenderKey, Suite, TopicId,
+};
 use tether_wire::{ParticipantId, auth_signed_bytes};
 
 /// What a participant needs to take part in a secure realm. Deny by default: with it, a
@@ -22,6 +24,8 @@ pub struct Security {
     pub revocations: Option<RevocationList>,
     /// The realm secret: topic ids.
     realm_secret: RealmSecret,
+    /// The AEAD suite of this participant's writers.
+    pub suite: Suite,
     /// Unix seconds at an engine instant: credentials expire in wall-clock time, the engine
     /// counts in `Instant`s.
     wall: (Instant, u64),
@@ -56,8 +60,34 @@ impl Security {
             ca_public,
             revocations,
             realm_secret,
+            suite: Suite::auto(),
             wall: (now, unix_now),
         }
+    }
+
+    /// Seals this participant's writers' samples with `suite`.
+    pub fn with_suite(mut self, suite: Suite) -> Security {
+        self.suite = suite;
+        self
+    }
+
+    /// What a sender key for `writer` (participant, entity) and epoch is bound to when
+    /// wrapped for `reader`.
+    pub(crate) fn wrap_context(
+        &self,
+        writer: &[u8; 12],
+        reader: &[u8; 12],
+        epoch: u32,
+        suite: Suite,
+    ) -> Vec<u8> {
+        let mut c = Vec::with_capacity(80);
+        c.extend_from_slice(b"tether key v1");
+        c.extend_from_slice(&self.ca_public);
+        c.extend_from_slice(writer);
+        c.extend_from_slice(reader);
+        c.extend_from_slice(&epoch.to_be_bytes());
+        c.push(suite.code());
+        c
     }
 
     /// What a topic is called on the wire: `#` and its 256-bit id (HMAC-SHA-256 of name and
@@ -142,4 +172,62 @@ impl PeerAuth {
                 .sent
                 .is_none_or(|t| now.saturating_duration_since(t) >= period)
     }
+}
+
+/// A writer or reader as 12 bytes: participant id, then entity id (both little-endian).
+pub(crate) fn endpoint_id(participant: ParticipantId, entity: u32) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&participant.0.to_le_bytes());
+    b[8..].copy_from_slice(&entity.to_le_bytes());
+    b
+}
+
+/// What a sealed sample is bound to besides its bytes: writer, epoch, sequence number and
+/// source timestamp. None can be changed on the wire without the sample failing to open.
+fn aad(key: &SenderKey, writer: &[u8; 12], seq: u64, timestamp_ns: u64) -> [u8; 32] {
+    let mut a = [0u8; 32];
+    a[..24].copy_from_slice(&key.sample_aad(writer, seq));
+    a[24..].copy_from_slice(&timestamp_ns.to_be_bytes());
+    a
+}
+
+/// Seals a sample's payload once: `epoch (u32 LE) ‖ ciphertext ‖ tag`.
+pub(crate) fn seal(
+    key: &SenderKey,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+    plain: &[u8],
+) -> Option<Vec<u8>> {
+    let mut v = Vec::with_capacity(4 + plain.len() + tether_crypto::TAG_LEN);
+    v.extend_from_slice(&key.epoch().to_le_bytes());
+    v.extend_from_slice(plain);
+    let tag = key
+        .seal_in_place(seq, &aad(key, writer, seq, timestamp_ns), &mut v[4..])
+        .ok()?;
+    v.extend_from_slice(&tag);
+    Some(v)
+}
+
+/// The epoch a sealed payload names.
+pub(crate) fn sealed_epoch(sealed: &[u8]) -> Option<u32> {
+    (sealed.len() >= 4 + tether_crypto::TAG_LEN)
+        .then(|| u32::from_le_bytes(sealed[..4].try_into().expect("4 bytes")))
+}
+
+/// Opens a sealed payload; `None` if it does not authenticate.
+pub(crate) fn open(
+    key: &SenderKey,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+    sealed: &[u8],
+) -> Option<Vec<u8>> {
+    let mut v = sealed.get(4..)?.to_vec();
+    let n = key
+        .open_in_place(seq, &aad(key, writer, seq, timestamp_ns), &mut v)
+        .ok()?
+        .len();
+    v.truncate(n);
+    Some(v)
 }

@@ -142,6 +142,7 @@ pub struct SenderKey {
     suite: Suite,
     epoch: u32,
     key: LessSafeKey,
+    raw: zeroize::Zeroizing<Vec<u8>>,
 }
 
 impl fmt::Debug for SenderKey {
@@ -167,7 +168,13 @@ impl SenderKey {
             suite,
             epoch,
             key: LessSafeKey::new(k),
+            raw: zeroize::Zeroizing::new(key.to_vec()),
         })
+    }
+
+    /// The key bytes (secret: to wrap for readers).
+    pub fn key_bytes(&self) -> &[u8] {
+        &self.raw
     }
 
     /// The suite.

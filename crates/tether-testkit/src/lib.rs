@@ -136,6 +136,8 @@ pub struct Sim {
     pub dropped: u64,
     /// Most datagrams ever in flight at once.
     pub max_in_flight: usize,
+    /// When `Some`, every datagram any node sends is recorded here (before loss).
+    pub wire: Option<Vec<Bytes>>,
 }
 
 impl Sim {
@@ -152,6 +154,7 @@ impl Sim {
             order: 0,
             dropped: 0,
             max_in_flight: 0,
+            wire: None,
         }
     }
 
@@ -232,6 +235,9 @@ impl Sim {
     fn transmit(&mut self, i: usize, t: tether_core::Transmit) {
         if !self.nodes[i].up {
             return;
+        }
+        if let Some(w) = self.wire.as_mut() {
+            w.push(t.contiguous());
         }
         let Some(to) = self.nodes.iter().position(|n| n.addr == t.dest) else {
             return;

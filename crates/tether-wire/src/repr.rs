@@ -33,6 +33,10 @@ pub enum SubmessageKind {
     Batch = 0x0B,
     /// A participant's credential, challenge and answer (secure realms).
     Auth = 0x0C,
+    /// A writer's sender key, wrapped for one reader (secure realms).
+    Key = 0x0D,
+    /// A reader asks a writer for its key of an epoch.
+    KeyRequest = 0x0E,
 }
 
 impl SubmessageKind {
@@ -51,6 +55,8 @@ impl SubmessageKind {
             0x0A => Self::NackFrag,
             0x0B => Self::Batch,
             0x0C => Self::Auth,
+            0x0D => Self::Key,
+            0x0E => Self::KeyRequest,
             _ => return None,
         })
     }
@@ -445,6 +451,32 @@ pub fn auth_signed_bytes(
     b
 }
 
+/// A writer's sender key for one epoch, wrapped for one reader (`docs/wire.md#key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRepr<'a> {
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The reader it is for (non-zero).
+    pub reader: EntityId,
+    /// The key's epoch (≥ 1).
+    pub epoch: u32,
+    /// The AEAD suite's code.
+    pub suite: u8,
+    /// The wrapped key (1 to 255 bytes).
+    pub wrapped: &'a [u8],
+}
+
+/// A reader asks a writer for its key of an epoch it holds sealed samples of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRequestRepr {
+    /// The reader (non-zero).
+    pub reader: EntityId,
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The epoch (≥ 1).
+    pub epoch: u32,
+}
+
 /// One parsed submessage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Submessage<'a> {
@@ -472,6 +504,10 @@ pub enum Submessage<'a> {
     Batch(BatchRepr<'a>),
     /// See [`AuthRepr`].
     Auth(AuthRepr<'a>),
+    /// See [`KeyRepr`].
+    Key(KeyRepr<'a>),
+    /// See [`KeyRequestRepr`].
+    KeyRequest(KeyRequestRepr),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -593,6 +629,8 @@ impl<'a> Submessage<'a> {
             Submessage::NackFrag(_) => SubmessageKind::NackFrag as u8,
             Submessage::Batch(_) => SubmessageKind::Batch as u8,
             Submessage::Auth(_) => SubmessageKind::Auth as u8,
+            Submessage::Key(_) => SubmessageKind::Key as u8,
+            Submessage::KeyRequest(_) => SubmessageKind::KeyRequest as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -874,6 +912,41 @@ impl<'a> Submessage<'a> {
                     credential,
                 })
             }
+            //= docs/wire.md#key
+            SubmessageKind::Key => {
+                let writer = c.entity("writer")?;
+                let reader = c.entity("reader")?;
+                let epoch = c.u32()?;
+                if epoch == 0 {
+                    return Err(Error::BadValue("epoch"));
+                }
+                let suite = c.u8()?;
+                let n = c.u8()? as usize;
+                if n == 0 {
+                    return Err(Error::BadValue("wrapped length"));
+                }
+                let wrapped = c.take(n)?;
+                Submessage::Key(KeyRepr {
+                    writer,
+                    reader,
+                    epoch,
+                    suite,
+                    wrapped,
+                })
+            }
+            SubmessageKind::KeyRequest => {
+                let reader = c.entity("reader")?;
+                let writer = c.entity("writer")?;
+                let epoch = c.u32()?;
+                if epoch == 0 {
+                    return Err(Error::BadValue("epoch"));
+                }
+                Submessage::KeyRequest(KeyRequestRepr {
+                    reader,
+                    writer,
+                    epoch,
+                })
+            }
         };
         c.finish()?;
         Ok(msg)
@@ -977,6 +1050,22 @@ impl<'a> Submessage<'a> {
                 }
                 out.extend_from_slice(&(a.credential.len() as u16).to_le_bytes());
                 out.extend_from_slice(a.credential);
+            }
+            Submessage::Key(k) => {
+                if k.wrapped.is_empty() || k.wrapped.len() > 255 {
+                    return Err(Error::BadLength);
+                }
+                out.extend_from_slice(&k.writer.0.to_le_bytes());
+                out.extend_from_slice(&k.reader.0.to_le_bytes());
+                out.extend_from_slice(&k.epoch.to_le_bytes());
+                out.push(k.suite);
+                out.push(k.wrapped.len() as u8);
+                out.extend_from_slice(k.wrapped);
+            }
+            Submessage::KeyRequest(k) => {
+                out.extend_from_slice(&k.reader.0.to_le_bytes());
+                out.extend_from_slice(&k.writer.0.to_le_bytes());
+                out.extend_from_slice(&k.epoch.to_le_bytes());
             }
             Submessage::Unknown(_) => {}
         }

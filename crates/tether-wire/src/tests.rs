@@ -485,3 +485,47 @@ fn auth_bad_values() {
         auth_signed_bytes(&[2; 32], ParticipantId(1), ParticipantId(2))
     );
 }
+
+proptest! {
+    #[test]
+    fn key_roundtrip(
+        w in 1u32.., r in 1u32.., epoch in 1u32.., suite in any::<u8>(),
+        wrapped in proptest::collection::vec(any::<u8>(), 1..256),
+    ) {
+        let k = KeyRepr { writer: EntityId(w), reader: EntityId(r), epoch, suite, wrapped: &wrapped };
+        let q = KeyRequestRepr { reader: EntityId(r), writer: EntityId(w), epoch };
+        roundtrip(&[Submessage::Key(k), Submessage::KeyRequest(q)]);
+    }
+}
+
+#[test]
+fn key_bad_values() {
+    let k = KeyRepr {
+        writer: EntityId(1),
+        reader: EntityId(2),
+        epoch: 1,
+        suite: 1,
+        wrapped: &[9; 60],
+    };
+    let mut body = Vec::new();
+    Submessage::Key(k).emit_body(&mut body).unwrap();
+    for cut in 0..body.len() {
+        assert!(Submessage::parse(0x0D, &body[..cut]).is_err(), "cut {cut}");
+    }
+    let mut b = body.clone();
+    b[8..12].copy_from_slice(&0u32.to_le_bytes());
+    assert!(Submessage::parse(0x0D, &b).is_err(), "epoch 0");
+    assert!(
+        Submessage::Key(KeyRepr { wrapped: &[], ..k })
+            .emit_body(&mut Vec::new())
+            .is_err()
+    );
+    assert!(
+        Submessage::Key(KeyRepr {
+            wrapped: &[0; 256],
+            ..k
+        })
+        .emit_body(&mut Vec::new())
+        .is_err()
+    );
+}

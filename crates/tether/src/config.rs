@@ -32,7 +32,8 @@
 //! [security]
 //! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
 //! revocations = "realm/revoked.toml"   # the realm's signed revocation list
-//! mode = "authenticate"      # "off" (default without keys) or "authenticate"
+//! mode = "encrypt"           # "off" (default without keys) or "encrypt" (default with)
+//! suite = "auto"             # "aes128-gcm", "aes256-gcm", "chacha20-poly1305"
 //!
 //! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
 //! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).
@@ -105,8 +106,11 @@ pub struct SecurityConfig {
     pub keys: Option<PathBuf>,
     /// The realm's revocation list (`revoked.toml`).
     pub revocations: Option<PathBuf>,
-    /// `"off"` or `"authenticate"`; default: `"authenticate"` with keys, `"off"` without.
+    /// `"off"` or `"encrypt"`; default: `"encrypt"` with keys, `"off"` without.
     pub mode: Option<String>,
+    /// The AEAD suite of this session's writers: `"auto"` (default), `"aes128-gcm"`,
+    /// `"aes256-gcm"` or `"chacha20-poly1305"`.
+    pub suite: Option<String>,
 }
 
 impl SecurityConfig {
@@ -364,21 +368,25 @@ impl Config {
         self.flow_controller_specs()?;
         let sec = &self.security;
         match sec.mode.as_deref() {
-            None | Some("off") | Some("authenticate") => {}
-            Some(m @ ("encrypt" | "sign" | "encrypt+sign")) => {
+            None | Some("off") | Some("encrypt") => {}
+            Some(m @ ("sign" | "encrypt+sign")) => {
                 return Err(ConfigError::Invalid(format!(
-                    "security.mode = \"{m}\": sealed samples are not in this version yet; use \"authenticate\" (credentials and grants, no encryption)"
+                    "security.mode = \"{m}\": per-batch signatures are not in this version yet; use \"encrypt\""
                 )));
             }
             Some(m) => {
                 return Err(ConfigError::Invalid(format!(
-                    "security.mode = \"{m}\" (expected \"off\" or \"authenticate\")"
+                    "security.mode = \"{m}\" (expected \"off\" or \"encrypt\")"
                 )));
             }
         }
+        if let Some(su) = &sec.suite {
+            su.parse::<tether_crypto::Suite>()
+                .map_err(|e| ConfigError::Invalid(format!("security.suite: {e}")))?;
+        }
         if sec.enabled() && sec.keys.is_none() {
             return Err(ConfigError::Invalid(
-                "security.mode = \"authenticate\" needs security.keys (a bundle from `tether keys issue`)".into(),
+                "security.mode = \"encrypt\" needs security.keys (a bundle from `tether keys issue`)".into(),
             ));
         }
         const DAY_MS: u64 = 24 * 3600 * 1000;

@@ -67,7 +67,7 @@ pub enum OpenError {
     #[error(transparent)]
     Config(#[from] crate::ConfigError),
     /// The session's keys could not be used.
-    #[error("security: {0}")]
+    #[error("security")]
     Keys(#[from] crate::keys::KeyError),
     /// The session's credential is not valid now.
     #[error("security: our own credential is not usable: {0}")]
@@ -476,15 +476,24 @@ impl Session {
             b.credential
                 .verify(&b.ca_public, unix, revocations.as_ref())
                 .map_err(OpenError::Credential)?;
-            cc.security = Some(Arc::new(tether_core::Security::new(
-                b.identity,
-                b.credential,
-                b.ca_public,
-                b.realm_secret,
-                revocations,
-                now,
-                unix,
-            )));
+            let suite = match &config.security.suite {
+                Some(s) => s.parse().map_err(|e: String| {
+                    OpenError::Config(crate::ConfigError::Invalid(format!("security.suite: {e}")))
+                })?,
+                None => tether_crypto::Suite::auto(),
+            };
+            cc.security = Some(Arc::new(
+                tether_core::Security::new(
+                    b.identity,
+                    b.credential,
+                    b.ca_public,
+                    b.realm_secret,
+                    revocations,
+                    now,
+                    unix,
+                )
+                .with_suite(suite),
+            ));
         }
         let mut core = Participant::new(cc, now);
         for (name, spec) in config.flow_controller_specs()? {
