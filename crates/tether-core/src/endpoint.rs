@@ -98,6 +98,8 @@ pub(crate) struct Writer {
     /// In a secure realm: the key its samples are sealed under (history holds them
     /// sealed, so every retransmission sends the same sealed bytes).
     pub(crate) key: Option<std::sync::Arc<tether_crypto::SenderKey>>,
+    /// Samples sealed under the current key (re-keyed before the suite's usage limit).
+    pub(crate) seals: u64,
 }
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
@@ -141,6 +143,7 @@ impl Writer {
             batch_deadline: None,
             asyncw: None,
             key: None,
+            seals: 0,
         }
     }
 

@@ -258,4 +258,6 @@ pub struct Stats {
     pub no_key: u64,
     /// Wrapped sender keys received and unwrapped.
     pub keys_received: u64,
+    /// Writers moved to a new epoch (a reader left or was revoked, or the usage limit).
+    pub rekeys: u64,
 }

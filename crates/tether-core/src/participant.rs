@@ -732,6 +732,20 @@ impl Participant {
         payload: Bytes,
     ) -> Result<u64, WriteError> {
         self.input += 1;
+        // A key that has sealed as much as its suite allows is replaced first.
+        let limit = |s: tether_crypto::Suite| {
+            self.cfg
+                .security
+                .as_ref()
+                .map_or(s.usage_limit(), |sec| sec.limit(s))
+        };
+        if self
+            .writers
+            .get(&writer)
+            .is_some_and(|w| w.key.as_ref().is_some_and(|k| w.seals >= limit(k.suite())))
+        {
+            self.rekey(writer);
+        }
         let max = self.cfg.max_sample_size;
         let single = self.max_payload();
         let me = self.cfg.participant;
@@ -783,6 +797,7 @@ impl Participant {
                 match crate::security::seal(k, &wid, seq, timestamp_ns, &payload) {
                     Some(sealed) => {
                         self.stats.samples_sealed += 1;
+                        w.seals += 1;
                         (Bytes::from(sealed), Some(payload))
                     }
                     None => return Err(WriteError::UnknownWriter(payload)),
@@ -1658,10 +1673,14 @@ impl Participant {
         self.reported.retain(|(_, r, _)| *r != g);
         match e.kind {
             EndpointKind::Reader => {
+                let mut rekey = Vec::new();
                 for w in self.writers.values_mut() {
                     if w.readers.remove(&g).is_some() {
                         w.rebuild_dests();
                         w.release_acked();
+                        if w.key.is_some() {
+                            rekey.push(w.id);
+                        }
                         self.events.push_back(Event::Unmatched {
                             local: w.id,
                             remote: g,
@@ -1671,6 +1690,10 @@ impl Participant {
                             self.events.push_back(Event::WriterReady { writer: w.id });
                         }
                     }
+                }
+                // A reader that left must not read what is written from now on.
+                for w in rekey {
+                    self.rekey(w);
                 }
             }
             EndpointKind::Writer => {
@@ -2517,6 +2540,82 @@ impl Participant {
                 None
             }
         }
+    }
+
+    /// Moves `writer` to a new epoch: a fresh key, wrapped for every reader still matched.
+    /// The old key never seals again (samples already sealed under it stay as they are, so
+    /// their repairs still open for the readers that hold it).
+    fn rekey(&mut self, writer: EntityId) {
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        let Some(old) = w.key.as_ref() else { return };
+        let next =
+            tether_crypto::SenderKey::generate(old.suite(), old.epoch().wrapping_add(1).max(1));
+        w.key = Some(std::sync::Arc::new(next));
+        w.seals = 0;
+        self.stats.rekeys += 1;
+        let readers: Vec<Guid> = w
+            .readers
+            .iter()
+            .filter(|(_, r)| !r.local)
+            .map(|(g, _)| *g)
+            .collect();
+        for r in readers {
+            self.send_key(writer, r);
+        }
+    }
+
+    /// Replaces the realm's revocation list: peers whose credentials it revokes lose their
+    /// authentication and every match, and the writers they read move to a new epoch.
+    pub fn set_revocations(&mut self, now: Instant, list: tether_crypto::RevocationList) {
+        let Some(sec) = self.cfg.security.as_ref() else {
+            return;
+        };
+        if list.verify(&sec.ca_public).is_err() {
+            self.stats.auth_failed += 1;
+            return;
+        }
+        let mut sec2 = (**sec).clone_for_revocations();
+        sec2.revocations = Some(list);
+        let sec2 = std::sync::Arc::new(sec2);
+        self.cfg.security = Some(sec2.clone());
+        let revoked: Vec<ParticipantId> = self
+            .remotes
+            .iter()
+            .filter(|(_, p)| {
+                p.auth
+                    .as_ref()
+                    .and_then(|a| a.credential.as_ref())
+                    .is_some_and(|c| {
+                        sec2.revocations
+                            .as_ref()
+                            .is_some_and(|r| r.contains(c.serial))
+                    })
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for pid in revoked {
+            let ids: Vec<EntityId> = self
+                .remotes
+                .get(&pid)
+                .map(|p| p.endpoints.keys().copied().collect())
+                .unwrap_or_default();
+            // Forget its endpoints (unmatching them, re-keying writers it read) and its
+            // identity; it stays refused, since its credential now fails every check.
+            for e in ids {
+                self.remove_remote_endpoint(pid, e);
+            }
+            if let Some(a) = self.remotes.get_mut(&pid).and_then(|p| p.auth.as_mut()) {
+                a.verified = false;
+                a.credential = None;
+            }
+            self.events.push_back(Event::AuthenticationFailed {
+                participant: pid,
+                reason: "its credential was revoked".into(),
+            });
+        }
+        let _ = now;
     }
 
     /// Sends `writer`'s current key, wrapped for remote `reader` (a matched, verified peer).

@@ -26,6 +26,8 @@ pub struct Security {
     realm_secret: RealmSecret,
     /// The AEAD suite of this participant's writers.
     pub suite: Suite,
+    /// Seals per key before a new epoch; `None`: the suite's limit.
+    pub usage_limit: Option<u64>,
     /// Unix seconds at an engine instant: credentials expire in wall-clock time, the engine
     /// counts in `Instant`s.
     wall: (Instant, u64),
@@ -61,8 +63,39 @@ impl Security {
             revocations,
             realm_secret,
             suite: Suite::auto(),
+            usage_limit: None,
             wall: (now, unix_now),
         }
+    }
+
+    /// A copy to change the revocation list of (identities are not `Clone`: rebuilt from
+    /// their secrets).
+    pub(crate) fn clone_for_revocations(&self) -> Security {
+        Security {
+            identity: Identity::from_secrets(self.identity.sign_seed(), self.identity.kx_secret())
+                .expect("keys that loaded once load again"),
+            credential: self.credential.clone(),
+            credential_bytes: self.credential_bytes.clone(),
+            ca_public: self.ca_public,
+            revocations: self.revocations.clone(),
+            realm_secret: self.realm_secret.clone(),
+            suite: self.suite,
+            usage_limit: self.usage_limit,
+            wall: self.wall,
+        }
+    }
+
+    /// Moves writers to a new epoch after `n` seals (at most the suite's own limit).
+    pub fn with_usage_limit(mut self, n: u64) -> Security {
+        self.usage_limit = Some(n.max(1));
+        self
+    }
+
+    /// Seals allowed under one key with `suite`.
+    pub(crate) fn limit(&self, suite: Suite) -> u64 {
+        self.usage_limit
+            .unwrap_or(u64::MAX)
+            .min(suite.usage_limit())
     }
 
     /// Seals this participant's writers' samples with `suite`.

@@ -601,3 +601,163 @@ fn tampered_sealed_samples_are_refused() {
         vec![Bytes::from_static(b"secret sample")]
     );
 }
+
+/// Adds a node whose writers re-key after `limit` seals.
+fn node_limited(sim: &mut Sim, m: Member, ca: &CaKey, limit: u64) -> usize {
+    let now = sim.now;
+    let ca_public = ca.public();
+    let rs = secret(ca);
+    sim.add_node_with(move |c| {
+        c.security = Some(Arc::new(
+            Security::new(m.identity, m.credential, ca_public, rs, None, now, NOW)
+                .with_usage_limit(limit),
+        ));
+    })
+}
+
+/// The epoch a sealed DATA datagram's payload names, if it is one (the sample is the
+/// datagram's last bytes: epoch, ciphertext of `len` bytes, tag).
+fn epoch_of(dg: &[u8], len: usize) -> Option<u32> {
+    let at = dg.len().checked_sub(4 + len + 16)?;
+    Some(u32::from_le_bytes(dg[at..at + 4].try_into().ok()?))
+}
+
+/// A reader that leaves, or is revoked, makes its writers move to a new epoch: the readers
+/// that stay get the new key and keep reading; the one that left cannot open what follows,
+/// even holding every datagram sent to the others.
+#[test]
+fn leaving_and_revoked_readers_cause_a_new_epoch() {
+    for revoke in [false, true] {
+        let mut sim = Sim::new(15, Link::perfect());
+        let ca = CaKey::generate();
+        let w = node(
+            &mut sim,
+            Some(member(&ca, 1, "robot", &["/**"], &[])),
+            &ca,
+            None,
+        );
+        let a = node(
+            &mut sim,
+            Some(member(&ca, 2, "stays", &[], &["/**"])),
+            &ca,
+            None,
+        );
+        let b = node(
+            &mut sim,
+            Some(member(&ca, 3, "goes", &[], &["/**"])),
+            &ca,
+            None,
+        );
+        let now = sim.now;
+        let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+        let ra = sim.p(a).create_reader(now, info("/t"));
+        let rb = sim.p(b).create_reader(now, info("/t"));
+        for i in [w, a, b] {
+            sim.pump(i);
+        }
+        assert!(sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[w].participant.matched_count(wid) == 2
+        }));
+        let put = |sim: &mut Sim, k: u64| {
+            let now = sim.now;
+            sim.p(w)
+                .write(now, wid, k, Bytes::from(vec![k as u8; 50]))
+                .unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(20));
+        };
+        for k in 0..3 {
+            put(&mut sim, k);
+        }
+        assert_eq!(sim.seqs(b, rb).len(), 3);
+        if revoke {
+            let now = sim.now;
+            sim.p(w)
+                .set_revocations(now, RevocationList::issue(&ca, NOW, vec![3]));
+        } else {
+            let now = sim.now;
+            sim.p(b).delete_endpoint(now, rb);
+            sim.pump(b);
+        }
+        sim.run_for(Duration::from_secs(2));
+        assert_eq!(
+            sim.nodes[w].participant.stats().rekeys,
+            1,
+            "revoke {revoke}"
+        );
+        assert_eq!(sim.nodes[w].participant.matched_count(wid), 1);
+        sim.wire = Some(Vec::new());
+        for k in 3..6 {
+            put(&mut sim, k);
+        }
+        sim.run_for(Duration::from_secs(2));
+        assert_eq!(
+            sim.seqs(a, ra),
+            (1..=6).collect::<Vec<_>>(),
+            "revoke {revoke}"
+        );
+        assert_eq!(sim.nodes[a].participant.stats().keys_received, 2);
+        // What was sent to the reader that stayed is sealed under epoch 2, and the one that
+        // left cannot open it.
+        let wire = sim.wire.take().unwrap();
+        let sealed: Vec<&Bytes> = wire.iter().filter(|d| epoch_of(d, 50) == Some(2)).collect();
+        assert!(
+            sealed.len() >= 3,
+            "revoke {revoke}: {} epoch-2 samples",
+            sealed.len()
+        );
+        let from = sim.nodes[w].addr;
+        let before = sim.seqs(b, rb).len();
+        for d in sealed {
+            let now = sim.now;
+            sim.p(b).handle_datagram(now, from, d);
+        }
+        sim.pump(b);
+        if !revoke {
+            // b deleted its reader: nothing to deliver to anyway; its node holds no key for
+            // epoch 2 either.
+            assert_eq!(sim.nodes[b].participant.stats().keys_received, 1);
+        } else {
+            assert_eq!(
+                sim.seqs(b, rb).len(),
+                before,
+                "the revoked reader read epoch 2"
+            );
+            assert_eq!(sim.nodes[b].participant.stats().keys_received, 1);
+        }
+    }
+}
+
+/// Writers move to a new epoch before their suite's usage limit (here lowered to 5 seals),
+/// and readers follow without losing a sample.
+#[test]
+fn keys_rotate_before_their_usage_limit() {
+    let mut sim = Sim::new(16, Link::lossy(0.05));
+    let ca = CaKey::generate();
+    let w = node_limited(&mut sim, member(&ca, 1, "robot", &["/**"], &[]), &ca, 5);
+    let r = node(
+        &mut sim,
+        Some(member(&ca, 2, "viewer", &[], &["/**"])),
+        &ca,
+        None,
+    );
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let rid = sim.p(r).create_reader(now, info("/t"));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+    }));
+    for k in 0..17u64 {
+        let now = sim.now;
+        sim.p(w)
+            .write(now, wid, k, Bytes::from(vec![k as u8; 40]))
+            .unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(5));
+    }
+    assert!(sim.run_until(Duration::from_secs(60), |s| s.seqs(r, rid).len() == 17));
+    assert_eq!(sim.nodes[w].participant.stats().rekeys, 3);
+    assert!(sim.nodes[r].participant.stats().keys_received >= 4);
+}
