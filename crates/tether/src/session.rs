@@ -638,6 +638,27 @@ impl Session {
         })
     }
 
+    /// Loads a new revocation list of the realm (e.g. after `tether keys revoke`): peers it
+    /// revokes lose every match at once, and the writers they read move to a new epoch.
+    /// An error if security is off or the list is not the realm CA's.
+    pub fn set_revocations(&self, path: &std::path::Path) -> Result<(), OpenError> {
+        let ca = {
+            let g = self.shared.lock();
+            match g.core.config().security.as_ref() {
+                Some(sec) => sec.ca_public,
+                None => {
+                    return Err(OpenError::Config(crate::ConfigError::Invalid(
+                        "set_revocations: security is off in this session".into(),
+                    )));
+                }
+            }
+        };
+        let list = crate::keys::load_revocations(path, &ca)?;
+        self.shared
+            .with_core(|i, now| i.core.set_revocations(now, list));
+        Ok(())
+    }
+
     /// With security on: refuses an endpoint our own credential does not grant, with a
     /// message that says so (peers would refuse it anyway).
     fn granted(&self, topic: &str, publish: bool) -> Result<(), OpenError> {
