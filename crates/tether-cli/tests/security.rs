@@ -164,14 +164,21 @@ fn security_config_errors_are_clear() {
     let t = tempfile::tempdir().unwrap();
     for (toml, says) in [
         (
-            "[security]\nmode = \"sign\"\nkeys = \"x\"\n",
-            "not in this version yet",
+            "[security]\nmode = \"sometimes\"\n",
+            "unknown mode 'sometimes'",
         ),
         (
-            "[security]\nmode = \"sometimes\"\n",
-            "expected \"off\" or \"encrypt\"",
+            "[security]\nmode = \"encrypt\"\n",
+            "security.keys is not set",
         ),
-        ("[security]\nmode = \"encrypt\"\n", "needs security.keys"),
+        (
+            "[security]\nkeys = \"x\"\n[security.topics]\n\"/a*\" = \"sign\"\n",
+            "not a topic pattern",
+        ),
+        (
+            "[security]\nkeys = \"x\"\n[security.topics]\n\"/a\" = \"loud\"\n",
+            "unknown mode 'loud'",
+        ),
         (
             "[security]\nkeys = \"x\"\nsuite = \"des\"\n",
             "unknown suite 'des'",

@@ -100,6 +100,8 @@ pub(crate) struct Writer {
     pub(crate) key: Option<std::sync::Arc<tether_crypto::SenderKey>>,
     /// Samples sealed under the current key (re-keyed before the suite's usage limit).
     pub(crate) seals: u64,
+    /// In a secure realm: how its samples are protected.
+    pub(crate) prot: Option<crate::security::Protection>,
 }
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
@@ -144,6 +146,7 @@ impl Writer {
             asyncw: None,
             key: None,
             seals: 0,
+            prot: None,
         }
     }
 

@@ -260,4 +260,8 @@ pub struct Stats {
     pub keys_received: u64,
     /// Writers moved to a new epoch (a reader left or was revoked, or the usage limit).
     pub rekeys: u64,
+    /// Samples signed by local writers (`sign` modes).
+    pub samples_signed: u64,
+    /// Signed samples whose signature is not their writer's (dropped).
+    pub signature_failed: u64,
 }

@@ -40,5 +40,5 @@ pub use participant::{
 };
 pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
 pub use sched::{FlowController, Priority, format_rate, parse_rate};
-pub use security::Security;
+pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

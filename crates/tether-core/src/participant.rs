@@ -520,9 +520,13 @@ impl Participant {
         }
         w.asyncw = asyncw;
         if let Some(sec) = &self.cfg.security {
-            w.key = Some(std::sync::Arc::new(tether_crypto::SenderKey::generate(
-                sec.suite, 1,
-            )));
+            let prot = sec.protection_for(&w.info.topic);
+            w.prot = Some(prot);
+            if prot.encrypt {
+                w.key = Some(std::sync::Arc::new(tether_crypto::SenderKey::generate(
+                    sec.suite, 1,
+                )));
+            }
         }
         self.writers.insert(id, w);
         self.announce_endpoint(id);
@@ -791,19 +795,32 @@ impl Participant {
         // In a secure realm the sample is sealed here, once, whatever the number of
         // readers: history, every datagram and every retransmission carry the sealed bytes;
         // this participant's own readers get the plain ones.
-        let (payload, plain) = match w.key.as_deref() {
-            Some(k) => {
+        let (payload, plain) = match (w.prot, self.cfg.security.as_deref()) {
+            (Some(prot), Some(sec)) => {
                 let wid = crate::security::endpoint_id(me, writer.0);
-                match crate::security::seal(k, &wid, seq, timestamp_ns, &payload) {
-                    Some(sealed) => {
-                        self.stats.samples_sealed += 1;
-                        w.seals += 1;
-                        (Bytes::from(sealed), Some(payload))
+                match crate::security::protect(
+                    prot,
+                    w.key.as_deref(),
+                    &sec.identity,
+                    &wid,
+                    seq,
+                    timestamp_ns,
+                    &payload,
+                ) {
+                    Some(p) => {
+                        if prot.encrypt {
+                            self.stats.samples_sealed += 1;
+                            w.seals += 1;
+                        }
+                        if prot.sign {
+                            self.stats.samples_signed += 1;
+                        }
+                        (Bytes::from(p), Some(payload))
                     }
                     None => return Err(WriteError::UnknownWriter(payload)),
                 }
             }
-            None => (payload, None),
+            _ => (payload, None),
         };
         w.push_history(Cached {
             seq,
@@ -2488,25 +2505,53 @@ impl Participant {
             self.stats.unmatched_writer += 1;
             return None;
         }
-        let Some(epoch) = crate::security::sealed_epoch(&s.payload) else {
+        let wid = crate::security::endpoint_id(s.writer.participant, s.writer.entity.0);
+        let Some(parts) = crate::security::parts(&s.payload) else {
             self.stats.open_failed += 1;
             return None;
         };
-        let wid = crate::security::endpoint_id(s.writer.participant, s.writer.entity.0);
+        if parts.prot.sign {
+            let key = self
+                .remotes
+                .get(&s.writer.participant)
+                .and_then(|p| p.auth.as_ref())
+                .and_then(|a| a.credential.as_ref())
+                .map(|c| c.sign_public);
+            if !key.is_some_and(|k| {
+                crate::security::signature_ok(&parts, &k, &wid, s.seq, s.timestamp_ns)
+            }) {
+                self.stats.signature_failed += 1;
+                return None;
+            }
+        }
+        if !parts.prot.encrypt {
+            let plain = s.payload.slice_ref(parts.body);
+            return Some(Sample {
+                payload: plain,
+                ..s
+            });
+        }
+        let Some(epoch) = crate::security::sealed_epoch(parts.body) else {
+            self.stats.open_failed += 1;
+            return None;
+        };
         match self.keys.get(&(s.writer, epoch)) {
-            Some(k) => match crate::security::open(k, &wid, s.seq, s.timestamp_ns, &s.payload) {
-                Some(plain) => {
-                    self.stats.samples_opened += 1;
-                    Some(Sample {
-                        payload: Bytes::from(plain),
-                        ..s
-                    })
+            Some(k) => {
+                match crate::security::open(k, &wid, s.seq, s.timestamp_ns, parts.prot, parts.body)
+                {
+                    Some(plain) => {
+                        self.stats.samples_opened += 1;
+                        Some(Sample {
+                            payload: Bytes::from(plain),
+                            ..s
+                        })
+                    }
+                    None => {
+                        self.stats.open_failed += 1;
+                        None
+                    }
                 }
-                None => {
-                    self.stats.open_failed += 1;
-                    None
-                }
-            },
+            }
             None => {
                 self.stats.no_key += 1;
                 let asked = self.key_asked.get(&s.writer).copied();
@@ -2985,21 +3030,29 @@ impl Participant {
                 w.rebuild_dests();
                 let backlog: Vec<Sample> = if transient {
                     let key = w.key.clone();
+                    let secure = w.prot.is_some();
                     let wid = crate::security::endpoint_id(me, writer.0);
                     w.history
                         .iter()
                         .filter_map(|c| {
                             // History holds sealed samples in a secure realm: our own
                             // readers get them opened.
-                            let payload = match key.as_deref() {
-                                Some(k) => Bytes::from(crate::security::open(
-                                    k,
-                                    &wid,
-                                    c.seq,
-                                    c.timestamp_ns,
-                                    &c.payload,
-                                )?),
-                                None => c.payload.clone(),
+                            let payload = if secure {
+                                let parts = crate::security::parts(&c.payload)?;
+                                match (parts.prot.encrypt, key.as_deref()) {
+                                    (true, Some(k)) => Bytes::from(crate::security::open(
+                                        k,
+                                        &wid,
+                                        c.seq,
+                                        c.timestamp_ns,
+                                        parts.prot,
+                                        parts.body,
+                                    )?),
+                                    (true, None) => return None,
+                                    (false, _) => c.payload.slice_ref(parts.body),
+                                }
+                            } else {
+                                c.payload.clone()
                             };
                             Some(Sample {
                                 writer: wg,

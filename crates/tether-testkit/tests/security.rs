@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tether_core::{EndpointInfo, EntityId, Event, Qos, Security};
+use tether_core::{EndpointInfo, EntityId, Event, Protection, Qos, Security};
 use tether_crypto::{CaKey, Credential, Identity, RealmSecret, RevocationList};
 use tether_testkit::{Link, Sim};
 
@@ -570,14 +570,14 @@ fn tampered_sealed_samples_are_refused() {
         .find(|d| d.len() > 40)
         .expect("the sealed DATA");
     let from = sim.nodes[w].addr;
-    // The last 49 bytes: timestamp (8), then epoch (4), ciphertext (13) and tag (16) — and
-    // the sequence number (8) before the timestamp.
+    // The last 50 bytes: sequence number (8), timestamp (8), protection (1), epoch (4),
+    // ciphertext (13) and tag (16).
     let st = |s: &Sim| {
         let x = s.nodes[r].participant.stats();
         x.open_failed + x.no_key
     };
     let before = st(&sim);
-    let span = 8 + 8 + 4 + 13 + 16;
+    let span = 8 + 8 + 1 + 4 + 13 + 16;
     for i in (dg.len() - span)..dg.len() {
         let mut t = dg.clone();
         t[i] ^= 0x04;
@@ -760,4 +760,137 @@ fn keys_rotate_before_their_usage_limit() {
     assert!(sim.run_until(Duration::from_secs(60), |s| s.seqs(r, rid).len() == 17));
     assert_eq!(sim.nodes[w].participant.stats().rekeys, 3);
     assert!(sim.nodes[r].participant.stats().keys_received >= 4);
+}
+
+/// Per-topic modes: `sign` adds the writer's Ed25519 signature (origin authentication even
+/// toward other members, who hold the group key), `encrypt+sign` both; a bad signature, or a
+/// signed sample stripped of its signature to pass as merely sealed, is refused.
+#[test]
+fn signed_modes_and_per_topic_overrides() {
+    let mut sim = Sim::new(17, Link::perfect());
+    sim.wire = Some(Vec::new());
+    let ca = CaKey::generate();
+    let now = sim.now;
+    let (ca_public, rs) = (ca.public(), secret(&ca));
+    let m = member(&ca, 1, "robot", &["/**"], &[]);
+    let w = sim.add_node_with(move |c| {
+        let p = |s: &str| s.parse::<Protection>().unwrap();
+        c.security = Some(Arc::new(
+            Security::new(m.identity, m.credential, ca_public, rs, None, now, NOW).with_protection(
+                p("encrypt"),
+                vec![
+                    ("/cmd/**".into(), p("encrypt+sign")),
+                    ("/log/**".into(), p("sign")),
+                ],
+            ),
+        ));
+    });
+    let r = node(
+        &mut sim,
+        Some(member(&ca, 2, "viewer", &[], &["/**"])),
+        &ca,
+        None,
+    );
+    let topics = ["/cmd/go", "/log/text", "/data"];
+    let now = sim.now;
+    let ws: Vec<EntityId> = topics
+        .iter()
+        .map(|t| {
+            sim.p(w)
+                .create_writer(
+                    now,
+                    EndpointInfo {
+                        qos: Qos::new().best_effort(),
+                        ..info(t)
+                    },
+                )
+                .unwrap()
+        })
+        .collect();
+    let rids: Vec<EntityId> = topics
+        .iter()
+        .map(|t| {
+            sim.p(r).create_reader(
+                now,
+                EndpointInfo {
+                    qos: Qos::new().best_effort(),
+                    ..info(t)
+                },
+            )
+        })
+        .collect();
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        ws.iter()
+            .all(|x| s.nodes[w].participant.matched_count(*x) == 1)
+            && s.nodes[r].participant.stats().keys_received == 2
+    }));
+    for (k, x) in ws.iter().enumerate() {
+        let now = sim.now;
+        let body = format!("MARK-{}", topics[k]);
+        sim.p(w).write(now, *x, 1, Bytes::from(body)).unwrap();
+        sim.pump(w);
+    }
+    sim.run_for(Duration::from_secs(1));
+    for (k, rid) in rids.iter().enumerate() {
+        assert_eq!(
+            sim.payloads(r, *rid),
+            vec![Bytes::from(format!("MARK-{}", topics[k]))],
+            "{}",
+            topics[k]
+        );
+    }
+    let st = sim.nodes[w].participant.stats().clone();
+    assert_eq!(st.samples_signed, 2, "cmd and log are signed");
+    assert_eq!(st.samples_sealed, 2, "cmd and data are sealed");
+    let wire = sim.wire.take().unwrap();
+    assert!(
+        contains(&wire, b"MARK-/log/text"),
+        "sign alone does not hide"
+    );
+    assert!(!contains(&wire, b"MARK-/cmd/go") && !contains(&wire, b"MARK-/data"));
+    // Tamper with a signed sample: a flipped signature byte, or the signature stripped and
+    // the protection byte changed to "sealed only".
+    let now = sim.now;
+    sim.p(w)
+        .write(now, ws[0], 2, Bytes::from_static(b"turn"))
+        .unwrap();
+    let dg: Vec<u8> = std::iter::from_fn(|| sim.p(w).poll_transmit())
+        .map(|t| t.contiguous().to_vec())
+        .max_by_key(|d| d.len())
+        .unwrap();
+    let from = sim.nodes[w].addr;
+    let mut bad_sig = dg.clone();
+    let n = bad_sig.len();
+    bad_sig[n - 1] ^= 1;
+    let now = sim.now;
+    sim.p(r).handle_datagram(now, from, &Bytes::from(bad_sig));
+    assert_eq!(sim.nodes[r].participant.stats().signature_failed, 1);
+    // Stripped: drop the 64-byte signature, fix the submessage length, protection 1.
+    let mut stripped = dg[..n - 64].to_vec();
+    let payload_len = 1 + 4 + 4 + 16; // protection, epoch, "turn", tag
+    let prot_at = stripped.len() - payload_len;
+    assert_eq!(stripped[prot_at], 3, "encrypt+sign");
+    stripped[prot_at] = 1;
+    let sub_len_at = stripped.len() - payload_len - 24 - 4 + 2;
+    let l = u16::from_le_bytes([stripped[sub_len_at], stripped[sub_len_at + 1]]) - 64;
+    stripped[sub_len_at..sub_len_at + 2].copy_from_slice(&l.to_le_bytes());
+    let before = sim.nodes[r].participant.stats().open_failed;
+    sim.p(r).handle_datagram(now, from, &Bytes::from(stripped));
+    assert_eq!(
+        sim.nodes[r].participant.stats().open_failed,
+        before + 1,
+        "downgrade not refused"
+    );
+    sim.pump(r);
+    assert_eq!(
+        sim.payloads(r, rids[0]).len(),
+        1,
+        "a tampered sample was delivered"
+    );
+    // The genuine one is delivered.
+    sim.p(r).handle_datagram(now, from, &Bytes::from(dg));
+    sim.pump(r);
+    assert_eq!(sim.payloads(r, rids[0]).len(), 2);
 }

@@ -32,8 +32,11 @@
 //! [security]
 //! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
 //! revocations = "realm/revoked.toml"   # the realm's signed revocation list
-//! mode = "encrypt"           # "off" (default without keys) or "encrypt" (default with)
+//! mode = "encrypt"           # "off" (default without keys), "encrypt" (default with),
+//!                            # "sign" or "encrypt+sign"
 //! suite = "auto"             # "aes128-gcm", "aes256-gcm", "chacha20-poly1305"
+//! [security.topics]          # per-topic modes, by pattern (first match wins)
+//! "/cmd/**" = "encrypt+sign"
 //!
 //! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
 //! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).
@@ -111,6 +114,8 @@ pub struct SecurityConfig {
     /// The AEAD suite of this session's writers: `"auto"` (default), `"aes128-gcm"`,
     /// `"aes256-gcm"` or `"chacha20-poly1305"`.
     pub suite: Option<String>,
+    /// Per-topic modes: topic pattern → mode.
+    pub topics: std::collections::BTreeMap<String, String>,
 }
 
 impl SecurityConfig {
@@ -367,18 +372,18 @@ impl Config {
         }
         self.flow_controller_specs()?;
         let sec = &self.security;
-        match sec.mode.as_deref() {
-            None | Some("off") | Some("encrypt") => {}
-            Some(m @ ("sign" | "encrypt+sign")) => {
+        if let Some(m) = &sec.mode {
+            m.parse::<tether_core::Protection>()
+                .map_err(|e| ConfigError::Invalid(format!("security.mode: {e}")))?;
+        }
+        for (pattern, m) in &sec.topics {
+            if !tether_crypto::valid_pattern(pattern) {
                 return Err(ConfigError::Invalid(format!(
-                    "security.mode = \"{m}\": per-batch signatures are not in this version yet; use \"encrypt\""
+                    "security.topics: '{pattern}' is not a topic pattern"
                 )));
             }
-            Some(m) => {
-                return Err(ConfigError::Invalid(format!(
-                    "security.mode = \"{m}\" (expected \"off\" or \"encrypt\")"
-                )));
-            }
+            m.parse::<tether_core::Protection>()
+                .map_err(|e| ConfigError::Invalid(format!("security.topics.\"{pattern}\": {e}")))?;
         }
         if let Some(su) = &sec.suite {
             su.parse::<tether_crypto::Suite>()
@@ -386,7 +391,7 @@ impl Config {
         }
         if sec.enabled() && sec.keys.is_none() {
             return Err(ConfigError::Invalid(
-                "security.mode = \"encrypt\" needs security.keys (a bundle from `tether keys issue`)".into(),
+                "security is on (security.mode) but security.keys is not set (a bundle from `tether keys issue`)".into(),
             ));
         }
         const DAY_MS: u64 = 24 * 3600 * 1000;

@@ -492,7 +492,31 @@ impl Session {
                     now,
                     unix,
                 )
-                .with_suite(suite),
+                .with_suite(suite)
+                .with_protection(
+                    match config.security.mode.as_deref() {
+                        None | Some("off") => "encrypt",
+                        Some(m) => m,
+                    }
+                    .parse()
+                    .map_err(|e: String| {
+                        OpenError::Config(crate::ConfigError::Invalid(format!(
+                            "security.mode: {e}"
+                        )))
+                    })?,
+                    config
+                        .security
+                        .topics
+                        .iter()
+                        .map(|(p, m)| {
+                            m.parse().map(|m| (p.clone(), m)).map_err(|e: String| {
+                                OpenError::Config(crate::ConfigError::Invalid(format!(
+                                    "security.topics: {e}"
+                                )))
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
             ));
         }
         let mut core = Participant::new(cc, now);
