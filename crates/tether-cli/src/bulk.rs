@@ -111,6 +111,22 @@ fn realtime(p: tether::Publisher, stop: Arc<AtomicBool>) -> tether::Publisher {
     p
 }
 
+/// Stops the realtime thread and asks the sink for the latency of what it sent since the
+/// last reset. Hands the realtime publisher back for the next phase.
+fn end_phase(
+    stop: &AtomicBool,
+    h: std::thread::JoinHandle<tether::Publisher>,
+    peer: &mut Peer,
+) -> anyhow::Result<(tether::Publisher, Lat)> {
+    stop.store(true, Ordering::Relaxed);
+    let p = h
+        .join()
+        .map_err(|_| anyhow::anyhow!("realtime thread panicked"))?;
+    std::thread::sleep(Duration::from_millis(50));
+    peer.send("lat")?;
+    Ok((p, parse_lat(&peer.line()?)?))
+}
+
 struct Row {
     tokens: Option<u64>,
     limit: Option<f64>,
@@ -170,14 +186,8 @@ pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<ExitCode> {
         let c0 = cpu_ticks();
         std::thread::sleep(idle);
         let idle_steal = steal_pct(c0, cpu_ticks());
-        stop.store(true, Ordering::Relaxed);
-        rt = Some(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("realtime thread panicked"))?,
-        );
-        std::thread::sleep(Duration::from_millis(50));
-        peer.send("lat")?;
-        let idle_lat = parse_lat(&peer.line()?)?;
+        let (p, idle_lat) = end_phase(&stop, h, &mut peer)?;
+        rt = Some(p);
         // Realtime with the bulk transfer.
         peer.send("reset")?;
         peer.line()?;
@@ -223,14 +233,8 @@ pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<ExitCode> {
         }
         let ms = times.iter().sum::<f64>() / times.len() as f64;
         let busy_steal = steal_pct(c0, cpu_ticks());
-        stop.store(true, Ordering::Relaxed);
-        rt = Some(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("realtime thread panicked"))?,
-        );
-        std::thread::sleep(Duration::from_millis(50));
-        peer.send("lat")?;
-        let busy_lat = parse_lat(&peer.line()?)?;
+        let (p, busy_lat) = end_phase(&stop, h, &mut peer)?;
+        rt = Some(p);
         let rate = (n * a.sample as u64) as f64 / (ms / 1e3);
         let row = Row {
             tokens,
