@@ -64,6 +64,9 @@ pub(crate) struct ReaderProxy {
     pub(crate) last_nackfrag: Option<u32>,
     /// The reader lives in this participant.
     pub(crate) local: bool,
+    /// The writer's key as last wrapped for this reader, with its epoch: a KEY_REQUEST is
+    /// answered from here, so a reader asking again and again costs no key agreement.
+    pub(crate) wrapped: Option<(u32, Vec<u8>)>,
 }
 
 /// A local writer.

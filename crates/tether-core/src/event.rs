@@ -258,6 +258,8 @@ pub struct Stats {
     pub no_key: u64,
     /// Wrapped sender keys received and unwrapped.
     pub keys_received: u64,
+    /// Sender keys wrapped for a reader (a key agreement each: once per reader and epoch).
+    pub keys_wrapped: u64,
     /// Writers moved to a new epoch (a reader left or was revoked, or the usage limit).
     pub rekeys: u64,
     /// Samples signed by local writers (`sign` modes).

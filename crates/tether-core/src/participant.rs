@@ -2685,15 +2685,36 @@ impl Participant {
             return;
         };
         let addr = rp.addr;
-        let ctx = sec.wrap_context(
-            &crate::security::endpoint_id(me, writer.0),
-            &crate::security::endpoint_id(reader.participant, reader.entity.0),
-            key.epoch(),
-            key.suite(),
-        );
-        let Some(wrapped) = tether_crypto::wrap_key(&sec.identity, &kx, &ctx, key.key_bytes())
-        else {
-            return;
+        let cached = self
+            .writers
+            .get(&writer)
+            .and_then(|w| w.readers.get(&reader))
+            .and_then(|rp| rp.wrapped.as_ref())
+            .filter(|(e, _)| *e == key.epoch())
+            .map(|(_, w)| w.clone());
+        let wrapped = match cached {
+            Some(w) => w,
+            None => {
+                let ctx = sec.wrap_context(
+                    &crate::security::endpoint_id(me, writer.0),
+                    &crate::security::endpoint_id(reader.participant, reader.entity.0),
+                    key.epoch(),
+                    key.suite(),
+                );
+                let Some(w) = tether_crypto::wrap_key(&sec.identity, &kx, &ctx, key.key_bytes())
+                else {
+                    return;
+                };
+                self.stats.keys_wrapped += 1;
+                if let Some(rp) = self
+                    .writers
+                    .get_mut(&writer)
+                    .and_then(|w| w.readers.get_mut(&reader))
+                {
+                    rp.wrapped = Some((key.epoch(), w.clone()));
+                }
+                w
+            }
         };
         let mut dg = Vec::new();
         if DatagramBuilder::new(&mut dg, self.header())
@@ -2902,6 +2923,7 @@ impl Participant {
                 last_count: None,
                 last_nackfrag: None,
                 local: false,
+                wrapped: None,
             },
         );
         w.rebuild_dests();
@@ -3025,6 +3047,7 @@ impl Participant {
                         last_count: None,
                         last_nackfrag: None,
                         local: true,
+                        wrapped: None,
                     },
                 );
                 w.rebuild_dests();

@@ -894,3 +894,58 @@ fn signed_modes_and_per_topic_overrides() {
     sim.pump(r);
     assert_eq!(sim.payloads(r, rids[0]).len(), 2);
 }
+
+/// Key agreement is pairwise work once per reader and epoch: a reader asking for the key
+/// again and again is answered from the wrapped copy.
+#[test]
+fn key_requests_do_not_repeat_key_agreement() {
+    let mut sim = Sim::new(18, Link::perfect());
+    let ca = CaKey::generate();
+    let w = node(
+        &mut sim,
+        Some(member(&ca, 1, "robot", &["/**"], &[])),
+        &ca,
+        None,
+    );
+    let r = node(
+        &mut sim,
+        Some(member(&ca, 2, "viewer", &[], &["/**"])),
+        &ca,
+        None,
+    );
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let rid = sim.p(r).create_reader(now, info("/t"));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[r].participant.stats().keys_received == 1
+    }));
+    assert_eq!(sim.nodes[w].participant.stats().keys_wrapped, 1);
+    let mut req = Vec::new();
+    tether_wire::DatagramBuilder::new(
+        &mut req,
+        tether_wire::Header {
+            domain: 0,
+            participant: sim.nodes[r].participant.id(),
+        },
+    )
+    .push(&tether_wire::Submessage::KeyRequest(
+        tether_wire::KeyRequestRepr {
+            reader: rid,
+            writer: wid,
+            epoch: 1,
+        },
+    ))
+    .unwrap();
+    let from = sim.nodes[r].addr;
+    for _ in 0..100 {
+        let now = sim.now;
+        sim.p(w)
+            .handle_datagram(now, from, &Bytes::from(req.clone()));
+    }
+    sim.pump(w);
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.nodes[w].participant.stats().keys_wrapped, 1);
+    assert_eq!(sim.nodes[r].participant.stats().keys_received, 101);
+}
