@@ -104,7 +104,7 @@ pub(crate) struct Writer {
     /// Samples sealed under the current key (re-keyed before the suite's usage limit).
     pub(crate) seals: u64,
     /// In a secure realm: how its samples are protected.
-    pub(crate) prot: Option<crate::security::Protection>,
+    pub(crate) prot: Option<tether_crypto::Protection>,
 }
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`

@@ -797,8 +797,8 @@ impl Participant {
         // this participant's own readers get the plain ones.
         let (payload, plain) = match (w.prot, self.cfg.security.as_deref()) {
             (Some(prot), Some(sec)) => {
-                let wid = crate::security::endpoint_id(me, writer.0);
-                match crate::security::protect(
+                let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
+                match tether_crypto::sample::protect(
                     prot,
                     w.key.as_deref(),
                     &sec.identity,
@@ -2505,8 +2505,8 @@ impl Participant {
             self.stats.unmatched_writer += 1;
             return None;
         }
-        let wid = crate::security::endpoint_id(s.writer.participant, s.writer.entity.0);
-        let Some(parts) = crate::security::parts(&s.payload) else {
+        let wid = tether_crypto::sample::endpoint_id(s.writer.participant.0, s.writer.entity.0);
+        let Some(parts) = tether_crypto::sample::parts(&s.payload) else {
             self.stats.open_failed += 1;
             return None;
         };
@@ -2518,7 +2518,7 @@ impl Participant {
                 .and_then(|a| a.credential.as_ref())
                 .map(|c| c.sign_public);
             if !key.is_some_and(|k| {
-                crate::security::signature_ok(&parts, &k, &wid, s.seq, s.timestamp_ns)
+                tether_crypto::sample::signature_ok(&parts, &k, &wid, s.seq, s.timestamp_ns)
             }) {
                 self.stats.signature_failed += 1;
                 return None;
@@ -2531,14 +2531,20 @@ impl Participant {
                 ..s
             });
         }
-        let Some(epoch) = crate::security::sealed_epoch(parts.body) else {
+        let Some(epoch) = tether_crypto::sample::sealed_epoch(parts.body) else {
             self.stats.open_failed += 1;
             return None;
         };
         match self.keys.get(&(s.writer, epoch)) {
             Some(k) => {
-                match crate::security::open(k, &wid, s.seq, s.timestamp_ns, parts.prot, parts.body)
-                {
+                match tether_crypto::sample::open(
+                    k,
+                    &wid,
+                    s.seq,
+                    s.timestamp_ns,
+                    parts.prot,
+                    parts.body,
+                ) {
                     Some(plain) => {
                         self.stats.samples_opened += 1;
                         Some(Sample {
@@ -2696,8 +2702,8 @@ impl Participant {
             Some(w) => w,
             None => {
                 let ctx = sec.wrap_context(
-                    &crate::security::endpoint_id(me, writer.0),
-                    &crate::security::endpoint_id(reader.participant, reader.entity.0),
+                    &tether_crypto::sample::endpoint_id(me.0, writer.0),
+                    &tether_crypto::sample::endpoint_id(reader.participant.0, reader.entity.0),
                     key.epoch(),
                     key.suite(),
                 );
@@ -2758,8 +2764,8 @@ impl Participant {
             return;
         };
         let ctx = sec.wrap_context(
-            &crate::security::endpoint_id(pid, k.writer.0),
-            &crate::security::endpoint_id(me, k.reader.0),
+            &tether_crypto::sample::endpoint_id(pid.0, k.writer.0),
+            &tether_crypto::sample::endpoint_id(me.0, k.reader.0),
             k.epoch,
             suite,
         );
@@ -3054,16 +3060,16 @@ impl Participant {
                 let backlog: Vec<Sample> = if transient {
                     let key = w.key.clone();
                     let secure = w.prot.is_some();
-                    let wid = crate::security::endpoint_id(me, writer.0);
+                    let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
                     w.history
                         .iter()
                         .filter_map(|c| {
                             // History holds sealed samples in a secure realm: our own
                             // readers get them opened.
                             let payload = if secure {
-                                let parts = crate::security::parts(&c.payload)?;
+                                let parts = tether_crypto::sample::parts(&c.payload)?;
                                 match (parts.prot.encrypt, key.as_deref()) {
-                                    (true, Some(k)) => Bytes::from(crate::security::open(
+                                    (true, Some(k)) => Bytes::from(tether_crypto::sample::open(
                                         k,
                                         &wid,
                                         c.seq,

@@ -4,46 +4,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+pub use tether_crypto::Protection;
 use tether_crypto::{
-    Credential, CredentialError, Identity, RealmSecret, RevocationList, SenderKey, Suite, TopicId,
+    Credential, CredentialError, Identity, RealmSecret, RevocationList, Suite, TopicId,
 };
 use tether_wire::{ParticipantId, auth_signed_bytes};
-
-/// How a secure writer protects its samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Protection {
-    /// Sealed under the writer's sender key (confidentiality and integrity toward
-    /// outsiders).
-    pub encrypt: bool,
-    /// Signed with the writer's Ed25519 key (origin authentication, also toward other
-    /// members of the realm, who hold the group key).
-    pub sign: bool,
-}
-
-impl Protection {
-    /// The wire byte: bit 0 sealed, bit 1 signed.
-    pub(crate) fn byte(self) -> u8 {
-        self.encrypt as u8 | (self.sign as u8) << 1
-    }
-}
-
-impl std::str::FromStr for Protection {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (encrypt, sign) = match s {
-            "off" => (false, false),
-            "encrypt" => (true, false),
-            "sign" => (false, true),
-            "encrypt+sign" => (true, true),
-            _ => {
-                return Err(format!(
-                    "unknown mode '{s}' (expected off, encrypt, sign or encrypt+sign)"
-                ));
-            }
-        };
-        Ok(Protection { encrypt, sign })
-    }
-}
 
 /// What a participant needs to take part in a secure realm. Deny by default: with it, a
 /// participant matches only peers that proved they hold a valid credential of the same realm,
@@ -170,8 +135,7 @@ impl Security {
         self
     }
 
-    /// What a sender key for `writer` (participant, entity) and epoch is bound to when
-    /// wrapped for `reader`.
+    /// What a sender key for `writer` and epoch is bound to when wrapped for `reader`.
     pub(crate) fn wrap_context(
         &self,
         writer: &[u8; 12],
@@ -179,14 +143,7 @@ impl Security {
         epoch: u32,
         suite: Suite,
     ) -> Vec<u8> {
-        let mut c = Vec::with_capacity(80);
-        c.extend_from_slice(b"tether key v1");
-        c.extend_from_slice(&self.ca_public);
-        c.extend_from_slice(writer);
-        c.extend_from_slice(reader);
-        c.extend_from_slice(&epoch.to_be_bytes());
-        c.push(suite.code());
-        c
+        tether_crypto::wrap_context(&self.ca_public, writer, reader, epoch, suite)
     }
 
     /// What a topic is called on the wire: `#` and its 256-bit id (HMAC-SHA-256 of name and
@@ -271,155 +228,4 @@ impl PeerAuth {
                 .sent
                 .is_none_or(|t| now.saturating_duration_since(t) >= period)
     }
-}
-
-/// A writer or reader as 12 bytes: participant id, then entity id (both little-endian).
-pub(crate) fn endpoint_id(participant: ParticipantId, entity: u32) -> [u8; 12] {
-    let mut b = [0u8; 12];
-    b[..8].copy_from_slice(&participant.0.to_le_bytes());
-    b[8..].copy_from_slice(&entity.to_le_bytes());
-    b
-}
-
-/// What a sealed sample is bound to besides its bytes: writer, epoch, sequence number and
-/// source timestamp. None can be changed on the wire without the sample failing to open.
-fn aad(key: &SenderKey, writer: &[u8; 12], seq: u64, timestamp_ns: u64, prot: u8) -> [u8; 33] {
-    let mut a = [0u8; 33];
-    a[..24].copy_from_slice(&key.sample_aad(writer, seq));
-    a[24..32].copy_from_slice(&timestamp_ns.to_be_bytes());
-    a[32] = prot;
-    a
-}
-
-/// What a writer signs: a domain separator, the writer, sequence number, timestamp, and
-/// the protected bytes before the signature (protection byte included).
-fn signed_bytes(writer: &[u8; 12], seq: u64, timestamp_ns: u64, head: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(16 + 12 + 16 + head.len());
-    v.extend_from_slice(b"tether sample v1");
-    v.extend_from_slice(writer);
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(&timestamp_ns.to_be_bytes());
-    v.extend_from_slice(head);
-    v
-}
-
-/// Protects a sample once: `protection ‖ (epoch ‖ ciphertext ‖ tag, or the plaintext) ‖
-/// (signature)`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn protect(
-    prot: Protection,
-    key: Option<&SenderKey>,
-    signer: &Identity,
-    writer: &[u8; 12],
-    seq: u64,
-    timestamp_ns: u64,
-    plain: &[u8],
-) -> Option<Vec<u8>> {
-    let b = prot.byte();
-    let mut v = match (prot.encrypt, key) {
-        (true, Some(k)) => {
-            let mut v = Vec::with_capacity(1 + 4 + plain.len() + tether_crypto::TAG_LEN + 64);
-            v.push(b);
-            v.extend_from_slice(&k.epoch().to_le_bytes());
-            v.extend_from_slice(plain);
-            let tag = k
-                .seal_in_place(seq, &aad(k, writer, seq, timestamp_ns, b), &mut v[5..])
-                .ok()?;
-            v.extend_from_slice(&tag);
-            v
-        }
-        (true, None) => return None,
-        (false, _) => {
-            let mut v = Vec::with_capacity(1 + plain.len() + 64);
-            v.push(b);
-            v.extend_from_slice(plain);
-            v
-        }
-    };
-    if prot.sign {
-        let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
-        v.extend_from_slice(&sig);
-    }
-    Some(v)
-}
-
-/// A protected payload taken apart: its protection, the signature if any, and the body
-/// (sealed or plain) between them.
-pub(crate) struct Parts<'a> {
-    pub(crate) prot: Protection,
-    pub(crate) head: &'a [u8],
-    pub(crate) body: &'a [u8],
-    pub(crate) sig: Option<&'a [u8]>,
-}
-
-pub(crate) fn parts(p: &[u8]) -> Option<Parts<'_>> {
-    let b = *p.first()?;
-    if b & !3 != 0 {
-        return None;
-    }
-    let prot = Protection {
-        encrypt: b & 1 != 0,
-        sign: b & 2 != 0,
-    };
-    let (head, sig) = if prot.sign {
-        let at = p.len().checked_sub(64)?;
-        (&p[..at], Some(&p[at..]))
-    } else {
-        (p, None)
-    };
-    let body = head.get(1..)?;
-    if prot.encrypt && body.len() < 4 + tether_crypto::TAG_LEN {
-        return None;
-    }
-    Some(Parts {
-        prot,
-        head,
-        body,
-        sig,
-    })
-}
-
-/// Whether a signed payload's signature is the writer's.
-pub(crate) fn signature_ok(
-    parts: &Parts<'_>,
-    public: &[u8; 32],
-    writer: &[u8; 12],
-    seq: u64,
-    timestamp_ns: u64,
-) -> bool {
-    parts.sig.is_some_and(|sig| {
-        Identity::verify(
-            public,
-            &signed_bytes(writer, seq, timestamp_ns, parts.head),
-            sig,
-        )
-    })
-}
-
-/// The epoch a sealed body names.
-pub(crate) fn sealed_epoch(body: &[u8]) -> Option<u32> {
-    (body.len() >= 4 + tether_crypto::TAG_LEN)
-        .then(|| u32::from_le_bytes(body[..4].try_into().expect("4 bytes")))
-}
-
-/// Opens a sealed body (`epoch ‖ ciphertext ‖ tag`); `None` if it does not authenticate.
-pub(crate) fn open(
-    key: &SenderKey,
-    writer: &[u8; 12],
-    seq: u64,
-    timestamp_ns: u64,
-    prot: Protection,
-    body: &[u8],
-) -> Option<Vec<u8>> {
-    let mut v = body.get(4..)?.to_vec();
-    let n = key
-        .open_in_place(
-            seq,
-            &aad(key, writer, seq, timestamp_ns, prot.byte()),
-            &mut v,
-        )
-        .ok()?
-        .len();
-    v.truncate(n);
-    Some(v)
 }

@@ -24,6 +24,26 @@ fn wrapping_key(me: &Identity, peer: &[u8; 32], context: &[u8]) -> Option<LessSa
     .flatten()
 }
 
+/// What a writer's sender key is bound to when wrapped for one reader: the realm (its CA
+/// key), the writer and the reader (participant and entity, 12 bytes each), the epoch and
+/// the suite.
+pub fn wrap_context(
+    realm: &[u8; 32],
+    writer: &[u8; 12],
+    reader: &[u8; 12],
+    epoch: u32,
+    suite: crate::Suite,
+) -> Vec<u8> {
+    let mut c = Vec::with_capacity(80);
+    c.extend_from_slice(b"tether key v1");
+    c.extend_from_slice(realm);
+    c.extend_from_slice(writer);
+    c.extend_from_slice(reader);
+    c.extend_from_slice(&epoch.to_be_bytes());
+    c.push(suite.code());
+    c
+}
+
 /// Seals `key` for the holder of the X25519 public key `peer`. `context` must name
 /// everything the key is for (both sides build it the same way); a key unwrapped under any
 /// other context fails.

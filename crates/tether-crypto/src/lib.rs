@@ -23,14 +23,16 @@ mod grant;
 mod identity;
 mod keywrap;
 mod replay;
+pub mod sample;
 mod suite;
 mod topic;
 
 pub use credential::{Credential, CredentialError, RevocationList};
 pub use grant::{pattern_matches, valid_pattern};
 pub use identity::{CaKey, Identity, RealmSecret, random_bytes};
-pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_key};
+pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};
 pub use replay::ReplayWindow;
+pub use sample::Protection;
 pub use suite::{SealError, SenderKey, Suite, TAG_LEN};
 pub use topic::TopicId;
 
