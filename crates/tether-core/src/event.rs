@@ -266,4 +266,13 @@ pub struct Stats {
     pub samples_signed: u64,
     /// Signed samples whose signature is not their writer's (dropped).
     pub signature_failed: u64,
+    /// Pairwise mode: datagrams sealed once more for the one peer they went to.
+    pub datagrams_pair_sealed: u64,
+    /// Datagrams sealed for us by a peer, opened.
+    pub datagrams_pair_opened: u64,
+    /// SEALED datagrams that did not open (unknown or unverified peer, not for us, forged),
+    /// dropped.
+    pub pair_open_failed: u64,
+    /// SEALED datagrams whose counter was seen before (replays), dropped.
+    pub replayed: u64,
 }

@@ -1,16 +1,16 @@
 //! The participant: one engine per session.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_wire::{
     BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DATA_FIXED_LEN, DATA_FRAG_FIXED_LEN,
     DATA_HEAD_MAX, DataFragRepr, DataRepr, Datagram, DatagramBuilder, EndpointKind, EndpointRepr,
     EntityId, GapRepr, HEADER_LEN, Header, HeartbeatRepr, NackFragRepr, ParticipantId,
-    ParticipantRepr, SUBMESSAGE_HEADER_LEN, StrList, Submessage, batch_entry_head,
-    encode_data_head,
+    ParticipantRepr, SEALED_FIXED_LEN, SUBMESSAGE_HEADER_LEN, StrList, Submessage, SubmessageKind,
+    batch_entry_head, encode_data_head,
 };
 
 use crate::endpoint::{AsyncState, Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
@@ -301,6 +301,8 @@ pub struct Participant {
     writers: BTreeMap<EntityId, Writer>,
     readers: BTreeMap<EntityId, Reader>,
     remotes: BTreeMap<ParticipantId, RemoteParticipant>,
+    /// Which remote participant is at an address (pairwise mode seals by destination).
+    remote_at: HashMap<SocketAddr, ParticipantId>,
     /// Remote writer → local readers matched with it.
     remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
     targets: BTreeSet<SocketAddr>,
@@ -339,6 +341,7 @@ impl Participant {
             writers: BTreeMap::new(),
             readers: BTreeMap::new(),
             remotes: BTreeMap::new(),
+            remote_at: HashMap::new(),
             remote_writer_readers: BTreeMap::new(),
             targets: BTreeSet::new(),
             reported: BTreeSet::new(),
@@ -1068,7 +1071,7 @@ impl Participant {
                 let id = self.classes[class][i];
                 if let Some(t) = self.release(now, id) {
                     self.turn[class] = (i + 1) % n;
-                    return Some(t);
+                    return Some(self.seal_for_peer(t));
                 }
             }
         }
@@ -1499,6 +1502,12 @@ impl Participant {
         self.input += 1;
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
+        self.process_datagram(now, from, datagram, true);
+    }
+
+    /// The submessages of one datagram; `outer`: as received (a SEALED one may open to
+    /// another datagram, which may not be sealed again).
+    fn process_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes, outer: bool) {
         let d = match Datagram::parse(datagram) {
             Ok(d) => d,
             Err(_) => {
@@ -1519,7 +1528,11 @@ impl Participant {
             p.last_heard = now;
             if p.addr != from {
                 // The peer's address changed (new IP, NAT rebinding): follow it.
+                if self.remote_at.get(&p.addr) == Some(&pid) {
+                    self.remote_at.remove(&p.addr);
+                }
                 p.addr = from;
+                self.remote_at.insert(from, pid);
             }
             true
         } else {
@@ -1545,6 +1558,16 @@ impl Participant {
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
                 Submessage::Auth(a) => self.on_auth(now, pid, a),
+                // The rest of the datagram, sealed for us alone (pairwise mode). Once: what
+                // it opens to is handled as a datagram that may not be sealed again.
+                Submessage::Sealed(x) => {
+                    if outer {
+                        self.on_sealed(now, from, pid, datagram, x);
+                    } else {
+                        self.stats.pair_open_failed += 1;
+                    }
+                    break;
+                }
                 Submessage::EndpointBye(e) => self.remove_remote_endpoint(pid, e),
                 Submessage::Data(data) => {
                     let g = Guid {
@@ -1597,6 +1620,7 @@ impl Participant {
             self.stats.table_full += 1;
             return false;
         }
+        self.remote_at.insert(from, pid);
         self.remotes.insert(
             pid,
             RemoteParticipant {
@@ -1738,7 +1762,11 @@ impl Participant {
         for e in ids {
             self.remove_remote_endpoint(pid, e);
         }
-        self.remotes.remove(&pid);
+        if let Some(rp) = self.remotes.remove(&pid)
+            && self.remote_at.get(&rp.addr) == Some(&pid)
+        {
+            self.remote_at.remove(&rp.addr);
+        }
         self.events
             .push_back(Event::ParticipantLost { participant: pid });
     }
@@ -2377,6 +2405,7 @@ impl Participant {
             challenge: a.mine,
             response,
             verified_you: a.verified,
+            you_verified_me: a.verified_us,
             credential: sec.credential_bytes(),
         };
         let mut dg = Vec::with_capacity(200 + m.credential.len());
@@ -2451,7 +2480,14 @@ impl Participant {
                 }
             }
         }
-        if new_challenge || newly || !m.verified_you {
+        // Answer whatever the sender still lacks: our answer to a new challenge, our
+        // verdict, or word that we verified it (that word can be lost like any datagram).
+        let verified = self
+            .remotes
+            .get(&pid)
+            .and_then(|p| p.auth.as_ref())
+            .is_some_and(|a| a.verified);
+        if new_challenge || newly || !m.verified_you || (verified && !m.you_verified_me) {
             self.send_auth(now, pid);
         }
         if newly {
@@ -3277,7 +3313,137 @@ impl Participant {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let t = self.transmits.pop_front()?;
+        Some(self.seal_for_peer(t))
+    }
+
+    /// Pairwise mode ([`Security::with_pairwise`](crate::Security::with_pairwise)): seals a
+    /// datagram once more for the one peer it goes to, if both sides have verified each other
+    /// (`docs/wire.md#sealed`). Otherwise (the normal case) returns it as it is.
+    fn seal_for_peer(&mut self, t: Transmit) -> Transmit {
+        let Some(sec) = self.cfg.security.as_deref().filter(|s| s.pairwise) else {
+            return t;
+        };
+        let Some(&pid) = self.remote_at.get(&t.dest) else {
+            return t;
+        };
+        let me = self.cfg.participant;
+        let Some(auth) = self.remotes.get_mut(&pid).and_then(|r| r.auth.as_mut()) else {
+            return t;
+        };
+        let Some(cred) = auth
+            .credential
+            .as_ref()
+            .filter(|_| auth.verified && auth.verified_us)
+        else {
+            return t;
+        };
+        if auth.pair_tx.is_none() {
+            auth.pair_tx = tether_crypto::pair_key(
+                &sec.identity,
+                &cred.kx_public,
+                &sec.ca_public,
+                me.0,
+                pid.0,
+                sec.suite,
+            )
+            .map(|k| (k, 0));
+        }
+        let Some((key, counter)) = auth.pair_tx.as_mut() else {
+            return t;
+        };
+        let head: &[u8] = &t.head;
+        let inner = head.len() - HEADER_LEN + t.body.len();
+        let body_len = SEALED_FIXED_LEN + inner + tether_crypto::TAG_LEN;
+        let Ok(body_len16) = u16::try_from(body_len) else {
+            return t; // never: datagrams are at most 65,000 bytes
+        };
+        *counter += 1;
+        let c = *counter;
+        // header ‖ SEALED(to, counter, seal(submessages) ‖ tag); AAD: everything before the
+        // sealed bytes.
+        let aad_len = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
+        let mut v = Vec::with_capacity(aad_len + inner + tether_crypto::TAG_LEN);
+        v.extend_from_slice(&head[..HEADER_LEN]);
+        v.push(SubmessageKind::Sealed as u8);
+        v.push(0);
+        v.extend_from_slice(&body_len16.to_le_bytes());
+        v.extend_from_slice(&pid.0.to_le_bytes());
+        v.extend_from_slice(&c.to_le_bytes());
+        v.extend_from_slice(&head[HEADER_LEN..]);
+        v.extend_from_slice(&t.body);
+        let (aad, rest) = v.split_at_mut(aad_len);
+        let Ok(tag) = key.seal_in_place(c, aad, rest) else {
+            return t;
+        };
+        v.extend_from_slice(&tag);
+        self.stats.datagrams_pair_sealed += 1;
+        let added = (v.len() - t.len()) as u64;
+        self.stats.bytes_sent += added;
+        Transmit {
+            dest: t.dest,
+            head: Head(HeadRepr::Shared(Bytes::from(v))),
+            body: Bytes::new(),
+        }
+    }
+
+    /// Opens a datagram sealed for us alone by `pid` (pairwise mode) and handles what it
+    /// held. Anything that does not open is dropped and counted.
+    fn on_sealed(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        pid: ParticipantId,
+        datagram: &Bytes,
+        x: tether_wire::SealedRepr<'_>,
+    ) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.as_deref() else {
+            self.stats.pair_open_failed += 1;
+            return;
+        };
+        let Some(auth) = self.remotes.get_mut(&pid).and_then(|r| r.auth.as_mut()) else {
+            self.stats.pair_open_failed += 1;
+            return;
+        };
+        let Some(cred) = auth.credential.as_ref().filter(|_| x.to == me) else {
+            self.stats.pair_open_failed += 1;
+            return;
+        };
+        if auth.pair_rx.is_none() {
+            auth.pair_rx = tether_crypto::pair_key(
+                &sec.identity,
+                &cred.kx_public,
+                &sec.ca_public,
+                pid.0,
+                me.0,
+                sec.suite,
+            )
+            .map(|k| (k, tether_crypto::ReplayWindow::new()));
+        }
+        let Some((key, window)) = auth.pair_rx.as_mut() else {
+            self.stats.pair_open_failed += 1;
+            return;
+        };
+        if !window.check(x.counter) {
+            self.stats.replayed += 1;
+            return;
+        }
+        let aad_len = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
+        let mut plain = BytesMut::with_capacity(HEADER_LEN + x.sealed.len());
+        plain.extend_from_slice(&datagram[..HEADER_LEN]);
+        plain.extend_from_slice(x.sealed);
+        let n = match key.open_in_place(x.counter, &datagram[..aad_len], &mut plain[HEADER_LEN..]) {
+            Ok(p) => p.len(),
+            Err(_) => {
+                self.stats.pair_open_failed += 1;
+                return;
+            }
+        };
+        window.accept(x.counter);
+        self.stats.datagrams_pair_opened += 1;
+        plain.truncate(HEADER_LEN + n);
+        self.process_datagram(now, from, &plain.freeze(), false);
     }
 
     /// The next event.

@@ -33,6 +33,9 @@ pub struct Security {
     pub protection: Protection,
     /// Per-topic overrides of `protection`.
     pub overrides: Vec<(String, Protection)>,
+    /// Also seal every datagram to a verified peer under a key shared with that peer alone
+    /// (SROS2's per-destination protection; a comparison mode, see [`Security::with_pairwise`]).
+    pub pairwise: bool,
     /// Unix seconds at an engine instant: credentials expire in wall-clock time, the engine
     /// counts in `Instant`s.
     wall: (Instant, u64),
@@ -74,6 +77,7 @@ impl Security {
                 sign: false,
             },
             overrides: Vec::new(),
+            pairwise: false,
             wall: (now, unix_now),
         }
     }
@@ -93,6 +97,7 @@ impl Security {
             usage_limit: self.usage_limit,
             protection: self.protection,
             overrides: self.overrides.clone(),
+            pairwise: self.pairwise,
             wall: self.wall,
         }
     }
@@ -114,6 +119,16 @@ impl Security {
             .iter()
             .find(|(p, _)| tether_crypto::pattern_matches(p, topic))
             .map_or(self.protection, |(_, p)| *p)
+    }
+
+    /// Seals every datagram to a peer once more, for that peer alone (`docs/wire.md#sealed`):
+    /// what SROS2's default governance does with RTPS messages. Samples stay sealed once under
+    /// the sender key as well, so this only adds one seal and one copy per destination. It
+    /// exists to measure that cost (`tether bench fanout --mode pairwise`); tether's own model
+    /// does not need it.
+    pub fn with_pairwise(mut self, on: bool) -> Security {
+        self.pairwise = on;
+        self
     }
 
     /// Moves writers to a new epoch after `n` seals (at most the suite's own limit).
@@ -205,6 +220,10 @@ pub(crate) struct PeerAuth {
     pub(crate) reported: bool,
     /// When we last sent it an AUTH.
     pub(crate) sent: Option<Instant>,
+    /// Pairwise mode: the key we seal datagrams to it with, and the last counter used.
+    pub(crate) pair_tx: Option<(tether_crypto::SenderKey, u64)>,
+    /// The key it seals datagrams to us with, and the counters seen.
+    pub(crate) pair_rx: Option<(tether_crypto::SenderKey, tether_crypto::ReplayWindow)>,
 }
 
 impl PeerAuth {
@@ -218,6 +237,8 @@ impl PeerAuth {
             verified_us: false,
             reported: false,
             sent: None,
+            pair_tx: None,
+            pair_rx: None,
         }
     }
 

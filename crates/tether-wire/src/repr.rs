@@ -37,6 +37,8 @@ pub enum SubmessageKind {
     Key = 0x0D,
     /// A reader asks a writer for its key of an epoch.
     KeyRequest = 0x0E,
+    /// The rest of the datagram, sealed for one peer (per-destination protection).
+    Sealed = 0x0F,
 }
 
 impl SubmessageKind {
@@ -57,6 +59,7 @@ impl SubmessageKind {
             0x0C => Self::Auth,
             0x0D => Self::Key,
             0x0E => Self::KeyRequest,
+            0x0F => Self::Sealed,
             _ => return None,
         })
     }
@@ -432,6 +435,8 @@ pub struct AuthRepr<'a> {
     /// The sender has verified the addressee (a valid credential and response): once both
     /// sides say so, they stop sending AUTH.
     pub verified_you: bool,
+    /// The sender has heard that `to` verified it (so `to` need not say it again).
+    pub you_verified_me: bool,
     /// The sender's credential (tether-crypto's canonical form, 1 to 4,096 bytes).
     pub credential: &'a [u8],
 }
@@ -477,6 +482,21 @@ pub struct KeyRequestRepr {
     pub epoch: u32,
 }
 
+/// The submessages that followed, sealed under a key shared by the sending participant and
+/// one receiving participant alone (`docs/wire.md#sealed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedRepr<'a> {
+    /// The participant it is sealed for.
+    pub to: crate::ParticipantId,
+    /// The sender's counter for this peer (the nonce; ≥ 1, never repeated).
+    pub counter: u64,
+    /// Ciphertext and tag (at least the 16-byte tag).
+    pub sealed: &'a [u8],
+}
+
+/// Bytes of a SEALED body before the sealed bytes: `to` and `counter`.
+pub const SEALED_FIXED_LEN: usize = 16;
+
 /// One parsed submessage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Submessage<'a> {
@@ -508,6 +528,8 @@ pub enum Submessage<'a> {
     Key(KeyRepr<'a>),
     /// See [`KeyRequestRepr`].
     KeyRequest(KeyRequestRepr),
+    /// See [`SealedRepr`].
+    Sealed(SealedRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -631,6 +653,7 @@ impl<'a> Submessage<'a> {
             Submessage::Auth(_) => SubmessageKind::Auth as u8,
             Submessage::Key(_) => SubmessageKind::Key as u8,
             Submessage::KeyRequest(_) => SubmessageKind::KeyRequest as u8,
+            Submessage::Sealed(_) => SubmessageKind::Sealed as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -891,7 +914,7 @@ impl<'a> Submessage<'a> {
                 }
                 let challenge: [u8; 32] = c.take(32)?.try_into().map_err(|_| Error::BadLength)?;
                 let flags = c.u8()?;
-                if flags & !0b11 != 0 {
+                if flags & !0b111 != 0 {
                     return Err(Error::BadValue("auth flags"));
                 }
                 let response = match flags & 1 {
@@ -899,6 +922,7 @@ impl<'a> Submessage<'a> {
                     _ => Some(c.take(64)?.try_into().map_err(|_| Error::BadLength)?),
                 };
                 let verified_you = flags & 2 != 0;
+                let you_verified_me = flags & 4 != 0;
                 let n = c.u16()? as usize;
                 if n == 0 || n > MAX_CREDENTIAL_LEN {
                     return Err(Error::BadValue("credential length"));
@@ -909,6 +933,7 @@ impl<'a> Submessage<'a> {
                     challenge,
                     response,
                     verified_you,
+                    you_verified_me,
                     credential,
                 })
             }
@@ -945,6 +970,23 @@ impl<'a> Submessage<'a> {
                     reader,
                     writer,
                     epoch,
+                })
+            }
+            //= docs/wire.md#sealed
+            SubmessageKind::Sealed => {
+                let to = crate::ParticipantId(c.u64()?);
+                let counter = c.u64()?;
+                if counter == 0 {
+                    return Err(Error::BadValue("counter"));
+                }
+                let sealed = c.rest();
+                if sealed.len() < 16 {
+                    return Err(Error::BadValue("sealed length"));
+                }
+                Submessage::Sealed(SealedRepr {
+                    to,
+                    counter,
+                    sealed,
                 })
             }
         };
@@ -1043,7 +1085,9 @@ impl<'a> Submessage<'a> {
                 }
                 out.extend_from_slice(&a.to.0.to_le_bytes());
                 out.extend_from_slice(&a.challenge);
-                let flags = a.response.is_some() as u8 | (a.verified_you as u8) << 1;
+                let flags = a.response.is_some() as u8
+                    | (a.verified_you as u8) << 1
+                    | (a.you_verified_me as u8) << 2;
                 out.push(flags);
                 if let Some(r) = &a.response {
                     out.extend_from_slice(r);
@@ -1066,6 +1110,14 @@ impl<'a> Submessage<'a> {
                 out.extend_from_slice(&k.reader.0.to_le_bytes());
                 out.extend_from_slice(&k.writer.0.to_le_bytes());
                 out.extend_from_slice(&k.epoch.to_le_bytes());
+            }
+            Submessage::Sealed(x) => {
+                if x.counter == 0 || x.sealed.len() < 16 {
+                    return Err(Error::BadLength);
+                }
+                out.extend_from_slice(&x.to.0.to_le_bytes());
+                out.extend_from_slice(&x.counter.to_le_bytes());
+                out.extend_from_slice(x.sealed);
             }
             Submessage::Unknown(_) => {}
         }

@@ -423,9 +423,10 @@ proptest! {
         response in proptest::option::of(proptest::collection::vec(any::<u8>(), 64)),
         cred in proptest::collection::vec(any::<u8>(), 1..600),
         verified_you in any::<bool>(),
+        you_verified_me in any::<bool>(),
     ) {
         let response: Option<[u8; 64]> = response.map(|r| r.try_into().unwrap());
-        let a = AuthRepr { to: ParticipantId(to), challenge, response, verified_you, credential: &cred };
+        let a = AuthRepr { to: ParticipantId(to), challenge, response, verified_you, you_verified_me, credential: &cred };
         roundtrip(&[Submessage::Auth(a)]);
     }
 
@@ -433,7 +434,7 @@ proptest! {
     #[test]
     fn auth_truncations_refused(cut in 0usize..200) {
         let cred = [5u8; 100];
-        let a = AuthRepr { to: ParticipantId(9), challenge: [1; 32], response: Some([2; 64]), verified_you: true, credential: &cred };
+        let a = AuthRepr { to: ParticipantId(9), challenge: [1; 32], response: Some([2; 64]), verified_you: true, you_verified_me: false, credential: &cred };
         let mut body = Vec::new();
         Submessage::Auth(a).emit_body(&mut body).unwrap();
         let cut = cut.min(body.len() - 1);
@@ -449,6 +450,7 @@ fn auth_bad_values() {
         challenge: [1; 32],
         response: None,
         verified_you: false,
+        you_verified_me: false,
         credential: &cred,
     };
     let mut body = Vec::new();
@@ -459,7 +461,7 @@ fn auth_bad_values() {
     assert!(Submessage::parse(0x0C, &b).is_err());
     // unknown flag bits
     let mut b = body.clone();
-    b[40] = 4;
+    b[40] = 8;
     assert!(Submessage::parse(0x0C, &b).is_err());
     // credential length 0, or longer than the limit
     let empty = AuthRepr {
@@ -524,6 +526,48 @@ fn key_bad_values() {
         Submessage::Key(KeyRepr {
             wrapped: &[0; 256],
             ..k
+        })
+        .emit_body(&mut Vec::new())
+        .is_err()
+    );
+}
+
+proptest! {
+    #[test]
+    fn sealed_roundtrip(
+        to in any::<u64>(), counter in 1u64..,
+        sealed in proptest::collection::vec(any::<u8>(), 16..2000),
+    ) {
+        let x = SealedRepr { to: ParticipantId(to), counter, sealed: &sealed };
+        roundtrip(&[Submessage::Sealed(x)]);
+    }
+}
+
+#[test]
+fn sealed_bad_values() {
+    let x = SealedRepr {
+        to: ParticipantId(7),
+        counter: 1,
+        sealed: &[5; 40],
+    };
+    let mut body = Vec::new();
+    Submessage::Sealed(x).emit_body(&mut body).unwrap();
+    // Anything shorter than the fixed part and a tag is refused.
+    for cut in 0..SEALED_FIXED_LEN + 16 {
+        assert!(Submessage::parse(0x0F, &body[..cut]).is_err(), "cut {cut}");
+    }
+    let mut b = body.clone();
+    b[8..16].copy_from_slice(&0u64.to_le_bytes());
+    assert!(Submessage::parse(0x0F, &b).is_err(), "counter 0");
+    assert!(
+        Submessage::Sealed(SealedRepr { counter: 0, ..x })
+            .emit_body(&mut Vec::new())
+            .is_err()
+    );
+    assert!(
+        Submessage::Sealed(SealedRepr {
+            sealed: &[0; 15],
+            ..x
         })
         .emit_body(&mut Vec::new())
         .is_err()

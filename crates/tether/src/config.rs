@@ -35,6 +35,7 @@
 //! mode = "encrypt"           # "off" (default without keys), "encrypt" (default with),
 //!                            # "sign" or "encrypt+sign"
 //! suite = "auto"             # "aes128-gcm", "aes256-gcm", "chacha20-poly1305"
+//! pairwise = false           # also seal each datagram per peer, as SROS2 does (for comparison)
 //! [security.topics]          # per-topic modes, by pattern (first match wins)
 //! "/cmd/**" = "encrypt+sign"
 //!
@@ -116,6 +117,10 @@ pub struct SecurityConfig {
     pub suite: Option<String>,
     /// Per-topic modes: topic pattern → mode.
     pub topics: std::collections::BTreeMap<String, String>,
+    /// Also seal every datagram to a peer under a key shared with that peer alone, the way
+    /// SROS2's defaults protect RTPS messages (`docs/wire.md#sealed`). A comparison mode:
+    /// it adds a seal and a copy per destination. Default false.
+    pub pairwise: bool,
 }
 
 impl SecurityConfig {

@@ -493,6 +493,7 @@ impl Session {
                     unix,
                 )
                 .with_suite(suite)
+                .with_pairwise(config.security.pairwise)
                 .with_protection(
                     match config.security.mode.as_deref() {
                         None | Some("off") => "encrypt",
