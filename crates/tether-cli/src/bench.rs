@@ -104,6 +104,41 @@ enum Which {
         #[arg(long)]
         json: bool,
     },
+    /// Paper 000, Table 3: publishers each sending a 1 KB sample every 0.2 s to N
+    /// subscribers (each its own session and keys), with security off (`plain`), tether's
+    /// sender keys (`group`) and SROS2-like per-destination sealing (`pairwise`);
+    /// communication time and the publisher's CPU per sample.
+    Fanout {
+        /// Subscriber counts.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,6,8,10,20,50,100")]
+        subs: Vec<usize>,
+        /// Modes, run in turn for each subscriber count.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "plain,group,pairwise"
+        )]
+        modes: Vec<crate::fanout::Mode>,
+        /// Publishers (one topic and one session each).
+        #[arg(long, default_value_t = 8)]
+        publishers: usize,
+        /// Samples per publisher.
+        #[arg(long, default_value_t = 100)]
+        samples: usize,
+        /// Milliseconds between a publisher's samples.
+        #[arg(long, default_value_t = 200)]
+        period_ms: u64,
+        /// Sample size in bytes.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Runs per subscriber count and mode (modes interleaved).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
@@ -186,6 +221,26 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// `tether SUBCOMMAND ARGS…` with piped stdin and stdout.
+    pub(crate) fn spawn_with(subcommand: &str, args: &[String]) -> anyhow::Result<Peer> {
+        let exe = std::env::current_exe().context("locating the tether binary")?;
+        let mut child = Command::new(exe)
+            .arg(subcommand)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting a benchmark process")?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().context("peer stdout")?);
+        Ok(Peer {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
     pub(crate) fn spawn(
         cfg: &BenchCfg,
         role: &str,
@@ -263,6 +318,18 @@ struct TempDir(std::path::PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl BenchCfg {
+    /// The private domain of this benchmark.
+    pub(crate) fn domain(&self) -> u16 {
+        self.domain
+    }
+
+    /// Its private directory (removed at the end).
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.registry
     }
 }
 
@@ -345,6 +412,28 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
             millis,
             json,
         } => crate::cipher::run(&sizes, millis, json),
+        Which::Fanout {
+            subs,
+            modes,
+            publishers,
+            samples,
+            period_ms,
+            size,
+            reps,
+            json,
+        } => crate::fanout::run(
+            cfg,
+            crate::fanout::FanoutArgs {
+                subs,
+                modes,
+                publishers,
+                samples,
+                period_ms,
+                size,
+                reps,
+                json,
+            },
+        ),
         Which::Latency {
             samples,
             sizes,

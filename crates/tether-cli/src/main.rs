@@ -11,6 +11,7 @@ mod bench;
 mod bulk;
 mod cipher;
 mod demo;
+mod fanout;
 mod file;
 mod keys;
 mod paper;
@@ -70,6 +71,9 @@ enum Cmd {
     /// (internal) The far side of a benchmark.
     #[command(hide = true)]
     BenchPeer(bench::PeerArgs),
+    /// (internal) Publishers or subscribers of `bench fanout`.
+    #[command(hide = true)]
+    BenchFanout(fanout::FanoutPeerArgs),
 }
 
 /// QoS flags shared by `pub` and `echo`; absent flags give the defaults (reliable,
@@ -183,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Recv(a) => file::recv(cfg, a),
         Cmd::Bench(a) => bench::run(cfg, a),
         Cmd::BenchPeer(a) => bench::peer(cfg, a),
+        Cmd::BenchFanout(a) => fanout::peer(cfg, a),
         Cmd::Demo(a) => demo::run(cfg, a),
         Cmd::Keys(a) => keys::run(a),
     }

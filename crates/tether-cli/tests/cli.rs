@@ -610,3 +610,54 @@ fn cipher_bench_runs_and_prints_json() {
         assert!(p["ratio"].as_f64().unwrap() > 0.0, "{p}");
     }
 }
+
+/// `bench fanout` (the 000 paper's experiment) runs every mode with subscribers in their
+/// own sessions and keys: every sample reaches every subscriber, `group` seals each sample
+/// exactly once whatever the number of subscribers, `pairwise` seals each datagram once per
+/// subscriber, `plain` seals nothing.
+#[test]
+fn fanout_bench_seals_once_per_sample_in_group_mode() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.args([
+        "bench",
+        "fanout",
+        "--subs",
+        "2,5",
+        "--publishers",
+        "3",
+        "--samples",
+        "4",
+        "--period-ms",
+        "20",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    let out = finish(spawn(c), Duration::from_secs(240));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * 3);
+    for r in runs {
+        let n = r["subscribers"].as_u64().unwrap();
+        assert_eq!(r["expected"].as_u64().unwrap(), 3 * 4 * n, "{r}");
+        assert_eq!(
+            r["received"], r["expected"],
+            "a subscriber missed samples: {r}"
+        );
+        let seals = r["seals_per_sample"].as_f64().unwrap();
+        let dseals = r["datagram_seals_per_sample"].as_f64().unwrap();
+        match r["mode"].as_str().unwrap() {
+            "plain" => assert_eq!((seals, dseals), (0.0, 0.0), "{r}"),
+            "group" => assert_eq!((seals, dseals), (1.0, 0.0), "{r}"),
+            "pairwise" => {
+                assert_eq!(seals, 1.0, "{r}");
+                assert!(dseals >= n as f64, "pairwise seals per destination: {r}");
+            }
+            m => panic!("unknown mode {m}"),
+        }
+        assert!(r["mean_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["put_cpu_us_per_sample"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(v["summary"].as_array().unwrap().len(), 2 * 3);
+}

@@ -1,0 +1,560 @@
+//! `tether bench fanout`: the 000 paper's experiment. Publishers each send a 1 KB sample
+//! every 0.2 s to subscribers that each run their own session with their own keys and
+//! sockets, and subscribe to every topic. Three modes in turn for each subscriber count:
+//! `plain` (security off), `group` (tether: each sample sealed once under its writer's sender
+//! key) and `pairwise` (SROS2's way, for comparison: every datagram sealed again for each
+//! destination, `docs/wire.md#sealed`). Reported: mean communication time (receive time −
+//! the source timestamp stamped at put), the publisher's CPU time per sample, and the seals
+//! per sample, beside the paper's Table 3.
+//!
+//! Two child processes per run: one holds the publishers' sessions, one the subscribers'.
+//! Subscribers find the publishers as static peers (they need not discover each other), so
+//! discovery costs 8 × N pairs, not (8 + N)².
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+use tether::{Config, Qos, Session};
+
+use crate::bench::{BenchCfg, Peer};
+
+/// How the publishers protect what they send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// Security off.
+    Plain,
+    /// tether's sender keys: one seal per sample, whatever the number of subscribers.
+    Group,
+    /// SROS2-like: also one seal per datagram per destination.
+    Pairwise,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Group => "group",
+            Mode::Pairwise => "pairwise",
+        }
+    }
+}
+
+/// The settings of one run, as the parent passes them to its children.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct FanoutPeerArgs {
+    /// `pub` or `sub`.
+    role: String,
+    /// Sessions in this process (publishers, or subscribers).
+    #[arg(long)]
+    count: usize,
+    /// Publishers (topics).
+    #[arg(long)]
+    publishers: usize,
+    #[arg(long, value_enum)]
+    mode: Mode,
+    /// The realm directory holding `pubI.key` and `subJ.key`.
+    #[arg(long)]
+    realm: PathBuf,
+    #[arg(long)]
+    domain: u16,
+    /// Publishers' addresses (subscribers only).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<std::net::SocketAddr>,
+    /// Subscribers each publisher waits for (publishers only).
+    #[arg(long, default_value_t = 0)]
+    subscribers: usize,
+    #[arg(long, default_value_t = 100)]
+    samples: usize,
+    #[arg(long, default_value_t = 200)]
+    period_ms: u64,
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+}
+
+pub(crate) struct FanoutArgs {
+    pub(crate) subs: Vec<usize>,
+    pub(crate) modes: Vec<Mode>,
+    pub(crate) publishers: usize,
+    pub(crate) samples: usize,
+    pub(crate) period_ms: u64,
+    pub(crate) size: usize,
+    pub(crate) reps: usize,
+    pub(crate) json: bool,
+}
+
+fn topic(i: usize) -> String {
+    format!("/fanout/{i}")
+}
+
+/// One session of the benchmark: no registry, loopback, the realm's keys unless plain.
+fn session_config(
+    base: &Config,
+    a: &FanoutPeerArgs,
+    keys: &str,
+    peers: &[std::net::SocketAddr],
+) -> Config {
+    let mut c = base.clone();
+    c.domain = a.domain;
+    c.discovery.registry = false;
+    c.discovery.multicast = false;
+    c.discovery.peers = peers.to_vec();
+    c.transport.listen = Some("127.0.0.1:0".parse().expect("address"));
+    if a.mode != Mode::Plain {
+        c.security.keys = Some(a.realm.join(format!("{keys}.key")));
+        c.security.mode = Some("encrypt".into());
+        c.security.pairwise = a.mode == Mode::Pairwise;
+    }
+    c
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn read_line() -> anyhow::Result<Option<String>> {
+    let mut s = String::new();
+    if std::io::stdin().read_line(&mut s)? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(s.trim().to_string()))
+}
+
+fn say(s: &str) -> anyhow::Result<()> {
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "{s}")?;
+    o.flush()?;
+    Ok(())
+}
+
+/// The child side: `tether bench-fanout pub|sub …`.
+pub(crate) fn peer(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
+    match a.role.as_str() {
+        "pub" => publishers(base, a),
+        "sub" => subscribers(base, a),
+        r => bail!("unknown role '{r}'"),
+    }
+}
+
+fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
+    let mut sessions = Vec::new();
+    let mut pubs = Vec::new();
+    for i in 0..a.count {
+        let s = Session::open(session_config(&base, &a, &format!("pub{i}"), &[]))
+            .with_context(|| format!("opening publisher session {i}"))?;
+        pubs.push(s.publisher(topic(i), Qos::new())?);
+        sessions.push(s);
+    }
+    let addrs: Vec<String> = sessions
+        .iter()
+        .map(|s| s.local_addr().to_string())
+        .collect();
+    say(&format!("addrs {}", addrs.join(",")))?;
+    // Every publisher matched with every subscriber (keys delivered in secure modes).
+    let end = Instant::now() + Duration::from_secs(120);
+    while pubs.iter().any(|p| p.matched() < a.subscribers) {
+        if Instant::now() > end {
+            let m: Vec<usize> = pubs.iter().map(|p| p.matched()).collect();
+            bail!("publishers matched {m:?} of {} subscribers", a.subscribers);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    say("matched")?;
+    if read_line()?.as_deref() != Some("go") {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let before: Vec<_> = sessions.iter().map(|s| s.stats().core).collect();
+    let cpu0 = process_cpu_ns();
+    let start = Instant::now() + Duration::from_millis(50);
+    let period = Duration::from_millis(a.period_ms);
+    let put_cpu = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|sc| {
+        for (i, p) in pubs.iter().enumerate() {
+            let put_cpu = put_cpu.clone();
+            let errors = errors.clone();
+            let (samples, size, n) = (a.samples, a.size, a.count);
+            sc.spawn(move || {
+                // Publishers spread over the period, as independent nodes' timers are.
+                let offset = period * i as u32 / n as u32;
+                let mut payload = vec![i as u8; size];
+                for k in 0..samples {
+                    let at = start + offset + period * k as u32;
+                    if let Some(d) = at.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(d);
+                    }
+                    payload[..8.min(size)]
+                        .copy_from_slice(&(k as u64).to_le_bytes()[..8.min(size)]);
+                    let c0 = thread_cpu_ns();
+                    if p.put(payload.clone()).is_err() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    put_cpu.fetch_add(thread_cpu_ns() - c0, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let cpu = process_cpu_ns() - cpu0;
+    for p in &pubs {
+        p.wait_for_acknowledgments(Duration::from_secs(10));
+    }
+    let after: Vec<_> = sessions.iter().map(|s| s.stats().core).collect();
+    let d = |f: fn(&tether::Stats) -> u64| -> u64 {
+        before.iter().zip(&after).map(|(b, a)| f(a) - f(b)).sum()
+    };
+    let n = (a.count * a.samples) as u64;
+    say(&json!({
+        "samples": n,
+        "put_errors": errors.load(Ordering::Relaxed),
+        "put_cpu_ns": put_cpu.load(Ordering::Relaxed),
+        "process_cpu_ns": cpu,
+        "samples_sealed": d(|s| s.samples_sealed),
+        "datagrams_pair_sealed": d(|s| s.datagrams_pair_sealed),
+        "datagrams_sent": d(|s| s.datagrams_sent),
+        "retransmitted": d(|s| s.samples_retransmitted),
+        "keys_wrapped": d(|s| s.keys_wrapped),
+    })
+    .to_string())?;
+    let _ = read_line();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn subscribers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
+    let lat: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut sessions = Vec::new();
+    let mut subs = Vec::new();
+    for j in 0..a.count {
+        let s = Session::open(session_config(&base, &a, &format!("sub{j}"), &a.peers))
+            .with_context(|| format!("opening subscriber session {j}"))?;
+        for i in 0..a.publishers {
+            let lat = lat.clone();
+            subs.push(
+                s.subscriber_with_callback(topic(i), Qos::new(), move |smp| {
+                    let d = wall_ns().saturating_sub(smp.timestamp_ns);
+                    lat.lock().expect("latency lock").push(d);
+                })?,
+            );
+        }
+        sessions.push(s);
+    }
+    say("ready")?;
+    let stat =
+        |f: fn(&tether::Stats) -> u64| -> u64 { sessions.iter().map(|s| f(&s.stats().core)).sum() };
+    while let Some(l) = read_line()? {
+        if l == "report" {
+            let mut v = lat.lock().expect("latency lock").clone();
+            v.sort_unstable();
+            let n = v.len().max(1);
+            let mean = v.iter().sum::<u64>() as f64 / n as f64;
+            let pct = |p: f64| v.get(((v.len() as f64 * p) as usize).min(n - 1)).copied();
+            say(&json!({
+                "received": v.len(),
+                "mean_ns": mean,
+                "p50_ns": pct(0.5),
+                "p99_ns": pct(0.99),
+                "max_ns": v.last(),
+                "keys_received": stat(|s| s.keys_received),
+                "no_key": stat(|s| s.no_key),
+                "open_failed": stat(|s| s.open_failed),
+                "duplicates": stat(|s| s.duplicates),
+            })
+            .to_string())?;
+        }
+    }
+    drop(subs);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The paper's Table 3 (seconds): subscribers, plain, cipher.
+const PAPER: [(usize, f64, f64); 5] = [
+    (2, 0.0024, 0.0023),
+    (4, 0.0036, 0.0041),
+    (6, 0.0054, 0.0075),
+    (8, 0.0077, 0.0104),
+    (10, 0.0116, 0.0274),
+];
+
+fn spawn(
+    bc: &BenchCfg,
+    a: &FanoutArgs,
+    realm: &Path,
+    role: &str,
+    count: usize,
+    mode: Mode,
+    extra: &[String],
+) -> anyhow::Result<Peer> {
+    let mut args = vec![
+        role.to_string(),
+        "--count".into(),
+        count.to_string(),
+        "--publishers".into(),
+        a.publishers.to_string(),
+        "--mode".into(),
+        mode.name().into(),
+        "--realm".into(),
+        realm.display().to_string(),
+        "--domain".into(),
+        bc.domain().to_string(),
+        "--samples".into(),
+        a.samples.to_string(),
+        "--period-ms".into(),
+        a.period_ms.to_string(),
+        "--size".into(),
+        a.size.to_string(),
+    ];
+    args.extend_from_slice(extra);
+    Peer::spawn_with("bench-fanout", &args)
+}
+
+fn avg(v: &[Value], k: &str) -> f64 {
+    v.iter()
+        .map(|r| r[k].as_f64().unwrap_or(f64::NAN))
+        .sum::<f64>()
+        / v.len().max(1) as f64
+}
+
+fn fold(v: &[Value], k: &str, f: fn(f64, f64) -> f64) -> f64 {
+    v.iter()
+        .map(|r| r[k].as_f64().unwrap_or(f64::NAN))
+        .reduce(f)
+        .unwrap_or(f64::NAN)
+}
+
+fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
+    let samples = pr["samples"].as_u64().unwrap_or(0).max(1) as f64;
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    json!({
+        "subscribers": n,
+        "mode": mode.name(),
+        "rep": rep,
+        "mean_us": f(&sr["mean_ns"]) / 1e3,
+        "p50_us": f(&sr["p50_ns"]) / 1e3,
+        "p99_us": f(&sr["p99_ns"]) / 1e3,
+        "max_us": f(&sr["max_ns"]) / 1e3,
+        "received": sr["received"],
+        "expected": (samples * n as f64) as u64,
+        "put_cpu_us_per_sample": f(&pr["put_cpu_ns"]) / 1e3 / samples,
+        "process_cpu_us_per_sample": f(&pr["process_cpu_ns"]) / 1e3 / samples,
+        "seals_per_sample": f(&pr["samples_sealed"]) / samples,
+        "datagram_seals_per_sample": f(&pr["datagrams_pair_sealed"]) / samples,
+        "datagrams_sent": pr["datagrams_sent"],
+        "retransmitted": pr["retransmitted"],
+        "put_errors": pr["put_errors"],
+        "keys_wrapped": pr["keys_wrapped"],
+        "keys_received": sr["keys_received"],
+        "no_key": sr["no_key"],
+        "open_failed": sr["open_failed"],
+        "duplicates": sr["duplicates"],
+    })
+}
+
+fn print_row(r: &Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "{:>5} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>10.1} {:>10.1} {:>7.2} {:>9.2}",
+        f("subscribers"),
+        r["mode"].as_str().unwrap_or("?"),
+        f("mean_us"),
+        f("p50_us"),
+        f("p99_us"),
+        100.0 * f("received") / f("expected"),
+        f("put_cpu_us_per_sample"),
+        f("process_cpu_us_per_sample"),
+        f("seals_per_sample"),
+        f("datagram_seals_per_sample"),
+    );
+}
+
+/// One run: `n` subscribers, one mode. Returns the publishers' and the subscribers' reports.
+fn run_one(
+    bc: &BenchCfg,
+    a: &FanoutArgs,
+    realm: &Path,
+    n: usize,
+    mode: Mode,
+) -> anyhow::Result<(Value, Value)> {
+    let mut p = spawn(
+        bc,
+        a,
+        realm,
+        "pub",
+        a.publishers,
+        mode,
+        &["--subscribers".into(), n.to_string()],
+    )?;
+    let addrs = p.line()?;
+    let addrs = addrs
+        .strip_prefix("addrs ")
+        .context("publishers did not report their addresses")?
+        .to_string();
+    let mut s = spawn(bc, a, realm, "sub", n, mode, &["--peers".into(), addrs])?;
+    if s.line()? != "ready" {
+        bail!("subscribers did not start");
+    }
+    if p.line()? != "matched" {
+        bail!("publishers did not match");
+    }
+    // Let the last KEYs and acknowledgements settle.
+    std::thread::sleep(Duration::from_millis(300));
+    p.send("go")?;
+    let pr: Value = serde_json::from_str(&p.line()?).context("publishers' report")?;
+    std::thread::sleep(Duration::from_millis(300));
+    s.send("report")?;
+    let sr: Value = serde_json::from_str(&s.line()?).context("subscribers' report")?;
+    Ok((pr, sr))
+}
+
+pub(crate) fn run(cfg: Config, a: FanoutArgs) -> anyhow::Result<ExitCode> {
+    if a.publishers == 0 || a.samples == 0 || a.period_ms == 0 || a.size == 0 || a.reps == 0 {
+        bail!("--publishers, --samples, --period-ms, --size and --reps must be at least 1");
+    }
+    if a.subs.is_empty() || a.subs.contains(&0) {
+        bail!("--subs: give subscriber counts of at least 1");
+    }
+    let bc = crate::bench::bench_cfg(cfg)?;
+    let realm = bc.dir().join("realm");
+    let r = tether::keys::Realm::init(&realm).context("creating the benchmark realm")?;
+    let grant = vec!["/fanout/**".to_string()];
+    for i in 0..a.publishers {
+        r.issue(&format!("pub{i}"), grant.clone(), vec![], 1)?;
+    }
+    let most = a.subs.iter().copied().max().unwrap_or(0);
+    for j in 0..most {
+        r.issue(&format!("sub{j}"), vec![], grant.clone(), 1)?;
+    }
+    if !a.json {
+        println!(
+            "fanout: {} publishers × {} samples of {} B every {} ms, reliable; {}",
+            a.publishers,
+            a.samples,
+            a.size,
+            a.period_ms,
+            crate::bench::machine()
+        );
+        println!(
+            "{:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9}",
+            "subs",
+            "mode",
+            "mean µs",
+            "p50 µs",
+            "p99 µs",
+            "recv %",
+            "put µs/s",
+            "proc µs/s",
+            "seals/s",
+            "dseals/s"
+        );
+    }
+    let mut rows = Vec::new();
+    let mut summary = Vec::new();
+    for &n in &a.subs {
+        // Modes interleaved within each repetition, so drift on the machine (the host's CPU
+        // steal comes and goes) falls on every mode alike.
+        let mut by_mode: Vec<(Mode, Vec<Value>)> = a.modes.iter().map(|&m| (m, vec![])).collect();
+        for rep in 0..a.reps {
+            for (mode, got) in by_mode.iter_mut() {
+                let mode = *mode;
+                let (pr, sr) = run_one(&bc, &a, &realm, n, mode)
+                    .with_context(|| format!("{n} subscribers, {}", mode.name()))?;
+                let row = row(n, mode, rep, &pr, &sr);
+                if !a.json {
+                    print_row(&row);
+                }
+                got.push(row.clone());
+                rows.push(row);
+            }
+        }
+        let plain_mean = by_mode
+            .iter()
+            .find(|(m, _)| *m == Mode::Plain)
+            .map(|(_, v)| avg(v, "mean_us"));
+        for (mode, v) in &by_mode {
+            let mean = avg(v, "mean_us");
+            let s = json!({
+                "subscribers": n,
+                "mode": mode.name(),
+                "reps": v.len(),
+                "mean_us": mean,
+                "mean_us_min": fold(v, "mean_us", f64::min),
+                "mean_us_max": fold(v, "mean_us", f64::max),
+                "p99_us": avg(v, "p99_us"),
+                "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
+                "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
+                "seals_per_sample": avg(v, "seals_per_sample"),
+                "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
+                "ratio_to_plain": plain_mean.map(|p| mean / p),
+            });
+            if !a.json {
+                let paper = PAPER.iter().find(|(s, _, _)| *s == n);
+                println!(
+                    "{:>5} {:>9}  mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample{}{}",
+                    n,
+                    mode.name(),
+                    mean,
+                    fold(v, "mean_us", f64::min),
+                    fold(v, "mean_us", f64::max),
+                    v.len(),
+                    avg(v, "put_cpu_us_per_sample"),
+                    match plain_mean {
+                        Some(p) if *mode != Mode::Plain => format!(", {:.2}× plain", mean / p),
+                        _ => String::new(),
+                    },
+                    match (paper, mode) {
+                        (Some((_, pp, _)), Mode::Plain) => {
+                            format!("   paper plain {:.0} µs", pp * 1e6)
+                        }
+                        (Some((_, pp, pc)), Mode::Pairwise) =>
+                            format!("   paper cipher {:.0} µs, {:.2}× plain", pc * 1e6, pc / pp),
+                        _ => String::new(),
+                    }
+                );
+            }
+            summary.push(s);
+        }
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "bench": "fanout",
+                "machine": crate::bench::machine(),
+                "publishers": a.publishers,
+                "samples": a.samples,
+                "period_ms": a.period_ms,
+                "size": a.size,
+                "runs": rows,
+                "summary": summary,
+                "paper_table3": PAPER.iter().map(|(s, p, c)| json!({"subscribers": s, "plain_s": p, "cipher_s": c})).collect::<Vec<_>>(),
+            })
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
