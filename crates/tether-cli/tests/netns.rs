@@ -338,3 +338,102 @@ fn lan_large_sample_under_real_loss() {
         "no fragment was repaired despite the loss rule: {err}"
     );
 }
+
+/// Data by multicast across the LAN: three subscribers on host `a` take data on the
+/// discovery group (`transport.multicast_data`), so the publisher on `b` sends each sample
+/// once to the group instead of three times by unicast. nftables counters on `b`'s link
+/// tell the two apart.
+#[test]
+fn lan_data_by_multicast() {
+    let lan = match lan("d") {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipping lan_data_by_multicast: {why}");
+            return;
+        }
+    };
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping lan_data_by_multicast: nft is not installed");
+        return;
+    }
+    let rules = "table inet count {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" ip daddr 239.255.0.1 udp length > 600 counter\n    oifname \"vtb\" ip daddr 10.199.7.1 udp length > 600 counter\n  }\n}\n";
+    nft(&lan.b, rules).expect("installing the counters");
+    let mc = |dev: &str| {
+        let p = lan.dir.path().join(format!("{dev}-mc.toml"));
+        let base = std::fs::read_to_string(lan.cfg(dev)).unwrap();
+        std::fs::write(&p, format!("{base}\n[transport]\nmulticast_data = true\n")).unwrap();
+        p
+    };
+    let (ca, cb) = (mc("vta"), mc("vtb"));
+    let n = 40;
+    let echoes: Vec<Child> = (0..3)
+        .map(|_| {
+            lan.tether(
+                &lan.a,
+                &ca,
+                &[
+                    "echo",
+                    "/mc",
+                    "--keep-all",
+                    "--count",
+                    &n.to_string(),
+                    "--timeout",
+                    "60",
+                ],
+            )
+        })
+        .collect();
+    let publisher = lan.tether(
+        &lan.b,
+        &cb,
+        &[
+            "pub",
+            "/mc",
+            "m",
+            "--numbered",
+            "--keep-all",
+            "--size",
+            "1000",
+            "--count",
+            &n.to_string(),
+            "--rate",
+            "50",
+            "--wait-matched",
+            "3",
+            "--linger",
+            "30",
+            "-q",
+        ],
+    );
+    for e in echoes {
+        let out = finish(e, Duration::from_secs(90));
+        assert!(out.status.success(), "echo: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).lines().count(), n);
+    }
+    let pout = finish(publisher, Duration::from_secs(90));
+    assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
+    let list = Command::new("ip")
+        .args([
+            "netns", "exec", &lan.b, "nft", "list", "table", "inet", "count",
+        ])
+        .output()
+        .unwrap();
+    let listing = text(&list.stdout);
+    let counts: Vec<u64> = listing
+        .split("counter packets ")
+        .skip(1)
+        .filter_map(|r| r.split_whitespace().next()?.parse().ok())
+        .collect();
+    let [multicast, unicast] = counts[..] else {
+        panic!("two counters expected: {listing}");
+    };
+    assert!(
+        multicast >= n as u64 && multicast < 2 * n as u64,
+        "{multicast} data datagrams to the group for {n} samples: {listing}"
+    );
+    assert!(
+        unicast < n as u64,
+        "{unicast} data datagrams by unicast (3 × {n} without multicast): {listing}"
+    );
+    eprintln!("{n} samples for 3 subscribers: {multicast} to the group, {unicast} by unicast");
+}

@@ -275,4 +275,6 @@ pub struct Stats {
     pub pair_open_failed: u64,
     /// SEALED datagrams whose counter was seen before (replays), dropped.
     pub replayed: u64,
+    /// Samples (or fragments) sent once to a multicast data group for several participants.
+    pub datagrams_multicast: u64,
 }

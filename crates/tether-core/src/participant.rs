@@ -70,6 +70,13 @@ pub struct Config {
     pub reassembly_timeout: Duration,
     /// Membership of a secure realm; `None`: security off (every peer is trusted).
     pub security: Option<std::sync::Arc<crate::Security>>,
+    /// An IPv4 multicast group and port this participant's readers also take data on
+    /// (the driver must have joined it). Announced, so writers elsewhere can send one
+    /// datagram for every participant there instead of one each.
+    pub data_group: Option<std::net::SocketAddrV4>,
+    /// A writer sends a sample once to a data group when at least this many of its matched
+    /// participants take data there (else to each by unicast).
+    pub multicast_min: usize,
 }
 
 impl Config {
@@ -89,6 +96,8 @@ impl Config {
             max_reassembly_bytes: 256 << 20,
             reassembly_timeout: Duration::from_secs(10),
             security: None,
+            data_group: None,
+            multicast_min: 2,
         }
     }
 }
@@ -284,6 +293,8 @@ struct RemoteParticipant {
     endpoints: BTreeMap<EntityId, RemoteEndpoint>,
     /// With security on: what we know of its identity.
     auth: Option<crate::security::PeerAuth>,
+    /// The multicast group its readers also take data on.
+    group: Option<SocketAddr>,
 }
 
 /// The sans-IO protocol engine of one session.
@@ -303,6 +314,8 @@ pub struct Participant {
     remotes: BTreeMap<ParticipantId, RemoteParticipant>,
     /// Which remote participant is at an address (pairwise mode seals by destination).
     remote_at: HashMap<SocketAddr, ParticipantId>,
+    /// Remote participants that announced a data group (0: every fan-out is unicast).
+    grouped: usize,
     /// Remote writer → local readers matched with it.
     remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
     targets: BTreeSet<SocketAddr>,
@@ -342,6 +355,7 @@ impl Participant {
             readers: BTreeMap::new(),
             remotes: BTreeMap::new(),
             remote_at: HashMap::new(),
+            grouped: 0,
             remote_writer_readers: BTreeMap::new(),
             targets: BTreeSet::new(),
             reported: BTreeSet::new(),
@@ -881,12 +895,14 @@ impl Participant {
                 w.next_hb = Some(after(now, self.cfg.heartbeat_period));
                 self.timers_changed = true;
             }
-            let addrs: Vec<SocketAddr> = w
-                .dests
-                .iter()
-                .filter_map(|p| self.remotes.get(p).map(|r| r.addr))
-                .collect();
-            for a in addrs {
+            let addrs = fanout_addrs(
+                &self.remotes,
+                &w.dests,
+                self.grouped,
+                self.cfg.multicast_min,
+            );
+            for (a, group) in addrs {
+                let queued = self.transmits.len();
                 self.send_sample(
                     a,
                     writer,
@@ -897,6 +913,9 @@ impl Participant {
                     None,
                     hb,
                 );
+                if group {
+                    self.stats.datagrams_multicast += (self.transmits.len() - queued) as u64;
+                }
             }
             self.deliver_local(now, writer, seq, timestamp_ns, plain.unwrap_or(payload));
             return Ok(seq);
@@ -938,12 +957,32 @@ impl Participant {
                 encode_data_head(&hdr, hb.as_ref(), &data, payload.len(), &mut arr).unwrap_or(0);
             let head = Head::inline(&arr[..n]);
             let dg_len = head.len() + payload.len();
-            for p in &w.dests {
-                if let Some(rp) = self.remotes.get(p) {
+            if self.grouped == 0 {
+                for p in &w.dests {
+                    if let Some(rp) = self.remotes.get(p) {
+                        self.stats.datagrams_sent += 1;
+                        self.stats.bytes_sent += dg_len as u64;
+                        self.transmits.push_back(Transmit {
+                            dest: rp.addr,
+                            head: head.clone(),
+                            body: payload.clone(),
+                        });
+                    }
+                }
+            } else {
+                // Some readers take data by multicast: one datagram per group.
+                let addrs = fanout_addrs(
+                    &self.remotes,
+                    &w.dests,
+                    self.grouped,
+                    self.cfg.multicast_min,
+                );
+                for (dest, group) in addrs {
                     self.stats.datagrams_sent += 1;
+                    self.stats.datagrams_multicast += group as u64;
                     self.stats.bytes_sent += dg_len as u64;
                     self.transmits.push_back(Transmit {
-                        dest: rp.addr,
+                        dest,
                         head: head.clone(),
                         body: payload.clone(),
                     });
@@ -1612,8 +1651,14 @@ impl Participant {
     ) -> bool {
         // A peer cannot pin a table slot for longer than MAX_LEASE by claiming a huge lease.
         let lease = Duration::from_millis(p.lease_ms as u64).min(MAX_LEASE);
+        let group = p.data_group.map(SocketAddr::V4);
         if let Some(rp) = self.remotes.get_mut(&pid) {
             rp.lease = lease;
+            if rp.group != group {
+                self.grouped =
+                    self.grouped + group.is_some() as usize - rp.group.is_some() as usize;
+                rp.group = group;
+            }
             return true;
         }
         if self.remotes.len() >= self.cfg.max_participants {
@@ -1634,8 +1679,10 @@ impl Participant {
                     .security
                     .as_ref()
                     .map(|_| crate::security::PeerAuth::new()),
+                group,
             },
         );
+        self.grouped += group.is_some() as usize;
         self.send_auth(now, pid);
         self.events.push_back(Event::ParticipantDiscovered {
             participant: pid,
@@ -1762,10 +1809,11 @@ impl Participant {
         for e in ids {
             self.remove_remote_endpoint(pid, e);
         }
-        if let Some(rp) = self.remotes.remove(&pid)
-            && self.remote_at.get(&rp.addr) == Some(&pid)
-        {
-            self.remote_at.remove(&rp.addr);
+        if let Some(rp) = self.remotes.remove(&pid) {
+            if self.remote_at.get(&rp.addr) == Some(&pid) {
+                self.remote_at.remove(&rp.addr);
+            }
+            self.grouped -= rp.group.is_some() as usize;
         }
         self.events
             .push_back(Event::ParticipantLost { participant: pid });
@@ -3477,6 +3525,7 @@ impl Participant {
                 .unwrap_or(u32::MAX)
                 .max(1),
             name: &self.cfg.name,
+            data_group: self.cfg.data_group,
         });
         let mut buf = Vec::new();
         let mut b = DatagramBuilder::new(&mut buf, hdr);
@@ -3639,6 +3688,38 @@ fn newer(last: &mut Option<u32>, count: u32) -> bool {
     }
     *last = Some(count);
     true
+}
+
+/// Where a writer sends one sample for its matched participants `dests`: each one's address,
+/// except that participants sharing a data group, `min` or more of them, get one datagram
+/// to the group (`true`). `grouped`: how many remotes announced a group (0: all unicast).
+fn fanout_addrs(
+    remotes: &BTreeMap<ParticipantId, RemoteParticipant>,
+    dests: &[ParticipantId],
+    grouped: usize,
+    min: usize,
+) -> Vec<(SocketAddr, bool)> {
+    let peers = dests.iter().filter_map(|p| remotes.get(p));
+    if grouped == 0 {
+        return peers.map(|r| (r.addr, false)).collect();
+    }
+    let mut groups: Vec<(SocketAddr, usize)> = Vec::new();
+    for r in peers.clone() {
+        if let Some(g) = r.group {
+            match groups.iter_mut().find(|(a, _)| *a == g) {
+                Some((_, n)) => *n += 1,
+                None => groups.push((g, 1)),
+            }
+        }
+    }
+    groups.retain(|(_, n)| *n >= min.max(1));
+    let mut out: Vec<(SocketAddr, bool)> = groups.iter().map(|(g, _)| (*g, true)).collect();
+    out.extend(
+        peers
+            .filter(|r| r.group.is_none_or(|g| !groups.iter().any(|(a, _)| *a == g)))
+            .map(|r| (r.addr, false)),
+    );
+    out
 }
 
 /// Queues a heartbeat from `w` (its current first and last sent sequence numbers) for every

@@ -27,6 +27,7 @@ fn main() {
     let part = Submessage::Participant(ParticipantRepr {
         lease_ms: 10_000,
         name: "peer",
+        data_group: None,
     });
     let ep = |entity, kind| {
         Submessage::Endpoint(EndpointRepr {

@@ -109,6 +109,9 @@ pub struct Node {
     pub up: bool,
     /// When its asynchronous writers may next send (tokens permitting).
     sched_at: Option<Instant>,
+    /// Multicast groups it has joined: it receives datagrams sent there too (each node's
+    /// copy lost independently, as on a real LAN).
+    pub groups: Vec<SocketAddr>,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -189,6 +192,7 @@ impl Sim {
             auto_take: true,
             up: true,
             sched_at: None,
+            groups: Vec::new(),
         });
         self.pump(i);
         for j in 0..i {
@@ -239,28 +243,39 @@ impl Sim {
         if let Some(w) = self.wire.as_mut() {
             w.push(t.contiguous());
         }
-        let Some(to) = self.nodes.iter().position(|n| n.addr == t.dest) else {
-            return;
-        };
-        if self.rng.chance(self.link.loss) {
-            self.dropped += 1;
+        let from = self.nodes[i].addr;
+        let targets: Vec<usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(k, n)| n.addr == t.dest || (*k != i && n.groups.contains(&t.dest)))
+            .map(|(k, _)| k)
+            .collect();
+        if targets.is_empty() {
             return;
         }
-        let copies = if self.rng.chance(self.link.duplicate) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let at = self.now + self.link.delay + self.rng.upto(self.link.jitter);
-            self.order += 1;
-            self.flights.push(Reverse(Flight {
-                at,
-                order: self.order,
-                to,
-                from: self.nodes[i].addr,
-                payload: t.contiguous(),
-            }));
+        let payload = t.contiguous();
+        for to in targets {
+            if self.rng.chance(self.link.loss) {
+                self.dropped += 1;
+                continue;
+            }
+            let copies = if self.rng.chance(self.link.duplicate) {
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let at = self.now + self.link.delay + self.rng.upto(self.link.jitter);
+                self.order += 1;
+                self.flights.push(Reverse(Flight {
+                    at,
+                    order: self.order,
+                    to,
+                    from,
+                    payload: payload.clone(),
+                }));
+            }
         }
     }
 

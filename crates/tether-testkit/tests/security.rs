@@ -1125,3 +1125,84 @@ fn the_auth_exchange_ends_under_loss() {
         assert_eq!(auths, 0, "seed {seed}: AUTH still sent after 60 s");
     }
 }
+
+/// Sealed samples by multicast: one datagram per sample for every granted reader in the
+/// group, sealed once; a member of the realm in the same group without a grant for the
+/// topic receives the datagrams and opens none of them (it never gets the key).
+#[test]
+fn multicast_fanout_of_sealed_samples_reaches_only_granted_readers() {
+    let mut sim = Sim::new(41, Link::lossy(0.05));
+    let ca = CaKey::generate();
+    let group: std::net::SocketAddr = "239.255.0.1:7400".parse().unwrap();
+    let w = node(
+        &mut sim,
+        Some(member(&ca, 1, "robot", &["/**"], &[])),
+        &ca,
+        None,
+    );
+    let in_group = |sim: &mut Sim, m: Member| {
+        let now = sim.now;
+        let ca_public = ca.public();
+        let rs = secret(&ca);
+        let i = sim.add_node_with(move |c| {
+            c.data_group = Some("239.255.0.1:7400".parse().unwrap());
+            c.security = Some(Arc::new(Security::new(
+                m.identity,
+                m.credential,
+                ca_public,
+                rs,
+                None,
+                now,
+                NOW,
+            )));
+        });
+        sim.nodes[i].groups.push(group);
+        i
+    };
+    let readers: Vec<usize> = (0..4)
+        .map(|k| in_group(&mut sim, member(&ca, 10 + k, "viewer", &[], &["/**"])))
+        .collect();
+    let outsider = in_group(&mut sim, member(&ca, 20, "other", &[], &["/other/**"]));
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/plans")).unwrap();
+    let rids: Vec<EntityId> = readers
+        .iter()
+        .map(|&r| {
+            let now = sim.now;
+            sim.p(r).create_reader(now, info("/plans"))
+        })
+        .collect();
+    let now = sim.now;
+    let orid = sim.p(outsider).create_reader(now, info("/plans"));
+    sim.pump(w);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 4
+    }));
+    let n = 20u64;
+    for k in 0..n {
+        let now = sim.now;
+        sim.p(w)
+            .write(now, wid, k, Bytes::from(vec![k as u8; 600]))
+            .unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(2));
+    }
+    assert!(sim.run_until(Duration::from_secs(60), |s| {
+        readers
+            .iter()
+            .zip(&rids)
+            .all(|(&r, &rid)| s.seqs(r, rid).len() == n as usize)
+    }));
+    let st = sim.nodes[w].participant.stats();
+    assert_eq!(st.samples_sealed, n);
+    assert_eq!(st.datagrams_multicast, n);
+    assert!(sim.seqs(outsider, orid).is_empty());
+    let os = sim.nodes[outsider].participant.stats();
+    assert_eq!(os.keys_received, 0);
+    assert_eq!(os.samples_opened, 0);
+    // Its copies are counted drops (it asks for a key the writer never gives it).
+    assert!(
+        os.unmatched_writer + os.no_key >= n / 2,
+        "the outsider's copies are counted drops: {os:?}"
+    );
+}

@@ -200,6 +200,9 @@ pub struct ParticipantRepr<'a> {
     pub lease_ms: u32,
     /// Human-readable name (may be empty).
     pub name: &'a str,
+    /// The IPv4 multicast group and port its readers also take data on, if any
+    /// (`docs/wire.md#participant`).
+    pub data_group: Option<core::net::SocketAddrV4>,
 }
 
 /// An endpoint announcement.
@@ -672,7 +675,25 @@ impl<'a> Submessage<'a> {
                     return Err(Error::BadValue("lease_ms"));
                 }
                 let name = c.str16()?;
-                Submessage::Participant(ParticipantRepr { lease_ms, name })
+                let data_group = match c.rest() {
+                    [] => None,
+                    &[a, b, cc, d, p0, p1] => {
+                        let ip = core::net::Ipv4Addr::new(a, b, cc, d);
+                        if !ip.is_multicast() {
+                            return Err(Error::BadValue("data group"));
+                        }
+                        Some(core::net::SocketAddrV4::new(
+                            ip,
+                            u16::from_le_bytes([p0, p1]),
+                        ))
+                    }
+                    _ => return Err(Error::BadValue("data group")),
+                };
+                Submessage::Participant(ParticipantRepr {
+                    lease_ms,
+                    name,
+                    data_group,
+                })
             }
             SubmessageKind::ParticipantBye => Submessage::ParticipantBye,
             //= docs/wire.md#endpoint
@@ -1000,6 +1021,13 @@ impl<'a> Submessage<'a> {
             Submessage::Participant(p) => {
                 out.extend_from_slice(&p.lease_ms.to_le_bytes());
                 put_str16(out, p.name)?;
+                if let Some(g) = p.data_group {
+                    if !g.ip().is_multicast() {
+                        return Err(Error::BadLength);
+                    }
+                    out.extend_from_slice(&g.ip().octets());
+                    out.extend_from_slice(&g.port().to_le_bytes());
+                }
             }
             Submessage::ParticipantBye => {}
             Submessage::Endpoint(e) => {

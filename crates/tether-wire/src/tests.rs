@@ -58,8 +58,14 @@ fn arb_qos() -> impl Strategy<Value = QosRepr> {
 
 proptest! {
     #[test]
-    fn participant_roundtrip(lease in 1u32.., name in "[a-z0-9/_]{0,40}") {
-        roundtrip(&[Submessage::Participant(ParticipantRepr { lease_ms: lease, name: &name })]);
+    fn participant_roundtrip(
+        lease in 1u32.., name in "[a-z0-9/_]{0,40}",
+        group in proptest::option::of((224u8..240, any::<[u8; 3]>(), any::<u16>())),
+    ) {
+        let data_group = group.map(|(a, [b, c, d], port)| {
+            core::net::SocketAddrV4::new(core::net::Ipv4Addr::new(a, b, c, d), port)
+        });
+        roundtrip(&[Submessage::Participant(ParticipantRepr { lease_ms: lease, name: &name, data_group })]);
         roundtrip(&[Submessage::ParticipantBye]);
     }
 
@@ -568,6 +574,37 @@ fn sealed_bad_values() {
         Submessage::Sealed(SealedRepr {
             sealed: &[0; 15],
             ..x
+        })
+        .emit_body(&mut Vec::new())
+        .is_err()
+    );
+}
+
+#[test]
+fn participant_data_group_must_be_multicast_and_whole() {
+    let p = ParticipantRepr {
+        lease_ms: 1000,
+        name: "n",
+        data_group: Some("239.255.0.1:7400".parse().unwrap()),
+    };
+    let mut body = Vec::new();
+    Submessage::Participant(p).emit_body(&mut body).unwrap();
+    assert_eq!(
+        Submessage::parse(0x01, &body).unwrap(),
+        Submessage::Participant(p)
+    );
+    // A unicast address, or a cut group, is refused.
+    let mut b = body.clone();
+    let at = b.len() - 6;
+    b[at] = 10;
+    assert!(Submessage::parse(0x01, &b).is_err());
+    for cut in 1..6 {
+        assert!(Submessage::parse(0x01, &body[..body.len() - cut]).is_err());
+    }
+    assert!(
+        Submessage::Participant(ParticipantRepr {
+            data_group: Some("10.0.0.1:7400".parse().unwrap()),
+            ..p
         })
         .emit_body(&mut Vec::new())
         .is_err()

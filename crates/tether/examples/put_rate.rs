@@ -31,6 +31,7 @@ fn main() {
         .push(&Submessage::Participant(ParticipantRepr {
             lease_ms: 60_000,
             name: "sink",
+            data_group: None,
         }))
         .unwrap()
         .push(&Submessage::Endpoint(EndpointRepr {

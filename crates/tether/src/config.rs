@@ -21,6 +21,8 @@
 //! recv_buffer = 16777216
 //! send_buffer = 4194304
 //! busy_poll = false          # spin on the socket for the lowest latency (costs a core)
+//! multicast_data = false     # readers also take data on the discovery multicast group, so a
+//!                            # writer sends one datagram for all of them (needs multicast)
 //! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
 //! max_reassembly_bytes = 268435456  # per reader, in samples being reassembled
 //! reassembly_timeout_ms = 10000     # an incomplete sample quiet this long is dropped
@@ -277,6 +279,11 @@ pub struct TransportConfig {
     pub max_reassembly_bytes: usize,
     /// An incomplete sample with no new fragment for this long is dropped (ms).
     pub reassembly_timeout_ms: u64,
+    /// Readers of this session also take data sent to the discovery multicast group (port +
+    /// domain), and say so in their announcement: a writer elsewhere then sends each sample
+    /// once to the group for all such participants, instead of once to each. Needs
+    /// `discovery.multicast`.
+    pub multicast_data: bool,
 }
 
 impl Default for TransportConfig {
@@ -290,6 +297,7 @@ impl Default for TransportConfig {
             max_sample_size: 256 << 20,
             max_reassembly_bytes: 256 << 20,
             reassembly_timeout_ms: 10_000,
+            multicast_data: false,
         }
     }
 }
@@ -374,6 +382,12 @@ impl Config {
                 "discovery.multicast_group = {} is not a multicast address",
                 d.multicast_group
             )));
+        }
+        if t.multicast_data && !d.multicast {
+            return Err(ConfigError::Invalid(
+                "transport.multicast_data needs discovery.multicast = true (data uses its group)"
+                    .into(),
+            ));
         }
         self.flow_controller_specs()?;
         let sec = &self.security;
@@ -542,6 +556,14 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(Config::from_toml("[transport]\nmax_datagram = 10\n").is_err());
         assert!(Config::from_toml("[discovery]\nmulticast_group = \"10.0.0.1\"\n").is_err());
+        let e = Config::from_toml("[transport]\nmulticast_data = true\n").unwrap_err();
+        assert!(e.to_string().contains("discovery.multicast"), "{e}");
+        assert!(
+            Config::from_toml(
+                "[transport]\nmulticast_data = true\n[discovery]\nmulticast = true\n"
+            )
+            .is_ok()
+        );
         assert!(Config::from_toml("[discovery]\nlease_ms = 1\n").is_err());
         let e = Config::from_toml("[reliability]\nheartbeat_period_ms = 18446744073709551615\n")
             .unwrap_err();

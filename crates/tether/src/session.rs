@@ -461,6 +461,14 @@ impl Session {
         cc.max_sample_size = config.transport.max_sample_size;
         cc.max_reassembly_bytes = config.transport.max_reassembly_bytes;
         cc.reassembly_timeout = Duration::from_millis(config.transport.reassembly_timeout_ms);
+        if config.transport.multicast_data {
+            // The discovery thread's socket has joined the group; what arrives there is
+            // handled like anything else.
+            cc.data_group = Some(std::net::SocketAddrV4::new(
+                config.discovery.multicast_group,
+                config.discovery.multicast_port.wrapping_add(config.domain),
+            ));
+        }
         if config.security.enabled() {
             let path = config.security.keys.as_ref().ok_or_else(|| {
                 OpenError::Config(crate::ConfigError::Invalid(

@@ -1,0 +1,110 @@
+//! Data by multicast, in the simulator: participants that announce a data group get each
+//! sample as one datagram to the group (loss repaired by unicast), the others by unicast.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_core::{EndpointInfo, EntityId, Qos};
+use tether_testkit::{Link, Sim};
+
+const GROUP: &str = "239.255.0.1:7400";
+
+fn info(topic: &str) -> EndpointInfo {
+    EndpointInfo {
+        topic: topic.into(),
+        type_name: "t".into(),
+        partitions: vec![],
+        qos: Qos::new().keep_all(),
+    }
+}
+
+fn sample(k: u64) -> Bytes {
+    let n = if k == 9 { 150_000 } else { 700 };
+    let mut v = vec![(k % 251) as u8; n];
+    v[..8].copy_from_slice(&k.to_le_bytes());
+    Bytes::from(v)
+}
+
+/// A writer, `grouped` readers that take data from the group, and `plain` readers that do
+/// not; `n` samples written under `loss`. Returns the sim, the writer's node and the readers.
+fn run(
+    seed: u64,
+    loss: f64,
+    grouped: usize,
+    plain: usize,
+    n: u64,
+) -> (Sim, Vec<(usize, EntityId)>) {
+    let mut sim = Sim::new(seed, Link::lossy(loss));
+    let group: SocketAddr = GROUP.parse().unwrap();
+    let w = sim.add_node(0);
+    let mut readers = Vec::new();
+    for k in 0..grouped + plain {
+        let i = if k < grouped {
+            let i = sim.add_node_with(|c| {
+                c.data_group = Some(GROUP.parse().unwrap());
+            });
+            sim.nodes[i].groups.push(group);
+            i
+        } else {
+            sim.add_node(0)
+        };
+        let now = sim.now;
+        let r = sim.p(i).create_reader(now, info("/m"));
+        readers.push((i, r));
+    }
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/m")).unwrap();
+    sim.pump(w);
+    let all = grouped + plain;
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == all
+    }));
+    for k in 0..n {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, sample(k)).unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(2));
+    }
+    let ok = sim.run_until(Duration::from_secs(120), |s| {
+        readers
+            .iter()
+            .all(|&(i, r)| s.seqs(i, r).len() == n as usize)
+    });
+    assert!(ok, "seed {seed}: not every reader got every sample");
+    for &(i, r) in &readers {
+        for (k, p) in sim.payloads(i, r).iter().enumerate() {
+            assert!(*p == sample(k as u64), "seed {seed}: sample {k} differs");
+        }
+    }
+    (sim, readers)
+}
+
+#[test]
+fn grouped_readers_get_one_datagram_per_sample_and_loss_is_repaired() {
+    for (seed, loss) in [(1u64, 0.0), (2, 0.05), (3, 0.15)] {
+        let n = 30;
+        let (sim, _) = run(seed, loss, 6, 2, n);
+        let st = sim.nodes[0].participant.stats();
+        // Sample 9 is three fragments; every other sample one datagram: each once to the
+        // group, whatever the number of grouped readers.
+        let first_sends = n - 1 + 3;
+        assert_eq!(st.datagrams_multicast, first_sends, "seed {seed}");
+        // The same exchange with every reader by unicast sends far more.
+        let (uni, _) = run(seed, loss, 0, 8, n);
+        let us = uni.nodes[0].participant.stats();
+        assert_eq!(us.datagrams_multicast, 0);
+        assert!(
+            (st.datagrams_sent as f64) < 0.6 * us.datagrams_sent as f64,
+            "seed {seed}: {} datagrams with a group, {} without",
+            st.datagrams_sent,
+            us.datagrams_sent
+        );
+    }
+}
+
+#[test]
+fn one_participant_in_a_group_gets_unicast() {
+    let (sim, _) = run(4, 0.0, 1, 3, 10);
+    assert_eq!(sim.nodes[0].participant.stats().datagrams_multicast, 0);
+}
