@@ -135,6 +135,13 @@ enum Which {
         /// Runs per subscriber count and mode (modes interleaved).
         #[arg(long, default_value_t = 3)]
         reps: usize,
+        /// How publishers reach subscribers, in turn: `multicast` (one datagram per sample to
+        /// a group every subscriber joined) and `unicast` (one per subscriber). With root,
+        /// publishers and subscribers run in two network namespaces joined by veth (this
+        /// bench creates and deletes them); without, on loopback and unicast only. Default:
+        /// both when root, else unicast.
+        #[arg(long, value_enum, value_delimiter = ',')]
+        fanout: Vec<crate::fanout::Fanout>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -221,10 +228,23 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// `tether SUBCOMMAND ARGS…` with piped stdin and stdout.
-    pub(crate) fn spawn_with(subcommand: &str, args: &[String]) -> anyhow::Result<Peer> {
+    /// `tether SUBCOMMAND ARGS…` with piped stdin and stdout, in network namespace
+    /// `netns` if given.
+    pub(crate) fn spawn_with(
+        netns: Option<&str>,
+        subcommand: &str,
+        args: &[String],
+    ) -> anyhow::Result<Peer> {
         let exe = std::env::current_exe().context("locating the tether binary")?;
-        let mut child = Command::new(exe)
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .arg(subcommand)
             .args(args)
             .stdin(Stdio::piped())
@@ -420,6 +440,7 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
             period_ms,
             size,
             reps,
+            fanout,
             json,
         } => crate::fanout::run(
             cfg,
@@ -431,6 +452,16 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
                 period_ms,
                 size,
                 reps,
+                fanout: if !fanout.is_empty() {
+                    fanout
+                } else if unsafe { libc::geteuid() } == 0 {
+                    vec![
+                        crate::fanout::Fanout::Multicast,
+                        crate::fanout::Fanout::Unicast,
+                    ]
+                } else {
+                    vec![crate::fanout::Fanout::Unicast]
+                },
                 json,
             },
         ),
@@ -1020,7 +1051,7 @@ fn socket_rcvbuf(sock: &UdpSocket, size: libc::c_int) {
 }
 
 /// Pins the calling thread (and threads it creates afterwards) to `cpu`, or unpins it.
-fn pin(cpu: Option<usize>) {
+pub(crate) fn pin(cpu: Option<usize>) {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it;
     // sched_setaffinity reads it for the calling thread (pid 0).
     unsafe {

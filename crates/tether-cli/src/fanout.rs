@@ -46,6 +46,109 @@ impl Mode {
     }
 }
 
+/// How samples reach the subscribers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Fanout {
+    /// One datagram per subscriber.
+    Unicast,
+    /// One datagram per sample to a group every subscriber joined (needs the bench's
+    /// network namespaces).
+    Multicast,
+}
+
+impl Fanout {
+    fn name(self) -> &'static str {
+        match self {
+            Fanout::Unicast => "unicast",
+            Fanout::Multicast => "multicast",
+        }
+    }
+}
+
+const PUB_IP: &str = "10.199.9.1";
+const SUB_IP: &str = "10.199.9.2";
+
+/// Two hosts for the benchmark: network namespaces joined by a veth pair, publishers on
+/// one, subscribers on the other, with multicast routed over the link. The subscribers'
+/// receive processing is steered (RPS) to another CPU than the publishers' (pinned to CPU
+/// 0), so the kernel's per-subscriber delivery work is not charged to the publishing
+/// thread, as when the subscribers are other machines. Deleted on drop.
+struct Lan {
+    pubs: String,
+    subs: String,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl Lan {
+    fn create() -> anyhow::Result<Lan> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("creating network namespaces needs root");
+        }
+        let id = std::process::id();
+        let lan = Lan {
+            pubs: format!("tfp{id}"),
+            subs: format!("tfs{id}"),
+        };
+        for ns in [&lan.pubs, &lan.subs] {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .output();
+            ip(&["netns", "add", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        let (vp, vs) = (format!("vfp{id}"), format!("vfs{id}"));
+        let (vp, vs) = (&vp[..vp.len().min(15)], &vs[..vs.len().min(15)]);
+        ip(&[
+            "link", "add", vp, "netns", &lan.pubs, "type", "veth", "peer", "name", vs, "netns",
+            &lan.subs,
+        ])?;
+        for (ns, dev, addr) in [(&lan.pubs, vp, PUB_IP), (&lan.subs, vs, SUB_IP)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up", "multicast", "on"])?;
+            ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", dev])?;
+        }
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", &lan.subs, "sh", "-c"])
+                .arg(format!("echo 2 > /sys/class/net/{vs}/queues/rx-0/rps_cpus"))
+                .output()
+                .context("steering receive processing")?;
+            if !out.status.success() {
+                bail!(
+                    "steering receive processing to CPU 1: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        Ok(lan)
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for ns in [&self.pubs, &self.subs] {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .output();
+        }
+    }
+}
+
 /// The settings of one run, as the parent passes them to its children.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct FanoutPeerArgs {
@@ -76,6 +179,15 @@ pub(crate) struct FanoutPeerArgs {
     period_ms: u64,
     #[arg(long, default_value_t = 1024)]
     size: usize,
+    /// Subscribers take data by multicast.
+    #[arg(long)]
+    multicast: bool,
+    /// The address to listen on (default 127.0.0.1).
+    #[arg(long, default_value = "127.0.0.1")]
+    ip: std::net::Ipv4Addr,
+    /// Pin the process to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
 }
 
 pub(crate) struct FanoutArgs {
@@ -86,6 +198,7 @@ pub(crate) struct FanoutArgs {
     pub(crate) period_ms: u64,
     pub(crate) size: usize,
     pub(crate) reps: usize,
+    pub(crate) fanout: Vec<Fanout>,
     pub(crate) json: bool,
 }
 
@@ -105,7 +218,11 @@ fn session_config(
     c.discovery.registry = false;
     c.discovery.multicast = false;
     c.discovery.peers = peers.to_vec();
-    c.transport.listen = Some("127.0.0.1:0".parse().expect("address"));
+    c.transport.listen = Some(std::net::SocketAddr::from((a.ip, 0)));
+    // Subscribers take data on the group over the namespace's loopback; publishers need no
+    // socket on it (they would receive every other publisher's samples).
+    c.transport.multicast_data = a.multicast && a.role == "sub";
+    c.discovery.interface = a.ip.to_string();
     if a.mode != Mode::Plain {
         c.security.keys = Some(a.realm.join(format!("{keys}.key")));
         c.security.mode = Some("encrypt".into());
@@ -157,6 +274,9 @@ fn say(s: &str) -> anyhow::Result<()> {
 
 /// The child side: `tether bench-fanout pub|sub …`.
 pub(crate) fn peer(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
+    if a.cpu.is_some() {
+        crate::bench::pin(a.cpu);
+    }
     match a.role.as_str() {
         "pub" => publishers(base, a),
         "sub" => subscribers(base, a),
@@ -239,6 +359,7 @@ fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
         "samples_sealed": d(|s| s.samples_sealed),
         "datagrams_pair_sealed": d(|s| s.datagrams_pair_sealed),
         "datagrams_sent": d(|s| s.datagrams_sent),
+        "datagrams_multicast": d(|s| s.datagrams_multicast),
         "retransmitted": d(|s| s.samples_retransmitted),
         "keys_wrapped": d(|s| s.keys_wrapped),
     })
@@ -302,7 +423,10 @@ const PAPER: [(usize, f64, f64); 5] = [
     (10, 0.0116, 0.0274),
 ];
 
+#[allow(clippy::too_many_arguments)]
 fn spawn(
+    lan: Option<&Lan>,
+    fanout: Fanout,
     bc: &BenchCfg,
     a: &FanoutArgs,
     realm: &Path,
@@ -331,7 +455,22 @@ fn spawn(
         a.size.to_string(),
     ];
     args.extend_from_slice(extra);
-    Peer::spawn_with("bench-fanout", &args)
+    if fanout == Fanout::Multicast {
+        args.push("--multicast".into());
+    }
+    let ns = lan.map(|l| {
+        if role == "pub" {
+            args.extend(["--ip".into(), PUB_IP.into()]);
+            if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+                args.extend(["--cpu".into(), "0".into()]);
+            }
+            l.pubs.as_str()
+        } else {
+            args.extend(["--ip".into(), SUB_IP.into()]);
+            l.subs.as_str()
+        }
+    });
+    Peer::spawn_with(ns, "bench-fanout", &args)
 }
 
 fn avg(v: &[Value], k: &str) -> f64 {
@@ -366,6 +505,7 @@ fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
         "seals_per_sample": f(&pr["samples_sealed"]) / samples,
         "datagram_seals_per_sample": f(&pr["datagrams_pair_sealed"]) / samples,
         "datagrams_sent": pr["datagrams_sent"],
+        "multicast_per_sample": f(&pr["datagrams_multicast"]) / samples,
         "retransmitted": pr["retransmitted"],
         "put_errors": pr["put_errors"],
         "keys_wrapped": pr["keys_wrapped"],
@@ -395,6 +535,8 @@ fn print_row(r: &Value) {
 
 /// One run: `n` subscribers, one mode. Returns the publishers' and the subscribers' reports.
 fn run_one(
+    lan: Option<&Lan>,
+    fanout: Fanout,
     bc: &BenchCfg,
     a: &FanoutArgs,
     realm: &Path,
@@ -402,6 +544,8 @@ fn run_one(
     mode: Mode,
 ) -> anyhow::Result<(Value, Value)> {
     let mut p = spawn(
+        lan,
+        fanout,
         bc,
         a,
         realm,
@@ -415,7 +559,17 @@ fn run_one(
         .strip_prefix("addrs ")
         .context("publishers did not report their addresses")?
         .to_string();
-    let mut s = spawn(bc, a, realm, "sub", n, mode, &["--peers".into(), addrs])?;
+    let mut s = spawn(
+        lan,
+        fanout,
+        bc,
+        a,
+        realm,
+        "sub",
+        n,
+        mode,
+        &["--peers".into(), addrs],
+    )?;
     if s.line()? != "ready" {
         bail!("subscribers did not start");
     }
@@ -439,6 +593,18 @@ pub(crate) fn run(cfg: Config, a: FanoutArgs) -> anyhow::Result<ExitCode> {
     if a.subs.is_empty() || a.subs.contains(&0) {
         bail!("--subs: give subscriber counts of at least 1");
     }
+    // Two hosts in network namespaces when this process may create them; else loopback
+    // (unicast only: the host's loopback has no multicast route).
+    let lan = match Lan::create() {
+        Ok(l) => Some(l),
+        Err(e) if a.fanout.contains(&Fanout::Multicast) => {
+            return Err(e.context("--fanout multicast needs two network namespaces"));
+        }
+        Err(e) => {
+            eprintln!("fanout: on loopback ({e:#})");
+            None
+        }
+    };
     let bc = crate::bench::bench_cfg(cfg)?;
     let realm = bc.dir().join("realm");
     let r = tether::keys::Realm::init(&realm).context("creating the benchmark realm")?;
@@ -452,11 +618,16 @@ pub(crate) fn run(cfg: Config, a: FanoutArgs) -> anyhow::Result<ExitCode> {
     }
     if !a.json {
         println!(
-            "fanout: {} publishers × {} samples of {} B every {} ms, reliable; {}",
+            "fanout: {} publishers × {} samples of {} B every {} ms, reliable, {}; {}",
             a.publishers,
             a.samples,
             a.size,
             a.period_ms,
+            if lan.is_some() {
+                "publishers and subscribers on two network namespaces joined by veth"
+            } else {
+                "on loopback"
+            },
             crate::bench::machine()
         );
         println!(
@@ -475,69 +646,77 @@ pub(crate) fn run(cfg: Config, a: FanoutArgs) -> anyhow::Result<ExitCode> {
     }
     let mut rows = Vec::new();
     let mut summary = Vec::new();
-    for &n in &a.subs {
-        // Modes interleaved within each repetition, so drift on the machine (the host's CPU
-        // steal comes and goes) falls on every mode alike.
-        let mut by_mode: Vec<(Mode, Vec<Value>)> = a.modes.iter().map(|&m| (m, vec![])).collect();
-        for rep in 0..a.reps {
-            for (mode, got) in by_mode.iter_mut() {
-                let mode = *mode;
-                let (pr, sr) = run_one(&bc, &a, &realm, n, mode)
-                    .with_context(|| format!("{n} subscribers, {}", mode.name()))?;
-                let row = row(n, mode, rep, &pr, &sr);
-                if !a.json {
-                    print_row(&row);
-                }
-                got.push(row.clone());
-                rows.push(row);
-            }
-        }
-        let plain_mean = by_mode
-            .iter()
-            .find(|(m, _)| *m == Mode::Plain)
-            .map(|(_, v)| avg(v, "mean_us"));
-        for (mode, v) in &by_mode {
-            let mean = avg(v, "mean_us");
-            let s = json!({
-                "subscribers": n,
-                "mode": mode.name(),
-                "reps": v.len(),
-                "mean_us": mean,
-                "mean_us_min": fold(v, "mean_us", f64::min),
-                "mean_us_max": fold(v, "mean_us", f64::max),
-                "p99_us": avg(v, "p99_us"),
-                "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
-                "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
-                "seals_per_sample": avg(v, "seals_per_sample"),
-                "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
-                "ratio_to_plain": plain_mean.map(|p| mean / p),
-            });
-            if !a.json {
-                let paper = PAPER.iter().find(|(s, _, _)| *s == n);
-                println!(
-                    "{:>5} {:>9}  mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample{}{}",
-                    n,
-                    mode.name(),
-                    mean,
-                    fold(v, "mean_us", f64::min),
-                    fold(v, "mean_us", f64::max),
-                    v.len(),
-                    avg(v, "put_cpu_us_per_sample"),
-                    match plain_mean {
-                        Some(p) if *mode != Mode::Plain => format!(", {:.2}× plain", mean / p),
-                        _ => String::new(),
-                    },
-                    match (paper, mode) {
-                        (Some((_, pp, _)), Mode::Plain) => {
-                            format!("   paper plain {:.0} µs", pp * 1e6)
-                        }
-                        (Some((_, pp, pc)), Mode::Pairwise) =>
-                            format!("   paper cipher {:.0} µs, {:.2}× plain", pc * 1e6, pc / pp),
-                        _ => String::new(),
+    for &fanout in &a.fanout {
+        for &n in &a.subs {
+            // Modes interleaved within each repetition, so drift on the machine (the host's CPU
+            // steal comes and goes) falls on every mode alike.
+            let mut by_mode: Vec<(Mode, Vec<Value>)> =
+                a.modes.iter().map(|&m| (m, vec![])).collect();
+            for rep in 0..a.reps {
+                for (mode, got) in by_mode.iter_mut() {
+                    let mode = *mode;
+                    let (pr, sr) = run_one(lan.as_ref(), fanout, &bc, &a, &realm, n, mode)
+                        .with_context(|| {
+                            format!("{n} subscribers, {}, {}", mode.name(), fanout.name())
+                        })?;
+                    let mut row = row(n, mode, rep, &pr, &sr);
+                    row["fanout"] = json!(fanout.name());
+                    if !a.json {
+                        print_row(&row);
                     }
-                );
+                    got.push(row.clone());
+                    rows.push(row);
+                }
             }
-            summary.push(s);
+            let plain_mean = by_mode
+                .iter()
+                .find(|(m, _)| *m == Mode::Plain)
+                .map(|(_, v)| avg(v, "mean_us"));
+            for (mode, v) in &by_mode {
+                let mean = avg(v, "mean_us");
+                let s = json!({
+                    "fanout": fanout.name(),
+                    "subscribers": n,
+                    "mode": mode.name(),
+                    "reps": v.len(),
+                    "mean_us": mean,
+                    "mean_us_min": fold(v, "mean_us", f64::min),
+                    "mean_us_max": fold(v, "mean_us", f64::max),
+                    "p99_us": avg(v, "p99_us"),
+                    "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
+                    "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
+                    "seals_per_sample": avg(v, "seals_per_sample"),
+                    "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
+                    "ratio_to_plain": plain_mean.map(|p| mean / p),
+                });
+                if !a.json {
+                    let paper = PAPER.iter().find(|(s, _, _)| *s == n);
+                    println!(
+                        "{:>5} {:>9}  {}: mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample{}{}",
+                        n,
+                        fanout.name(),
+                        mode.name(),
+                        mean,
+                        fold(v, "mean_us", f64::min),
+                        fold(v, "mean_us", f64::max),
+                        v.len(),
+                        avg(v, "put_cpu_us_per_sample"),
+                        match plain_mean {
+                            Some(p) if *mode != Mode::Plain => format!(", {:.2}× plain", mean / p),
+                            _ => String::new(),
+                        },
+                        match (paper, mode) {
+                            (Some((_, pp, _)), Mode::Plain) => {
+                                format!("   paper plain {:.0} µs", pp * 1e6)
+                            }
+                            (Some((_, pp, pc)), Mode::Pairwise) =>
+                                format!("   paper cipher {:.0} µs, {:.2}× plain", pc * 1e6, pc / pp),
+                            _ => String::new(),
+                        }
+                    );
+                }
+                summary.push(s);
+            }
         }
     }
     if a.json {
@@ -545,6 +724,7 @@ pub(crate) fn run(cfg: Config, a: FanoutArgs) -> anyhow::Result<ExitCode> {
             "{}",
             json!({
                 "bench": "fanout",
+                "hosts": if lan.is_some() { "two namespaces, veth" } else { "loopback" },
                 "machine": crate::bench::machine(),
                 "publishers": a.publishers,
                 "samples": a.samples,

@@ -614,7 +614,8 @@ fn cipher_bench_runs_and_prints_json() {
 /// `bench fanout` (the 000 paper's experiment) runs every mode with subscribers in their
 /// own sessions and keys: every sample reaches every subscriber, `group` seals each sample
 /// exactly once whatever the number of subscribers, `pairwise` seals each datagram once per
-/// subscriber, `plain` seals nothing.
+/// subscriber, `plain` seals nothing. As root it also runs publishers and subscribers on two
+/// network namespaces with multicast: one datagram per sample, except in `pairwise`.
 #[test]
 fn fanout_bench_seals_once_per_sample_in_group_mode() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
@@ -637,7 +638,9 @@ fn fanout_bench_seals_once_per_sample_in_group_mode() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 3);
+    let root = v["hosts"] != "loopback";
+    let fanouts = if root { 2 } else { 1 };
+    assert_eq!(runs.len(), fanouts * 2 * 3);
     for r in runs {
         let n = r["subscribers"].as_u64().unwrap();
         assert_eq!(r["expected"].as_u64().unwrap(), 3 * 4 * n, "{r}");
@@ -647,7 +650,8 @@ fn fanout_bench_seals_once_per_sample_in_group_mode() {
         );
         let seals = r["seals_per_sample"].as_f64().unwrap();
         let dseals = r["datagram_seals_per_sample"].as_f64().unwrap();
-        match r["mode"].as_str().unwrap() {
+        let mode = r["mode"].as_str().unwrap();
+        match mode {
             "plain" => assert_eq!((seals, dseals), (0.0, 0.0), "{r}"),
             "group" => assert_eq!((seals, dseals), (1.0, 0.0), "{r}"),
             "pairwise" => {
@@ -656,8 +660,14 @@ fn fanout_bench_seals_once_per_sample_in_group_mode() {
             }
             m => panic!("unknown mode {m}"),
         }
+        let mc = r["multicast_per_sample"].as_f64().unwrap();
+        match (r["fanout"].as_str().unwrap(), mode) {
+            ("unicast", _) | ("multicast", "pairwise") => assert_eq!(mc, 0.0, "{r}"),
+            ("multicast", _) => assert_eq!(mc, 1.0, "one datagram per sample: {r}"),
+            (f, _) => panic!("unknown fanout {f}"),
+        }
         assert!(r["mean_us"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["put_cpu_us_per_sample"].as_f64().unwrap() > 0.0, "{r}");
     }
-    assert_eq!(v["summary"].as_array().unwrap().len(), 2 * 3);
+    assert_eq!(v["summary"].as_array().unwrap().len(), fanouts * 2 * 3);
 }

@@ -895,12 +895,8 @@ impl Participant {
                 w.next_hb = Some(after(now, self.cfg.heartbeat_period));
                 self.timers_changed = true;
             }
-            let addrs = fanout_addrs(
-                &self.remotes,
-                &w.dests,
-                self.grouped,
-                self.cfg.multicast_min,
-            );
+            let grouped = multicast_peers(&self.cfg, self.grouped);
+            let addrs = fanout_addrs(&self.remotes, &w.dests, grouped, self.cfg.multicast_min);
             for (a, group) in addrs {
                 let queued = self.transmits.len();
                 self.send_sample(
@@ -957,7 +953,8 @@ impl Participant {
                 encode_data_head(&hdr, hb.as_ref(), &data, payload.len(), &mut arr).unwrap_or(0);
             let head = Head::inline(&arr[..n]);
             let dg_len = head.len() + payload.len();
-            if self.grouped == 0 {
+            let grouped = multicast_peers(&self.cfg, self.grouped);
+            if grouped == 0 {
                 for p in &w.dests {
                     if let Some(rp) = self.remotes.get(p) {
                         self.stats.datagrams_sent += 1;
@@ -971,12 +968,7 @@ impl Participant {
                 }
             } else {
                 // Some readers take data by multicast: one datagram per group.
-                let addrs = fanout_addrs(
-                    &self.remotes,
-                    &w.dests,
-                    self.grouped,
-                    self.cfg.multicast_min,
-                );
+                let addrs = fanout_addrs(&self.remotes, &w.dests, grouped, self.cfg.multicast_min);
                 for (dest, group) in addrs {
                     self.stats.datagrams_sent += 1;
                     self.stats.datagrams_multicast += group as u64;
@@ -3688,6 +3680,16 @@ fn newer(last: &mut Option<u32>, count: u32) -> bool {
     }
     *last = Some(count);
     true
+}
+
+/// How many remote participants a sample may reach by multicast: those that announced a
+/// data group (`grouped`), unless datagrams are sealed per destination (pairwise mode
+/// cannot multicast).
+fn multicast_peers(cfg: &Config, grouped: usize) -> usize {
+    match cfg.security.as_deref() {
+        Some(s) if s.pairwise => 0,
+        _ => grouped,
+    }
 }
 
 /// Where a writer sends one sample for its matched participants `dests`: each one's address,

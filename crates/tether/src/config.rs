@@ -21,8 +21,9 @@
 //! recv_buffer = 16777216
 //! send_buffer = 4194304
 //! busy_poll = false          # spin on the socket for the lowest latency (costs a core)
-//! multicast_data = false     # readers also take data on the discovery multicast group, so a
-//!                            # writer sends one datagram for all of them (needs multicast)
+//! multicast_data = false     # readers also take data on the discovery multicast group
+//!                            # (group, port, interface from [discovery]), so a writer
+//!                            # sends one datagram for all of them
 //! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
 //! max_reassembly_bytes = 268435456  # per reader, in samples being reassembled
 //! reassembly_timeout_ms = 10000     # an incomplete sample quiet this long is dropped
@@ -280,9 +281,9 @@ pub struct TransportConfig {
     /// An incomplete sample with no new fragment for this long is dropped (ms).
     pub reassembly_timeout_ms: u64,
     /// Readers of this session also take data sent to the discovery multicast group (port +
-    /// domain), and say so in their announcement: a writer elsewhere then sends each sample
-    /// once to the group for all such participants, instead of once to each. Needs
-    /// `discovery.multicast`.
+    /// domain, on `discovery.interface`), and say so in their announcement: a writer
+    /// elsewhere then sends each sample once to the group for all such participants,
+    /// instead of once to each. Works with or without multicast discovery.
     pub multicast_data: bool,
 }
 
@@ -383,12 +384,6 @@ impl Config {
                 d.multicast_group
             )));
         }
-        if t.multicast_data && !d.multicast {
-            return Err(ConfigError::Invalid(
-                "transport.multicast_data needs discovery.multicast = true (data uses its group)"
-                    .into(),
-            ));
-        }
         self.flow_controller_specs()?;
         let sec = &self.security;
         if let Some(m) = &sec.mode {
@@ -457,7 +452,10 @@ impl Config {
     /// The address to bind.
     pub(crate) fn listen_addr(&self) -> SocketAddr {
         self.transport.listen.unwrap_or_else(|| {
-            if self.discovery.multicast || !self.discovery.peers.is_empty() {
+            if self.discovery.multicast
+                || self.transport.multicast_data
+                || !self.discovery.peers.is_empty()
+            {
                 "0.0.0.0:0".parse().expect("literal")
             } else {
                 "127.0.0.1:0".parse().expect("literal")
@@ -556,8 +554,7 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(Config::from_toml("[transport]\nmax_datagram = 10\n").is_err());
         assert!(Config::from_toml("[discovery]\nmulticast_group = \"10.0.0.1\"\n").is_err());
-        let e = Config::from_toml("[transport]\nmulticast_data = true\n").unwrap_err();
-        assert!(e.to_string().contains("discovery.multicast"), "{e}");
+        assert!(Config::from_toml("[transport]\nmulticast_data = true\n").is_ok());
         assert!(
             Config::from_toml(
                 "[transport]\nmulticast_data = true\n[discovery]\nmulticast = true\n"

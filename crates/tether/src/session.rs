@@ -424,7 +424,9 @@ impl Session {
     /// Opens a session: binds its socket, registers for discovery, starts its threads.
     pub fn open(config: Config) -> Result<Session, OpenError> {
         let addr = config.listen_addr();
-        let mcast_if = if config.discovery.multicast {
+        // The discovery group's socket also takes data when readers here take data by
+        // multicast, with or without multicast discovery.
+        let mcast_if = if config.discovery.multicast || config.transport.multicast_data {
             Some(
                 interface_ipv4(&config.discovery.interface).map_err(|source| {
                     OpenError::Multicast {
@@ -545,10 +547,12 @@ impl Session {
                         interface: config.discovery.interface.clone(),
                         source,
                     })?;
-                core.add_target(SocketAddr::new(
-                    config.discovery.multicast_group.into(),
-                    port,
-                ));
+                if config.discovery.multicast {
+                    core.add_target(SocketAddr::new(
+                        config.discovery.multicast_group.into(),
+                        port,
+                    ));
+                }
                 Some(rx)
             }
             None => None,
