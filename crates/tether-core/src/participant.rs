@@ -2586,6 +2586,27 @@ impl Participant {
             self.stats.open_failed += 1;
             return None;
         };
+        // At least the protection this session's policy asks for the topic: otherwise anyone
+        // able to send a datagram under the writer's id could inject a plain sample (or strip
+        // a signature from a sign-only one) and have it delivered.
+        let local = if reader == EntityId::ALL {
+            self.remote_writer_readers
+                .get(&s.writer)
+                .and_then(|v| v.first().copied())
+        } else {
+            Some(reader)
+        };
+        let required = match (local.and_then(|r| self.readers.get(&r)), &self.cfg.security) {
+            (Some(r), Some(sec)) => sec.protection_for(&r.info.topic),
+            _ => tether_crypto::Protection {
+                encrypt: true,
+                sign: false,
+            },
+        };
+        if (required.encrypt && !parts.prot.encrypt) || (required.sign && !parts.prot.sign) {
+            self.stats.under_protected += 1;
+            return None;
+        }
         if parts.prot.sign {
             let key = self
                 .remotes

@@ -785,12 +785,21 @@ fn signed_modes_and_per_topic_overrides() {
             ),
         ));
     });
-    let r = node(
-        &mut sim,
-        Some(member(&ca, 2, "viewer", &[], &["/**"])),
-        &ca,
-        None,
-    );
+    // The reader's policy is the realm's: the same modes per topic.
+    let m = member(&ca, 2, "viewer", &[], &["/**"]);
+    let (ca_public, rs) = (ca.public(), secret(&ca));
+    let r = sim.add_node_with(move |c| {
+        let p = |s: &str| s.parse::<Protection>().unwrap();
+        c.security = Some(Arc::new(
+            Security::new(m.identity, m.credential, ca_public, rs, None, now, NOW).with_protection(
+                p("encrypt"),
+                vec![
+                    ("/cmd/**".into(), p("encrypt+sign")),
+                    ("/log/**".into(), p("sign")),
+                ],
+            ),
+        ));
+    });
     let topics = ["/cmd/go", "/log/text", "/data"];
     let now = sim.now;
     let ws: Vec<EntityId> = topics
@@ -876,13 +885,15 @@ fn signed_modes_and_per_topic_overrides() {
     let sub_len_at = stripped.len() - payload_len - 24 - 4 + 2;
     let l = u16::from_le_bytes([stripped[sub_len_at], stripped[sub_len_at + 1]]) - 64;
     stripped[sub_len_at..sub_len_at + 2].copy_from_slice(&l.to_le_bytes());
-    let before = sim.nodes[r].participant.stats().open_failed;
+    // Refused by the reader's policy (the topic is signed) before the seal is even tried;
+    // a reader that did try would fail to open it (the protection byte is in the AAD).
+    let refused = |s: &Sim| {
+        let x = s.nodes[r].participant.stats();
+        x.open_failed + x.under_protected
+    };
+    let before = refused(&sim);
     sim.p(r).handle_datagram(now, from, &Bytes::from(stripped));
-    assert_eq!(
-        sim.nodes[r].participant.stats().open_failed,
-        before + 1,
-        "downgrade not refused"
-    );
+    assert_eq!(refused(&sim), before + 1, "downgrade not refused");
     sim.pump(r);
     assert_eq!(
         sim.payloads(r, rids[0]).len(),
@@ -893,6 +904,36 @@ fn signed_modes_and_per_topic_overrides() {
     sim.p(r).handle_datagram(now, from, &Bytes::from(dg));
     sim.pump(r);
     assert_eq!(sim.payloads(r, rids[0]).len(), 2);
+    // Anyone able to send under the writer's id could try a plain sample (protection 0) on
+    // every topic: the reader's policy asks more of each, so none is delivered.
+    let before = sim.nodes[r].participant.stats().under_protected;
+    let wpid = sim.nodes[w].participant.id();
+    for (k, x) in ws.iter().enumerate() {
+        let mut dg = Vec::new();
+        tether_wire::DatagramBuilder::new(
+            &mut dg,
+            tether_wire::Header {
+                domain: 0,
+                participant: wpid,
+            },
+        )
+        .push(&tether_wire::Submessage::Data(tether_wire::DataRepr {
+            writer: *x,
+            reader: EntityId::ALL,
+            seq: 10,
+            timestamp_ns: 1,
+            payload: b"\0EVIL",
+        }))
+        .unwrap();
+        sim.p(r).handle_datagram(now, from, &Bytes::from(dg));
+        sim.pump(r);
+        assert!(
+            !sim.payloads(r, rids[k]).iter().any(|p| &p[..] == b"EVIL"),
+            "{}: a plain sample was delivered",
+            topics[k]
+        );
+    }
+    assert_eq!(sim.nodes[r].participant.stats().under_protected - before, 3);
 }
 
 /// Key agreement is pairwise work once per reader and epoch: a reader asking for the key
