@@ -85,14 +85,17 @@ pub fn protect(
     let b = prot.byte();
     let mut v = match (prot.encrypt, key) {
         (true, Some(k)) => {
-            let mut v = Vec::with_capacity(1 + 4 + plain.len() + crate::TAG_LEN + 64);
-            v.push(b);
-            v.extend_from_slice(&k.epoch().to_le_bytes());
-            v.extend_from_slice(plain);
-            let tag = k
-                .seal_in_place(seq, &aad(k, writer, seq, timestamp_ns, b), &mut v[5..])
+            // Sealed straight from the application's bytes into the new buffer (no copy
+            // first); the signature, if any, is appended after.
+            let len = 1 + 4 + plain.len() + crate::TAG_LEN;
+            let mut v = Vec::with_capacity(len + if prot.sign { 64 } else { 0 });
+            v.resize(len, 0);
+            v[0] = b;
+            v[1..5].copy_from_slice(&k.epoch().to_le_bytes());
+            let (ct, tag) = v[5..].split_at_mut(plain.len());
+            let tag: &mut [u8; crate::TAG_LEN] = tag.try_into().ok()?;
+            k.seal_into(seq, &aad(k, writer, seq, timestamp_ns, b), plain, ct, tag)
                 .ok()?;
-            v.extend_from_slice(&tag);
             v
         }
         (true, None) => return None,
