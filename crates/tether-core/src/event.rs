@@ -280,4 +280,9 @@ pub struct Stats {
     /// Samples with less protection than this session's policy asks for their topic (a
     /// plain sample where `encrypt` is required, an unsigned one where `sign` is), dropped.
     pub under_protected: u64,
+    /// Ed25519 signatures made by local writers: one per sample, or one per batch in `sign`
+    /// modes with batching (plus one per sample repaired alone).
+    pub signatures_made: u64,
+    /// Batch signatures verified (one per batch received, whatever its size).
+    pub signatures_verified: u64,
 }

@@ -37,6 +37,9 @@ pub const MAX_LEASE: Duration = Duration::from_secs(300);
 /// How often leases and liveliness are checked.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
 /// First re-announcement after start; doubles up to the configured period.
+/// A BATCH_SIG body: writer, first sequence number, count, signature.
+const BATCH_SIG_LEN: usize = 4 + 8 + 4 + 64;
+
 const FIRST_ANNOUNCE: Duration = Duration::from_millis(50);
 
 /// Engine settings. Every field has a default that works on one machine.
@@ -812,18 +815,38 @@ impl Participant {
         // In a secure realm the sample is sealed here, once, whatever the number of
         // readers: history, every datagram and every retransmission carry the sealed bytes;
         // this participant's own readers get the plain ones.
+        // A sample bound for a batch in a `sign` mode is signed with its batch, once.
+        let in_batch = w.info.qos.batch().is_some()
+            && !w.info.qos.coalesces()
+            && w.asyncw.is_none()
+            && !w.dests.is_empty();
         let (payload, plain) = match (w.prot, self.cfg.security.as_deref()) {
             (Some(prot), Some(sec)) => {
                 let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
-                match tether_crypto::sample::protect(
-                    prot,
-                    w.key.as_deref(),
-                    &sec.identity,
-                    &wid,
-                    seq,
-                    timestamp_ns,
-                    &payload,
-                ) {
+                let p = if prot.sign && in_batch {
+                    tether_crypto::sample::protect_for_batch(
+                        prot,
+                        w.key.as_deref(),
+                        &wid,
+                        seq,
+                        timestamp_ns,
+                        &payload,
+                    )
+                } else {
+                    if prot.sign {
+                        self.stats.signatures_made += 1;
+                    }
+                    tether_crypto::sample::protect(
+                        prot,
+                        w.key.as_deref(),
+                        &sec.identity,
+                        &wid,
+                        seq,
+                        timestamp_ns,
+                        &payload,
+                    )
+                };
+                match p {
                     Some(p) => {
                         if prot.encrypt {
                             self.stats.samples_sealed += 1;
@@ -864,17 +887,26 @@ impl Participant {
 
         // Batching: the sample joins the writer's batch, sent when a limit is reached. Only
         // writers that batch pay for this (and for looking themselves up again after it).
-        let w = match w.info.qos.batch() {
+        let (w, payload) = match w.info.qos.batch() {
             Some(b) if !w.dests.is_empty() => {
                 if self.write_batched(now, writer, b, seq, timestamp_ns, &payload, plain.as_ref()) {
                     return Ok(seq);
                 }
+                // Too large for a batch: it travels alone, with its own signature.
+                let payload = wire_form(
+                    &self.cfg,
+                    &mut self.stats,
+                    writer,
+                    seq,
+                    timestamp_ns,
+                    &payload,
+                );
                 let Some(w) = self.writers.get_mut(&writer) else {
                     return Ok(seq);
                 };
-                w
+                (w, payload)
             }
-            _ => w,
+            _ => (w, payload),
         };
 
         // Remote fan-out of a sample larger than one datagram: its fragments, once per
@@ -1010,7 +1042,9 @@ impl Participant {
         let room = self
             .cfg
             .max_datagram
-            .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN);
+            .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN)
+            // Room for a BATCH_SIG in sign modes.
+            .saturating_sub(SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
         let cap = b
             .max_bytes
             .min(room)
@@ -1370,11 +1404,39 @@ impl Participant {
             }
             return;
         }
-        let mut head = Vec::with_capacity(96);
+        // Batch-signed entries (sign modes): one signature for the whole batch, in a
+        // BATCH_SIG right before it.
+        let sig = match self.cfg.security.as_deref() {
+            Some(sec)
+                if entries
+                    .get(BATCH_ENTRY_OVERHEAD)
+                    .is_some_and(|b| b & tether_crypto::sample::BATCH_SIGNED != 0) =>
+            {
+                self.stats.signatures_made += 1;
+                let wid = tether_crypto::sample::endpoint_id(hdr.participant.0, writer.0);
+                Some(tether_crypto::sample::sign_batch(
+                    &sec.identity,
+                    &wid,
+                    first_seq,
+                    count,
+                    &entries,
+                ))
+            }
+            _ => None,
+        };
+        let mut head = Vec::with_capacity(96 + if sig.is_some() { 84 } else { 0 });
         let mut b = DatagramBuilder::new(&mut head, hdr);
         if let Some(hb) = &hb {
             let _ = b.push(&Submessage::Heartbeat(*hb));
             self.stats.heartbeats_sent += w.dests.len() as u64;
+        }
+        if let Some(signature) = &sig {
+            let _ = b.push(&Submessage::BatchSig(tether_wire::BatchSigRepr {
+                writer,
+                first_seq,
+                count,
+                signature,
+            }));
         }
         let batch = BatchRepr {
             writer,
@@ -1569,7 +1631,10 @@ impl Participant {
         } else {
             false
         };
+        // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
+        let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {
+            let pending = batch_sig.take();
             let m = match m {
                 Ok(m) => m,
                 Err(_) => {
@@ -1622,12 +1687,14 @@ impl Participant {
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(pid, n),
+                Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Batch(b) => {
                     let g = Guid {
                         participant: pid,
                         entity: b.writer,
                     };
-                    self.on_batch(now, g, b, datagram);
+                    let signed = pending.is_some_and(|x| self.batch_signature_ok(g, &b, &x));
+                    self.on_batch(now, g, b, datagram, signed);
                 }
             }
         }
@@ -1873,7 +1940,50 @@ impl Participant {
 
     /// A BATCH: its samples for every addressed local reader, each reader and writer proxy
     /// looked up once per batch rather than once per sample.
-    fn on_batch(&mut self, now: Instant, g: Guid, b: BatchRepr<'_>, datagram: &Bytes) {
+    /// Whether `x` is `g`'s signature over batch `b` (checked once per batch).
+    fn batch_signature_ok(
+        &mut self,
+        g: Guid,
+        b: &BatchRepr<'_>,
+        x: &tether_wire::BatchSigRepr<'_>,
+    ) -> bool {
+        if x.writer != b.writer || x.first_seq != b.first_seq || x.count != b.count {
+            return false;
+        }
+        let Some(key) = self
+            .remotes
+            .get(&g.participant)
+            .and_then(|p| p.auth.as_ref())
+            .filter(|a| a.verified)
+            .and_then(|a| a.credential.as_ref())
+            .map(|c| c.sign_public)
+        else {
+            return false;
+        };
+        let wid = tether_crypto::sample::endpoint_id(g.participant.0, g.entity.0);
+        let ok = tether_crypto::sample::batch_signature_ok(
+            &key,
+            &wid,
+            b.first_seq,
+            b.count,
+            b.entries,
+            x.signature,
+        );
+        if ok {
+            self.stats.signatures_verified += 1;
+        }
+        ok
+    }
+
+    /// `signed`: a BATCH_SIG from the writer over exactly this batch was verified.
+    fn on_batch(
+        &mut self,
+        now: Instant,
+        g: Guid,
+        b: BatchRepr<'_>,
+        datagram: &Bytes,
+        signed: bool,
+    ) {
         if self.cfg.security.is_some() {
             // Sealed entries: opened one by one, then taken as single samples.
             for (seq, timestamp_ns, payload) in b.samples() {
@@ -1883,7 +1993,7 @@ impl Participant {
                     timestamp_ns,
                     payload: datagram.slice_ref(payload),
                 };
-                if let Some(s) = self.unseal(now, b.reader, s) {
+                if let Some(s) = self.unseal_in(now, b.reader, s, signed) {
                     self.on_remote_data(now, b.reader, s);
                 }
             }
@@ -2034,6 +2144,8 @@ impl Participant {
         };
         match w.find(nf.seq).map(|c| (c.timestamp_ns, c.payload.clone())) {
             Some((ts, payload)) => {
+                let payload =
+                    wire_form(&self.cfg, &mut self.stats, nf.writer, nf.seq, ts, &payload);
                 let frags: Vec<u32> = nf.missing().collect();
                 self.stats.fragments_retransmitted += frags.len() as u64;
                 let before = self.stats.bytes_sent;
@@ -2192,11 +2304,27 @@ impl Participant {
                     // A young sample's fragments may still be in flight: the reader then
                     // repairs it by NACK_FRAG, so only an old one is re-sent whole.
                     if now.saturating_duration_since(c.written) >= self.cfg.heartbeat_period {
-                        big.push((seq, c.timestamp_ns, c.payload.clone()));
+                        let p = wire_form(
+                            &self.cfg,
+                            &mut self.stats,
+                            an.writer,
+                            seq,
+                            c.timestamp_ns,
+                            &c.payload,
+                        );
+                        big.push((seq, c.timestamp_ns, p));
                         self.stats.samples_retransmitted += 1;
                     }
                 }
                 Some(c) => {
+                    let p = wire_form(
+                        &self.cfg,
+                        &mut self.stats,
+                        an.writer,
+                        seq,
+                        c.timestamp_ns,
+                        &c.payload,
+                    );
                     flush_gap(
                         &mut gap,
                         &mut packer,
@@ -2211,7 +2339,7 @@ impl Participant {
                             reader: an.reader,
                             seq,
                             timestamp_ns: c.timestamp_ns,
-                            payload: &c.payload,
+                            payload: &p,
                         }),
                         &mut self.transmits,
                         &mut self.stats,
@@ -2572,6 +2700,18 @@ impl Participant {
     /// epoch it names. Refused samples are counted; a missing key is asked for (at most
     /// every 50 ms per writer) and the sample dropped (a reliable writer repairs it).
     fn unseal(&mut self, now: Instant, reader: EntityId, s: Sample) -> Option<Sample> {
+        self.unseal_in(now, reader, s, false)
+    }
+
+    /// [`unseal`](Self::unseal) for a sample that arrived in a batch whose signature was
+    /// verified (`batch_signed`): its own signature may then be the batch's.
+    fn unseal_in(
+        &mut self,
+        now: Instant,
+        reader: EntityId,
+        s: Sample,
+        batch_signed: bool,
+    ) -> Option<Sample> {
         if self.cfg.security.is_none() {
             return Some(s);
         }
@@ -2607,7 +2747,13 @@ impl Participant {
             self.stats.under_protected += 1;
             return None;
         }
-        if parts.prot.sign {
+        if parts.batch_signed {
+            // Signed by its batch: only inside a batch whose signature verified.
+            if !batch_signed {
+                self.stats.signature_failed += 1;
+                return None;
+            }
+        } else if parts.prot.sign {
             let key = self
                 .remotes
                 .get(&s.writer.participant)
@@ -3036,8 +3182,16 @@ impl Participant {
         let mut p = Packer::new(addr, hdr, max_dg);
         if transient {
             for c in w.history.iter() {
-                if c.payload.len() > single {
-                    big.push((c.seq, c.timestamp_ns, c.payload.clone()));
+                let payload = wire_form(
+                    &self.cfg,
+                    &mut self.stats,
+                    writer,
+                    c.seq,
+                    c.timestamp_ns,
+                    &c.payload,
+                );
+                if payload.len() > single {
+                    big.push((c.seq, c.timestamp_ns, payload));
                     continue;
                 }
                 p.push(
@@ -3046,7 +3200,7 @@ impl Participant {
                         reader: reader.entity,
                         seq: c.seq,
                         timestamp_ns: c.timestamp_ns,
-                        payload: &c.payload,
+                        payload: &payload,
                     }),
                     &mut self.transmits,
                     &mut self.stats,
@@ -3701,6 +3855,36 @@ fn newer(last: &mut Option<u32>, count: u32) -> bool {
     }
     *last = Some(count);
     true
+}
+
+/// What a sample from a writer's history goes on the wire as when it travels alone (not
+/// in a batch): itself, unless it is batch-signed, in which case it gets its own signature
+/// (deterministic, so every repair of it is the same bytes).
+fn wire_form(
+    cfg: &Config,
+    stats: &mut Stats,
+    writer: EntityId,
+    seq: u64,
+    timestamp_ns: u64,
+    payload: &Bytes,
+) -> Bytes {
+    let Some(sec) = cfg.security.as_deref() else {
+        return payload.clone();
+    };
+    if payload
+        .first()
+        .is_none_or(|b| b & tether_crypto::sample::BATCH_SIGNED == 0)
+    {
+        return payload.clone();
+    }
+    let wid = tether_crypto::sample::endpoint_id(cfg.participant.0, writer.0);
+    match tether_crypto::sample::individual(payload, &sec.identity, &wid, seq, timestamp_ns) {
+        Some(v) => {
+            stats.signatures_made += 1;
+            Bytes::from(v)
+        }
+        None => payload.clone(),
+    }
 }
 
 /// How many remote participants a sample may reach by multicast: those that announced a

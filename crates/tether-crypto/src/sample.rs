@@ -70,6 +70,10 @@ fn signed_bytes(writer: &[u8; 12], seq: u64, timestamp_ns: u64, head: &[u8]) -> 
     v
 }
 
+/// Protection bit 2: the sample is signed by the BATCH that carries it (its BATCH_SIG), not
+/// by a signature of its own. Not part of the AAD, so the same sealed body serves both.
+pub const BATCH_SIGNED: u8 = 4;
+
 /// Protects a sample once: `protection ‖ (epoch ‖ ciphertext ‖ tag, or the plaintext) ‖
 /// (signature)`.
 #[allow(clippy::too_many_arguments)]
@@ -77,6 +81,33 @@ pub fn protect(
     prot: Protection,
     key: Option<&SenderKey>,
     signer: &crate::Identity,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+    plain: &[u8],
+) -> Option<Vec<u8>> {
+    protect_inner(prot, key, Some(signer), writer, seq, timestamp_ns, plain)
+}
+
+/// [`protect`] for a sample that will travel in a signed batch: in `sign` modes it gets
+/// protection bit 2 and no signature of its own ([`sign_batch`] signs the batch once). Sent
+/// alone (a repair, or a sample too large for a batch) it needs [`individual`] first.
+pub fn protect_for_batch(
+    prot: Protection,
+    key: Option<&SenderKey>,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+    plain: &[u8],
+) -> Option<Vec<u8>> {
+    protect_inner(prot, key, None, writer, seq, timestamp_ns, plain)
+}
+
+/// `signer`: `None` for a batch-signed sample.
+fn protect_inner(
+    prot: Protection,
+    key: Option<&SenderKey>,
+    signer: Option<&crate::Identity>,
     writer: &[u8; 12],
     seq: u64,
     timestamp_ns: u64,
@@ -106,11 +137,76 @@ pub fn protect(
             v
         }
     };
-    if prot.sign {
-        let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
-        v.extend_from_slice(&sig);
+    match (prot.sign, signer) {
+        (true, Some(signer)) => {
+            let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
+            v.extend_from_slice(&sig);
+        }
+        (true, None) => v[0] |= BATCH_SIGNED,
+        (false, _) => {}
     }
     Some(v)
+}
+
+/// A batch-signed sample (protection bit 2) made to travel alone: bit 2 cleared and its own
+/// signature appended. `None` if `p` is not batch-signed. Ed25519 is deterministic, so the
+/// same sample always gives the same bytes (fragment repairs stay consistent).
+pub fn individual(
+    p: &[u8],
+    signer: &crate::Identity,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+) -> Option<Vec<u8>> {
+    if p.first()? & BATCH_SIGNED == 0 {
+        return None;
+    }
+    let mut v = Vec::with_capacity(p.len() + 64);
+    v.extend_from_slice(p);
+    v[0] &= !BATCH_SIGNED;
+    let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
+    v.extend_from_slice(&sig);
+    Some(v)
+}
+
+/// What a batch signature covers: a domain separator, the writer, the first sequence
+/// number, the count, and the SHA-256 of the entries exactly as the BATCH carries them.
+fn batch_signed_bytes(writer: &[u8; 12], first_seq: u64, count: u32, entries: &[u8]) -> Vec<u8> {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, entries);
+    let mut v = Vec::with_capacity(15 + 12 + 12 + 32);
+    v.extend_from_slice(b"tether batch v1");
+    v.extend_from_slice(writer);
+    v.extend_from_slice(&first_seq.to_be_bytes());
+    v.extend_from_slice(&count.to_be_bytes());
+    v.extend_from_slice(digest.as_ref());
+    v
+}
+
+/// One signature for a whole batch of batch-signed samples.
+pub fn sign_batch(
+    signer: &crate::Identity,
+    writer: &[u8; 12],
+    first_seq: u64,
+    count: u32,
+    entries: &[u8],
+) -> [u8; 64] {
+    signer.sign(&batch_signed_bytes(writer, first_seq, count, entries))
+}
+
+/// Whether `sig` is the writer's signature over this batch.
+pub fn batch_signature_ok(
+    public: &[u8; 32],
+    writer: &[u8; 12],
+    first_seq: u64,
+    count: u32,
+    entries: &[u8],
+    sig: &[u8],
+) -> bool {
+    crate::Identity::verify(
+        public,
+        &batch_signed_bytes(writer, first_seq, count, entries),
+        sig,
+    )
 }
 
 /// A protected payload taken apart: its protection, the signature if any, and the body
@@ -122,22 +218,25 @@ pub struct Parts<'a> {
     pub head: &'a [u8],
     /// `epoch ‖ ciphertext ‖ tag` if sealed, else the plain sample.
     pub body: &'a [u8],
-    /// The signature, if signed.
+    /// The signature, if signed on its own.
     pub sig: Option<&'a [u8]>,
+    /// Signed by the batch that carries it (protection bit 2), not on its own.
+    pub batch_signed: bool,
 }
 
 /// Takes a protected payload apart; `None` if malformed (unknown protection bits, too
 /// short for its signature or its seal).
 pub fn parts(p: &[u8]) -> Option<Parts<'_>> {
     let b = *p.first()?;
-    if b & !3 != 0 {
+    let batch_signed = b & BATCH_SIGNED != 0;
+    if b & !7 != 0 || (batch_signed && b & 2 == 0) {
         return None;
     }
     let prot = Protection {
         encrypt: b & 1 != 0,
         sign: b & 2 != 0,
     };
-    let (head, sig) = if prot.sign {
+    let (head, sig) = if prot.sign && !batch_signed {
         let at = p.len().checked_sub(64)?;
         (&p[..at], Some(&p[at..]))
     } else {
@@ -152,6 +251,7 @@ pub fn parts(p: &[u8]) -> Option<Parts<'_>> {
         head,
         body,
         sig,
+        batch_signed,
     })
 }
 
@@ -205,6 +305,74 @@ mod tests {
     use super::*;
     use crate::{Identity, Suite};
 
+    /// A batch-signed sample opens like any other, carries no signature of its own, turns
+    /// into the individually signed form on demand (the same bytes every time), and the
+    /// batch signature covers every entry byte.
+    #[test]
+    fn batch_signatures() {
+        let id = Identity::generate();
+        let key = SenderKey::generate(Suite::Aes128Gcm, 1);
+        let w = endpoint_id(7, 3);
+        for mode in ["sign", "encrypt+sign"] {
+            let prot: Protection = mode.parse().unwrap();
+            let b = protect_for_batch(prot, Some(&key), &w, 5, 99, b"payload").unwrap();
+            let p = parts(&b).unwrap();
+            assert!(p.batch_signed && p.sig.is_none(), "{mode}");
+            let alone = individual(&b, &id, &w, 5, 99).unwrap();
+            assert_eq!(alone, individual(&b, &id, &w, 5, 99).unwrap());
+            assert_eq!(
+                alone,
+                protect(prot, Some(&key), &id, &w, 5, 99, b"payload").unwrap()
+            );
+            let q = parts(&alone).unwrap();
+            assert!(!q.batch_signed && signature_ok(&q, &id.sign_public(), &w, 5, 99));
+            if prot.encrypt {
+                // One sealed body for both forms: bit 2 is outside the AAD.
+                assert_eq!(open(&key, &w, 5, 99, p.prot, p.body).unwrap(), b"payload");
+                assert_eq!(p.body, q.body);
+            }
+            assert!(individual(&alone, &id, &w, 5, 99).is_none());
+        }
+        let entries = b"entries of a batch".to_vec();
+        let sig = sign_batch(&id, &w, 10, 3, &entries);
+        assert!(batch_signature_ok(
+            &id.sign_public(),
+            &w,
+            10,
+            3,
+            &entries,
+            &sig
+        ));
+        let mut e = entries.clone();
+        e[4] ^= 1;
+        assert!(!batch_signature_ok(&id.sign_public(), &w, 10, 3, &e, &sig));
+        assert!(!batch_signature_ok(
+            &id.sign_public(),
+            &w,
+            11,
+            3,
+            &entries,
+            &sig
+        ));
+        assert!(!batch_signature_ok(
+            &id.sign_public(),
+            &w,
+            10,
+            2,
+            &entries,
+            &sig
+        ));
+        let other = Identity::generate();
+        assert!(!batch_signature_ok(
+            &other.sign_public(),
+            &w,
+            10,
+            3,
+            &entries,
+            &sig
+        ));
+    }
+
     /// Every mode round-trips; the seal binds every field and the protection byte, and the
     /// signature covers every byte before it.
     #[test]
@@ -234,7 +402,8 @@ mod tests {
         // Sealing without a key is refused; unknown protection bits too.
         let enc: Protection = "encrypt".parse().unwrap();
         assert!(protect(enc, None, &id, &w, 1, 1, b"x").is_none());
-        assert!(parts(&[4, 0, 0]).is_none());
+        assert!(parts(&[4, 0, 0]).is_none(), "batch-signed without sign");
+        assert!(parts(&[8, 0, 0]).is_none());
         assert!("loud".parse::<Protection>().is_err());
     }
 }

@@ -1247,3 +1247,232 @@ fn multicast_fanout_of_sealed_samples_reaches_only_granted_readers() {
         "the outsider's copies are counted drops: {os:?}"
     );
 }
+
+/// A node whose writers protect samples as `mode` on every topic.
+fn node_mode(sim: &mut Sim, m: Member, ca: &CaKey, mode: &str) -> usize {
+    let now = sim.now;
+    let (ca_public, rs) = (ca.public(), secret(ca));
+    let prot: Protection = mode.parse().unwrap();
+    sim.add_node_with(move |c| {
+        c.security = Some(Arc::new(
+            Security::new(m.identity, m.credential, ca_public, rs, None, now, NOW)
+                .with_protection(prot, vec![]),
+        ));
+    })
+}
+
+fn batching(max_samples: u32) -> Qos {
+    Qos::new().keep_all().batching(tether_core::Batching {
+        max_bytes: 8000,
+        max_samples,
+        max_delay: Duration::from_millis(2),
+    })
+}
+
+/// In `sign` modes a batching writer signs each batch once (one BATCH_SIG), not each
+/// sample; a sample too large for a batch, and every sample repaired alone, carries its own
+/// signature. Under loss every reader still gets every sample, intact.
+#[test]
+fn batches_are_signed_once_in_sign_modes() {
+    for (seed, mode, loss) in [
+        (51u64, "sign", 0.0),
+        (52, "encrypt+sign", 0.0),
+        (53, "sign", 0.1),
+        (54, "encrypt+sign", 0.1),
+    ] {
+        let link = if loss == 0.0 {
+            Link::perfect()
+        } else {
+            Link::lossy(loss)
+        };
+        let mut sim = Sim::new(seed, link);
+        let ca = CaKey::generate();
+        let w = node_mode(&mut sim, member(&ca, 1, "robot", &["/**"], &[]), &ca, mode);
+        let rs: Vec<usize> = (0..2)
+            .map(|k| node_mode(&mut sim, member(&ca, 10 + k, "v", &[], &["/**"]), &ca, mode))
+            .collect();
+        let now = sim.now;
+        let wid = sim
+            .p(w)
+            .create_writer(
+                now,
+                EndpointInfo {
+                    qos: batching(8),
+                    ..info("/b")
+                },
+            )
+            .unwrap();
+        let rids: Vec<EntityId> = rs
+            .iter()
+            .map(|&r| {
+                let now = sim.now;
+                sim.p(r).create_reader(now, info("/b"))
+            })
+            .collect();
+        sim.pump(w);
+        assert!(sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[w].participant.matched_count(wid) == 2
+                && rs
+                    .iter()
+                    .all(|&r| mode == "sign" || s.nodes[r].participant.stats().keys_received >= 1)
+        }));
+        let sample = |k: u64| -> Bytes {
+            let n = if k == 17 { 100_000 } else { 200 };
+            let mut v = vec![(k % 250) as u8; n];
+            v[..8].copy_from_slice(&k.to_le_bytes());
+            Bytes::from(v)
+        };
+        let n = 40u64;
+        for k in 0..n {
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, sample(k)).unwrap();
+            sim.pump(w);
+        }
+        let ok = sim.run_until(Duration::from_secs(120), |s| {
+            rs.iter()
+                .zip(&rids)
+                .all(|(&r, &rid)| s.seqs(r, rid).len() == n as usize)
+        });
+        assert!(ok, "seed {seed} {mode}: not every sample arrived");
+        for (&r, &rid) in rs.iter().zip(&rids) {
+            for (k, p) in sim.payloads(r, rid).iter().enumerate() {
+                assert!(*p == sample(k as u64), "seed {seed}: sample {k} differs");
+            }
+            assert!(sim.nodes[r].participant.stats().signatures_verified >= 1);
+        }
+        let st = sim.nodes[w].participant.stats();
+        assert_eq!(st.samples_signed, n, "seed {seed}");
+        if loss == 0.0 {
+            // 39 small samples in batches of at most 8 (the large one ends the batch
+            // before it early), plus the large one's own signature.
+            assert!(
+                st.signatures_made <= 8,
+                "seed {seed} {mode}: {} signatures for {n} samples",
+                st.signatures_made
+            );
+            for &r in &rs {
+                assert_eq!(sim.nodes[r].participant.stats().signature_failed, 0);
+            }
+        }
+    }
+}
+
+/// A batch whose signature is altered, or that arrives without its BATCH_SIG, delivers
+/// nothing; nor does an entry taken out of it and sent alone. The genuine one delivers all.
+#[test]
+fn a_batch_without_its_signature_delivers_nothing() {
+    use tether_wire::{Datagram, DatagramBuilder, Submessage};
+    let mut sim = Sim::new(55, Link::perfect());
+    let ca = CaKey::generate();
+    let w = node_mode(
+        &mut sim,
+        member(&ca, 1, "robot", &["/**"], &[]),
+        &ca,
+        "sign",
+    );
+    let r = node_mode(&mut sim, member(&ca, 2, "v", &[], &["/**"]), &ca, "sign");
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(
+            now,
+            EndpointInfo {
+                qos: batching(4).best_effort(),
+                ..info("/b")
+            },
+        )
+        .unwrap();
+    let rid = sim.p(r).create_reader(
+        now,
+        EndpointInfo {
+            qos: Qos::new().best_effort(),
+            ..info("/b")
+        },
+    );
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+    }));
+    let now = sim.now;
+    for k in 0..4u64 {
+        sim.p(w)
+            .write(now, wid, k, Bytes::from(format!("entry {k}")))
+            .unwrap();
+    }
+    let dg = std::iter::from_fn(|| sim.p(w).poll_transmit())
+        .map(|t| t.contiguous())
+        .find(|d| {
+            Datagram::parse(d).is_ok_and(|x| {
+                x.submessages()
+                    .any(|m| matches!(m, Ok(Submessage::BatchSig(_))))
+            })
+        })
+        .expect("a signed batch");
+    let d = Datagram::parse(&dg).unwrap();
+    let subs: Vec<Submessage<'_>> = d.submessages().map(|m| m.unwrap()).collect();
+    let build = |subs: &[Submessage<'_>]| -> Bytes {
+        let mut out = Vec::new();
+        let mut b = DatagramBuilder::new(&mut out, d.header());
+        for m in subs {
+            b.push(m).unwrap();
+        }
+        Bytes::from(out)
+    };
+    let mut bad_sig = subs
+        .iter()
+        .find_map(|m| match m {
+            Submessage::BatchSig(x) => Some(*x.signature),
+            _ => None,
+        })
+        .unwrap();
+    bad_sig[10] ^= 1;
+    let forged: Vec<Submessage<'_>> = subs
+        .iter()
+        .map(|m| match m {
+            Submessage::BatchSig(x) => Submessage::BatchSig(tether_wire::BatchSigRepr {
+                signature: &bad_sig,
+                ..*x
+            }),
+            _ => *m,
+        })
+        .collect();
+    let stripped: Vec<Submessage<'_>> = subs
+        .iter()
+        .filter(|m| !matches!(m, Submessage::BatchSig(_)))
+        .copied()
+        .collect();
+    // One entry alone, in a DATA (protection bit 2 still set).
+    let alone = subs
+        .iter()
+        .find_map(|m| match m {
+            Submessage::Batch(b) => b.samples().next().map(|(seq, ts, p)| {
+                Submessage::Data(tether_wire::DataRepr {
+                    writer: b.writer,
+                    reader: b.reader,
+                    seq,
+                    timestamp_ns: ts,
+                    payload: p,
+                })
+            }),
+            _ => None,
+        })
+        .unwrap();
+    let from = sim.nodes[w].addr;
+    for bad in [build(&forged), build(&stripped), build(&[alone])] {
+        let now = sim.now;
+        sim.p(r).handle_datagram(now, from, &bad);
+        sim.pump(r);
+    }
+    assert!(
+        sim.seqs(r, rid).is_empty(),
+        "an unsigned batch entry was delivered"
+    );
+    assert_eq!(sim.nodes[r].participant.stats().signature_failed, 4 + 4 + 1);
+    let now = sim.now;
+    sim.p(r).handle_datagram(now, from, &dg);
+    sim.pump(r);
+    assert_eq!(sim.seqs(r, rid), vec![1, 2, 3, 4]);
+    assert_eq!(sim.nodes[r].participant.stats().signatures_verified, 1);
+}

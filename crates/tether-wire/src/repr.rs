@@ -39,6 +39,8 @@ pub enum SubmessageKind {
     KeyRequest = 0x0E,
     /// The rest of the datagram, sealed for one peer (per-destination protection).
     Sealed = 0x0F,
+    /// One Ed25519 signature for the BATCH that follows (sign modes).
+    BatchSig = 0x10,
 }
 
 impl SubmessageKind {
@@ -60,6 +62,7 @@ impl SubmessageKind {
             0x0D => Self::Key,
             0x0E => Self::KeyRequest,
             0x0F => Self::Sealed,
+            0x10 => Self::BatchSig,
             _ => return None,
         })
     }
@@ -497,6 +500,20 @@ pub struct SealedRepr<'a> {
     pub sealed: &'a [u8],
 }
 
+/// The writer's signature over the BATCH right after it in the same datagram
+/// (`docs/wire.md#batch_sig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSigRepr<'a> {
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The batch's first sequence number (≥ 1).
+    pub first_seq: u64,
+    /// The batch's count (≥ 1).
+    pub count: u32,
+    /// Ed25519 signature.
+    pub signature: &'a [u8; 64],
+}
+
 /// Bytes of a SEALED body before the sealed bytes: `to` and `counter`.
 pub const SEALED_FIXED_LEN: usize = 16;
 
@@ -533,6 +550,8 @@ pub enum Submessage<'a> {
     KeyRequest(KeyRequestRepr),
     /// See [`SealedRepr`].
     Sealed(SealedRepr<'a>),
+    /// See [`BatchSigRepr`].
+    BatchSig(BatchSigRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -657,6 +676,7 @@ impl<'a> Submessage<'a> {
             Submessage::Key(_) => SubmessageKind::Key as u8,
             Submessage::KeyRequest(_) => SubmessageKind::KeyRequest as u8,
             Submessage::Sealed(_) => SubmessageKind::Sealed as u8,
+            Submessage::BatchSig(_) => SubmessageKind::BatchSig as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -1010,6 +1030,25 @@ impl<'a> Submessage<'a> {
                     sealed,
                 })
             }
+            //= docs/wire.md#batch_sig
+            SubmessageKind::BatchSig => {
+                let writer = c.entity("writer")?;
+                let first_seq = c.u64()?;
+                if first_seq == 0 {
+                    return Err(Error::BadValue("first_seq"));
+                }
+                let count = c.u32()?;
+                if count == 0 {
+                    return Err(Error::BadValue("count"));
+                }
+                let signature: &[u8; 64] = c.take(64)?.try_into().map_err(|_| Error::BadLength)?;
+                Submessage::BatchSig(BatchSigRepr {
+                    writer,
+                    first_seq,
+                    count,
+                    signature,
+                })
+            }
         };
         c.finish()?;
         Ok(msg)
@@ -1138,6 +1177,15 @@ impl<'a> Submessage<'a> {
                 out.extend_from_slice(&k.reader.0.to_le_bytes());
                 out.extend_from_slice(&k.writer.0.to_le_bytes());
                 out.extend_from_slice(&k.epoch.to_le_bytes());
+            }
+            Submessage::BatchSig(b) => {
+                if b.writer.0 == 0 || b.first_seq == 0 || b.count == 0 {
+                    return Err(Error::BadLength);
+                }
+                out.extend_from_slice(&b.writer.0.to_le_bytes());
+                out.extend_from_slice(&b.first_seq.to_le_bytes());
+                out.extend_from_slice(&b.count.to_le_bytes());
+                out.extend_from_slice(b.signature);
             }
             Submessage::Sealed(x) => {
                 if x.counter == 0 || x.sealed.len() < 16 {

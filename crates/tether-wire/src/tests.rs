@@ -610,3 +610,39 @@ fn participant_data_group_must_be_multicast_and_whole() {
         .is_err()
     );
 }
+
+proptest! {
+    #[test]
+    fn batch_sig_roundtrip(w in 1u32.., first in 1u64.., count in 1u32.., sig in any::<[u8; 32]>()) {
+        let mut signature = [0u8; 64];
+        signature[..32].copy_from_slice(&sig);
+        signature[32..].copy_from_slice(&sig);
+        let b = BatchSigRepr { writer: EntityId(w), first_seq: first, count, signature: &signature };
+        roundtrip(&[Submessage::BatchSig(b)]);
+    }
+}
+
+#[test]
+fn batch_sig_bad_values() {
+    let b = BatchSigRepr {
+        writer: EntityId(3),
+        first_seq: 9,
+        count: 4,
+        signature: &[7; 64],
+    };
+    let mut body = Vec::new();
+    Submessage::BatchSig(b).emit_body(&mut body).unwrap();
+    assert_eq!(body.len(), 80);
+    for cut in 0..body.len() {
+        assert!(Submessage::parse(0x10, &body[..cut]).is_err(), "cut {cut}");
+    }
+    let mut long = body.clone();
+    long.push(0);
+    assert!(Submessage::parse(0x10, &long).is_err(), "trailing byte");
+    for (at, what) in [(0usize, "writer"), (4, "first_seq"), (12, "count")] {
+        let mut z = body.clone();
+        let n = if at == 4 { 8 } else { 4 };
+        z[at..at + n].fill(0);
+        assert!(Submessage::parse(0x10, &z).is_err(), "{what} 0");
+    }
+}
