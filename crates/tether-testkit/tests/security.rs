@@ -590,12 +590,14 @@ fn tampered_sealed_samples_are_refused() {
         sim.seqs(r, rid).is_empty(),
         "a tampered sample was delivered"
     );
-    // The genuine one still opens, once; the same bytes again are a duplicate.
+    // The genuine one still opens, once; the same bytes again are a duplicate, counted.
     let now = sim.now;
     sim.p(r)
         .handle_datagram(now, from, &Bytes::from(dg.clone()));
+    let dups = sim.nodes[r].participant.stats().duplicates;
     sim.p(r).handle_datagram(now, from, &Bytes::from(dg));
     sim.pump(r);
+    assert_eq!(sim.nodes[r].participant.stats().duplicates, dups + 1);
     assert_eq!(
         sim.payloads(r, rid),
         vec![Bytes::from_static(b"secret sample")]
