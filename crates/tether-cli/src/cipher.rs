@@ -452,20 +452,31 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
         );
         // Interleaved, best of each: the VM's noise falls on both alike.
         let (mut tether, mut raw) = (0f64, 0f64);
-        // The engine's own path: key lookup, then tether_crypto::sample::protect (the
-        // protection byte, the 33-byte AAD, and the copy into the buffer it seals in place).
+        // The engine's own path in steady state: key lookup, then
+        // tether_crypto::sample::protect_into (the protection byte and epoch, the 33-byte
+        // AAD, the seal from the application's bytes into the buffer the writer's history
+        // gave back, the tag).
         let signer = tether_crypto::Identity::generate();
         let enc = tether_crypto::Protection {
             encrypt: true,
             sign: false,
         };
+        let mut spare: Vec<u8> = Vec::new();
         let mut seal_tether = |seq: u64, b: &mut Vec<u8>| {
             b.truncate(size);
             let k = keys.get(&WRITER).expect("present");
-            let sealed =
-                tether_crypto::sample::protect(enc, Some(k), &signer, &WRITER, seq, seq, b)
-                    .expect("seals");
-            let _ = black_box(sealed);
+            tether_crypto::sample::protect_into(
+                &mut spare,
+                enc,
+                Some(k),
+                &signer,
+                &WRITER,
+                seq,
+                seq,
+                b,
+            )
+            .expect("seals");
+            let _ = black_box(&spare);
         };
         let mut seal_raw = |seq: u64, b: &mut Vec<u8>| {
             b.truncate(size);

@@ -105,6 +105,9 @@ pub(crate) struct Writer {
     pub(crate) seals: u64,
     /// In a secure realm: how its samples are protected.
     pub(crate) prot: Option<tether_crypto::Protection>,
+    /// A protected sample's buffer taken back from the history once nothing else held it:
+    /// the next sample is sealed into it (no allocation, no zeroing).
+    pub(crate) spare: Option<Vec<u8>>,
 }
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
@@ -124,6 +127,9 @@ pub(crate) struct AsyncState {
     /// A sample whose last datagram was handed to the driver, released at its next poll.
     pub(crate) sending: Option<u64>,
 }
+
+/// Largest sealed buffer a writer keeps for its next sample.
+const SPARE_MAX: usize = 1 << 20;
 
 impl Writer {
     pub(crate) fn new(id: EntityId, info: EndpointInfo) -> Self {
@@ -150,6 +156,7 @@ impl Writer {
             key: None,
             seals: 0,
             prot: None,
+            spare: None,
         }
     }
 
@@ -222,6 +229,13 @@ impl Writer {
     fn pop_front(&mut self) {
         if let Some(c) = self.history.pop_front() {
             self.history_bytes -= c.payload.len() as u64;
+            // A secure writer's history holds buffers it sealed; one no datagram still
+            // refers to comes back for the next seal.
+            if self.prot.is_some() && self.spare.is_none() && c.payload.len() <= SPARE_MAX {
+                if let Ok(m) = c.payload.try_into_mut() {
+                    self.spare = Some(Vec::from(m));
+                }
+            }
         }
     }
 

@@ -836,7 +836,10 @@ impl Participant {
                     if prot.sign {
                         self.stats.signatures_made += 1;
                     }
-                    tether_crypto::sample::protect(
+                    // Into the buffer of a sample the history let go of, if any.
+                    let mut buf = w.spare.take().unwrap_or_default();
+                    tether_crypto::sample::protect_into(
+                        &mut buf,
                         prot,
                         w.key.as_deref(),
                         &sec.identity,
@@ -845,6 +848,7 @@ impl Participant {
                         timestamp_ns,
                         &payload,
                     )
+                    .map(|()| buf)
                 };
                 match p {
                     Some(p) => {
@@ -4002,6 +4006,67 @@ fn flush_gap(
 #[cfg(test)]
 mod tests {
     use super::newer;
+    use super::*;
+
+    /// A secure writer seals each sample into the buffer of one its history let go of, once
+    /// nothing else holds it: no allocation, no zeroing per sample in steady state.
+    #[test]
+    fn sealed_buffers_are_taken_back_from_the_history() {
+        let now = Instant::now();
+        let ca = tether_crypto::CaKey::generate();
+        let id = tether_crypto::Identity::generate();
+        let cred = tether_crypto::Credential::issue(
+            &ca,
+            "w",
+            1,
+            1_000,
+            4_000_000_000,
+            id.sign_public(),
+            id.kx_public(),
+            vec!["/**".into()],
+            vec![],
+        )
+        .unwrap();
+        let mut cfg = Config::new(0, ParticipantId(7));
+        cfg.security = Some(std::sync::Arc::new(crate::Security::new(
+            id,
+            cred,
+            ca.public(),
+            tether_crypto::RealmSecret::from_bytes([3; 32]),
+            None,
+            now,
+            2_000_000_000,
+        )));
+        let mut p = Participant::new(cfg, now);
+        let info = EndpointInfo {
+            topic: "/t".into(),
+            type_name: "t".into(),
+            partitions: vec![],
+            qos: Qos::new().keep_last(2),
+        };
+        let wid = p.create_writer(now, info).unwrap();
+        let ptr = |p: &Participant| p.writers[&wid].history.back().unwrap().payload.as_ptr();
+        for k in 0..2u64 {
+            p.write(now, wid, k, Bytes::from(vec![k as u8; 4096]))
+                .unwrap();
+        }
+        let first = p.writers[&wid].history.front().unwrap().payload.as_ptr();
+        // Room for the next sample: the oldest leaves and its buffer becomes the spare
+        // (alive, so the allocator cannot hand out the same address by chance).
+        let w = p.writers.get_mut(&wid).unwrap();
+        assert!(w.spare.is_none());
+        assert!(w.make_room(4096));
+        assert_eq!(w.spare.as_ref().map(|v| v.as_ptr()), Some(first));
+        p.write(now, wid, 2, Bytes::from(vec![2u8; 4096])).unwrap();
+        assert_eq!(ptr(&p), first, "sealed into the buffer taken back");
+        assert!(p.writers[&wid].spare.is_none());
+        // A buffer something still holds is not taken back.
+        let held = p.writers[&wid].history.front().unwrap().payload.clone();
+        p.write(now, wid, 3, Bytes::from(vec![3u8; 4096])).unwrap();
+        assert!(p.writers[&wid].spare.is_none());
+        assert_ne!(ptr(&p), held.as_ptr());
+        assert_eq!(held.len(), 1 + 4 + 4096 + 16, "intact while held");
+    }
 
     #[test]
     fn counts_in_serial_number_order() {

@@ -86,7 +86,44 @@ pub fn protect(
     timestamp_ns: u64,
     plain: &[u8],
 ) -> Option<Vec<u8>> {
-    protect_inner(prot, key, Some(signer), writer, seq, timestamp_ns, plain)
+    let mut v = Vec::new();
+    protect_inner(
+        &mut v,
+        prot,
+        key,
+        Some(signer),
+        writer,
+        seq,
+        timestamp_ns,
+        plain,
+    )?;
+    Some(v)
+}
+
+/// [`protect`] into `out`, whatever it held: a buffer taken back from an earlier sample
+/// is reused as it is (no allocation; the bytes it already has are overwritten, not
+/// zeroed first). `None` (and `out` unspecified) if it cannot seal.
+#[allow(clippy::too_many_arguments)]
+pub fn protect_into(
+    out: &mut Vec<u8>,
+    prot: Protection,
+    key: Option<&SenderKey>,
+    signer: &crate::Identity,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+    plain: &[u8],
+) -> Option<()> {
+    protect_inner(
+        out,
+        prot,
+        key,
+        Some(signer),
+        writer,
+        seq,
+        timestamp_ns,
+        plain,
+    )
 }
 
 /// [`protect`] for a sample that will travel in a signed batch: in `sign` modes it gets
@@ -100,11 +137,15 @@ pub fn protect_for_batch(
     timestamp_ns: u64,
     plain: &[u8],
 ) -> Option<Vec<u8>> {
-    protect_inner(prot, key, None, writer, seq, timestamp_ns, plain)
+    let mut v = Vec::new();
+    protect_inner(&mut v, prot, key, None, writer, seq, timestamp_ns, plain)?;
+    Some(v)
 }
 
 /// `signer`: `None` for a batch-signed sample.
+#[allow(clippy::too_many_arguments)]
 fn protect_inner(
+    v: &mut Vec<u8>,
     prot: Protection,
     key: Option<&SenderKey>,
     signer: Option<&crate::Identity>,
@@ -112,31 +153,35 @@ fn protect_inner(
     seq: u64,
     timestamp_ns: u64,
     plain: &[u8],
-) -> Option<Vec<u8>> {
+) -> Option<()> {
     let b = prot.byte();
-    let mut v = match (prot.encrypt, key) {
+    match (prot.encrypt, key) {
         (true, Some(k)) => {
-            // Sealed straight from the application's bytes into the new buffer (no copy
-            // first); the signature, if any, is appended after.
+            // Sealed straight from the application's bytes into the buffer (no copy
+            // first); the signature, if any, is appended after. A reused buffer long
+            // enough is cut to length, not cleared: the seal overwrites every byte.
             let len = 1 + 4 + plain.len() + crate::TAG_LEN;
-            let mut v = Vec::with_capacity(len + if prot.sign { 64 } else { 0 });
-            v.resize(len, 0);
+            v.reserve(len.saturating_sub(v.len()) + if prot.sign { 64 } else { 0 });
+            if v.len() >= len {
+                v.truncate(len);
+            } else {
+                v.resize(len, 0);
+            }
             v[0] = b;
             v[1..5].copy_from_slice(&k.epoch().to_le_bytes());
             let (ct, tag) = v[5..].split_at_mut(plain.len());
             let tag: &mut [u8; crate::TAG_LEN] = tag.try_into().ok()?;
             k.seal_into(seq, &aad(k, writer, seq, timestamp_ns, b), plain, ct, tag)
                 .ok()?;
-            v
         }
         (true, None) => return None,
         (false, _) => {
-            let mut v = Vec::with_capacity(1 + plain.len() + 64);
+            v.clear();
+            v.reserve(1 + plain.len() + 64);
             v.push(b);
             v.extend_from_slice(plain);
-            v
         }
-    };
+    }
     match (prot.sign, signer) {
         (true, Some(signer)) => {
             let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
@@ -145,7 +190,7 @@ fn protect_inner(
         (true, None) => v[0] |= BATCH_SIGNED,
         (false, _) => {}
     }
-    Some(v)
+    Some(())
 }
 
 /// A batch-signed sample (protection bit 2) made to travel alone: bit 2 cleared and its own
