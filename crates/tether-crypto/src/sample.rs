@@ -184,7 +184,7 @@ fn protect_inner(
     }
     match (prot.sign, signer) {
         (true, Some(signer)) => {
-            let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
+            let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, v));
             v.extend_from_slice(&sig);
         }
         (true, None) => v[0] |= BATCH_SIGNED,
