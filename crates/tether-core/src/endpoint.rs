@@ -418,6 +418,18 @@ pub(crate) struct WriterProxy {
     pub(crate) nackfrag_count: u32,
 }
 
+impl WriterProxy {
+    /// Whether sample `seq` would be a duplicate here: delivered already, or waiting in the
+    /// reorder buffer (the same test `accept` applies).
+    pub(crate) fn holds(&self, seq: u64) -> bool {
+        if self.reliable {
+            self.expected.is_some_and(|e| seq < e) || self.pending.contains_key(&seq)
+        } else {
+            seq <= self.last_delivered
+        }
+    }
+}
+
 /// Memory a reassembly is charged for: its sample, and at least 1 KiB of bookkeeping.
 pub(crate) fn reassembly_charge(sample_size: u32) -> u64 {
     (sample_size as u64).max(1024)

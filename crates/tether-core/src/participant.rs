@@ -2703,6 +2703,24 @@ impl Participant {
     /// In a secure realm, opens a sample's sealed payload with its writer's key for the
     /// epoch it names. Refused samples are counted; a missing key is asked for (at most
     /// every 50 ms per writer) and the sample dropped (a reliable writer repairs it).
+    /// Whether every local reader a sample of `writer` addressed to `reader` (or to all)
+    /// would go to already holds number `seq`.
+    fn held_everywhere(&self, writer: Guid, reader: EntityId, seq: u64) -> bool {
+        let holds = |r: &EntityId| {
+            self.readers
+                .get(r)
+                .and_then(|x| x.writers.get(&writer))
+                .is_some_and(|wp| wp.holds(seq))
+        };
+        if reader == EntityId::ALL {
+            self.remote_writer_readers
+                .get(&writer)
+                .is_some_and(|v| !v.is_empty() && v.iter().all(holds))
+        } else {
+            holds(&reader)
+        }
+    }
+
     fn unseal(&mut self, now: Instant, reader: EntityId, s: Sample) -> Option<Sample> {
         self.unseal_in(now, reader, s, false)
     }
@@ -2723,6 +2741,12 @@ impl Participant {
         // for): forged writers cost a lookup, never memory.
         if !self.remote_writer_readers.contains_key(&s.writer) {
             self.stats.unmatched_writer += 1;
+            return None;
+        }
+        // A sample every reader it is for already holds (a repair nobody needed, a replay)
+        // is dropped before it costs a decryption.
+        if self.held_everywhere(s.writer, reader, s.seq) {
+            self.stats.duplicates += 1;
             return None;
         }
         let wid = tether_crypto::sample::endpoint_id(s.writer.participant.0, s.writer.entity.0);

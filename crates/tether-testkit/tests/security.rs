@@ -595,9 +595,12 @@ fn tampered_sealed_samples_are_refused() {
     sim.p(r)
         .handle_datagram(now, from, &Bytes::from(dg.clone()));
     let dups = sim.nodes[r].participant.stats().duplicates;
+    let opened = sim.nodes[r].participant.stats().samples_opened;
     sim.p(r).handle_datagram(now, from, &Bytes::from(dg));
     sim.pump(r);
     assert_eq!(sim.nodes[r].participant.stats().duplicates, dups + 1);
+    // Dropped before it cost a decryption: replays cannot make a reader spend CPU.
+    assert_eq!(sim.nodes[r].participant.stats().samples_opened, opened);
     assert_eq!(
         sim.payloads(r, rid),
         vec![Bytes::from_static(b"secret sample")]
