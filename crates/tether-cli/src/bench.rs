@@ -108,44 +108,7 @@ enum Which {
     /// subscribers (each its own session and keys), with security off (`plain`), tether's
     /// sender keys (`group`) and SROS2-like per-destination sealing (`pairwise`);
     /// communication time and the publisher's CPU per sample.
-    Fanout {
-        /// Subscriber counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,6,8,10,20,50,100")]
-        subs: Vec<usize>,
-        /// Modes, run in turn for each subscriber count.
-        #[arg(
-            long,
-            value_enum,
-            value_delimiter = ',',
-            default_value = "plain,group,pairwise"
-        )]
-        modes: Vec<crate::fanout::Mode>,
-        /// Publishers (one topic and one session each).
-        #[arg(long, default_value_t = 8)]
-        publishers: usize,
-        /// Samples per publisher.
-        #[arg(long, default_value_t = 100)]
-        samples: usize,
-        /// Milliseconds between a publisher's samples.
-        #[arg(long, default_value_t = 200)]
-        period_ms: u64,
-        /// Sample size in bytes.
-        #[arg(long, default_value_t = 1024)]
-        size: usize,
-        /// Runs per subscriber count and mode (modes interleaved).
-        #[arg(long, default_value_t = 3)]
-        reps: usize,
-        /// How publishers reach subscribers, in turn: `multicast` (one datagram per sample to
-        /// a group every subscriber joined) and `unicast` (one per subscriber). With root,
-        /// publishers and subscribers run in two network namespaces joined by veth (this
-        /// bench creates and deletes them); without, on loopback and unicast only. Default:
-        /// both when root, else unicast.
-        #[arg(long, value_enum, value_delimiter = ',')]
-        fanout: Vec<crate::fanout::Fanout>,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Fanout(crate::fanout::FanoutArgs),
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
@@ -432,39 +395,7 @@ pub(crate) fn run(cfg: Config, a: BenchArgs) -> anyhow::Result<ExitCode> {
             millis,
             json,
         } => crate::cipher::run(&sizes, millis, json),
-        Which::Fanout {
-            subs,
-            modes,
-            publishers,
-            samples,
-            period_ms,
-            size,
-            reps,
-            fanout,
-            json,
-        } => crate::fanout::run(
-            cfg,
-            crate::fanout::FanoutArgs {
-                subs,
-                modes,
-                publishers,
-                samples,
-                period_ms,
-                size,
-                reps,
-                fanout: if !fanout.is_empty() {
-                    fanout
-                } else if unsafe { libc::geteuid() } == 0 {
-                    vec![
-                        crate::fanout::Fanout::Multicast,
-                        crate::fanout::Fanout::Unicast,
-                    ]
-                } else {
-                    vec![crate::fanout::Fanout::Unicast]
-                },
-                json,
-            },
-        ),
+        Which::Fanout(a) => crate::fanout::run(cfg, a),
         Which::Latency {
             samples,
             sizes,

@@ -191,15 +191,44 @@ pub(crate) struct FanoutPeerArgs {
     cpu: Option<usize>,
 }
 
+/// `tether bench fanout`.
+#[derive(Args, Debug, Clone)]
 pub(crate) struct FanoutArgs {
+    /// Subscriber counts.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,6,8,10,20,50,100")]
     pub(crate) subs: Vec<usize>,
+    /// Modes, run in turn for each subscriber count.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "plain,group,pairwise"
+    )]
     pub(crate) modes: Vec<Mode>,
+    /// Publishers (one topic and one session each).
+    #[arg(long, default_value_t = 8)]
     pub(crate) publishers: usize,
+    /// Samples per publisher.
+    #[arg(long, default_value_t = 100)]
     pub(crate) samples: usize,
+    /// Milliseconds between a publisher's samples.
+    #[arg(long, default_value_t = 200)]
     pub(crate) period_ms: u64,
+    /// Sample size in bytes.
+    #[arg(long, default_value_t = 1024)]
     pub(crate) size: usize,
+    /// Runs per subscriber count and mode (modes interleaved).
+    #[arg(long, default_value_t = 3)]
     pub(crate) reps: usize,
+    /// How publishers reach subscribers, in turn: `multicast` (one datagram per sample to
+    /// a group every subscriber joined) and `unicast` (one per subscriber). With root,
+    /// publishers and subscribers run in two network namespaces joined by veth (this
+    /// bench creates and deletes them); without, on loopback and unicast only. Default:
+    /// both when root, else unicast.
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) fanout: Vec<Fanout>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
     pub(crate) json: bool,
 }
 
@@ -232,24 +261,23 @@ fn session_config(
     c
 }
 
-fn thread_cpu_ns() -> u64 {
+/// CPU time of `clock` (this thread's or this process's), in ns.
+fn cpu_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+fn thread_cpu_ns() -> u64 {
+    cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
 fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 fn wall_ns() -> u64 {
@@ -592,7 +620,15 @@ fn run_one(
     Ok((pr, sr))
 }
 
-pub(crate) fn run(cfg: Config, a: FanoutArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
+    if a.fanout.is_empty() {
+        // SAFETY: geteuid has no preconditions.
+        a.fanout = if unsafe { libc::geteuid() } == 0 {
+            vec![Fanout::Multicast, Fanout::Unicast]
+        } else {
+            vec![Fanout::Unicast]
+        };
+    }
     if a.publishers == 0 || a.samples == 0 || a.period_ms == 0 || a.size == 0 || a.reps == 0 {
         bail!("--publishers, --samples, --period-ms, --size and --reps must be at least 1");
     }

@@ -1944,6 +1944,15 @@ impl Participant {
 
     /// A BATCH: its samples for every addressed local reader, each reader and writer proxy
     /// looked up once per batch rather than once per sample.
+    /// The credential of a peer that proved it holds it (answered our challenge).
+    fn verified_credential(&self, pid: ParticipantId) -> Option<&tether_crypto::Credential> {
+        self.remotes
+            .get(&pid)
+            .and_then(|p| p.auth.as_ref())
+            .filter(|a| a.verified)
+            .and_then(|a| a.credential.as_ref())
+    }
+
     /// Whether `x` is `g`'s signature over batch `b` (checked once per batch).
     fn batch_signature_ok(
         &mut self,
@@ -1955,11 +1964,7 @@ impl Participant {
             return false;
         }
         let Some(key) = self
-            .remotes
-            .get(&g.participant)
-            .and_then(|p| p.auth.as_ref())
-            .filter(|a| a.verified)
-            .and_then(|a| a.credential.as_ref())
+            .verified_credential(g.participant)
             .map(|c| c.sign_public)
         else {
             return false;
@@ -2783,10 +2788,7 @@ impl Participant {
             }
         } else if parts.prot.sign {
             let key = self
-                .remotes
-                .get(&s.writer.participant)
-                .and_then(|p| p.auth.as_ref())
-                .and_then(|a| a.credential.as_ref())
+                .verified_credential(s.writer.participant)
                 .map(|c| c.sign_public);
             if !key.is_some_and(|k| {
                 tether_crypto::sample::signature_ok(&parts, &k, &wid, s.seq, s.timestamp_ns)
@@ -3022,13 +3024,7 @@ impl Participant {
             .remote_writer_readers
             .get(&g)
             .is_some_and(|v| v.contains(&k.reader));
-        let kx = self
-            .remotes
-            .get(&pid)
-            .and_then(|p| p.auth.as_ref())
-            .filter(|a| a.verified)
-            .and_then(|a| a.credential.as_ref())
-            .map(|c| c.kx_public);
+        let kx = self.verified_credential(pid).map(|c| c.kx_public);
         let (Some(kx), true, Some(suite)) = (kx, matched, tether_crypto::Suite::from_code(k.suite))
         else {
             self.stats.unmatched_writer += 1;
