@@ -389,6 +389,7 @@ fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
         "datagrams_pair_sealed": d(|s| s.datagrams_pair_sealed),
         "datagrams_sent": d(|s| s.datagrams_sent),
         "datagrams_multicast": d(|s| s.datagrams_multicast),
+        "heartbeats_multicast": d(|s| s.heartbeats_multicast),
         "retransmitted": d(|s| s.samples_retransmitted),
         "keys_wrapped": d(|s| s.keys_wrapped),
     })
@@ -540,6 +541,7 @@ fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
         "datagram_seals_per_sample": f(&pr["datagrams_pair_sealed"]) / samples,
         "datagrams_sent": pr["datagrams_sent"],
         "multicast_per_sample": f(&pr["datagrams_multicast"]) / samples,
+        "heartbeats_multicast": pr["heartbeats_multicast"],
         "retransmitted": pr["retransmitted"],
         "put_errors": pr["put_errors"],
         "keys_wrapped": pr["keys_wrapped"],
@@ -710,12 +712,13 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                     rows.push(row);
                 }
             }
-            let plain_mean = by_mode
-                .iter()
-                .find(|(m, _)| *m == Mode::Plain)
-                .map(|(_, v)| avg(v, "mean_us"));
+            let plain = by_mode.iter().find(|(m, _)| *m == Mode::Plain);
+            let plain_mean = plain.map(|(_, v)| avg(v, "mean_us"));
+            let plain_p50 = plain.map(|(_, v)| avg(v, "p50_us"));
             for (mode, v) in &by_mode {
                 let mean = avg(v, "mean_us");
+                let p50 = avg(v, "p50_us");
+                let repairs: u64 = v.iter().filter_map(|r| r["retransmitted"].as_u64()).sum();
                 let s = json!({
                     "fanout": fanout.name(),
                     "subscribers": n,
@@ -724,18 +727,20 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                     "mean_us": mean,
                     "mean_us_min": fold(v, "mean_us", f64::min),
                     "mean_us_max": fold(v, "mean_us", f64::max),
-                    "p50_us": avg(v, "p50_us"),
-                "p99_us": avg(v, "p99_us"),
+                    "p50_us": p50,
+                    "p99_us": avg(v, "p99_us"),
                     "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
                     "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
                     "seals_per_sample": avg(v, "seals_per_sample"),
                     "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
                     "ratio_to_plain": plain_mean.map(|p| mean / p),
+                    "p50_ratio_to_plain": plain_p50.map(|p| p50 / p),
+                    "retransmitted": repairs,
                 });
                 if !a.json {
                     let paper = PAPER.iter().find(|(s, _, _)| *s == n);
                     println!(
-                        "{:>5} {:>9}  {}: mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample{}{}",
+                        "{:>5} {:>9}  {}: mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample, {} repairs{}{}",
                         n,
                         fanout.name(),
                         mode.name(),
@@ -744,8 +749,10 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                         fold(v, "mean_us", f64::max),
                         v.len(),
                         avg(v, "put_cpu_us_per_sample"),
-                        match plain_mean {
-                            Some(p) if *mode != Mode::Plain => format!(", {:.2}× plain", mean / p),
+                        repairs,
+                        match (plain_mean, plain_p50) {
+                            (Some(p), Some(q)) if *mode != Mode::Plain =>
+                                format!(", {:.2}× plain (median {:.2}×)", mean / p, p50 / q),
                             _ => String::new(),
                         },
                         match (paper, mode) {

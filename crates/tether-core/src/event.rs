@@ -277,6 +277,9 @@ pub struct Stats {
     pub replayed: u64,
     /// Samples (or fragments) sent once to a multicast data group for several participants.
     pub datagrams_multicast: u64,
+    /// Periodic HEARTBEATs sent once to a multicast data group for several participants
+    /// (they follow the data there, so they cannot overtake it).
+    pub heartbeats_multicast: u64,
     /// Samples with less protection than this session's policy asks for their topic (a
     /// plain sample where `encrypt` is required, an unsigned one where `sign` is), dropped.
     pub under_protected: u64,

@@ -805,7 +805,18 @@ impl Participant {
                     domain: self.cfg.domain,
                     participant: me,
                 };
-                heartbeat_all(w, hdr, &self.remotes, &mut self.transmits, &mut self.stats);
+                let fanout = (
+                    multicast_peers(&self.cfg, self.grouped),
+                    self.cfg.multicast_min,
+                );
+                heartbeat_all(
+                    w,
+                    hdr,
+                    &self.remotes,
+                    fanout,
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
             }
             return Err(WriteError::WouldBlock(payload));
         }
@@ -3448,10 +3459,21 @@ impl Participant {
         let hdr = self.header();
         let max_dg = self.cfg.max_datagram;
         let hb_period = self.cfg.heartbeat_period;
+        let fanout = (
+            multicast_peers(&self.cfg, self.grouped),
+            self.cfg.multicast_min,
+        );
         for w in self.writers.values_mut() {
             if w.next_hb.is_some_and(|t| now >= t) {
                 if w.has_unacked() {
-                    heartbeat_all(w, hdr, &self.remotes, &mut self.transmits, &mut self.stats);
+                    heartbeat_all(
+                        w,
+                        hdr,
+                        &self.remotes,
+                        fanout,
+                        &mut self.transmits,
+                        &mut self.stats,
+                    );
                     w.next_hb = Some(after(now, hb_period));
                 } else {
                     w.next_hb = None;
@@ -3954,11 +3976,15 @@ fn fanout_addrs(
 }
 
 /// Queues a heartbeat from `w` (its current first and last sent sequence numbers) for every
-/// remote participant where it has a reliable matched reader.
+/// remote participant where it has a reliable matched reader. Participants that take data
+/// from a group get it where they get the data, one datagram for the group: a heartbeat
+/// sent by unicast could overtake, at the reader, a sample still queued on the group's
+/// socket, and the reader would ask again for a sample it is about to receive.
 fn heartbeat_all(
     w: &mut Writer,
     hdr: Header,
     remotes: &BTreeMap<ParticipantId, RemoteParticipant>,
+    fanout: (usize, usize),
     transmits: &mut VecDeque<Transmit>,
     stats: &mut Stats,
 ) {
@@ -3975,21 +4001,27 @@ fn heartbeat_all(
         return;
     }
     let dg = Bytes::from(dg);
-    for p in &w.dests {
-        let has_reliable = w
-            .readers
-            .iter()
-            .any(|(g, r)| g.participant == *p && r.reliable);
-        if let (true, Some(rp)) = (has_reliable, remotes.get(p)) {
-            stats.heartbeats_sent += 1;
-            stats.datagrams_sent += 1;
-            stats.bytes_sent += dg.len() as u64;
-            transmits.push_back(Transmit {
-                dest: rp.addr,
-                head: dg.clone().into(),
-                body: Bytes::new(),
-            });
-        }
+    let reliable: Vec<ParticipantId> = w
+        .dests
+        .iter()
+        .copied()
+        .filter(|p| {
+            w.readers
+                .iter()
+                .any(|(g, r)| g.participant == *p && r.reliable)
+        })
+        .collect();
+    let (grouped, min) = fanout;
+    for (dest, group) in fanout_addrs(remotes, &reliable, grouped, min) {
+        stats.heartbeats_sent += 1;
+        stats.datagrams_sent += 1;
+        stats.heartbeats_multicast += u64::from(group);
+        stats.bytes_sent += dg.len() as u64;
+        transmits.push_back(Transmit {
+            dest,
+            head: dg.clone().into(),
+            body: Bytes::new(),
+        });
     }
 }
 

@@ -60,6 +60,10 @@ pub struct Link {
     /// Extra random delay in [0, jitter]; jitter larger than the gap between datagrams
     /// reorders them.
     pub jitter: Duration,
+    /// Extra delay for datagrams sent to a multicast group: a host that serves its group
+    /// socket after its unicast one (another thread, another queue) sees group datagrams
+    /// late relative to unicast ones sent after them.
+    pub group_delay: Duration,
 }
 
 impl Link {
@@ -70,6 +74,7 @@ impl Link {
             duplicate: 0.0,
             delay: Duration::from_millis(1),
             jitter: Duration::ZERO,
+            group_delay: Duration::ZERO,
         }
     }
     /// A hostile link: the given loss, 5 % duplication, delay 1–6 ms (reordering).
@@ -79,6 +84,7 @@ impl Link {
             duplicate: 0.05,
             delay: Duration::from_millis(1),
             jitter: Duration::from_millis(5),
+            group_delay: Duration::ZERO,
         }
     }
 }
@@ -255,6 +261,11 @@ impl Sim {
             return;
         }
         let payload = t.contiguous();
+        let extra = if self.nodes.iter().any(|n| n.groups.contains(&t.dest)) {
+            self.link.group_delay
+        } else {
+            Duration::ZERO
+        };
         for to in targets {
             if self.rng.chance(self.link.loss) {
                 self.dropped += 1;
@@ -266,7 +277,7 @@ impl Sim {
                 1
             };
             for _ in 0..copies {
-                let at = self.now + self.link.delay + self.rng.upto(self.link.jitter);
+                let at = self.now + self.link.delay + extra + self.rng.upto(self.link.jitter);
                 self.order += 1;
                 self.flights.push(Reverse(Flight {
                     at,

@@ -90,6 +90,12 @@ fn grouped_readers_get_one_datagram_per_sample_and_loss_is_repaired() {
         // group, whatever the number of grouped readers.
         let first_sends = n - 1 + 3;
         assert_eq!(st.datagrams_multicast, first_sends, "seed {seed}");
+        if loss > 0.0 {
+            assert!(
+                st.heartbeats_multicast > 0,
+                "seed {seed}: heartbeats go to the group too"
+            );
+        }
         // The same exchange with every reader by unicast sends far more.
         let (uni, _) = run(seed, loss, 0, 8, n);
         let us = uni.nodes[0].participant.stats();
@@ -107,4 +113,67 @@ fn grouped_readers_get_one_datagram_per_sample_and_loss_is_repaired() {
 fn one_participant_in_a_group_gets_unicast() {
     let (sim, _) = run(4, 0.0, 1, 3, 10);
     assert_eq!(sim.nodes[0].participant.stats().datagrams_multicast, 0);
+}
+
+/// The fanout bench's topics: default QoS (reliable, keep last), so heartbeats are periodic.
+fn bench_info() -> EndpointInfo {
+    EndpointInfo {
+        qos: Qos::new(),
+        ..info("/hb")
+    }
+}
+
+/// The fanout bench's rhythm: a reliable sample every 200 ms, heartbeats every 100 ms, so a
+/// periodic heartbeat falls right after each write. The readers serve their group socket
+/// later than their unicast one (as a host whose group socket another thread reads). A
+/// heartbeat sent by unicast would overtake the sample it announces, and every reader would
+/// ask for it again; heartbeats follow the data to the group, so no sample is re-sent.
+#[test]
+fn heartbeats_follow_data_to_the_group_so_nothing_is_repaired_needlessly() {
+    for group_delay in [Duration::ZERO, Duration::from_millis(3)] {
+        let link = Link {
+            group_delay,
+            ..Link::perfect()
+        };
+        let mut sim = Sim::new(11, link);
+        let group: SocketAddr = GROUP.parse().unwrap();
+        let w = sim.add_node(0);
+        let mut readers = Vec::new();
+        for _ in 0..4 {
+            let i = sim.add_node_with(|c| c.data_group = Some(GROUP.parse().unwrap()));
+            sim.nodes[i].groups.push(group);
+            let now = sim.now;
+            let r = sim.p(i).create_reader(now, bench_info());
+            readers.push((i, r));
+        }
+        let now = sim.now;
+        let wid = sim.p(w).create_writer(now, bench_info()).unwrap();
+        sim.pump(w);
+        assert!(sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[w].participant.matched_count(wid) == 4
+        }));
+        let n = 40;
+        for k in 0..n {
+            // The heartbeat falls due every 100 ms after the first write; each later write
+            // comes a little (20 µs more each time) before one.
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, sample(k)).unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(200) - Duration::from_micros(20));
+        }
+        assert!(sim.run_until(Duration::from_secs(10), |s| {
+            readers
+                .iter()
+                .all(|&(i, r)| s.seqs(i, r).len() == n as usize)
+        }));
+        let st = sim.nodes[w].participant.stats();
+        assert!(st.heartbeats_multicast > 0, "{st:?}");
+        assert_eq!(
+            st.samples_retransmitted, 0,
+            "group delay {group_delay:?}: samples re-sent on a perfect link: {st:?}"
+        );
+        for &(i, _) in &readers {
+            assert_eq!(sim.nodes[i].participant.stats().duplicates, 0);
+        }
+    }
 }
