@@ -419,8 +419,11 @@ fn subscribers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
     say("ready")?;
     let stat =
         |f: fn(&tether::Stats) -> u64| -> u64 { sessions.iter().map(|s| f(&s.stats().core)).sum() };
+    let mut cpu0 = process_cpu_ns();
     while let Some(l) = read_line()? {
-        if l == "report" {
+        if l == "start" {
+            cpu0 = process_cpu_ns();
+        } else if l == "report" {
             let mut v = lat.lock().expect("latency lock").clone();
             v.sort_unstable();
             let n = v.len().max(1);
@@ -432,6 +435,7 @@ fn subscribers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
                 "p50_ns": pct(0.5),
                 "p99_ns": pct(0.99),
                 "max_ns": v.last(),
+                "process_cpu_ns": process_cpu_ns() - cpu0,
                 "keys_received": stat(|s| s.keys_received),
                 "no_key": stat(|s| s.no_key),
                 "open_failed": stat(|s| s.open_failed),
@@ -537,12 +541,15 @@ fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
         "expected": (samples * n as f64) as u64,
         "put_cpu_us_per_sample": f(&pr["put_cpu_ns"]) / 1e3 / samples,
         "process_cpu_us_per_sample": f(&pr["process_cpu_ns"]) / 1e3 / samples,
+        // Every subscriber's processing of one sample (receive, open, deliver), on average.
+        "sub_cpu_us_per_delivery": f(&sr["process_cpu_ns"]) / 1e3 / (samples * n as f64),
         "seals_per_sample": f(&pr["samples_sealed"]) / samples,
         "datagram_seals_per_sample": f(&pr["datagrams_pair_sealed"]) / samples,
         "datagrams_sent": pr["datagrams_sent"],
         "multicast_per_sample": f(&pr["datagrams_multicast"]) / samples,
         "heartbeats_multicast": pr["heartbeats_multicast"],
         "retransmitted": pr["retransmitted"],
+        "steal_pct": pr["steal_pct"],
         "put_errors": pr["put_errors"],
         "keys_wrapped": pr["keys_wrapped"],
         "keys_received": sr["keys_received"],
@@ -555,7 +562,7 @@ fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
 fn print_row(r: &Value) {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     println!(
-        "{:>5} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>10.1} {:>10.1} {:>7.2} {:>9.2}",
+        "{:>5} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>10.1} {:>10.1} {:>9.1} {:>7.2} {:>9.2} {:>7.1}",
         f("subscribers"),
         r["mode"].as_str().unwrap_or("?"),
         f("mean_us"),
@@ -564,9 +571,24 @@ fn print_row(r: &Value) {
         100.0 * f("received") / f("expected"),
         f("put_cpu_us_per_sample"),
         f("process_cpu_us_per_sample"),
+        f("sub_cpu_us_per_delivery"),
         f("seals_per_sample"),
         f("datagram_seals_per_sample"),
+        f("steal_pct"),
     );
+}
+
+/// The machine's stolen and total CPU time so far (jiffies, all CPUs), from /proc/stat.
+fn cpu_steal() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    Some((*v.get(7)?, v.iter().take(8).sum()))
 }
 
 /// One run: `n` subscribers, one mode. Returns the publishers' and the subscribers' reports.
@@ -614,8 +636,16 @@ fn run_one(
     }
     // Let the last KEYs and acknowledgements settle.
     std::thread::sleep(Duration::from_millis(300));
+    s.send("start")?;
+    let st0 = cpu_steal();
     p.send("go")?;
-    let pr: Value = serde_json::from_str(&p.line()?).context("publishers' report")?;
+    let mut pr: Value = serde_json::from_str(&p.line()?).context("publishers' report")?;
+    // Time the hypervisor ran something else on this machine's vCPUs while the samples
+    // flowed: it stalls publishers and subscribers alike, and it is what makes one run's
+    // mean differ from the next.
+    if let (Some((s0, t0)), Some((s1, t1))) = (st0, cpu_steal()) {
+        pr["steal_pct"] = json!(100.0 * (s1 - s0) as f64 / (t1 - t0).max(1) as f64);
+    }
     std::thread::sleep(Duration::from_millis(300));
     s.send("report")?;
     let sr: Value = serde_json::from_str(&s.line()?).context("subscribers' report")?;
@@ -675,7 +705,7 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             crate::bench::machine()
         );
         println!(
-            "{:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9}",
+            "{:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>7}",
             "subs",
             "mode",
             "mean µs",
@@ -684,8 +714,10 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             "recv %",
             "put µs/s",
             "proc µs/s",
+            "sub µs/d",
             "seals/s",
-            "dseals/s"
+            "dseals/s",
+            "steal %"
         );
     }
     let mut rows = Vec::new();
@@ -731,6 +763,8 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                     "p99_us": avg(v, "p99_us"),
                     "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
                     "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
+                    "sub_cpu_us_per_delivery": avg(v, "sub_cpu_us_per_delivery"),
+                    "steal_pct": avg(v, "steal_pct"),
                     "seals_per_sample": avg(v, "seals_per_sample"),
                     "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
                     "ratio_to_plain": plain_mean.map(|p| mean / p),
