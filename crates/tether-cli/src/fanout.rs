@@ -729,7 +729,15 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             let mut by_mode: Vec<(Mode, Vec<Value>)> =
                 a.modes.iter().map(|&m| (m, vec![])).collect();
             for rep in 0..a.reps {
-                for (mode, got) in by_mode.iter_mut() {
+                // Every other repetition runs the modes in reverse order (A B, B A, ...), so
+                // whatever drifts between consecutive runs falls on each mode alike.
+                let order: Vec<usize> = if rep % 2 == 0 {
+                    (0..by_mode.len()).collect()
+                } else {
+                    (0..by_mode.len()).rev().collect()
+                };
+                for k in order {
+                    let (mode, got) = &mut by_mode[k];
                     let mode = *mode;
                     let (pr, sr) = run_one(lan.as_ref(), fanout, &bc, &a, &realm, n, mode)
                         .with_context(|| {
