@@ -100,6 +100,7 @@ impl Lan {
         if unsafe { libc::geteuid() } != 0 {
             bail!("creating network namespaces needs root");
         }
+        remove_stale_namespaces();
         let id = std::process::id();
         let lan = Lan {
             pubs: format!("tfp{id}"),
@@ -137,6 +138,31 @@ impl Lan {
             }
         }
         Ok(lan)
+    }
+}
+
+/// Deletes the namespaces of earlier runs whose process is gone (killed before it could
+/// clean up); deleting a namespace also deletes its end of the veth pair.
+fn remove_stale_namespaces() {
+    let Ok(out) = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+    else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let pid = name
+            .strip_prefix("tfp")
+            .or_else(|| name.strip_prefix("tfs"))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", name])
+                    .output();
+            }
+        }
     }
 }
 
@@ -526,6 +552,41 @@ fn fold(v: &[Value], k: &str, f: fn(f64, f64) -> f64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Each mode's mean communication time at the same steal: the runs' means less a common
+/// slope (µs per % of steal, fitted within each mode, so differences between modes do not
+/// bend it) times how far the mode's runs' steal was from all runs' (analysis of
+/// covariance). The modes ran in turn, so the host stole more during some modes' runs than
+/// others'; this compares them as if it had stolen alike. Returns the slope and, per mode,
+/// the adjusted mean (None without steal figures).
+fn steal_adjusted(by_mode: &[(Mode, Vec<Value>)]) -> Option<(f64, Vec<f64>)> {
+    let pts: Vec<Vec<(f64, f64)>> = by_mode
+        .iter()
+        .map(|(_, v)| {
+            v.iter()
+                .map(|r| (r["steal_pct"].as_f64(), r["mean_us"].as_f64()))
+                .map(|(x, y)| Some((x?, y?)))
+                .collect::<Option<Vec<_>>>()
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let mean = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+        v.iter().map(f).sum::<f64>() / v.len().max(1) as f64
+    };
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for v in &pts {
+        let (mx, my) = (mean(v, |p| p.0), mean(v, |p| p.1));
+        sxy += v.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>();
+        sxx += v.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+    }
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let all: Vec<(f64, f64)> = pts.iter().flatten().copied().collect();
+    let grand = mean(&all, |p| p.0);
+    let adj = pts
+        .iter()
+        .map(|v| mean(v, |p| p.1) - slope * (mean(v, |p| p.0) - grand))
+        .collect();
+    Some((slope, adj))
+}
+
 fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
     let samples = pr["samples"].as_u64().unwrap_or(0).max(1) as f64;
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
@@ -755,7 +816,15 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             let plain = by_mode.iter().find(|(m, _)| *m == Mode::Plain);
             let plain_mean = plain.map(|(_, v)| avg(v, "mean_us"));
             let plain_p50 = plain.map(|(_, v)| avg(v, "p50_us"));
-            for (mode, v) in &by_mode {
+            let adjusted = steal_adjusted(&by_mode);
+            let plain_adj = adjusted.as_ref().and_then(|(_, a)| {
+                by_mode
+                    .iter()
+                    .position(|(m, _)| *m == Mode::Plain)
+                    .map(|i| a[i])
+            });
+            for (k, (mode, v)) in by_mode.iter().enumerate() {
+                let adj = adjusted.as_ref().map(|(_, a)| a[k]);
                 let mean = avg(v, "mean_us");
                 let p50 = avg(v, "p50_us");
                 let repairs: u64 = v.iter().filter_map(|r| r["retransmitted"].as_u64()).sum();
@@ -777,6 +846,9 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                     "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
                     "ratio_to_plain": plain_mean.map(|p| mean / p),
                     "p50_ratio_to_plain": plain_p50.map(|p| p50 / p),
+                    "steal_slope_us_per_pct": adjusted.as_ref().map(|(b, _)| *b),
+                    "mean_us_at_equal_steal": adj,
+                    "ratio_to_plain_at_equal_steal": adj.zip(plain_adj).map(|(a, p)| a / p),
                     "retransmitted": repairs,
                 });
                 if !a.json {
@@ -793,8 +865,15 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                         avg(v, "put_cpu_us_per_sample"),
                         repairs,
                         match (plain_mean, plain_p50) {
-                            (Some(p), Some(q)) if *mode != Mode::Plain =>
-                                format!(", {:.2}× plain (median {:.2}×)", mean / p, p50 / q),
+                            (Some(p), Some(q)) if *mode != Mode::Plain => format!(
+                                ", {:.2}× plain (median {:.2}×{})",
+                                mean / p,
+                                p50 / q,
+                                match adj.zip(plain_adj) {
+                                    Some((a, p)) => format!(", at equal steal {:.2}×", a / p),
+                                    None => String::new(),
+                                }
+                            ),
                             _ => String::new(),
                         },
                         match (paper, mode) {

@@ -108,6 +108,9 @@ pub(crate) struct Writer {
     /// A protected sample's buffer taken back from the history once nothing else held it:
     /// the next sample is sealed into it (no allocation, no zeroing).
     pub(crate) spare: Option<Vec<u8>>,
+    /// A protected writer that keeps no history (best effort, volatile): the last sample it
+    /// sealed, whose buffer becomes the next seal's once no datagram holds it any more.
+    pub(crate) last_sealed: Option<bytes::Bytes>,
 }
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
@@ -157,6 +160,7 @@ impl Writer {
             seals: 0,
             prot: None,
             spare: None,
+            last_sealed: None,
         }
     }
 
@@ -224,6 +228,20 @@ impl Writer {
                 && !r.local
                 && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
         })
+    }
+
+    /// A buffer to seal the next sample into: one the history let go of, or the last
+    /// sealed sample's when this writer keeps no history and nothing holds it any more;
+    /// else a new one.
+    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
+        if let Some(v) = self.spare.take() {
+            return v;
+        }
+        self.last_sealed
+            .take()
+            .and_then(|b| b.try_into_mut().ok())
+            .map(Vec::from)
+            .unwrap_or_default()
     }
 
     fn pop_front(&mut self) {
@@ -310,6 +328,9 @@ impl Writer {
 
     pub(crate) fn push_history(&mut self, c: Cached) {
         if !self.keeps_history() {
+            if self.prot.is_some() && c.payload.len() <= SPARE_MAX {
+                self.last_sealed = Some(c.payload);
+            }
             return;
         }
         self.history_bytes += c.payload.len() as u64;

@@ -848,7 +848,7 @@ impl Participant {
                         self.stats.signatures_made += 1;
                     }
                     // Into the buffer of a sample the history let go of, if any.
-                    let mut buf = w.spare.take().unwrap_or_default();
+                    let mut buf = w.take_spare();
                     tether_crypto::sample::protect_into(
                         &mut buf,
                         prot,
@@ -4060,11 +4060,8 @@ mod tests {
     use super::newer;
     use super::*;
 
-    /// A secure writer seals each sample into the buffer of one its history let go of, once
-    /// nothing else holds it: no allocation, no zeroing per sample in steady state.
-    #[test]
-    fn sealed_buffers_are_taken_back_from_the_history() {
-        let now = Instant::now();
+    /// A participant in a realm of its own, allowed to publish anything (encrypt mode).
+    fn secure_participant(now: Instant) -> Participant {
         let ca = tether_crypto::CaKey::generate();
         let id = tether_crypto::Identity::generate();
         let cred = tether_crypto::Credential::issue(
@@ -4089,7 +4086,15 @@ mod tests {
             now,
             2_000_000_000,
         )));
-        let mut p = Participant::new(cfg, now);
+        Participant::new(cfg, now)
+    }
+
+    /// A secure writer seals each sample into the buffer of one its history let go of, once
+    /// nothing else holds it: no allocation, no zeroing per sample in steady state.
+    #[test]
+    fn sealed_buffers_are_taken_back_from_the_history() {
+        let now = Instant::now();
+        let mut p = secure_participant(now);
         let info = EndpointInfo {
             topic: "/t".into(),
             type_name: "t".into(),
@@ -4118,6 +4123,34 @@ mod tests {
         assert!(p.writers[&wid].spare.is_none());
         assert_ne!(ptr(&p), held.as_ptr());
         assert_eq!(held.len(), 1 + 4 + 4096 + 16, "intact while held");
+    }
+
+    /// A secure writer that keeps no history (best effort, volatile) seals each sample
+    /// into the last one's buffer once no datagram holds it.
+    #[test]
+    fn a_writer_without_history_reuses_its_last_sealed_buffer() {
+        let now = Instant::now();
+        let mut p = secure_participant(now);
+        let info = EndpointInfo {
+            topic: "/t".into(),
+            type_name: "t".into(),
+            partitions: vec![],
+            qos: Qos::new().best_effort().volatile(),
+        };
+        let wid = p.create_writer(now, info).unwrap();
+        p.write(now, wid, 0, Bytes::from(vec![0u8; 4096])).unwrap();
+        let first = p.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
+        assert!(first.is_some(), "the sealed sample is kept");
+        assert!(p.writers[&wid].history.is_empty());
+        p.write(now, wid, 1, Bytes::from(vec![1u8; 4096])).unwrap();
+        let second = p.writers[&wid].last_sealed.clone().unwrap();
+        assert_eq!(Some(second.as_ptr()), first, "sealed into the same buffer");
+        // While a datagram (here: this clone) holds it, the next seal takes a new one and
+        // leaves it intact.
+        p.write(now, wid, 2, Bytes::from(vec![2u8; 4096])).unwrap();
+        let third = p.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
+        assert_ne!(third, Some(second.as_ptr()));
+        assert_eq!(second.len(), 1 + 4 + 4096 + 16, "intact while held");
     }
 
     #[test]
