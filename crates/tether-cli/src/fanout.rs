@@ -909,3 +909,58 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(pts: &[(f64, f64)]) -> Vec<Value> {
+        pts.iter()
+            .map(|(steal, mean)| json!({"steal_pct": steal, "mean_us": mean}))
+            .collect()
+    }
+
+    /// Two modes on the same line (100 µs + 50 µs per % of steal), one 20 µs above the
+    /// other, but the host stole more during the upper mode's runs: the raw means differ
+    /// by 120 µs, the means at equal steal by the true 20.
+    #[test]
+    fn steal_adjusted_means_compare_modes_at_equal_steal() {
+        let plain = runs(&[(0.0, 100.0), (1.0, 150.0), (2.0, 200.0)]);
+        let group = runs(&[(2.0, 220.0), (3.0, 270.0), (4.0, 320.0)]);
+        let (slope, adj) =
+            steal_adjusted(&[(Mode::Plain, plain), (Mode::Group, group.clone())]).unwrap();
+        assert!((slope - 50.0).abs() < 1e-9, "{slope}");
+        assert!((adj[1] - adj[0] - 20.0).abs() < 1e-9, "{adj:?}");
+        assert!((avg(&group, "mean_us") - 150.0 - 120.0).abs() < 1e-9);
+        // A run without a steal figure: no adjustment at all.
+        let bare = vec![json!({"mean_us": 1.0})];
+        assert!(steal_adjusted(&[(Mode::Plain, bare)]).is_none());
+    }
+
+    /// A namespace named after a process that is gone is deleted; one of a live process
+    /// (this test's) is kept. Needs root to create namespaces.
+    #[test]
+    fn namespaces_of_dead_runs_are_removed() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: creating network namespaces needs root");
+            return;
+        }
+        // Above the kernel's pid_max (at most 2^22): no such process can exist.
+        let dead = "tfp4999999";
+        let live = format!("tfs{}", std::process::id());
+        for ns in [dead, &live] {
+            ip(&["netns", "add", ns]).unwrap();
+        }
+        remove_stale_namespaces();
+        let list = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
+        let names = String::from_utf8_lossy(&list.stdout).to_string();
+        let _ = ip(&["netns", "del", &live]);
+        let _ = ip(&["netns", "del", dead]);
+        assert!(!names.contains(dead), "{names}");
+        assert!(names.contains(&live), "{names}");
+    }
+}

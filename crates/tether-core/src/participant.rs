@@ -4060,8 +4060,9 @@ mod tests {
     use super::newer;
     use super::*;
 
-    /// A participant in a realm of its own, allowed to publish anything (encrypt mode).
-    fn secure_participant(now: Instant) -> Participant {
+    /// A participant in a realm of its own, allowed to publish anything (encrypt mode),
+    /// with one writer on `/t` of QoS `qos`.
+    fn secure_writer(now: Instant, qos: Qos) -> (Participant, EntityId) {
         let ca = tether_crypto::CaKey::generate();
         let id = tether_crypto::Identity::generate();
         let cred = tether_crypto::Credential::issue(
@@ -4086,7 +4087,15 @@ mod tests {
             now,
             2_000_000_000,
         )));
-        Participant::new(cfg, now)
+        let mut p = Participant::new(cfg, now);
+        let info = EndpointInfo {
+            topic: "/t".into(),
+            type_name: "t".into(),
+            partitions: vec![],
+            qos,
+        };
+        let wid = p.create_writer(now, info).unwrap();
+        (p, wid)
     }
 
     /// A secure writer seals each sample into the buffer of one its history let go of, once
@@ -4094,14 +4103,7 @@ mod tests {
     #[test]
     fn sealed_buffers_are_taken_back_from_the_history() {
         let now = Instant::now();
-        let mut p = secure_participant(now);
-        let info = EndpointInfo {
-            topic: "/t".into(),
-            type_name: "t".into(),
-            partitions: vec![],
-            qos: Qos::new().keep_last(2),
-        };
-        let wid = p.create_writer(now, info).unwrap();
+        let (mut p, wid) = secure_writer(now, Qos::new().keep_last(2));
         let ptr = |p: &Participant| p.writers[&wid].history.back().unwrap().payload.as_ptr();
         for k in 0..2u64 {
             p.write(now, wid, k, Bytes::from(vec![k as u8; 4096]))
@@ -4130,14 +4132,7 @@ mod tests {
     #[test]
     fn a_writer_without_history_reuses_its_last_sealed_buffer() {
         let now = Instant::now();
-        let mut p = secure_participant(now);
-        let info = EndpointInfo {
-            topic: "/t".into(),
-            type_name: "t".into(),
-            partitions: vec![],
-            qos: Qos::new().best_effort().volatile(),
-        };
-        let wid = p.create_writer(now, info).unwrap();
+        let (mut p, wid) = secure_writer(now, Qos::new().best_effort().volatile());
         p.write(now, wid, 0, Bytes::from(vec![0u8; 4096])).unwrap();
         let first = p.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
         assert!(first.is_some(), "the sealed sample is kept");
