@@ -333,7 +333,8 @@ pub fn open(
     body: &[u8],
 ) -> Option<Vec<u8>> {
     // Straight from the received bytes into a buffer exactly as long as the plaintext: no
-    // copy first, and `Bytes::from` takes it without another allocation.
+    // copy of the ciphertext first (the zero fill safe Rust needs only writes), and
+    // `Bytes::from` takes a buffer whose length is its capacity without another allocation.
     let sealed = body.get(4..)?;
     let mut v = vec![0u8; sealed.len().checked_sub(crate::TAG_LEN)?];
     key.open_into(

@@ -267,9 +267,9 @@ impl SenderKey {
     }
 
     /// Opens `sealed` (ciphertext followed by its tag) into `out`, which must be exactly
-    /// as long as the plaintext: one pass over the bytes, where a copy and then an open in
-    /// place would make two (what a reader does with a sample it must hand on as owned
-    /// bytes). `out` is unspecified when the result is an error.
+    /// as long as the plaintext: the ciphertext is read once, where a copy and then an open
+    /// in place would read and write it twice (what a reader does with a sample it must
+    /// hand on as owned bytes). `out` is unspecified when the result is an error.
     pub fn open_into(
         &self,
         seq: u64,
@@ -356,6 +356,8 @@ mod tests {
             let mut out = vec![0u8; 1000];
             k.open_into(42, b"aad", &buf, &mut out).unwrap();
             assert_eq!(out, vec![9u8; 1000]);
+            let mut copy = buf.clone();
+            assert_eq!(k.open_in_place(42, b"aad", &mut copy).unwrap(), &out[..]);
             for i in (0..buf.len()).step_by(37) {
                 let mut c = buf.clone();
                 c[i] ^= 1;
