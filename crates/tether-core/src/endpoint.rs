@@ -111,7 +111,16 @@ pub(crate) struct Writer {
     /// A protected writer that keeps no history (best effort, volatile): the last sample it
     /// sealed, whose buffer becomes the next seal's once no datagram holds it any more.
     pub(crate) last_sealed: Option<bytes::Bytes>,
+    /// Where a sample goes (`participant::fanout_addrs` over `dests`), kept with what it
+    /// was computed from, so a write does not walk every remote participant: 100 matched
+    /// subscribers made that most of a multicast write's cost.
+    pub(crate) fanout: Option<(FanoutKey, Vec<(std::net::SocketAddr, bool)>)>,
 }
+
+/// What a writer's fan-out plan depends on besides its `dests`: the participant's count
+/// of changes to its remote participants' addresses and groups, how many remotes announced
+/// a group, and the fewest participants in a group worth a multicast datagram.
+pub(crate) type FanoutKey = (u64, usize, usize);
 
 /// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
 /// of sample `seq` for the `dest`-th matched participant.
@@ -161,6 +170,7 @@ impl Writer {
             prot: None,
             spare: None,
             last_sealed: None,
+            fanout: None,
         }
     }
 
@@ -347,12 +357,26 @@ impl Writer {
             .collect();
         d.dedup();
         self.dests = d;
+        self.fanout = None;
         self.locals = self
             .readers
             .iter()
             .filter(|(_, r)| r.local)
             .map(|(g, _)| g.entity)
             .collect();
+    }
+
+    /// Where a sample goes: the plan kept from an earlier write if `key` (and `dests`)
+    /// are unchanged, else `plan(dests)`, kept for the next.
+    pub(crate) fn fanout(
+        &mut self,
+        key: FanoutKey,
+        plan: impl FnOnce(&[ParticipantId]) -> Vec<(std::net::SocketAddr, bool)>,
+    ) -> &[(std::net::SocketAddr, bool)] {
+        if !matches!(&self.fanout, Some((k, _)) if *k == key) {
+            self.fanout = Some((key, plan(&self.dests)));
+        }
+        self.fanout.as_ref().map_or(&[], |(_, p)| p.as_slice())
     }
 
     /// How many writes between piggy-backed heartbeats.

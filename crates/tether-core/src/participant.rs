@@ -319,6 +319,9 @@ pub struct Participant {
     remote_at: HashMap<SocketAddr, ParticipantId>,
     /// Remote participants that announced a data group (0: every fan-out is unicast).
     grouped: usize,
+    /// Changes to remote participants' addresses and groups (and arrivals and departures):
+    /// writers recompute their fan-out plans when it moves.
+    fanout_gen: u64,
     /// Remote writer → local readers matched with it.
     remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
     targets: BTreeSet<SocketAddr>,
@@ -359,6 +362,7 @@ impl Participant {
             remotes: BTreeMap::new(),
             remote_at: HashMap::new(),
             grouped: 0,
+            fanout_gen: 0,
             remote_writer_readers: BTreeMap::new(),
             targets: BTreeSet::new(),
             reported: BTreeSet::new(),
@@ -943,7 +947,13 @@ impl Participant {
                 self.timers_changed = true;
             }
             let grouped = multicast_peers(&self.cfg, self.grouped);
-            let addrs = fanout_addrs(&self.remotes, &w.dests, grouped, self.cfg.multicast_min);
+            let min = self.cfg.multicast_min;
+            let remotes = &self.remotes;
+            let addrs = w
+                .fanout((self.fanout_gen, grouped, min), |d| {
+                    fanout_addrs(remotes, d, grouped, min)
+                })
+                .to_vec();
             for (a, group) in addrs {
                 let queued = self.transmits.len();
                 self.send_sample(
@@ -1015,8 +1025,12 @@ impl Participant {
                 }
             } else {
                 // Some readers take data by multicast: one datagram per group.
-                let addrs = fanout_addrs(&self.remotes, &w.dests, grouped, self.cfg.multicast_min);
-                for (dest, group) in addrs {
+                let min = self.cfg.multicast_min;
+                let remotes = &self.remotes;
+                let addrs = w.fanout((self.fanout_gen, grouped, min), |d| {
+                    fanout_addrs(remotes, d, grouped, min)
+                });
+                for &(dest, group) in addrs {
                     self.stats.datagrams_sent += 1;
                     self.stats.datagrams_multicast += group as u64;
                     self.stats.bytes_sent += dg_len as u64;
@@ -1640,6 +1654,7 @@ impl Participant {
                     self.remote_at.remove(&p.addr);
                 }
                 p.addr = from;
+                self.fanout_gen += 1;
                 self.remote_at.insert(from, pid);
             }
             true
@@ -1732,6 +1747,7 @@ impl Participant {
                 self.grouped =
                     self.grouped + group.is_some() as usize - rp.group.is_some() as usize;
                 rp.group = group;
+                self.fanout_gen += 1;
             }
             return true;
         }
@@ -1740,6 +1756,7 @@ impl Participant {
             return false;
         }
         self.remote_at.insert(from, pid);
+        self.fanout_gen += 1;
         self.remotes.insert(
             pid,
             RemoteParticipant {
@@ -1884,6 +1901,7 @@ impl Participant {
             self.remove_remote_endpoint(pid, e);
         }
         if let Some(rp) = self.remotes.remove(&pid) {
+            self.fanout_gen += 1;
             if self.remote_at.get(&rp.addr) == Some(&pid) {
                 self.remote_at.remove(&rp.addr);
             }

@@ -177,3 +177,60 @@ fn heartbeats_follow_data_to_the_group_so_nothing_is_repaired_needlessly() {
         }
     }
 }
+
+/// A reader outside the group moves (a new IP, a NAT rebinding): once the writer hears
+/// from it at its new address, samples follow it there, while the group still gets one
+/// datagram per sample. The writer keeps its fan-out plan from one write to the next; a
+/// plan not renewed when the address changed would keep sending to the old one and, best
+/// effort, lose every sample from then on.
+#[test]
+fn samples_follow_a_reader_to_its_new_address() {
+    let mut sim = Sim::new(5, Link::perfect());
+    let group: SocketAddr = GROUP.parse().unwrap();
+    let be = EndpointInfo {
+        qos: Qos::new().best_effort(),
+        ..info("/move")
+    };
+    let w = sim.add_node(0);
+    let mut readers = Vec::new();
+    for k in 0..4 {
+        let i = if k < 3 {
+            let i = sim.add_node_with(|c| c.data_group = Some(GROUP.parse().unwrap()));
+            sim.nodes[i].groups.push(group);
+            i
+        } else {
+            sim.add_node(0)
+        };
+        let now = sim.now;
+        readers.push((i, sim.p(i).create_reader(now, be.clone())));
+    }
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, be.clone()).unwrap();
+    sim.pump(w);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 4
+    }));
+    let write = |sim: &mut Sim, ks: std::ops::Range<u64>| {
+        for k in ks {
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, sample(k)).unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(2));
+        }
+    };
+    write(&mut sim, 0..5);
+    let (mover, _) = readers[3];
+    sim.nodes[mover].addr = "127.0.0.9:21001".parse().unwrap();
+    // Its next announcement comes from the new address.
+    sim.run_for(Duration::from_secs(5));
+    write(&mut sim, 5..9);
+    sim.run_for(Duration::from_millis(100));
+    for &(i, r) in &readers {
+        assert_eq!(
+            sim.seqs(i, r),
+            (1..=9).collect::<Vec<_>>(),
+            "reader on node {i}"
+        );
+    }
+    assert_eq!(sim.nodes[w].participant.stats().datagrams_multicast, 9);
+}
