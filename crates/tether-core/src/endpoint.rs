@@ -115,6 +115,9 @@ pub(crate) struct Writer {
     /// was computed from, so a write does not walk every remote participant: 100 matched
     /// subscribers made that most of a multicast write's cost.
     pub(crate) fanout: Option<(FanoutKey, Vec<(std::net::SocketAddr, bool)>)>,
+    /// A remote reader left: the writer moves to a new epoch before it seals again (or when
+    /// the participant's re-key timer fires, whichever comes first).
+    pub(crate) rekey_due: bool,
 }
 
 /// What a writer's fan-out plan depends on besides its `dests`: the participant's count
@@ -171,6 +174,7 @@ impl Writer {
             spare: None,
             last_sealed: None,
             fanout: None,
+            rekey_due: false,
         }
     }
 

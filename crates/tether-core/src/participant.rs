@@ -20,6 +20,9 @@ use crate::sched::{Bucket, FlowController, Priority};
 
 /// Bytes a DATA submessage adds around its payload (datagram header included).
 pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED_LEN;
+/// How long writers that lost a reader wait for others to leave before moving to a new
+/// epoch (they move before their next seal in any case).
+const REKEY_DELAY: Duration = Duration::from_millis(5);
 /// A heartbeat submessage, header included.
 const HEARTBEAT_LEN: usize = SUBMESSAGE_HEADER_LEN + 28;
 /// Most samples one reader reassembles at once, whatever their size.
@@ -322,6 +325,11 @@ pub struct Participant {
     /// Changes to remote participants' addresses and groups (and arrivals and departures):
     /// writers recompute their fan-out plans when it moves.
     fanout_gen: u64,
+    /// When writers that lost a reader move to a new epoch at the latest (they do before
+    /// their next seal in any case). Departures until then share one re-key.
+    rekey_at: Option<Instant>,
+    /// Some writer lost a reader and `rekey_at` is still to be set.
+    rekey_wanted: bool,
     /// Remote writer → local readers matched with it.
     remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
     targets: BTreeSet<SocketAddr>,
@@ -363,6 +371,8 @@ impl Participant {
             remote_at: HashMap::new(),
             grouped: 0,
             fanout_gen: 0,
+            rekey_at: None,
+            rekey_wanted: false,
             remote_writer_readers: BTreeMap::new(),
             targets: BTreeSet::new(),
             reported: BTreeSet::new(),
@@ -767,11 +777,10 @@ impl Participant {
                 .as_ref()
                 .map_or(s.usage_limit(), |sec| sec.limit(s))
         };
-        if self
-            .writers
-            .get(&writer)
-            .is_some_and(|w| w.key.as_ref().is_some_and(|k| w.seals >= limit(k.suite())))
-        {
+        // So is one a departed reader holds.
+        if self.writers.get(&writer).is_some_and(|w| {
+            w.rekey_due || w.key.as_ref().is_some_and(|k| w.seals >= limit(k.suite()))
+        }) {
             self.rekey(writer);
         }
         let max = self.cfg.max_sample_size;
@@ -1625,6 +1634,15 @@ impl Participant {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         self.process_datagram(now, from, datagram, true);
+        self.schedule_rekeys(now);
+    }
+
+    /// After readers left: the writers that lost one move to a new epoch within
+    /// `REKEY_DELAY` (or before their next seal).
+    fn schedule_rekeys(&mut self, now: Instant) {
+        if std::mem::take(&mut self.rekey_wanted) && self.rekey_at.is_none() {
+            self.rekey_at = Some(after(now, REKEY_DELAY));
+        }
     }
 
     /// The submessages of one datagram; `outer`: as received (a SEALED one may open to
@@ -1852,13 +1870,18 @@ impl Participant {
         self.reported.retain(|(_, r, _)| *r != g);
         match e.kind {
             EndpointKind::Reader => {
-                let mut rekey = Vec::new();
                 for w in self.writers.values_mut() {
                     if w.readers.remove(&g).is_some() {
                         w.rebuild_dests();
                         w.release_acked();
+                        // A reader that left must not read what is written from now on:
+                        // the writer moves to a new epoch before it seals again. Readers
+                        // that leave together (a host shutting down its sessions) share
+                        // one new epoch, where a re-key each would cost every writer
+                        // N + (N - 1) + … key wraps.
                         if w.key.is_some() {
-                            rekey.push(w.id);
+                            w.rekey_due = true;
+                            self.rekey_wanted = true;
                         }
                         self.events.push_back(Event::Unmatched {
                             local: w.id,
@@ -1869,10 +1892,6 @@ impl Participant {
                             self.events.push_back(Event::WriterReady { writer: w.id });
                         }
                     }
-                }
-                // A reader that left must not read what is written from now on.
-                for w in rekey {
-                    self.rekey(w);
                 }
             }
             EndpointKind::Writer => {
@@ -2902,6 +2921,7 @@ impl Participant {
         let Some(w) = self.writers.get_mut(&writer) else {
             return;
         };
+        w.rekey_due = false;
         let Some(old) = w.key.as_ref() else { return };
         let next =
             tether_crypto::SenderKey::generate(old.suite(), old.epoch().wrapping_add(1).max(1));
@@ -2967,6 +2987,18 @@ impl Participant {
                 participant: pid,
                 reason: "its credential was revoked".into(),
             });
+        }
+        // Revocation is rare and urgent: the new epochs go out now.
+        self.rekey_wanted = false;
+        self.rekey_at = None;
+        let due: Vec<EntityId> = self
+            .writers
+            .values()
+            .filter(|w| w.rekey_due)
+            .map(|w| w.id)
+            .collect();
+        for w in due {
+            self.rekey(w);
         }
         let _ = now;
     }
@@ -3430,6 +3462,9 @@ impl Participant {
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.next_announce.min(self.next_housekeeping);
+        if let Some(x) = self.rekey_at {
+            t = t.min(x);
+        }
         for w in self.writers.values() {
             for x in [w.next_hb, w.deadline_at, w.batch_deadline]
                 .into_iter()
@@ -3464,6 +3499,19 @@ impl Participant {
         if now >= self.next_housekeeping {
             self.housekeeping(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);
+        }
+        self.schedule_rekeys(now);
+        if self.rekey_at.is_some_and(|t| now >= t) {
+            self.rekey_at = None;
+            let due: Vec<EntityId> = self
+                .writers
+                .values()
+                .filter(|w| w.rekey_due)
+                .map(|w| w.id)
+                .collect();
+            for w in due {
+                self.rekey(w);
+            }
         }
         let due: Vec<EntityId> = self
             .writers

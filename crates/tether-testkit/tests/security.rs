@@ -1481,3 +1481,85 @@ fn a_batch_without_its_signature_delivers_nothing() {
     assert_eq!(sim.seqs(r, rid), vec![1, 2, 3, 4]);
     assert_eq!(sim.nodes[r].participant.stats().signatures_verified, 1);
 }
+
+/// Readers that leave together (a host shutting its sessions down) share one new epoch: a
+/// re-key each would cost every writer N + (N - 1) + … key wraps. A sample written right
+/// after a departure, before the re-key timer, is still sealed under the new epoch.
+#[test]
+fn readers_leaving_together_share_one_new_epoch() {
+    let mut sim = Sim::new(16, Link::perfect());
+    let ca = CaKey::generate();
+    let w = node(
+        &mut sim,
+        Some(member(&ca, 1, "robot", &["/**"], &[])),
+        &ca,
+        None,
+    );
+    let mut readers = Vec::new();
+    for k in 0..5u64 {
+        let i = node(
+            &mut sim,
+            Some(member(&ca, 2 + k, &format!("r{k}"), &[], &["/**"])),
+            &ca,
+            None,
+        );
+        readers.push(i);
+    }
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let rids: Vec<EntityId> = readers
+        .iter()
+        .map(|&i| {
+            let now = sim.now;
+            sim.p(i).create_reader(now, info("/t"))
+        })
+        .collect();
+    sim.pump(w);
+    for &i in &readers {
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 5
+    }));
+    let put = |sim: &mut Sim, k: u64| {
+        let now = sim.now;
+        sim.p(w)
+            .write(now, wid, k, Bytes::from(vec![k as u8; 50]))
+            .unwrap();
+        sim.pump(w);
+    };
+    put(&mut sim, 0);
+    sim.run_for(Duration::from_millis(50));
+    // Four readers leave in the same instant.
+    for k in 1..5 {
+        let now = sim.now;
+        let (i, r) = (readers[k], rids[k]);
+        sim.p(i).delete_endpoint(now, r);
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(1), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+    }));
+    // Their departures wait for the re-key timer...
+    assert_eq!(sim.nodes[w].participant.stats().rekeys, 0);
+    // ...but a sample written now is sealed under the new epoch, not one they hold.
+    sim.wire = Some(Vec::new());
+    put(&mut sim, 1);
+    assert_eq!(sim.nodes[w].participant.stats().rekeys, 1);
+    sim.run_for(Duration::from_secs(2));
+    let wire = sim.wire.take().unwrap();
+    assert!(wire.iter().any(|d| epoch_of(d, 50) == Some(2)));
+    assert!(!wire.iter().any(|d| epoch_of(d, 50) == Some(1)));
+    // One new epoch for all four, and the reader that stayed reads on.
+    assert_eq!(sim.nodes[w].participant.stats().rekeys, 1);
+    assert_eq!(sim.seqs(readers[0], rids[0]), vec![1, 2]);
+    assert_eq!(sim.nodes[readers[0]].participant.stats().keys_received, 2);
+
+    // With no write, the timer re-keys: one more departure, one more epoch.
+    let now = sim.now;
+    sim.p(readers[0]).delete_endpoint(now, rids[0]);
+    sim.pump(readers[0]);
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.nodes[w].participant.matched_count(wid), 0);
+    assert_eq!(sim.nodes[w].participant.stats().rekeys, 2);
+}
