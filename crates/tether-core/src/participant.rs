@@ -1637,6 +1637,20 @@ impl Participant {
         self.schedule_rekeys(now);
     }
 
+    /// Moves every writer that lost a reader to a new epoch now, and stops the timer.
+    fn rekey_due_writers(&mut self) {
+        self.rekey_at = None;
+        let due: Vec<EntityId> = self
+            .writers
+            .values()
+            .filter(|w| w.rekey_due)
+            .map(|w| w.id)
+            .collect();
+        for w in due {
+            self.rekey(w);
+        }
+    }
+
     /// After readers left: the writers that lost one move to a new epoch within
     /// `REKEY_DELAY` (or before their next seal).
     fn schedule_rekeys(&mut self, now: Instant) {
@@ -2990,16 +3004,7 @@ impl Participant {
         }
         // Revocation is rare and urgent: the new epochs go out now.
         self.rekey_wanted = false;
-        self.rekey_at = None;
-        let due: Vec<EntityId> = self
-            .writers
-            .values()
-            .filter(|w| w.rekey_due)
-            .map(|w| w.id)
-            .collect();
-        for w in due {
-            self.rekey(w);
-        }
+        self.rekey_due_writers();
         let _ = now;
     }
 
@@ -3502,16 +3507,7 @@ impl Participant {
         }
         self.schedule_rekeys(now);
         if self.rekey_at.is_some_and(|t| now >= t) {
-            self.rekey_at = None;
-            let due: Vec<EntityId> = self
-                .writers
-                .values()
-                .filter(|w| w.rekey_due)
-                .map(|w| w.id)
-                .collect();
-            for w in due {
-                self.rekey(w);
-            }
+            self.rekey_due_writers();
         }
         let due: Vec<EntityId> = self
             .writers

@@ -630,45 +630,55 @@ fn epoch_of(dg: &[u8], len: usize) -> Option<u32> {
 /// A reader that leaves, or is revoked, makes its writers move to a new epoch: the readers
 /// that stay get the new key and keep reading; the one that left cannot open what follows,
 /// even holding every datagram sent to the others.
+/// A writer ("robot", serial 1) on /t and `n` readers (serials 2, 3, …), each on its own
+/// node in one realm, matched. Returns the writer's node and id and each reader's.
+fn writer_and_readers(
+    sim: &mut Sim,
+    ca: &CaKey,
+    n: u64,
+) -> (usize, EntityId, Vec<(usize, EntityId)>) {
+    let w = node(sim, Some(member(ca, 1, "robot", &["/**"], &[])), ca, None);
+    let nodes: Vec<usize> = (0..n)
+        .map(|k| {
+            let m = member(ca, 2 + k, &format!("r{k}"), &[], &["/**"]);
+            node(sim, Some(m), ca, None)
+        })
+        .collect();
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let readers: Vec<(usize, EntityId)> = nodes
+        .iter()
+        .map(|&i| (i, sim.p(i).create_reader(now, info("/t"))))
+        .collect();
+    sim.pump(w);
+    for &i in &nodes {
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == n as usize
+    }));
+    (w, wid, readers)
+}
+
+/// Writes sample `k` (50 bytes of `k`) on writer `wid` of node `w`.
+fn put50(sim: &mut Sim, w: usize, wid: EntityId, k: u64) {
+    let now = sim.now;
+    sim.p(w)
+        .write(now, wid, k, Bytes::from(vec![k as u8; 50]))
+        .unwrap();
+    sim.pump(w);
+}
+
 #[test]
 fn leaving_and_revoked_readers_cause_a_new_epoch() {
     for revoke in [false, true] {
         let mut sim = Sim::new(15, Link::perfect());
         let ca = CaKey::generate();
-        let w = node(
-            &mut sim,
-            Some(member(&ca, 1, "robot", &["/**"], &[])),
-            &ca,
-            None,
-        );
-        let a = node(
-            &mut sim,
-            Some(member(&ca, 2, "stays", &[], &["/**"])),
-            &ca,
-            None,
-        );
-        let b = node(
-            &mut sim,
-            Some(member(&ca, 3, "goes", &[], &["/**"])),
-            &ca,
-            None,
-        );
-        let now = sim.now;
-        let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
-        let ra = sim.p(a).create_reader(now, info("/t"));
-        let rb = sim.p(b).create_reader(now, info("/t"));
-        for i in [w, a, b] {
-            sim.pump(i);
-        }
-        assert!(sim.run_until(Duration::from_secs(30), |s| {
-            s.nodes[w].participant.matched_count(wid) == 2
-        }));
+        // Reader a stays; reader b (serial 3) leaves or is revoked.
+        let (w, wid, rs) = writer_and_readers(&mut sim, &ca, 2);
+        let [(a, ra), (b, rb)] = [rs[0], rs[1]];
         let put = |sim: &mut Sim, k: u64| {
-            let now = sim.now;
-            sim.p(w)
-                .write(now, wid, k, Bytes::from(vec![k as u8; 50]))
-                .unwrap();
-            sim.pump(w);
+            put50(sim, w, wid, k);
             sim.run_for(Duration::from_millis(20));
         };
         for k in 0..3 {
@@ -1489,45 +1499,10 @@ fn a_batch_without_its_signature_delivers_nothing() {
 fn readers_leaving_together_share_one_new_epoch() {
     let mut sim = Sim::new(16, Link::perfect());
     let ca = CaKey::generate();
-    let w = node(
-        &mut sim,
-        Some(member(&ca, 1, "robot", &["/**"], &[])),
-        &ca,
-        None,
-    );
-    let mut readers = Vec::new();
-    for k in 0..5u64 {
-        let i = node(
-            &mut sim,
-            Some(member(&ca, 2 + k, &format!("r{k}"), &[], &["/**"])),
-            &ca,
-            None,
-        );
-        readers.push(i);
-    }
-    let now = sim.now;
-    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
-    let rids: Vec<EntityId> = readers
-        .iter()
-        .map(|&i| {
-            let now = sim.now;
-            sim.p(i).create_reader(now, info("/t"))
-        })
-        .collect();
-    sim.pump(w);
-    for &i in &readers {
-        sim.pump(i);
-    }
-    assert!(sim.run_until(Duration::from_secs(30), |s| {
-        s.nodes[w].participant.matched_count(wid) == 5
-    }));
-    let put = |sim: &mut Sim, k: u64| {
-        let now = sim.now;
-        sim.p(w)
-            .write(now, wid, k, Bytes::from(vec![k as u8; 50]))
-            .unwrap();
-        sim.pump(w);
-    };
+    let (w, wid, rs) = writer_and_readers(&mut sim, &ca, 5);
+    let readers: Vec<usize> = rs.iter().map(|r| r.0).collect();
+    let rids: Vec<EntityId> = rs.iter().map(|r| r.1).collect();
+    let put = |sim: &mut Sim, k: u64| put50(sim, w, wid, k);
     put(&mut sim, 0);
     sim.run_for(Duration::from_millis(50));
     // Four readers leave in the same instant.
