@@ -72,7 +72,7 @@ impl Cipher {
 
 /// One cipher keyed and ready: encrypts or decrypts a buffer in place.
 enum Engine {
-    Aead(SenderKey),
+    Aead(Box<SenderKey>),
     ChaCha20([u8; 32]),
     ChaCha12([u8; 32]),
     Lea128([u8; 16]),
@@ -86,7 +86,7 @@ impl Engine {
     fn new(c: Cipher) -> Engine {
         let k: [u8; 32] = tether_crypto::random_bytes();
         match c {
-            Cipher::Suite(s) => Engine::Aead(SenderKey::generate(s, 1)),
+            Cipher::Suite(s) => Engine::Aead(Box::new(SenderKey::generate(s, 1))),
             Cipher::ChaCha20 => Engine::ChaCha20(k),
             Cipher::ChaCha12 => Engine::ChaCha12(k),
             Cipher::Lea(128) => Engine::Lea128(k[..16].try_into().expect("16")),

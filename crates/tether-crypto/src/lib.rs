@@ -35,7 +35,7 @@ pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};
 pub use pairwise::pair_key;
 pub use replay::ReplayWindow;
 pub use sample::Protection;
-pub use suite::{SealError, SenderKey, Suite, TAG_LEN};
+pub use suite::{SMALL_MESSAGE, SealError, SenderKey, Suite, TAG_LEN};
 pub use topic::TopicId;
 
 /// Lower-case hex of `b`.
