@@ -80,6 +80,9 @@ pub(crate) struct Writer {
     pub(crate) readers: BTreeMap<Guid, ReaderProxy>,
     /// Remote participants with at least one matched reader, for fan-out.
     pub(crate) dests: Vec<ParticipantId>,
+    /// The `dests` where at least one matched reader is reliable: where periodic
+    /// heartbeats go (kept with `dests`, so a heartbeat costs no scan of every reader).
+    pub(crate) reliable_dests: Vec<ParticipantId>,
     /// Matched readers in this participant (delivered to directly).
     pub(crate) locals: Vec<EntityId>,
     pub(crate) hb_count: u32,
@@ -156,6 +159,7 @@ impl Writer {
             history_bytes: 0,
             readers: BTreeMap::new(),
             dests: Vec::new(),
+            reliable_dests: Vec::new(),
             locals: Vec::new(),
             hb_count: 0,
             next_hb: None,
@@ -360,7 +364,16 @@ impl Writer {
             .map(|(g, _)| g.participant)
             .collect();
         d.dedup();
+        // `readers` is ordered by participant first, so each participant's readers are
+        // adjacent and one pass finds those with a reliable one.
+        let mut rel: Vec<ParticipantId> = Vec::new();
+        for (g, r) in &self.readers {
+            if !r.local && r.reliable && rel.last() != Some(&g.participant) {
+                rel.push(g.participant);
+            }
+        }
         self.dests = d;
+        self.reliable_dests = rel;
         self.fanout = None;
         self.locals = self
             .readers

@@ -13,7 +13,9 @@ use tether_wire::{
     batch_entry_head, encode_data_head,
 };
 
-use crate::endpoint::{AsyncState, Cached, EndpointInfo, Reader, ReaderProxy, Writer, WriterProxy};
+use crate::endpoint::{
+    AsyncState, Cached, EndpointInfo, FanoutKey, Reader, ReaderProxy, Writer, WriterProxy,
+};
 use crate::event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 use crate::qos::{Mismatch, Qos, QosPolicy, check_compatible};
 use crate::sched::{Bucket, FlowController, Priority};
@@ -819,6 +821,7 @@ impl Participant {
                     participant: me,
                 };
                 let fanout = (
+                    self.fanout_gen,
                     multicast_peers(&self.cfg, self.grouped),
                     self.cfg.multicast_min,
                 );
@@ -3522,6 +3525,7 @@ impl Participant {
         let max_dg = self.cfg.max_datagram;
         let hb_period = self.cfg.heartbeat_period;
         let fanout = (
+            self.fanout_gen,
             multicast_peers(&self.cfg, self.grouped),
             self.cfg.multicast_min,
         );
@@ -4046,7 +4050,7 @@ fn heartbeat_all(
     w: &mut Writer,
     hdr: Header,
     remotes: &BTreeMap<ParticipantId, RemoteParticipant>,
-    fanout: (usize, usize),
+    key: FanoutKey,
     transmits: &mut VecDeque<Transmit>,
     stats: &mut Stats,
 ) {
@@ -4063,18 +4067,8 @@ fn heartbeat_all(
         return;
     }
     let dg = Bytes::from(dg);
-    let reliable: Vec<ParticipantId> = w
-        .dests
-        .iter()
-        .copied()
-        .filter(|p| {
-            w.readers
-                .iter()
-                .any(|(g, r)| g.participant == *p && r.reliable)
-        })
-        .collect();
-    let (grouped, min) = fanout;
-    for (dest, group) in fanout_addrs(remotes, &reliable, grouped, min) {
+    let (_, grouped, min) = key;
+    let mut send = |dest: SocketAddr, group: bool| {
         stats.heartbeats_sent += 1;
         stats.datagrams_sent += 1;
         stats.heartbeats_multicast += u64::from(group);
@@ -4084,6 +4078,17 @@ fn heartbeat_all(
             head: dg.clone().into(),
             body: Bytes::new(),
         });
+    };
+    if w.reliable_dests.len() == w.dests.len() {
+        // Every destination has a reliable reader (the usual case): the heartbeat goes
+        // where the data goes, by the plan the writes keep.
+        for &(dest, group) in w.fanout(key, |d| fanout_addrs(remotes, d, grouped, min)) {
+            send(dest, group);
+        }
+    } else {
+        for (dest, group) in fanout_addrs(remotes, &w.reliable_dests, grouped, min) {
+            send(dest, group);
+        }
     }
 }
 

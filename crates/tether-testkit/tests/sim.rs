@@ -1041,3 +1041,44 @@ fn blocked_writer_heartbeats_at_once() {
         assert_eq!(sim.seqs(1, r), (1..=200).collect::<Vec<_>>());
     }
 }
+
+/// Periodic heartbeats go once to each participant with a reliable reader of the writer
+/// (however many readers it has there), never to one whose readers are all best effort;
+/// the writer keeps that list with its matched readers.
+#[test]
+fn periodic_heartbeats_go_only_where_a_reader_is_reliable() {
+    let mut sim = Sim::new(3, Link::perfect());
+    for _ in 0..4 {
+        sim.add_node_with(|c| c.heartbeat_period = Duration::from_millis(100));
+    }
+    let rel = Qos::new().keep_all();
+    let be = Qos::new().best_effort();
+    let now = sim.now;
+    let w = sim.p(0).create_writer(now, info("/t", rel)).unwrap();
+    // Node 1: a reliable and a best-effort reader; node 2: best effort only; node 3:
+    // reliable.
+    let readers = [(1, rel), (1, be), (2, be), (3, rel)];
+    for (i, q) in readers {
+        sim.p(i).create_reader(now, info("/t", q));
+    }
+    for i in 0..4 {
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[0].participant.matched_count(w) == 4
+    }));
+    // Reliable readers that never answer keep the writer heartbeating.
+    sim.nodes[1].up = false;
+    sim.nodes[3].up = false;
+    let now = sim.now;
+    sim.p(0).write(now, w, 1, Bytes::from_static(b"x")).unwrap();
+    sim.pump(0);
+    let before = sim.p(0).stats().heartbeats_sent;
+    sim.run_for(Duration::from_millis(1_000));
+    let sent = sim.p(0).stats().heartbeats_sent - before;
+    // Ten periods, two destinations each (nodes 1 and 3), give or take one period.
+    assert!(
+        (18..=22).contains(&sent),
+        "{sent} heartbeats in 10 periods: expected 2 per period"
+    );
+}
