@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tether_core::{EndpointInfo, EntityId, Event, Qos, Security};
+use tether_core::{EndpointInfo, Event, Qos, Security};
 use tether_crypto::{CaKey, Credential, Identity, RealmSecret};
 use tether_testkit::{Link, Sim};
 
@@ -75,10 +75,9 @@ fn run(secure: bool, readers: usize, sleep: Duration, samples: u64) -> Cost {
         .collect();
     let now = sim.now;
     let wid = sim.p(w).create_writer(now, info()).expect("writer");
-    let rids: Vec<EntityId> = rs
-        .iter()
-        .map(|&i| sim.p(i).create_reader(now, info()))
-        .collect();
+    for &i in &rs {
+        sim.p(i).create_reader(now, info());
+    }
     for i in 0..=readers {
         sim.pump(i);
     }
@@ -126,7 +125,6 @@ fn run(secure: bool, readers: usize, sleep: Duration, samples: u64) -> Cost {
                 }
             }
             cost.deliver_ns.push(start.elapsed().as_nanos() as f64);
-            let _ = rids[r];
         }
         for i in 0..=readers {
             sim.pump(i);
