@@ -243,7 +243,8 @@ pub(crate) struct FanoutArgs {
     /// Sample size in bytes.
     #[arg(long, default_value_t = 1024)]
     pub(crate) size: usize,
-    /// Runs per subscriber count and mode (modes interleaved).
+    /// Repetitions; each runs every subscriber count in every mode, interleaved, so the
+    /// summaries can pair runs by repetition.
     #[arg(long, default_value_t = 3)]
     pub(crate) reps: usize,
     /// How publishers reach subscribers, in turn: `multicast` (one datagram per sample to
@@ -552,16 +553,17 @@ fn fold(v: &[Value], k: &str, f: fn(f64, f64) -> f64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The mode's runs against plain's, paired by repetition (each repetition runs every mode
-/// back to back, so what drifts on the host between repetitions, often more than the modes
-/// differ, cancels out of each pair): the geometric mean of the per-repetition ratios of
-/// mean communication time, with its 95 % confidence interval (Student's t on the logs;
-/// None for the interval below two pairs). None without a pair.
-fn paired_ratio(plain: &[Value], other: &[Value]) -> Option<(f64, Option<(f64, f64)>)> {
-    let logs: Vec<f64> = plain
+/// Runs against base runs, paired by repetition (each repetition runs every mode and every
+/// subscriber count back to back, so what drifts on the host between repetitions, often
+/// more than the runs differ, cancels out of each pair): the geometric mean of the
+/// per-repetition ratios of field `k` (mean communication time, publisher CPU per sample),
+/// with its 95 % confidence interval (Student's t on the logs; None for the interval below
+/// two pairs). None without a pair.
+fn paired_ratio(base: &[Value], other: &[Value], k: &str) -> Option<(f64, Option<(f64, f64)>)> {
+    let logs: Vec<f64> = base
         .iter()
         .zip(other)
-        .filter_map(|(p, o)| Some((o["mean_us"].as_f64()? / p["mean_us"].as_f64()?).ln()))
+        .filter_map(|(p, o)| Some((o[k].as_f64()? / p[k].as_f64()?).ln()))
         .filter(|l| l.is_finite())
         .collect();
     let n = logs.len();
@@ -815,121 +817,35 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
     }
     let mut rows = Vec::new();
     let mut summary = Vec::new();
+    let mut scaling = Vec::new();
     for &fanout in &a.fanout {
-        for &n in &a.subs {
-            // Modes interleaved within each repetition, so drift on the machine (the host's CPU
-            // steal comes and goes) falls on every mode alike.
-            let mut by_mode: Vec<(Mode, Vec<Value>)> =
-                a.modes.iter().map(|&m| (m, vec![])).collect();
-            for rep in 0..a.reps {
-                // Every other repetition runs the modes in reverse order (A B, B A, ...), so
-                // whatever drifts between consecutive runs falls on each mode alike.
-                let order: Vec<usize> = if rep % 2 == 0 {
-                    (0..by_mode.len()).collect()
-                } else {
-                    (0..by_mode.len()).rev().collect()
-                };
-                for k in order {
-                    let (mode, got) = &mut by_mode[k];
-                    let mode = *mode;
-                    let (pr, sr) = run_one(lan.as_ref(), fanout, &bc, &a, &realm, n, mode)
-                        .with_context(|| {
-                            format!("{n} subscribers, {}, {}", mode.name(), fanout.name())
-                        })?;
-                    let mut row = row(n, mode, rep, &pr, &sr);
-                    row["fanout"] = json!(fanout.name());
-                    if !a.json {
-                        print_row(&row);
-                    }
-                    got.push(row.clone());
-                    rows.push(row);
-                }
+        // Every subscriber count and every mode within each repetition, so drift on the
+        // machine (the host's CPU steal comes and goes over minutes) falls on all alike and
+        // cancels out of the paired ratios: between modes at one count, and between counts
+        // in one mode. runs[count][mode] holds one row per repetition, in order.
+        let mut runs: Vec<Vec<Vec<Value>>> = vec![vec![vec![]; a.modes.len()]; a.subs.len()];
+        for (rep, c, k) in schedule(a.reps, a.subs.len(), a.modes.len()) {
+            let (n, mode) = (a.subs[c], a.modes[k]);
+            let (pr, sr) = run_one(lan.as_ref(), fanout, &bc, &a, &realm, n, mode)
+                .with_context(|| format!("{n} subscribers, {}, {}", mode.name(), fanout.name()))?;
+            let mut row = row(n, mode, rep, &pr, &sr);
+            row["fanout"] = json!(fanout.name());
+            if !a.json {
+                print_row(&row);
             }
-            let plain = by_mode.iter().find(|(m, _)| *m == Mode::Plain);
-            let plain_mean = plain.map(|(_, v)| avg(v, "mean_us"));
-            let plain_p50 = plain.map(|(_, v)| avg(v, "p50_us"));
-            let adjusted = steal_adjusted(&by_mode);
-            let plain_adj = adjusted.as_ref().and_then(|(_, a)| {
-                by_mode
-                    .iter()
-                    .position(|(m, _)| *m == Mode::Plain)
-                    .map(|i| a[i])
-            });
-            for (k, (mode, v)) in by_mode.iter().enumerate() {
-                let adj = adjusted.as_ref().map(|(_, a)| a[k]);
-                let mean = avg(v, "mean_us");
-                let p50 = avg(v, "p50_us");
-                let repairs: u64 = v.iter().filter_map(|r| r["retransmitted"].as_u64()).sum();
-                let paired = plain.and_then(|(_, p)| paired_ratio(p, v));
-                let ci = paired.and_then(|(_, c)| c);
-                let s = json!({
-                    "fanout": fanout.name(),
-                    "subscribers": n,
-                    "mode": mode.name(),
-                    "reps": v.len(),
-                    "mean_us": mean,
-                    "mean_us_min": fold(v, "mean_us", f64::min),
-                    "mean_us_max": fold(v, "mean_us", f64::max),
-                    "p50_us": p50,
-                    "p99_us": avg(v, "p99_us"),
-                    "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
-                    "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
-                    "sub_cpu_us_per_delivery": avg(v, "sub_cpu_us_per_delivery"),
-                    "steal_pct": avg(v, "steal_pct"),
-                    "seals_per_sample": avg(v, "seals_per_sample"),
-                    "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
-                    "ratio_to_plain": plain_mean.map(|p| mean / p),
-                    "p50_ratio_to_plain": plain_p50.map(|p| p50 / p),
-                    "steal_slope_us_per_pct": adjusted.as_ref().map(|(b, _)| *b),
-                    "mean_us_at_equal_steal": adj,
-                    "ratio_to_plain_at_equal_steal": adj.zip(plain_adj).map(|(a, p)| a / p),
-                    "paired_ratio_to_plain": paired.map(|(r, _)| r),
-                    "paired_ratio_ci95": ci.map(|(lo, hi)| json!([lo, hi])),
-                    "retransmitted": repairs,
-                });
-                if !a.json {
-                    let paper = PAPER.iter().find(|(s, _, _)| *s == n);
-                    println!(
-                        "{:>5} {:>9}  {}: mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample, {} repairs{}{}",
-                        n,
-                        fanout.name(),
-                        mode.name(),
-                        mean,
-                        fold(v, "mean_us", f64::min),
-                        fold(v, "mean_us", f64::max),
-                        v.len(),
-                        avg(v, "put_cpu_us_per_sample"),
-                        repairs,
-                        match (plain_mean, plain_p50) {
-                            (Some(p), Some(q)) if *mode != Mode::Plain => format!(
-                                ", {:.2}× plain (median {:.2}×{}{})",
-                                mean / p,
-                                p50 / q,
-                                match adj.zip(plain_adj) {
-                                    Some((a, p)) => format!(", at equal steal {:.2}×", a / p),
-                                    None => String::new(),
-                                },
-                                match (paired, ci) {
-                                    (Some((r, _)), Some((lo, hi))) =>
-                                        format!(", paired {r:.2}× (95 % CI {lo:.2}–{hi:.2})"),
-                                    _ => String::new(),
-                                }
-                            ),
-                            _ => String::new(),
-                        },
-                        match (paper, mode) {
-                            (Some((_, pp, _)), Mode::Plain) => {
-                                format!("   paper plain {:.0} µs", pp * 1e6)
-                            }
-                            (Some((_, pp, pc)), Mode::Pairwise) =>
-                                format!("   paper cipher {:.0} µs, {:.2}× plain", pc * 1e6, pc / pp),
-                            _ => String::new(),
-                        }
-                    );
-                }
-                summary.push(s);
-            }
+            runs[c][k].push(row.clone());
+            rows.push(row);
         }
+        for (c, &n) in a.subs.iter().enumerate() {
+            let by_mode: Vec<(Mode, Vec<Value>)> = a
+                .modes
+                .iter()
+                .copied()
+                .zip(runs[c].iter().cloned())
+                .collect();
+            summary.extend(summarize(&a, fanout, n, &by_mode));
+        }
+        scaling.extend(publisher_scaling(&a, fanout, &runs));
     }
     if a.json {
         println!(
@@ -944,11 +860,180 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                 "size": a.size,
                 "runs": rows,
                 "summary": summary,
+                "publisher_cpu_scaling": scaling,
                 "paper_table3": PAPER.iter().map(|(s, p, c)| json!({"subscribers": s, "plain_s": p, "cipher_s": c})).collect::<Vec<_>>(),
             })
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The order of the runs, as (repetition, count, mode) indices: each repetition runs every
+/// count and every mode. Every other repetition runs the counts in reverse order (2 100,
+/// 100 2, ...), and the modes alternate with each run of a count, so what drifts between
+/// consecutive runs falls on each count and each mode alike.
+fn schedule(reps: usize, counts: usize, modes: usize) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::with_capacity(reps * counts * modes);
+    let mut turn = 0;
+    for rep in 0..reps {
+        for i in 0..counts {
+            let c = if rep % 2 == 0 { i } else { counts - 1 - i };
+            for j in 0..modes {
+                let k = if turn % 2 == 0 { j } else { modes - 1 - j };
+                out.push((rep, c, k));
+            }
+            turn += 1;
+        }
+    }
+    out
+}
+
+/// One subscriber count's summary per mode (printed unless `--json`): mean communication
+/// time, CPU, seals, and each mode against plain, paired by repetition.
+fn summarize(
+    a: &FanoutArgs,
+    fanout: Fanout,
+    n: usize,
+    by_mode: &[(Mode, Vec<Value>)],
+) -> Vec<Value> {
+    let mut summary = Vec::new();
+    let plain = by_mode.iter().find(|(m, _)| *m == Mode::Plain);
+    let plain_mean = plain.map(|(_, v)| avg(v, "mean_us"));
+    let plain_p50 = plain.map(|(_, v)| avg(v, "p50_us"));
+    let adjusted = steal_adjusted(by_mode);
+    let plain_adj = adjusted.as_ref().and_then(|(_, a)| {
+        by_mode
+            .iter()
+            .position(|(m, _)| *m == Mode::Plain)
+            .map(|i| a[i])
+    });
+    for (k, (mode, v)) in by_mode.iter().enumerate() {
+        let adj = adjusted.as_ref().map(|(_, a)| a[k]);
+        let mean = avg(v, "mean_us");
+        let p50 = avg(v, "p50_us");
+        let repairs: u64 = v.iter().filter_map(|r| r["retransmitted"].as_u64()).sum();
+        let paired = plain.and_then(|(_, p)| paired_ratio(p, v, "mean_us"));
+        let ci = paired.and_then(|(_, c)| c);
+        let s = json!({
+            "fanout": fanout.name(),
+            "subscribers": n,
+            "mode": mode.name(),
+            "reps": v.len(),
+            "mean_us": mean,
+            "mean_us_min": fold(v, "mean_us", f64::min),
+            "mean_us_max": fold(v, "mean_us", f64::max),
+            "p50_us": p50,
+            "p99_us": avg(v, "p99_us"),
+            "put_cpu_us_per_sample": avg(v, "put_cpu_us_per_sample"),
+            "process_cpu_us_per_sample": avg(v, "process_cpu_us_per_sample"),
+            "sub_cpu_us_per_delivery": avg(v, "sub_cpu_us_per_delivery"),
+            "steal_pct": avg(v, "steal_pct"),
+            "seals_per_sample": avg(v, "seals_per_sample"),
+            "datagram_seals_per_sample": avg(v, "datagram_seals_per_sample"),
+            "ratio_to_plain": plain_mean.map(|p| mean / p),
+            "p50_ratio_to_plain": plain_p50.map(|p| p50 / p),
+            "steal_slope_us_per_pct": adjusted.as_ref().map(|(b, _)| *b),
+            "mean_us_at_equal_steal": adj,
+            "ratio_to_plain_at_equal_steal": adj.zip(plain_adj).map(|(a, p)| a / p),
+            "paired_ratio_to_plain": paired.map(|(r, _)| r),
+            "paired_ratio_ci95": ci.map(|(lo, hi)| json!([lo, hi])),
+            "retransmitted": repairs,
+        });
+        if !a.json {
+            let paper = PAPER.iter().find(|(s, _, _)| *s == n);
+            println!(
+                "{:>5} {:>9}  {}: mean {:>8.1} µs ({:.1}–{:.1}) over {} runs, put {:.1} µs/sample, {} repairs{}{}",
+                n,
+                fanout.name(),
+                mode.name(),
+                mean,
+                fold(v, "mean_us", f64::min),
+                fold(v, "mean_us", f64::max),
+                v.len(),
+                avg(v, "put_cpu_us_per_sample"),
+                repairs,
+                match (plain_mean, plain_p50) {
+                    (Some(p), Some(q)) if *mode != Mode::Plain => format!(
+                        ", {:.2}× plain (median {:.2}×{}{})",
+                        mean / p,
+                        p50 / q,
+                        match adj.zip(plain_adj) {
+                            Some((a, p)) => format!(", at equal steal {:.2}×", a / p),
+                            None => String::new(),
+                        },
+                        match (paired, ci) {
+                            (Some((r, _)), Some((lo, hi))) =>
+                                format!(", paired {r:.2}× (95 % CI {lo:.2}–{hi:.2})"),
+                            _ => String::new(),
+                        }
+                    ),
+                    _ => String::new(),
+                },
+                match (paper, mode) {
+                    (Some((_, pp, _)), Mode::Plain) => {
+                        format!("   paper plain {:.0} µs", pp * 1e6)
+                    }
+                    (Some((_, pp, pc)), Mode::Pairwise) =>
+                        format!("   paper cipher {:.0} µs, {:.2}× plain", pc * 1e6, pc / pp),
+                    _ => String::new(),
+                }
+            );
+        }
+        summary.push(s);
+    }
+    summary
+}
+
+/// Per mode, the publisher's CPU per sample at each subscriber count against the smallest
+/// count, paired by repetition: the put (sealing and sending one sample) and the whole
+/// publisher process (which also takes every reader's acknowledgements, so grows with
+/// them). With multicast fan-out the put should not grow with the count.
+fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -> Vec<Value> {
+    let Some(base) = (0..a.subs.len()).min_by_key(|&c| a.subs[c]) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for (k, mode) in a.modes.iter().enumerate() {
+        for (c, &n) in a.subs.iter().enumerate() {
+            if a.subs[c] == a.subs[base] {
+                continue;
+            }
+            let put = paired_ratio(&runs[base][k], &runs[c][k], "put_cpu_us_per_sample");
+            let proc = paired_ratio(&runs[base][k], &runs[c][k], "process_cpu_us_per_sample");
+            let (Some((put_r, put_ci)), Some((proc_r, proc_ci))) = (put, proc) else {
+                continue;
+            };
+            if !a.json {
+                let ci = |c: Option<(f64, f64)>| match c {
+                    Some((lo, hi)) => format!(" (95 % CI {lo:.2}–{hi:.2})"),
+                    None => String::new(),
+                };
+                println!(
+                    "{:>5} {:>9}  {}: publisher CPU per sample against {} subscribers, paired over {} runs: put {:.2}×{}, process {:.2}×{}",
+                    n,
+                    fanout.name(),
+                    mode.name(),
+                    a.subs[base],
+                    runs[c][k].len().min(runs[base][k].len()),
+                    put_r,
+                    ci(put_ci),
+                    proc_r,
+                    ci(proc_ci),
+                );
+            }
+            out.push(json!({
+                "fanout": fanout.name(),
+                "mode": mode.name(),
+                "subscribers": n,
+                "against": a.subs[base],
+                "put_cpu_ratio": put_r,
+                "put_cpu_ratio_ci95": put_ci.map(|(lo, hi)| json!([lo, hi])),
+                "process_cpu_ratio": proc_r,
+                "process_cpu_ratio_ci95": proc_ci.map(|(lo, hi)| json!([lo, hi])),
+            }));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -986,7 +1071,7 @@ mod tests {
     fn paired_ratio_cancels_drift_between_repetitions() {
         let plain = runs(&[(0.0, 100.0), (0.0, 200.0), (0.0, 150.0)]);
         let group = runs(&[(0.0, 110.0), (0.0, 220.0), (0.0, 165.0)]);
-        let (r, ci) = paired_ratio(&plain, &group).unwrap();
+        let (r, ci) = paired_ratio(&plain, &group, "mean_us").unwrap();
         assert!((r - 1.1).abs() < 1e-9, "{r}");
         let (lo, hi) = ci.unwrap();
         assert!(
@@ -994,12 +1079,69 @@ mod tests {
             "{lo} {hi}"
         );
         let noisy = runs(&[(0.0, 110.0), (0.0, 260.0), (0.0, 150.0)]);
-        let (r, ci) = paired_ratio(&plain, &noisy).unwrap();
+        let (r, ci) = paired_ratio(&plain, &noisy, "mean_us").unwrap();
         let (lo, hi) = ci.unwrap();
         assert!(lo < 1.0 && hi > 1.3 && lo < r && r < hi, "{lo} {r} {hi}");
-        let (r, ci) = paired_ratio(&plain[..1], &group[..1]).unwrap();
+        let (r, ci) = paired_ratio(&plain[..1], &group[..1], "mean_us").unwrap();
         assert!((r - 1.1).abs() < 1e-9 && ci.is_none());
-        assert!(paired_ratio(&[], &group).is_none());
+        assert!(paired_ratio(&[], &group, "mean_us").is_none());
+    }
+
+    /// Each repetition runs every count and every mode once; over two repetitions each
+    /// count runs first once and last once, and each mode leads as often as it trails.
+    #[test]
+    fn schedule_interleaves_counts_and_modes() {
+        let s = schedule(2, 2, 2);
+        assert_eq!(s.len(), 8);
+        for rep in 0..2 {
+            let mut got: Vec<_> = s
+                .iter()
+                .filter(|r| r.0 == rep)
+                .map(|r| (r.1, r.2))
+                .collect();
+            got.sort();
+            assert_eq!(got, vec![(0, 0), (0, 1), (1, 0), (1, 1)]);
+        }
+        assert_eq!(s[0].1, 0);
+        assert_eq!(s[4].1, 1);
+        let leads: Vec<usize> = s.chunks(2).map(|p| p[0].2).collect();
+        assert_eq!(leads, vec![0, 1, 0, 1]);
+        assert!(schedule(0, 3, 3).is_empty());
+    }
+
+    /// The host's drift doubles every run's CPU between repetitions; at 100 subscribers
+    /// the put costs what it costs at 2 in each repetition, the whole process 1.5×: the
+    /// paired ratios say exactly that.
+    #[test]
+    fn publisher_scaling_pairs_counts_by_repetition() {
+        let cpu = |put: f64, proc: f64| json!({"put_cpu_us_per_sample": put, "process_cpu_us_per_sample": proc});
+        let at2 = vec![cpu(40.0, 100.0), cpu(80.0, 200.0), cpu(60.0, 150.0)];
+        let at100 = vec![cpu(40.0, 150.0), cpu(80.0, 300.0), cpu(60.0, 225.0)];
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: FanoutArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "fanout", "--subs", "100,2", "--modes", "group", "--json",
+        ]);
+        let a = cli.unwrap().a;
+        let runs = vec![vec![at100], vec![at2]];
+        let out = publisher_scaling(&a, Fanout::Multicast, &runs);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let r = &out[0];
+        assert_eq!(r["subscribers"], 100);
+        assert_eq!(r["against"], 2);
+        assert!(
+            (r["put_cpu_ratio"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+            "{r}"
+        );
+        assert!(
+            (r["process_cpu_ratio"].as_f64().unwrap() - 1.5).abs() < 1e-9,
+            "{r}"
+        );
+        let ci = r["put_cpu_ratio_ci95"].as_array().unwrap();
+        assert!((ci[0].as_f64().unwrap() - 1.0).abs() < 1e-9, "{r}");
     }
 
     /// A namespace named after a process that is gone is deleted; one of a live process
