@@ -372,16 +372,21 @@ fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now() + Duration::from_millis(50);
     let period = Duration::from_millis(a.period_ms);
     let put_cpu = Arc::new(AtomicU64::new(0));
+    // Each put's CPU time, for the median: a put the kernel interrupted to take a burst of
+    // acknowledgements is charged for it, and moves the mean, not the median.
+    let put_each = Arc::new(Mutex::new(Vec::with_capacity(a.count * a.samples)));
     let errors = Arc::new(AtomicU64::new(0));
     std::thread::scope(|sc| {
         for (i, p) in pubs.iter().enumerate() {
             let put_cpu = put_cpu.clone();
+            let put_each = put_each.clone();
             let errors = errors.clone();
             let (samples, size, n) = (a.samples, a.size, a.count);
             sc.spawn(move || {
                 // Publishers spread over the period, as independent nodes' timers are.
                 let offset = period * i as u32 / n as u32;
                 let mut payload = vec![i as u8; size];
+                let mut each = Vec::with_capacity(samples);
                 for k in 0..samples {
                     let at = start + offset + period * k as u32;
                     if let Some(d) = at.checked_duration_since(Instant::now()) {
@@ -393,7 +398,12 @@ fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
                     if p.put(payload.clone()).is_err() {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
-                    put_cpu.fetch_add(thread_cpu_ns() - c0, Ordering::Relaxed);
+                    let c = thread_cpu_ns() - c0;
+                    put_cpu.fetch_add(c, Ordering::Relaxed);
+                    each.push(c);
+                }
+                if let Ok(mut v) = put_each.lock() {
+                    v.extend(each);
                 }
             });
         }
@@ -411,6 +421,10 @@ fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
         "samples": n,
         "put_errors": errors.load(Ordering::Relaxed),
         "put_cpu_ns": put_cpu.load(Ordering::Relaxed),
+        "put_cpu_p50_ns": put_each.lock().ok().and_then(|mut v| {
+            v.sort_unstable();
+            v.get(v.len() / 2).copied()
+        }),
         "process_cpu_ns": cpu,
         "samples_sealed": d(|s| s.samples_sealed),
         "datagrams_pair_sealed": d(|s| s.datagrams_pair_sealed),
@@ -635,6 +649,7 @@ fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
         "received": sr["received"],
         "expected": (samples * n as f64) as u64,
         "put_cpu_us_per_sample": f(&pr["put_cpu_ns"]) / 1e3 / samples,
+        "put_cpu_p50_us": f(&pr["put_cpu_p50_ns"]) / 1e3,
         "process_cpu_us_per_sample": f(&pr["process_cpu_ns"]) / 1e3 / samples,
         // Every subscriber's processing of one sample (receive, open, deliver), on average.
         "sub_cpu_us_per_delivery": f(&sr["process_cpu_ns"]) / 1e3 / (samples * n as f64),
@@ -657,7 +672,7 @@ fn row(n: usize, mode: Mode, rep: usize, pr: &Value, sr: &Value) -> Value {
 fn print_row(r: &Value) {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     println!(
-        "{:>5} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>10.1} {:>10.1} {:>9.1} {:>7.2} {:>9.2} {:>7.1}",
+        "{:>5} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>10.1} {:>8.1} {:>10.1} {:>9.1} {:>7.2} {:>9.2} {:>7.1}",
         f("subscribers"),
         r["mode"].as_str().unwrap_or("?"),
         f("mean_us"),
@@ -665,6 +680,7 @@ fn print_row(r: &Value) {
         f("p99_us"),
         100.0 * f("received") / f("expected"),
         f("put_cpu_us_per_sample"),
+        f("put_cpu_p50_us"),
         f("process_cpu_us_per_sample"),
         f("sub_cpu_us_per_delivery"),
         f("seals_per_sample"),
@@ -800,7 +816,7 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             crate::bench::machine()
         );
         println!(
-            "{:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>7}",
+            "{:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>9} {:>7} {:>9} {:>7}",
             "subs",
             "mode",
             "mean µs",
@@ -808,6 +824,7 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             "p99 µs",
             "recv %",
             "put µs/s",
+            "put p50",
             "proc µs/s",
             "sub µs/d",
             "seals/s",
@@ -985,9 +1002,10 @@ fn summarize(
 }
 
 /// Per mode, the publisher's CPU per sample at each subscriber count against the smallest
-/// count, paired by repetition: the put (sealing and sending one sample) and the whole
-/// publisher process (which also takes every reader's acknowledgements, so grows with
-/// them). With multicast fan-out the put should not grow with the count.
+/// count, paired by repetition: the put (sealing and sending one sample; the mean and the
+/// median put) and the whole publisher process (which also takes every reader's
+/// acknowledgements, so grows with them). With multicast fan-out the put should not grow
+/// with the count.
 fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -> Vec<Value> {
     let Some(base) = (0..a.subs.len()).min_by_key(|&c| a.subs[c]) else {
         return vec![];
@@ -999,6 +1017,7 @@ fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -
                 continue;
             }
             let put = paired_ratio(&runs[base][k], &runs[c][k], "put_cpu_us_per_sample");
+            let p50 = paired_ratio(&runs[base][k], &runs[c][k], "put_cpu_p50_us");
             let proc = paired_ratio(&runs[base][k], &runs[c][k], "process_cpu_us_per_sample");
             let (Some((put_r, put_ci)), Some((proc_r, proc_ci))) = (put, proc) else {
                 continue;
@@ -1009,7 +1028,7 @@ fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -
                     None => String::new(),
                 };
                 println!(
-                    "{:>5} {:>9}  {}: publisher CPU per sample against {} subscribers, paired over {} runs: put {:.2}×{}, process {:.2}×{}",
+                    "{:>5} {:>9}  {}: publisher CPU per sample against {} subscribers, paired over {} runs: put {:.2}×{}, median put {}, process {:.2}×{}",
                     n,
                     fanout.name(),
                     mode.name(),
@@ -1017,6 +1036,10 @@ fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -
                     runs[c][k].len().min(runs[base][k].len()),
                     put_r,
                     ci(put_ci),
+                    match p50 {
+                        Some((r, c)) => format!("{r:.2}×{}", ci(c)),
+                        None => "—".into(),
+                    },
                     proc_r,
                     ci(proc_ci),
                 );
@@ -1028,6 +1051,8 @@ fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -
                 "against": a.subs[base],
                 "put_cpu_ratio": put_r,
                 "put_cpu_ratio_ci95": put_ci.map(|(lo, hi)| json!([lo, hi])),
+                "put_cpu_p50_ratio": p50.map(|(r, _)| r),
+                "put_cpu_p50_ratio_ci95": p50.and_then(|(_, c)| c).map(|(lo, hi)| json!([lo, hi])),
                 "process_cpu_ratio": proc_r,
                 "process_cpu_ratio_ci95": proc_ci.map(|(lo, hi)| json!([lo, hi])),
             }));
