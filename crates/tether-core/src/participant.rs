@@ -319,7 +319,10 @@ pub struct Participant {
     next_entity: u32,
     writers: BTreeMap<EntityId, Writer>,
     readers: BTreeMap<EntityId, Reader>,
-    remotes: BTreeMap<ParticipantId, RemoteParticipant>,
+    /// Boxed: a remote participant is almost 2 KB (its authentication state), and inline a
+    /// map node of them spans five pages, so the lookup every datagram starts with touched
+    /// a cold page for the node's keys and another for the value.
+    remotes: BTreeMap<ParticipantId, Box<RemoteParticipant>>,
     /// Which remote participant is at an address (pairwise mode seals by destination).
     remote_at: HashMap<SocketAddr, ParticipantId>,
     /// Remote participants that announced a data group (0: every fan-out is unicast).
@@ -1794,7 +1797,7 @@ impl Participant {
         self.fanout_gen += 1;
         self.remotes.insert(
             pid,
-            RemoteParticipant {
+            Box::new(RemoteParticipant {
                 addr: from,
                 name: p.name.to_string(),
                 lease,
@@ -1806,7 +1809,7 @@ impl Participant {
                     .as_ref()
                     .map(|_| crate::security::PeerAuth::new()),
                 group,
-            },
+            }),
         );
         self.grouped += group.is_some() as usize;
         self.send_auth(now, pid);
@@ -4013,7 +4016,7 @@ fn multicast_peers(cfg: &Config, grouped: usize) -> usize {
 /// except that participants sharing a data group, `min` or more of them, get one datagram
 /// to the group (`true`). `grouped`: how many remotes announced a group (0: all unicast).
 fn fanout_addrs(
-    remotes: &BTreeMap<ParticipantId, RemoteParticipant>,
+    remotes: &BTreeMap<ParticipantId, Box<RemoteParticipant>>,
     dests: &[ParticipantId],
     grouped: usize,
     min: usize,
@@ -4049,7 +4052,7 @@ fn fanout_addrs(
 fn heartbeat_all(
     w: &mut Writer,
     hdr: Header,
-    remotes: &BTreeMap<ParticipantId, RemoteParticipant>,
+    remotes: &BTreeMap<ParticipantId, Box<RemoteParticipant>>,
     key: FanoutKey,
     transmits: &mut VecDeque<Transmit>,
     stats: &mut Stats,
