@@ -430,13 +430,19 @@ struct Pct {
     p99: f64,
 }
 
+/// The `q` quantile (0 to 1) of `sorted` by nearest rank: the element at `q` of the way
+/// from the first to the last. None when empty. Every bench's percentiles go through it.
+pub(crate) fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+    let last = sorted.len().checked_sub(1)?;
+    sorted
+        .get(((last as f64 * q.clamp(0.0, 1.0)).round() as usize).min(last))
+        .copied()
+}
+
 /// One-way latency percentiles in µs from round-trip times in ns.
 fn one_way(rtts: &mut [u64]) -> Pct {
     rtts.sort_unstable();
-    let at = |q: f64| {
-        let i = ((rtts.len() as f64 - 1.0) * q).round() as usize;
-        rtts[i] as f64 / 2.0 / 1000.0
-    };
+    let at = |q: f64| quantile(rtts, q).unwrap_or(0) as f64 / 2.0 / 1000.0;
     Pct {
         p50: at(0.50),
         p99: at(0.99),
@@ -1038,4 +1044,25 @@ fn serve_commands(mut set_busy: impl FnMut(bool)) -> anyhow::Result<()> {
         std::io::stdout().flush()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantile;
+
+    /// Nearest rank from the first element to the last: the median of an even count is
+    /// the upper middle, the ends are the extremes, an out-of-range quantile is clamped,
+    /// and nothing comes of nothing.
+    #[test]
+    fn quantile_takes_the_nearest_rank() {
+        let v = [10, 20, 30, 40];
+        assert_eq!(quantile(&v, 0.0), Some(10));
+        assert_eq!(quantile(&v, 0.5), Some(30));
+        assert_eq!(quantile(&v, 1.0), Some(40));
+        assert_eq!(quantile(&v, 2.0), Some(40));
+        assert_eq!(quantile(&[7], 0.99), Some(7));
+        let hundred: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile(&hundred, 0.99), Some(99));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
 }

@@ -394,13 +394,7 @@ pub(crate) fn sink(cfg: Config) -> anyhow::Result<()> {
                 (Some("lat"), _) => {
                     let mut v = std::mem::take(&mut g.lat);
                     v.sort_unstable();
-                    let at = |q: f64| {
-                        if v.is_empty() {
-                            0.0
-                        } else {
-                            v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1e3
-                        }
-                    };
+                    let at = |q: f64| crate::bench::quantile(&v, q).unwrap_or(0) as f64 / 1e3;
                     Some(format!("lat {:.1} {:.1} {}", at(0.5), at(0.99), v.len()))
                 }
                 _ => None,

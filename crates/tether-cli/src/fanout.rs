@@ -423,7 +423,7 @@ fn publishers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
         "put_cpu_ns": put_cpu.load(Ordering::Relaxed),
         "put_cpu_p50_ns": put_each.lock().ok().and_then(|mut v| {
             v.sort_unstable();
-            v.get(v.len() / 2).copied()
+            crate::bench::quantile(&v, 0.5)
         }),
         "process_cpu_ns": cpu,
         "samples_sealed": d(|s| s.samples_sealed),
@@ -469,7 +469,7 @@ fn subscribers(base: Config, a: FanoutPeerArgs) -> anyhow::Result<ExitCode> {
             v.sort_unstable();
             let n = v.len().max(1);
             let mean = v.iter().sum::<u64>() as f64 / n as f64;
-            let pct = |p: f64| v.get(((v.len() as f64 * p) as usize).min(n - 1)).copied();
+            let pct = |q: f64| crate::bench::quantile(&v, q);
             say(&json!({
                 "received": v.len(),
                 "mean_ns": mean,

@@ -668,6 +668,19 @@ fn fanout_bench_seals_once_per_sample_in_group_mode() {
         }
         assert!(r["mean_us"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["put_cpu_us_per_sample"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["put_cpu_p50_us"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert_eq!(v["summary"].as_array().unwrap().len(), fanouts * 2 * 3);
+    // Each mode's publisher CPU at 5 subscribers against 2, paired by repetition.
+    let scaling = v["publisher_cpu_scaling"].as_array().unwrap();
+    assert_eq!(scaling.len(), fanouts * 3, "{scaling:?}");
+    for s in scaling {
+        assert_eq!(
+            (s["subscribers"].as_u64(), s["against"].as_u64()),
+            (Some(5), Some(2))
+        );
+        for k in ["put_cpu_ratio", "put_cpu_p50_ratio", "process_cpu_ratio"] {
+            assert!(s[k].as_f64().is_some_and(|r| r > 0.0), "{k}: {s}");
+        }
+    }
 }
