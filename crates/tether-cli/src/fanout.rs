@@ -254,9 +254,37 @@ pub(crate) struct FanoutArgs {
     /// both when root, else unicast.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) fanout: Vec<Fanout>,
+    /// Keep idle CPUs polling instead of halting while the bench runs, by holding
+    /// `/dev/cpu_dma_latency` at 0 µs (as cyclictest and tuned's latency-performance profile
+    /// do; needs root). On a VM, waking a halted vCPU is a trip through the hypervisor that
+    /// the waker pays for: the publisher's put, which wakes the subscribers' CPU, is then
+    /// dearer the idler that CPU is, so without this it falls as subscribers are added.
+    #[arg(long)]
+    pub(crate) poll_idle: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// A PM QoS request that idle CPUs wake within 0 µs, which makes the kernel's idle loop
+/// poll rather than halt. It holds while the file stays open.
+struct PollIdle(#[allow(dead_code)] std::fs::File);
+
+/// Reading it gives the latency every CPU is held to now; writing adds a request.
+const CPU_DMA_LATENCY: &str = "/dev/cpu_dma_latency";
+
+impl PollIdle {
+    fn hold() -> anyhow::Result<PollIdle> {
+        use std::io::Write;
+        const PATH: &str = CPU_DMA_LATENCY;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(PATH)
+            .with_context(|| format!("--poll-idle: opening {PATH} (needs root)"))?;
+        f.write_all(&0i32.to_ne_bytes())
+            .with_context(|| format!("--poll-idle: writing {PATH}"))?;
+        Ok(PollIdle(f))
+    }
 }
 
 fn topic(i: usize) -> String {
@@ -790,6 +818,7 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             None
         }
     };
+    let _poll = a.poll_idle.then(PollIdle::hold).transpose()?;
     let bc = crate::bench::bench_cfg(cfg)?;
     let realm = bc.dir().join("realm");
     let r = tether::keys::Realm::init(&realm).context("creating the benchmark realm")?;
@@ -803,7 +832,7 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
     }
     if !a.json {
         println!(
-            "fanout: {} publishers × {} samples of {} B every {} ms, reliable, {}; {}",
+            "fanout: {} publishers × {} samples of {} B every {} ms, reliable, {}; {}{}",
             a.publishers,
             a.samples,
             a.size,
@@ -813,7 +842,12 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
             } else {
                 "on loopback"
             },
-            crate::bench::machine()
+            crate::bench::machine(),
+            if a.poll_idle {
+                "; idle CPUs poll (cpu_dma_latency 0)"
+            } else {
+                ""
+            }
         );
         println!(
             "{:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>9} {:>7} {:>9} {:>7}",
@@ -871,6 +905,7 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<ExitCode> {
                 "bench": "fanout",
                 "hosts": if lan.is_some() { "two namespaces, veth" } else { "loopback" },
                 "machine": crate::bench::machine(),
+                "poll_idle": a.poll_idle,
                 "publishers": a.publishers,
                 "samples": a.samples,
                 "period_ms": a.period_ms,
@@ -1064,6 +1099,39 @@ fn publisher_scaling(a: &FanoutArgs, fanout: Fanout, runs: &[Vec<Vec<Value>>]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--poll-idle` holds the kernel's CPU latency request at 0 µs for as long as the bench
+    /// runs, and lets it go after.
+    #[test]
+    fn poll_idle_holds_the_latency_request_while_it_lives() {
+        use std::io::Read;
+        let read = || -> Option<i32> {
+            let mut b = [0u8; 4];
+            std::fs::File::open(CPU_DMA_LATENCY)
+                .ok()?
+                .read_exact(&mut b)
+                .ok()?;
+            Some(i32::from_ne_bytes(b))
+        };
+        let before = read();
+        match PollIdle::hold() {
+            Ok(g) => {
+                assert_eq!(read(), Some(0));
+                drop(g);
+                assert_eq!(read(), before, "the request outlived the bench");
+            }
+            // Not root, or a kernel without PM QoS: the error says what was needed.
+            Err(e) => {
+                // SAFETY: geteuid has no preconditions.
+                let root = unsafe { libc::geteuid() } == 0;
+                assert!(
+                    !root || before.is_none(),
+                    "root could not hold the request: {e:#}"
+                );
+                assert!(format!("{e:#}").contains(CPU_DMA_LATENCY), "{e:#}");
+            }
+        }
+    }
 
     fn runs(pts: &[(f64, f64)]) -> Vec<Value> {
         pts.iter()
