@@ -341,8 +341,10 @@ pub struct Participant {
     reported: BTreeSet<(EntityId, Guid, QosPolicy)>,
     /// Pairs refused for want of a grant (reported once).
     denied: BTreeSet<(EntityId, Guid)>,
-    /// Sender keys of remote writers, by writer and epoch (secure realms).
-    keys: BTreeMap<(Guid, u32), tether_crypto::SenderKey>,
+    /// Sender keys of remote writers, by writer and epoch (secure realms). Boxed: a key
+    /// holds two key schedules (over a kilobyte), and inline they spread a map node over
+    /// several pages that every opened sample's lookup then walks cold.
+    keys: BTreeMap<(Guid, u32), Box<tether_crypto::SenderKey>>,
     /// When we last asked a remote writer for a key.
     key_asked: BTreeMap<Guid, Instant>,
     transmits: VecDeque<Transmit>,
@@ -3113,7 +3115,7 @@ impl Participant {
         {
             Some(key) => {
                 self.stats.keys_received += 1;
-                self.keys.insert((g, k.epoch), key);
+                self.keys.insert((g, k.epoch), Box::new(key));
             }
             None => self.stats.open_failed += 1,
         }
