@@ -35,8 +35,8 @@ mod security;
 pub use endpoint::EndpointInfo;
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
 pub use participant::{
-    Config, CreateError, DATA_OVERHEAD, Head, MAX_LEASE, Participant, RemoteEndpoint, Transmit,
-    WriteError,
+    Config, CreateError, DATA_OVERHEAD, Head, KEPT_EPOCHS, MAX_LEASE, Participant, RemoteEndpoint,
+    Transmit, WriteError,
 };
 pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
 pub use sched::{FlowController, Priority, format_rate, parse_rate};

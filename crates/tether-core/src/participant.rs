@@ -25,6 +25,10 @@ pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED
 /// How long writers that lost a reader wait for others to leave before moving to a new
 /// epoch (they move before their next seal in any case).
 const REKEY_DELAY: Duration = Duration::from_millis(5);
+/// Sender keys a reader keeps per remote writer: its newest epochs. A writer that re-keys
+/// without end (or years of readers coming and going) cannot grow every reader's memory; a
+/// sample sealed that many epochs ago and still unrepaired is counted as `no_key`.
+pub const KEPT_EPOCHS: usize = 8;
 /// A heartbeat submessage, header included.
 const HEARTBEAT_LEN: usize = SUBMESSAGE_HEADER_LEN + 28;
 /// Most samples one reader reassembles at once, whatever their size.
@@ -694,6 +698,12 @@ impl Participant {
             .iter()
             .map(|(id, p)| (*id, p.name.clone(), p.addr))
             .collect()
+    }
+
+    /// Remote writers' sender keys held (all writers and epochs; at most [`KEPT_EPOCHS`]
+    /// per writer).
+    pub fn sender_keys_held(&self) -> usize {
+        self.keys.len()
     }
 
     /// How many endpoints a local endpoint is matched with.
@@ -3116,6 +3126,14 @@ impl Participant {
             Some(key) => {
                 self.stats.keys_received += 1;
                 self.keys.insert((g, k.epoch), Box::new(key));
+                let held: Vec<u32> = self
+                    .keys
+                    .range((g, 0)..=(g, u32::MAX))
+                    .map(|((_, e), _)| *e)
+                    .collect();
+                for e in &held[..held.len().saturating_sub(KEPT_EPOCHS)] {
+                    self.keys.remove(&(g, *e));
+                }
             }
             None => self.stats.open_failed += 1,
         }

@@ -777,6 +777,46 @@ fn keys_rotate_before_their_usage_limit() {
     assert!(sim.nodes[r].participant.stats().keys_received >= 4);
 }
 
+/// A reader keeps only its writers' newest epochs: a writer re-keying every other sample
+/// (usage limit 2) for 40 samples moves through 20 epochs, and the reader, which reads every
+/// sample, holds no more than `KEPT_EPOCHS` keys for it.
+#[test]
+fn readers_keep_a_bounded_number_of_epochs() {
+    let mut sim = Sim::new(18, Link::perfect());
+    let ca = CaKey::generate();
+    let w = node_limited(&mut sim, member(&ca, 1, "robot", &["/**"], &[]), &ca, 2);
+    let r = node(
+        &mut sim,
+        Some(member(&ca, 2, "viewer", &[], &["/**"])),
+        &ca,
+        None,
+    );
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let rid = sim.p(r).create_reader(now, info("/t"));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+    }));
+    for k in 0..40u64 {
+        let now = sim.now;
+        sim.p(w)
+            .write(now, wid, k, Bytes::from(vec![k as u8; 40]))
+            .unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(5));
+    }
+    assert!(sim.run_until(Duration::from_secs(60), |s| s.seqs(r, rid).len() == 40));
+    assert!(sim.nodes[w].participant.stats().rekeys >= 19);
+    assert!(sim.nodes[r].participant.stats().keys_received >= 20);
+    let held = sim.nodes[r].participant.sender_keys_held();
+    assert!(
+        (1..=tether_core::KEPT_EPOCHS).contains(&held),
+        "{held} keys held"
+    );
+}
+
 /// Per-topic modes: `sign` adds the writer's Ed25519 signature (origin authentication even
 /// toward other members, who hold the group key), `encrypt+sign` both; a bad signature, or a
 /// signed sample stripped of its signature to pass as merely sealed, is refused.
