@@ -88,6 +88,12 @@ pub(crate) struct Writer {
     pub(crate) hb_count: u32,
     pub(crate) next_hb: Option<Instant>,
     pub(crate) since_hb: u32,
+    /// The last sequence number a periodic heartbeat announced.
+    pub(crate) hb_announced: u64,
+    /// When a heartbeat last asked every reader to acknowledge (not final).
+    pub(crate) acks_asked: Option<Instant>,
+    /// Someone waits for acknowledgements: heartbeats ask until every reader has given one.
+    pub(crate) acks_wanted: bool,
     pub(crate) deadline_at: Option<Instant>,
     pub(crate) blocked: bool,
     /// When a refused write last sent a heartbeat.
@@ -164,6 +170,9 @@ impl Writer {
             hb_count: 0,
             next_hb: None,
             since_hb: 0,
+            hb_announced: 0,
+            acks_asked: None,
+            acks_wanted: false,
             deadline_at: None,
             blocked: false,
             last_block_hb: None,
@@ -396,6 +405,66 @@ impl Writer {
         self.fanout.as_ref().map_or(&[], |(_, p)| p.as_slice())
     }
 
+    /// Whether a heartbeat sent now must ask every reader to acknowledge, rather than be
+    /// final (answered only by readers that miss something). A keep-all writer frees its
+    /// history by acknowledgements, so it always asks; others ask when someone waits for
+    /// acknowledgements, while a reader has never acknowledged, and at least every
+    /// `interval`, so what [`Writer::has_unacked`] knows is never older than that. Without
+    /// this every reader would answer every sample's heartbeat: with 100 readers, 100
+    /// ACKNACKs for the writer to take per sample.
+    pub(crate) fn asks_acks(&self, now: Instant, interval: Duration) -> bool {
+        asks_acks(
+            &self.info,
+            self.acks_wanted,
+            self.acks_asked,
+            &self.readers,
+            now,
+            interval,
+        )
+    }
+
+    /// A heartbeat of this writer announcing `first..=last`: the next count, final unless it
+    /// must ask for acknowledgements (see [`Writer::asks_acks`]).
+    pub(crate) fn heartbeat(
+        &mut self,
+        now: Instant,
+        interval: Duration,
+        first: u64,
+        last: u64,
+    ) -> tether_wire::HeartbeatRepr {
+        if self.asks_acks(now, interval) {
+            return self.asking_heartbeat(now, first, last);
+        }
+        self.hb_count = self.hb_count.wrapping_add(1);
+        tether_wire::HeartbeatRepr {
+            writer: self.id,
+            reader: EntityId::ALL,
+            first,
+            last,
+            count: self.hb_count,
+            final_: true,
+        }
+    }
+
+    /// A heartbeat announcing `first..=last` that every reader answers.
+    pub(crate) fn asking_heartbeat(
+        &mut self,
+        now: Instant,
+        first: u64,
+        last: u64,
+    ) -> tether_wire::HeartbeatRepr {
+        self.acks_asked = Some(now);
+        self.hb_count = self.hb_count.wrapping_add(1);
+        tether_wire::HeartbeatRepr {
+            writer: self.id,
+            reader: EntityId::ALL,
+            first,
+            last,
+            count: self.hb_count,
+            final_: false,
+        }
+    }
+
     /// How many writes between piggy-backed heartbeats.
     pub(crate) fn heartbeat_every(&self) -> u32 {
         match self.info.qos.history() {
@@ -403,6 +472,23 @@ impl Writer {
             History::KeepLast(_) => 64,
         }
     }
+}
+
+/// [`Writer::asks_acks`], from the fields it reads (for callers holding others borrowed).
+pub(crate) fn asks_acks(
+    info: &EndpointInfo,
+    acks_wanted: bool,
+    acks_asked: Option<Instant>,
+    readers: &BTreeMap<Guid, ReaderProxy>,
+    now: Instant,
+    interval: Duration,
+) -> bool {
+    info.qos.history() == History::KeepAll
+        || acks_wanted
+        || acks_asked.is_none_or(|t| now.saturating_duration_since(t) >= interval)
+        || readers
+            .values()
+            .any(|r| r.reliable && !r.local && r.last_count.is_none())
 }
 
 /// A reader's cache: what the application takes from.

@@ -227,6 +227,8 @@ pub struct Stats {
     pub heartbeats_sent: u64,
     /// ACKNACKs sent.
     pub acknacks_sent: u64,
+    /// Final HEARTBEATs left unanswered because this reader had everything they announced.
+    pub final_heartbeats_unanswered: u64,
     /// GAPs sent.
     pub gaps_sent: u64,
     /// Fragments refused: sample larger than `max_sample_size`, disagreeing with the rest

@@ -25,6 +25,15 @@ pub const DATA_OVERHEAD: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + DATA_FIXED
 /// How long writers that lost a reader wait for others to leave before moving to a new
 /// epoch (they move before their next seal in any case).
 const REKEY_DELAY: Duration = Duration::from_millis(5);
+/// Heartbeat periods between heartbeats that ask every reader to acknowledge (the others are
+/// final: only readers that miss something answer them).
+const ACK_EVERY_HEARTBEATS: u32 = 10;
+
+/// How often a writer asks every reader to acknowledge, at least.
+fn ack_interval(cfg: &Config) -> Duration {
+    cfg.heartbeat_period.saturating_mul(ACK_EVERY_HEARTBEATS)
+}
+
 /// Sender keys a reader keeps per remote writer: its newest epochs. A writer that re-keys
 /// without end (or years of readers coming and going) cannot grow every reader's memory; a
 /// sample sealed that many epochs ago and still unrepaired is counted as `no_key`.
@@ -714,6 +723,26 @@ impl Participant {
         self.readers.get(&id).map_or(0, |r| r.writers.len())
     }
 
+    /// Asks `writer`'s readers to acknowledge at once, and with every heartbeat until all
+    /// have acknowledged everything: heartbeats are otherwise final (answered only by
+    /// readers that miss something) but for one every ten heartbeat periods. For callers
+    /// about to wait on [`Participant::all_acked`].
+    pub fn request_acknowledgments(&mut self, now: Instant, writer: EntityId) {
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if !w.info.qos.is_reliable() || !w.has_unacked() {
+            return;
+        }
+        w.acks_wanted = true;
+        if w.next_hb.is_none_or(|t| t > now) {
+            // Ask now, even with nothing new to announce.
+            w.hb_announced = 0;
+            w.next_hb = Some(now);
+            self.timers_changed = true;
+        }
+    }
+
     /// True when every matched reliable reader has acknowledged every sample of `writer`.
     pub fn all_acked(&self, writer: EntityId) -> bool {
         self.writers.get(&writer).is_none_or(|w| !w.has_unacked())
@@ -840,8 +869,11 @@ impl Participant {
                     multicast_peers(&self.cfg, self.grouped),
                     self.cfg.multicast_min,
                 );
+                let (first, last) = (w.first_available(), w.last_sent());
+                let hb = w.asking_heartbeat(now, first, last);
                 heartbeat_all(
                     w,
+                    hb,
                     hdr,
                     &self.remotes,
                     fanout,
@@ -960,14 +992,8 @@ impl Participant {
         if !w.dests.is_empty() && payload.len() > single {
             let hb = w.info.qos.is_reliable().then(|| {
                 w.since_hb = 0;
-                w.hb_count = w.hb_count.wrapping_add(1);
-                HeartbeatRepr {
-                    writer,
-                    reader: EntityId::ALL,
-                    first: w.first_available(),
-                    last: seq,
-                    count: w.hb_count,
-                }
+                let first = w.first_available();
+                w.heartbeat(now, ack_interval(&self.cfg), first, seq)
             });
             if w.info.qos.is_reliable() && w.next_hb.is_none() {
                 w.next_hb = Some(after(now, self.cfg.heartbeat_period));
@@ -1013,14 +1039,8 @@ impl Participant {
                 // Before the DATA, so the payload can end the datagram; readers answer
                 // heartbeats only after the whole datagram, so this asks for nothing.
                 w.since_hb = 0;
-                w.hb_count = w.hb_count.wrapping_add(1);
-                HeartbeatRepr {
-                    writer,
-                    reader: EntityId::ALL,
-                    first: w.first_available(),
-                    last: seq,
-                    count: w.hb_count,
-                }
+                let first = w.first_available();
+                w.heartbeat(now, ack_interval(&self.cfg), first, seq)
             });
             if hb.is_some() {
                 self.stats.heartbeats_sent += w.dests.len() as u64;
@@ -1280,6 +1300,7 @@ impl Participant {
         let single = self.max_payload();
         let frag_size = self.frag_size();
         let hb_period = self.cfg.heartbeat_period;
+        let ack_iv = ack_interval(&self.cfg);
         let w = self.writers.get_mut(&id)?;
         let every = w.heartbeat_every();
         let a = w.asyncw.as_mut()?;
@@ -1339,6 +1360,17 @@ impl Participant {
             a.hb = None;
             if reliable && (count > 1 || w.since_hb >= every) {
                 w.since_hb = 0;
+                let ask = crate::endpoint::asks_acks(
+                    &w.info,
+                    w.acks_wanted,
+                    w.acks_asked,
+                    &w.readers,
+                    now,
+                    ack_iv,
+                );
+                if ask {
+                    w.acks_asked = Some(now);
+                }
                 w.hb_count = w.hb_count.wrapping_add(1);
                 a.hb = Some(HeartbeatRepr {
                     writer: id,
@@ -1346,6 +1378,7 @@ impl Participant {
                     first: w.history.front().map_or(c.seq, |f| f.seq),
                     last: c.seq,
                     count: w.hb_count,
+                    final_: !ask,
                 });
             }
         }
@@ -1398,14 +1431,13 @@ impl Participant {
         w.since_hb += count;
         let hb = (w.info.qos.is_reliable() && w.since_hb >= w.heartbeat_every()).then(|| {
             w.since_hb = 0;
-            w.hb_count = w.hb_count.wrapping_add(1);
-            HeartbeatRepr {
-                writer,
-                reader: EntityId::ALL,
-                first: w.first_available(),
-                last: first_seq + count as u64 - 1,
-                count: w.hb_count,
-            }
+            let first = w.first_available();
+            w.heartbeat(
+                now,
+                ack_interval(&self.cfg),
+                first,
+                first_seq + count as u64 - 1,
+            )
         });
         if w.info.qos.is_reliable() && w.next_hb.is_none() {
             w.next_hb = Some(after(now, self.cfg.heartbeat_period));
@@ -2311,7 +2343,14 @@ impl Participant {
                 }
             }
             let (d, _) = wp.drain(&mut r.cache, now, self.input);
+            // A final heartbeat needs no answer from a reader that has everything it
+            // announces (received, or declared lost or irrelevant).
+            let complete = wp.expected.is_some_and(|e| e > hb.last);
             note_delivered(r, d, now, &mut self.stats, &mut self.events);
+            if hb.final_ && complete {
+                self.stats.final_heartbeats_unanswered += 1;
+                continue;
+            }
             if !self.pending_acks.contains(&(rid, g)) {
                 self.pending_acks.push((rid, g));
             }
@@ -2469,6 +2508,7 @@ impl Participant {
                     first: w.first_available().max(start).min(w.last_sent() + 1),
                     last: w.last_sent(),
                     count: w.hb_count,
+                    final_: false,
                 }),
                 &mut self.transmits,
                 &mut self.stats,
@@ -3332,6 +3372,7 @@ impl Participant {
                     first: start,
                     last: w.last_sent(),
                     count: w.hb_count,
+                    final_: false,
                 }),
                 &mut self.transmits,
                 &mut self.stats,
@@ -3552,20 +3593,31 @@ impl Participant {
             multicast_peers(&self.cfg, self.grouped),
             self.cfg.multicast_min,
         );
+        let ack_iv = ack_interval(&self.cfg);
         for w in self.writers.values_mut() {
             if w.next_hb.is_some_and(|t| now >= t) {
                 if w.has_unacked() {
-                    heartbeat_all(
-                        w,
-                        hdr,
-                        &self.remotes,
-                        fanout,
-                        &mut self.transmits,
-                        &mut self.stats,
-                    );
+                    // Samples not yet announced get a heartbeat (final unless it is time to
+                    // ask); with nothing new, one goes out only to ask.
+                    let last = w.last_sent();
+                    if last != w.hb_announced || w.asks_acks(now, ack_iv) {
+                        w.hb_announced = last;
+                        let first = w.first_available();
+                        let hb = w.heartbeat(now, ack_iv, first, last);
+                        heartbeat_all(
+                            w,
+                            hb,
+                            hdr,
+                            &self.remotes,
+                            fanout,
+                            &mut self.transmits,
+                            &mut self.stats,
+                        );
+                    }
                     w.next_hb = Some(after(now, hb_period));
                 } else {
                     w.next_hb = None;
+                    w.acks_wanted = false;
                 }
             }
             if let (Some(t), Some(d)) = (w.deadline_at, w.info.qos.deadline_period()) {
@@ -4071,20 +4123,14 @@ fn fanout_addrs(
 /// socket, and the reader would ask again for a sample it is about to receive.
 fn heartbeat_all(
     w: &mut Writer,
+    hb: HeartbeatRepr,
     hdr: Header,
     remotes: &BTreeMap<ParticipantId, Box<RemoteParticipant>>,
     key: FanoutKey,
     transmits: &mut VecDeque<Transmit>,
     stats: &mut Stats,
 ) {
-    w.hb_count = w.hb_count.wrapping_add(1);
-    let hb = Submessage::Heartbeat(HeartbeatRepr {
-        writer: w.id,
-        reader: EntityId::ALL,
-        first: w.first_available(),
-        last: w.last_sent(),
-        count: w.hb_count,
-    });
+    let hb = Submessage::Heartbeat(hb);
     let mut dg = Vec::new();
     if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_err() {
         return;

@@ -54,6 +54,7 @@ fn main() {
         first: 1,
         last: 3,
         count: 1,
+        final_: false,
     });
     let mut bitmap = [0u32; 8];
     bitmap[0] = 0b101;

@@ -234,3 +234,100 @@ fn samples_follow_a_reader_to_its_new_address() {
     }
     assert_eq!(sim.nodes[w].participant.stats().datagrams_multicast, 9);
 }
+
+/// Heartbeats are final (answered only by readers that miss something) but for one every
+/// ten heartbeat periods: at the fanout bench's rhythm, 20 readers send about one ACKNACK a
+/// second each, not one per sample (the writer would take 20 per sample), and loss is still
+/// repaired. A writer that must know asks, and every reader answers at once.
+#[test]
+fn readers_answer_final_heartbeats_only_when_they_miss_something() {
+    for (seed, loss) in [(21u64, 0.0), (22, 0.1)] {
+        let mut sim = Sim::new(seed, Link::lossy(loss));
+        let group: SocketAddr = GROUP.parse().unwrap();
+        let w = sim.add_node(0);
+        let mut readers = Vec::new();
+        let m = 20;
+        for _ in 0..m {
+            let i = sim.add_node_with(|c| c.data_group = Some(GROUP.parse().unwrap()));
+            sim.nodes[i].groups.push(group);
+            let now = sim.now;
+            let r = sim.p(i).create_reader(now, bench_info());
+            readers.push((i, r));
+        }
+        let now = sim.now;
+        let wid = sim.p(w).create_writer(now, bench_info()).unwrap();
+        sim.pump(w);
+        assert!(sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[w].participant.matched_count(wid) == m
+        }));
+        let acks = |s: &Sim| -> u64 {
+            readers
+                .iter()
+                .map(|&(i, _)| s.nodes[i].participant.stats().acknacks_sent)
+                .sum()
+        };
+        let before = acks(&sim);
+        let n = 50;
+        for k in 0..n {
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, sample(k)).unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(200));
+        }
+        assert!(
+            sim.run_until(Duration::from_secs(30), |s| {
+                readers
+                    .iter()
+                    .all(|&(i, r)| s.seqs(i, r).len() == n as usize)
+            }),
+            "seed {seed}: loss {loss} not repaired"
+        );
+        let sent = acks(&sim) - before;
+        eprintln!("seed {seed}: {sent} ACKNACKs from {m} readers for {n} samples");
+        let unanswered: u64 = readers
+            .iter()
+            .map(|&(i, _)| sim.nodes[i].participant.stats().final_heartbeats_unanswered)
+            .sum();
+        assert!(unanswered > 0, "seed {seed}: no final heartbeat");
+        if loss == 0.0 {
+            // 10 s of samples: about ten asking heartbeats, each answered by every reader.
+            assert!(
+                sent <= m as u64 * 14,
+                "seed {seed}: {sent} ACKNACKs from {m} readers for {n} samples"
+            );
+        } else {
+            assert!(
+                sent < m as u64 * n / 2,
+                "seed {seed}: {sent} ACKNACKs from {m} readers for {n} samples"
+            );
+        }
+        // More samples until one is left unacknowledged (its heartbeat final), then a
+        // writer that must know asks: every reader answers.
+        let mut k = n;
+        loop {
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, sample(k)).unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(150));
+            k += 1;
+            if !sim.nodes[w].participant.all_acked(wid) {
+                break;
+            }
+            assert!(k < n + 10, "seed {seed}: every heartbeat asked");
+        }
+        let now = sim.now;
+        sim.p(w).request_acknowledgments(now, wid);
+        sim.pump(w);
+        // Within a round trip on the perfect link (the next asking heartbeat is up to 1 s
+        // away); a few rounds on the lossy one.
+        let limit = if loss == 0.0 {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_secs(5)
+        };
+        assert!(
+            sim.run_until(limit, |s| s.nodes[w].participant.all_acked(wid)),
+            "seed {seed}: readers did not answer the writer's request"
+        );
+    }
+}

@@ -31,9 +31,10 @@ pub use error::Error;
 pub use repr::{
     AckNackRepr, AuthRepr, BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, BatchSigRepr,
     DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr,
-    HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN,
-    NackFragRepr, ParticipantRepr, QosRepr, Reliability, SEALED_FIXED_LEN, SealedRepr, StrList,
-    Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry,
+    HEARTBEAT_FINAL, HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr, Liveliness,
+    MAX_CREDENTIAL_LEN, NackFragRepr, ParticipantRepr, QosRepr, Reliability, SEALED_FIXED_LEN,
+    SealedRepr, StrList, Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head,
+    push_batch_entry,
 };
 pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 

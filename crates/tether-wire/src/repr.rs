@@ -253,7 +253,14 @@ pub struct HeartbeatRepr {
     pub last: u64,
     /// Increases with every heartbeat of this writer.
     pub count: u32,
+    /// Final (RTPS's FinalFlag): readers answer only if they miss something. A writer asks
+    /// for acknowledgements only when it needs them, so in steady state its readers do
+    /// not each answer every heartbeat. Submessage flag [`HEARTBEAT_FINAL`].
+    pub final_: bool,
 }
+
+/// The HEARTBEAT submessage flag that makes it final.
+pub const HEARTBEAT_FINAL: u8 = 0x01;
 
 /// A reader's acknowledgement: all below `base` received; bit `i` set = `base + i` missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -681,8 +688,23 @@ impl<'a> Submessage<'a> {
         }
     }
 
-    /// Parses and validates one body. `kind` unknown to this version gives `Unknown`.
+    /// The submessage header's flags byte for this submessage.
+    pub fn flags(&self) -> u8 {
+        match self {
+            Submessage::Heartbeat(h) if h.final_ => HEARTBEAT_FINAL,
+            _ => 0,
+        }
+    }
+
+    /// Parses and validates one body with no flags set.
+    #[cfg(test)]
     pub(crate) fn parse(kind: u8, body: &'a [u8]) -> Result<Self, Error> {
+        Self::parse_flagged(kind, 0, body)
+    }
+
+    /// Parses and validates one body. `kind` unknown to this version gives `Unknown`;
+    /// flags this version does not know are ignored.
+    pub(crate) fn parse_flagged(kind: u8, flags: u8, body: &'a [u8]) -> Result<Self, Error> {
         let Some(kind) = SubmessageKind::from_u8(kind) else {
             return Ok(Submessage::Unknown(kind));
         };
@@ -823,6 +845,7 @@ impl<'a> Submessage<'a> {
                     first,
                     last,
                     count,
+                    final_: flags & HEARTBEAT_FINAL != 0,
                 })
             }
             //= docs/wire.md#acknack

@@ -94,11 +94,11 @@ proptest! {
     fn data_heartbeat_gap_roundtrip(
         w in 1u32.., r in any::<u32>(), seq in 1u64..u64::MAX, ts in any::<u64>(),
         payload in proptest::collection::vec(any::<u8>(), 0..2000),
-        first in 1u64..1_000_000, n in 0u64..1000, count in any::<u32>(),
+        first in 1u64..1_000_000, n in 0u64..1000, count in any::<u32>(), final_ in any::<bool>(),
     ) {
         roundtrip(&[
             Submessage::Data(DataRepr { writer: EntityId(w), reader: EntityId(r), seq, timestamp_ns: ts, payload: &payload }),
-            Submessage::Heartbeat(HeartbeatRepr { writer: EntityId(w), reader: EntityId(r), first, last: first + n - 1, count }),
+            Submessage::Heartbeat(HeartbeatRepr { writer: EntityId(w), reader: EntityId(r), first, last: first + n - 1, count, final_ }),
             Submessage::Gap(GapRepr { writer: EntityId(w), reader: EntityId(r), start: first, end: first + n + 1 }),
         ]);
     }
@@ -148,7 +148,7 @@ proptest! {
         let mut buf = Vec::new();
         DatagramBuilder::new(&mut buf, header())
             .push(&Submessage::Data(DataRepr { writer: EntityId(1), reader: EntityId(0), seq: 1, timestamp_ns: 5, payload: &payload })).unwrap()
-            .push(&Submessage::Heartbeat(HeartbeatRepr { writer: EntityId(1), reader: EntityId(0), first: 1, last: 1, count: 1 })).unwrap();
+            .push(&Submessage::Heartbeat(HeartbeatRepr { writer: EntityId(1), reader: EntityId(0), first: 1, last: 1, count: 1, final_: true })).unwrap();
         let cut = cut.min(buf.len());
         if let Ok(d) = Datagram::parse(&buf[..cut]) {
             for m in d.submessages() { let _ = m; }
@@ -271,9 +271,9 @@ proptest! {
     #[test]
     fn encode_data_head_matches_builder(
         with_hb in any::<bool>(), seq in 1u64..u64::MAX, ts in any::<u64>(), len in 0usize..60000,
-        first in 1u64..1000, count in any::<u32>(), w in 1u32.., r in any::<u32>(),
+        first in 1u64..1000, count in any::<u32>(), w in 1u32.., r in any::<u32>(), final_ in any::<bool>(),
     ) {
-        let hb = HeartbeatRepr { writer: EntityId(w), reader: EntityId(0), first, last: first + 5, count };
+        let hb = HeartbeatRepr { writer: EntityId(w), reader: EntityId(0), first, last: first + 5, count, final_ };
         let d = DataRepr { writer: EntityId(w), reader: EntityId(r), seq, timestamp_ns: ts, payload: &[] };
         let mut want = Vec::new();
         let mut b = DatagramBuilder::new(&mut want, header());

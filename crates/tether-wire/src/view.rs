@@ -96,10 +96,10 @@ impl<'a> Iterator for Submessages<'a> {
         }
         let r = (|| {
             let kind = self.cursor.u8()?;
-            let _flags = self.cursor.u8()?;
+            let flags = self.cursor.u8()?;
             let len = self.cursor.u16()? as usize;
             let body = self.cursor.take(len)?;
-            Submessage::parse(kind, body)
+            Submessage::parse_flagged(kind, flags, body)
         })();
         match &r {
             Err(_) => self.done = true,
@@ -131,7 +131,7 @@ impl<'b> DatagramBuilder<'b> {
     pub fn push(&mut self, msg: &Submessage<'_>) -> Result<&mut Self, Error> {
         let start = self.out.len();
         self.out.push(msg.kind());
-        self.out.push(0);
+        self.out.push(msg.flags());
         self.out.extend_from_slice(&[0, 0]);
         if let Err(e) = msg.emit_body(self.out) {
             self.out.truncate(start);
@@ -236,7 +236,8 @@ pub fn encode_data_head(
     w.put(&header.domain.to_le_bytes());
     w.put(&header.participant.0.to_le_bytes());
     if let Some(hb) = heartbeat {
-        w.put(&[crate::SubmessageKind::Heartbeat as u8, 0]);
+        let flags = if hb.final_ { crate::HEARTBEAT_FINAL } else { 0 };
+        w.put(&[crate::SubmessageKind::Heartbeat as u8, flags]);
         w.put(&28u16.to_le_bytes());
         w.put(&hb.writer.0.to_le_bytes());
         w.put(&hb.reader.0.to_le_bytes());

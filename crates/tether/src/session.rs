@@ -1171,6 +1171,9 @@ impl Publisher {
     /// `timeout`. True if they all did.
     pub fn wait_for_acknowledgments(&self, timeout: Duration) -> bool {
         let end = Instant::now().checked_add(timeout);
+        // Heartbeats ask readers to acknowledge only now and then; ask now.
+        self.shared
+            .with_core(|i, now| i.core.request_acknowledgments(now, self.id));
         loop {
             if self.shared.lock().core.all_acked(self.id) {
                 return true;
