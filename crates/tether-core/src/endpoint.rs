@@ -446,6 +446,16 @@ impl Writer {
         }
     }
 
+    /// Brings the next periodic heartbeat forward to `at` if it is later (or unset);
+    /// true if it moved.
+    pub(crate) fn heartbeat_by(&mut self, at: Instant) -> bool {
+        if self.next_hb.is_some_and(|t| t <= at) {
+            return false;
+        }
+        self.next_hb = Some(at);
+        true
+    }
+
     /// A heartbeat announcing `first..=last` that every reader answers.
     pub(crate) fn asking_heartbeat(
         &mut self,

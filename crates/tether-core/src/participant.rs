@@ -995,8 +995,7 @@ impl Participant {
                 let first = w.first_available();
                 w.heartbeat(now, ack_interval(&self.cfg), first, seq)
             });
-            if w.info.qos.is_reliable() && w.next_hb.is_none() {
-                w.next_hb = Some(after(now, self.cfg.heartbeat_period));
+            if w.info.qos.is_reliable() && w.heartbeat_by(after(now, self.cfg.heartbeat_period)) {
                 self.timers_changed = true;
             }
             let grouped = multicast_peers(&self.cfg, self.grouped);
@@ -1088,8 +1087,7 @@ impl Participant {
                     });
                 }
             }
-            if w.info.qos.is_reliable() && w.next_hb.is_none() {
-                w.next_hb = Some(after(now, self.cfg.heartbeat_period));
+            if w.info.qos.is_reliable() && w.heartbeat_by(after(now, self.cfg.heartbeat_period)) {
                 self.timers_changed = true;
             }
         }
@@ -1403,8 +1401,7 @@ impl Participant {
             a.dest = 0;
             a.hb = None;
         }
-        if reliable && w.next_hb.is_none() {
-            w.next_hb = Some(after(now, hb_period));
+        if reliable && w.heartbeat_by(after(now, hb_period)) {
             self.timers_changed = true;
         }
         Some(t)
@@ -1439,8 +1436,7 @@ impl Participant {
                 first_seq + count as u64 - 1,
             )
         });
-        if w.info.qos.is_reliable() && w.next_hb.is_none() {
-            w.next_hb = Some(after(now, self.cfg.heartbeat_period));
+        if w.info.qos.is_reliable() && w.heartbeat_by(after(now, self.cfg.heartbeat_period)) {
             self.timers_changed = true;
         }
         if w.info.qos.coalesces() {
@@ -3378,9 +3374,7 @@ impl Participant {
                 &mut self.stats,
             );
             self.stats.heartbeats_sent += 1;
-            if w.next_hb.is_none() {
-                w.next_hb = Some(after(now, self.cfg.heartbeat_period));
-            }
+            w.heartbeat_by(after(now, self.cfg.heartbeat_period));
         }
         let topic = w.info.topic.clone();
         if secure {
@@ -3613,8 +3607,13 @@ impl Participant {
                             &mut self.transmits,
                             &mut self.stats,
                         );
+                        w.next_hb = Some(after(now, hb_period));
+                    } else {
+                        // Nothing to announce, and not yet time to ask: sleep until it is
+                        // (a write brings the heartbeat forward again).
+                        let ask = w.acks_asked.map_or(now, |t| after(t, ack_iv));
+                        w.next_hb = Some(ask.max(after(now, hb_period)));
                     }
-                    w.next_hb = Some(after(now, hb_period));
                 } else {
                     w.next_hb = None;
                     w.acks_wanted = false;
