@@ -432,18 +432,20 @@ impl Writer {
         first: u64,
         last: u64,
     ) -> tether_wire::HeartbeatRepr {
-        if self.asks_acks(now, interval) {
-            return self.asking_heartbeat(now, first, last);
-        }
-        self.hb_count = self.hb_count.wrapping_add(1);
-        tether_wire::HeartbeatRepr {
-            writer: self.id,
-            reader: EntityId::ALL,
-            first,
-            last,
-            count: self.hb_count,
-            final_: true,
-        }
+        let ask = self.asks_acks(now, interval);
+        let (id, count, asked) = (self.id, &mut self.hb_count, &mut self.acks_asked);
+        next_heartbeat(id, count, asked, now, ask, first, last)
+    }
+
+    /// A heartbeat announcing `first..=last` that every reader answers.
+    pub(crate) fn asking_heartbeat(
+        &mut self,
+        now: Instant,
+        first: u64,
+        last: u64,
+    ) -> tether_wire::HeartbeatRepr {
+        let (id, count, asked) = (self.id, &mut self.hb_count, &mut self.acks_asked);
+        next_heartbeat(id, count, asked, now, true, first, last)
     }
 
     /// Brings the next periodic heartbeat forward to `at` if it is later (or unset);
@@ -454,25 +456,6 @@ impl Writer {
         }
         self.next_hb = Some(at);
         true
-    }
-
-    /// A heartbeat announcing `first..=last` that every reader answers.
-    pub(crate) fn asking_heartbeat(
-        &mut self,
-        now: Instant,
-        first: u64,
-        last: u64,
-    ) -> tether_wire::HeartbeatRepr {
-        self.acks_asked = Some(now);
-        self.hb_count = self.hb_count.wrapping_add(1);
-        tether_wire::HeartbeatRepr {
-            writer: self.id,
-            reader: EntityId::ALL,
-            first,
-            last,
-            count: self.hb_count,
-            final_: false,
-        }
     }
 
     /// How many writes between piggy-backed heartbeats.
@@ -499,6 +482,32 @@ pub(crate) fn asks_acks(
         || readers
             .values()
             .any(|r| r.reliable && !r.local && r.last_count.is_none())
+}
+
+/// Writer `id`'s next heartbeat (its count bumped), announcing `first..=last`: asking every
+/// reader to acknowledge (noted in `acks_asked`), or final. From the fields it changes, for
+/// callers holding others of the writer borrowed.
+pub(crate) fn next_heartbeat(
+    id: EntityId,
+    hb_count: &mut u32,
+    acks_asked: &mut Option<Instant>,
+    now: Instant,
+    ask: bool,
+    first: u64,
+    last: u64,
+) -> tether_wire::HeartbeatRepr {
+    if ask {
+        *acks_asked = Some(now);
+    }
+    *hb_count = hb_count.wrapping_add(1);
+    tether_wire::HeartbeatRepr {
+        writer: id,
+        reader: EntityId::ALL,
+        first,
+        last,
+        count: *hb_count,
+        final_: !ask,
+    }
 }
 
 /// A reader's cache: what the application takes from.

@@ -1366,18 +1366,16 @@ impl Participant {
                     now,
                     ack_iv,
                 );
-                if ask {
-                    w.acks_asked = Some(now);
-                }
-                w.hb_count = w.hb_count.wrapping_add(1);
-                a.hb = Some(HeartbeatRepr {
-                    writer: id,
-                    reader: EntityId::ALL,
-                    first: w.history.front().map_or(c.seq, |f| f.seq),
-                    last: c.seq,
-                    count: w.hb_count,
-                    final_: !ask,
-                });
+                let first = w.history.front().map_or(c.seq, |f| f.seq);
+                a.hb = Some(crate::endpoint::next_heartbeat(
+                    id,
+                    &mut w.hb_count,
+                    &mut w.acks_asked,
+                    now,
+                    ask,
+                    first,
+                    c.seq,
+                ));
             }
         }
         let last_frag = a.frag + 1 >= count;

@@ -123,6 +123,28 @@ fn bench_info() -> EndpointInfo {
     }
 }
 
+/// A writer on the bench's topic and `m` readers of it that take data from the group,
+/// matched. Returns the writer's node and id, and each reader's.
+fn bench_group(sim: &mut Sim, m: usize) -> (usize, EntityId, Vec<(usize, EntityId)>) {
+    let group: SocketAddr = GROUP.parse().unwrap();
+    let w = sim.add_node(0);
+    let mut readers = Vec::new();
+    for _ in 0..m {
+        let i = sim.add_node_with(|c| c.data_group = Some(GROUP.parse().unwrap()));
+        sim.nodes[i].groups.push(group);
+        let now = sim.now;
+        let r = sim.p(i).create_reader(now, bench_info());
+        readers.push((i, r));
+    }
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, bench_info()).unwrap();
+    sim.pump(w);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == m
+    }));
+    (w, wid, readers)
+}
+
 /// The fanout bench's rhythm: a reliable sample every 200 ms, heartbeats every 100 ms, so a
 /// periodic heartbeat falls right after each write. The readers serve their group socket
 /// later than their unicast one (as a host whose group socket another thread reads). A
@@ -136,22 +158,7 @@ fn heartbeats_follow_data_to_the_group_so_nothing_is_repaired_needlessly() {
             ..Link::perfect()
         };
         let mut sim = Sim::new(11, link);
-        let group: SocketAddr = GROUP.parse().unwrap();
-        let w = sim.add_node(0);
-        let mut readers = Vec::new();
-        for _ in 0..4 {
-            let i = sim.add_node_with(|c| c.data_group = Some(GROUP.parse().unwrap()));
-            sim.nodes[i].groups.push(group);
-            let now = sim.now;
-            let r = sim.p(i).create_reader(now, bench_info());
-            readers.push((i, r));
-        }
-        let now = sim.now;
-        let wid = sim.p(w).create_writer(now, bench_info()).unwrap();
-        sim.pump(w);
-        assert!(sim.run_until(Duration::from_secs(30), |s| {
-            s.nodes[w].participant.matched_count(wid) == 4
-        }));
+        let (w, wid, readers) = bench_group(&mut sim, 4);
         let n = 40;
         for k in 0..n {
             // The heartbeat falls due every 100 ms after the first write; each later write
@@ -243,23 +250,8 @@ fn samples_follow_a_reader_to_its_new_address() {
 fn readers_answer_final_heartbeats_only_when_they_miss_something() {
     for (seed, loss) in [(21u64, 0.0), (22, 0.1)] {
         let mut sim = Sim::new(seed, Link::lossy(loss));
-        let group: SocketAddr = GROUP.parse().unwrap();
-        let w = sim.add_node(0);
-        let mut readers = Vec::new();
         let m = 20;
-        for _ in 0..m {
-            let i = sim.add_node_with(|c| c.data_group = Some(GROUP.parse().unwrap()));
-            sim.nodes[i].groups.push(group);
-            let now = sim.now;
-            let r = sim.p(i).create_reader(now, bench_info());
-            readers.push((i, r));
-        }
-        let now = sim.now;
-        let wid = sim.p(w).create_writer(now, bench_info()).unwrap();
-        sim.pump(w);
-        assert!(sim.run_until(Duration::from_secs(30), |s| {
-            s.nodes[w].participant.matched_count(wid) == m
-        }));
+        let (w, wid, readers) = bench_group(&mut sim, m);
         let acks = |s: &Sim| -> u64 {
             readers
                 .iter()

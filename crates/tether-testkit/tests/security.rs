@@ -743,13 +743,12 @@ fn leaving_and_revoked_readers_cause_a_new_epoch() {
     }
 }
 
-/// Writers move to a new epoch before their suite's usage limit (here lowered to 5 seals),
-/// and readers follow without losing a sample.
-#[test]
-fn keys_rotate_before_their_usage_limit() {
-    let mut sim = Sim::new(16, Link::lossy(0.05));
+/// A writer whose key re-keys after `limit` seals, a reader, matched, and `n` samples
+/// written 5 ms apart, every one read. Returns the sim and the writer's and reader's nodes.
+fn read_through_rekeys(seed: u64, link: Link, limit: u64, n: u64) -> (Sim, usize, usize) {
+    let mut sim = Sim::new(seed, link);
     let ca = CaKey::generate();
-    let w = node_limited(&mut sim, member(&ca, 1, "robot", &["/**"], &[]), &ca, 5);
+    let w = node_limited(&mut sim, member(&ca, 1, "robot", &["/**"], &[]), &ca, limit);
     let r = node(
         &mut sim,
         Some(member(&ca, 2, "viewer", &[], &["/**"])),
@@ -764,7 +763,7 @@ fn keys_rotate_before_their_usage_limit() {
     assert!(sim.run_until(Duration::from_secs(30), |s| {
         s.nodes[w].participant.matched_count(wid) == 1
     }));
-    for k in 0..17u64 {
+    for k in 0..n {
         let now = sim.now;
         sim.p(w)
             .write(now, wid, k, Bytes::from(vec![k as u8; 40]))
@@ -772,7 +771,18 @@ fn keys_rotate_before_their_usage_limit() {
         sim.pump(w);
         sim.run_for(Duration::from_millis(5));
     }
-    assert!(sim.run_until(Duration::from_secs(60), |s| s.seqs(r, rid).len() == 17));
+    assert!(
+        sim.run_until(Duration::from_secs(60), |s| s.seqs(r, rid).len()
+            == n as usize)
+    );
+    (sim, w, r)
+}
+
+/// Writers move to a new epoch before their suite's usage limit (here lowered to 5 seals),
+/// and readers follow without losing a sample.
+#[test]
+fn keys_rotate_before_their_usage_limit() {
+    let (sim, w, r) = read_through_rekeys(16, Link::lossy(0.05), 5, 17);
     assert_eq!(sim.nodes[w].participant.stats().rekeys, 3);
     assert!(sim.nodes[r].participant.stats().keys_received >= 4);
 }
@@ -782,32 +792,7 @@ fn keys_rotate_before_their_usage_limit() {
 /// sample, holds no more than `KEPT_EPOCHS` keys for it.
 #[test]
 fn readers_keep_a_bounded_number_of_epochs() {
-    let mut sim = Sim::new(18, Link::perfect());
-    let ca = CaKey::generate();
-    let w = node_limited(&mut sim, member(&ca, 1, "robot", &["/**"], &[]), &ca, 2);
-    let r = node(
-        &mut sim,
-        Some(member(&ca, 2, "viewer", &[], &["/**"])),
-        &ca,
-        None,
-    );
-    let now = sim.now;
-    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
-    let rid = sim.p(r).create_reader(now, info("/t"));
-    sim.pump(w);
-    sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(30), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-    }));
-    for k in 0..40u64 {
-        let now = sim.now;
-        sim.p(w)
-            .write(now, wid, k, Bytes::from(vec![k as u8; 40]))
-            .unwrap();
-        sim.pump(w);
-        sim.run_for(Duration::from_millis(5));
-    }
-    assert!(sim.run_until(Duration::from_secs(60), |s| s.seqs(r, rid).len() == 40));
+    let (sim, w, r) = read_through_rekeys(18, Link::perfect(), 2, 40);
     assert!(sim.nodes[w].participant.stats().rekeys >= 19);
     assert!(sim.nodes[r].participant.stats().keys_received >= 20);
     let held = sim.nodes[r].participant.sender_keys_held();
