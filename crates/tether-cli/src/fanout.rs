@@ -268,7 +268,9 @@ pub(crate) struct FanoutArgs {
 
 /// A PM QoS request that idle CPUs wake within 0 µs, which makes the kernel's idle loop
 /// poll rather than halt. It holds while the file stays open.
-struct PollIdle(#[allow(dead_code)] std::fs::File);
+struct PollIdle {
+    _request: std::fs::File,
+}
 
 /// Reading it gives the latency every CPU is held to now; writing adds a request.
 const CPU_DMA_LATENCY: &str = "/dev/cpu_dma_latency";
@@ -283,7 +285,7 @@ impl PollIdle {
             .with_context(|| format!("--poll-idle: opening {PATH} (needs root)"))?;
         f.write_all(&0i32.to_ne_bytes())
             .with_context(|| format!("--poll-idle: writing {PATH}"))?;
-        Ok(PollIdle(f))
+        Ok(PollIdle { _request: f })
     }
 }
 

@@ -734,13 +734,17 @@ impl Participant {
         if !w.info.qos.is_reliable() || !w.has_unacked() {
             return;
         }
+        // The next heartbeat asks (see `Writer::asks_acks`), and goes out now.
         w.acks_wanted = true;
-        if w.next_hb.is_none_or(|t| t > now) {
-            // Ask now, even with nothing new to announce.
-            w.hb_announced = 0;
-            w.next_hb = Some(now);
+        if w.heartbeat_by(now) {
             self.timers_changed = true;
         }
+    }
+
+    /// When `writer`'s next periodic heartbeat is due (None: every reader has acknowledged
+    /// everything, or no writer).
+    pub fn heartbeat_due(&self, writer: EntityId) -> Option<Instant> {
+        self.writers.get(&writer).and_then(|w| w.next_hb)
     }
 
     /// True when every matched reliable reader has acknowledged every sample of `writer`.
@@ -3592,10 +3596,19 @@ impl Participant {
                     // Samples not yet announced get a heartbeat (final unless it is time to
                     // ask); with nothing new, one goes out only to ask.
                     let last = w.last_sent();
-                    if last != w.hb_announced || w.asks_acks(now, ack_iv) {
+                    let ask = w.asks_acks(now, ack_iv);
+                    if last != w.hb_announced || ask {
                         w.hb_announced = last;
                         let first = w.first_available();
-                        let hb = w.heartbeat(now, ack_iv, first, last);
+                        let hb = crate::endpoint::next_heartbeat(
+                            w.id,
+                            &mut w.hb_count,
+                            &mut w.acks_asked,
+                            now,
+                            ask,
+                            first,
+                            last,
+                        );
                         heartbeat_all(
                             w,
                             hb,

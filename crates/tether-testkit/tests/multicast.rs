@@ -259,6 +259,7 @@ fn readers_answer_final_heartbeats_only_when_they_miss_something() {
                 .sum()
         };
         let before = acks(&sim);
+        let hb_before = sim.nodes[w].participant.stats().heartbeats_sent;
         let n = 50;
         for k in 0..n {
             let now = sim.now;
@@ -274,6 +275,10 @@ fn readers_answer_final_heartbeats_only_when_they_miss_something() {
             }),
             "seed {seed}: loss {loss} not repaired"
         );
+        // Every sample is still announced: writes bring the heartbeat forward from a
+        // writer's sleep until its next ask.
+        let hbs = sim.nodes[w].participant.stats().heartbeats_sent - hb_before;
+        assert!(hbs >= n, "seed {seed}: {hbs} heartbeats for {n} samples");
         let sent = acks(&sim) - before;
         eprintln!("seed {seed}: {sent} ACKNACKs from {m} readers for {n} samples");
         let unanswered: u64 = readers
@@ -322,4 +327,35 @@ fn readers_answer_final_heartbeats_only_when_they_miss_something() {
             "seed {seed}: readers did not answer the writer's request"
         );
     }
+}
+
+/// A writer with nothing new to announce and no reason yet to ask sleeps until its next ask
+/// (ten heartbeat periods after the last), rather than waking every period for nothing;
+/// then it asks, every reader answers, and its heartbeats stop.
+#[test]
+fn a_quiet_writer_sleeps_until_its_next_ask() {
+    let mut sim = Sim::new(31, Link::perfect());
+    let (w, wid, _) = bench_group(&mut sim, 3);
+    let period = Duration::from_millis(100);
+    // The first sample's heartbeat asks (no reader has acknowledged yet); the second's,
+    // soon after, is final, and the readers, holding it, stay silent.
+    for k in 0..2 {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, sample(k)).unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(150));
+    }
+    sim.run_for(Duration::from_millis(150));
+    assert!(!sim.nodes[w].participant.all_acked(wid));
+    let due = sim.nodes[w].participant.heartbeat_due(wid).unwrap();
+    assert!(
+        due > sim.now + 3 * period,
+        "the timer fires in {:?} with nothing to announce",
+        due - sim.now
+    );
+    assert!(sim.run_until(Duration::from_secs(2), |s| {
+        s.nodes[w].participant.all_acked(wid)
+    }));
+    sim.run_for(2 * period);
+    assert_eq!(sim.nodes[w].participant.heartbeat_due(wid), None);
 }
