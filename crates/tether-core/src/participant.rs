@@ -1197,7 +1197,8 @@ impl Participant {
     /// while its flow controller holds tokens. A driver's sender calls this until it returns
     /// `None`, then waits until [`next_scheduled`](Self::next_scheduled) or a new write.
     /// Heartbeats, repairs and synchronous writers' data never wait here: they come from
-    /// [`poll_transmit`](Self::poll_transmit).
+    /// [`poll_transmit`](Self::poll_transmit). Once it has sent a datagram it polled, the
+    /// driver says so with [`scheduled_sent`](Self::scheduled_sent).
     pub fn poll_scheduled(&mut self, now: Instant) -> Option<Transmit> {
         self.poll_scheduled_in(now, &Priority::ALL)
     }
@@ -1205,7 +1206,6 @@ impl Participant {
     /// [`poll_scheduled`](Self::poll_scheduled) for the given classes only, most urgent
     /// first: a driver may drain bulk from a thread of lower OS priority than the others.
     pub fn poll_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Transmit> {
-        self.commit_sent(classes);
         for p in classes {
             let class = p.index();
             let n = self.classes[class].len();
@@ -1230,7 +1230,6 @@ impl Participant {
 
     /// [`next_scheduled`](Self::next_scheduled) for the given classes only.
     pub fn next_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Instant> {
-        self.commit_sent(classes);
         let mut t: Option<Instant> = None;
         for p in classes {
             for id in &self.classes[p.index()] {
@@ -1251,8 +1250,12 @@ impl Participant {
         t
     }
 
-    /// The last sample handed out by `poll_scheduled_in` for these classes has been sent.
-    fn commit_sent(&mut self, classes: &[Priority]) {
+    /// The driver has sent the datagrams it polled from
+    /// [`poll_scheduled_in`](Self::poll_scheduled_in) for these classes. A sample is released
+    /// (forgotten by a writer without history, announced by heartbeats) only then: a heartbeat
+    /// must not announce a sample still on its way out of another thread, or readers would
+    /// ask for it again. Call it before polling these classes again.
+    pub fn scheduled_sent(&mut self, classes: &[Priority]) {
         for p in classes {
             for id in &self.classes[p.index()] {
                 let Some(w) = self.writers.get_mut(id) else {
@@ -1394,9 +1397,7 @@ impl Participant {
         }
         a.dest += 1;
         if a.dest >= w.dests.len() && last_frag {
-            // Released once the driver comes back for the next datagram, that is after it
-            // has sent this one: a heartbeat must not announce a sample still on its way
-            // out of another thread, or readers would ask for it again.
+            // Released once the driver says it has sent it (`scheduled_sent`).
             a.sending = Some(a.seq);
             a.seq += 1;
             a.frag = 0;

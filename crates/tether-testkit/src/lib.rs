@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tether_core::{Config, EntityId, Event, Participant, ParticipantId, Sample};
+use tether_core::{Config, EntityId, Event, Participant, ParticipantId, Priority, Sample};
 
 /// SplitMix64: small, fast, seeded; good enough to drive a network model.
 #[derive(Debug, Clone)]
@@ -220,7 +220,11 @@ impl Sim {
             let t = match self.nodes[i].participant.poll_transmit() {
                 Some(t) => t,
                 None => match self.nodes[i].participant.poll_scheduled(now) {
-                    Some(t) => t,
+                    Some(t) => {
+                        self.transmit(i, t);
+                        self.nodes[i].participant.scheduled_sent(&Priority::ALL);
+                        continue;
+                    }
                     None => break,
                 },
             };

@@ -107,9 +107,11 @@ fn async_write_queues_and_returns() {
         .poll_scheduled(now)
         .expect("the sender has a datagram");
     assert_eq!(writer_of(&t.contiguous()), vec![ws[0]]);
-    // Released (and announced by heartbeats) only once the driver is back, having sent it.
+    // Released (and announced by heartbeats) only once the driver says it has sent it.
     assert_eq!(sim.p(0).unsent(ws[0]), 1);
     assert!(sim.p(0).poll_scheduled(now).is_none());
+    assert_eq!(sim.p(0).unsent(ws[0]), 1);
+    sim.p(0).scheduled_sent(&Priority::ALL);
     assert_eq!(sim.p(0).unsent(ws[0]), 0);
     assert_eq!(sim.p(0).next_scheduled(now), None);
     // The simulator's driver sends what the sender released; it arrives.

@@ -989,6 +989,7 @@ fn sender_loop(shared: &Shared, classes: &[Priority], idle: fn(&mut Inner) -> &m
                     shared.send_errors.fetch_add(1, Ordering::Relaxed);
                 }
                 g = shared.lock();
+                g.core.scheduled_sent(classes);
             }
             None => {
                 let wait = match g.core.next_scheduled_in(now, classes) {
