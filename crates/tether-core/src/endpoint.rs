@@ -579,7 +579,7 @@ pub(crate) struct WriterProxy {
     pub(crate) alive: bool,
     pub(crate) local: bool,
     /// Fragmented samples being reassembled, by sequence number.
-    pub(crate) frags: BTreeMap<u64, crate::reassembly::Reassembly>,
+    pub(crate) frags: BTreeMap<u64, crate::reader::reassembly::Reassembly>,
     /// The last reassembled sample's buffer, taken back for the next once it is free.
     pub(crate) spare: bytes::BytesMut,
     pub(crate) nackfrag_count: u32,

@@ -24,21 +24,27 @@
 
 #![forbid(unsafe_code)]
 
+mod discovery;
 mod endpoint;
+mod error;
 mod event;
+mod matching;
 mod participant;
 pub mod qos;
-mod reassembly;
-mod sched;
+mod reader;
+mod reliability;
 mod security;
+mod transmit;
+mod writer;
 
+pub use discovery::RemoteEndpoint;
 pub use endpoint::EndpointInfo;
+pub use error::{CreateError, WriteError};
 pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
-pub use participant::{
-    Config, CreateError, DATA_OVERHEAD, Head, KEPT_EPOCHS, MAX_LEASE, Participant, RemoteEndpoint,
-    Transmit, WriteError,
-};
+pub use participant::{Config, DATA_OVERHEAD, MAX_LEASE, Participant};
 pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
-pub use sched::{FlowController, Priority, format_rate, parse_rate};
+pub use security::keys::KEPT_EPOCHS;
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};
+pub use transmit::{Head, Transmit};
+pub use writer::flow::{FlowController, Priority, format_rate, parse_rate};

@@ -1,6 +1,10 @@
 //! A participant's part in a secure realm: its keys and credential, the realm's CA and
 //! revocation list, and each peer's authentication state (`docs/wire.md#auth`).
 
+mod auth;
+mod gate;
+pub(crate) mod keys;
+
 use std::fmt;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,422 @@
+//! Discovery: the participant table, announcements, endpoints coming and going, leases.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{
+    DatagramBuilder, EndpointKind, EndpointRepr, EntityId, HEADER_LEN, ParticipantId,
+    ParticipantRepr, StrList, Submessage,
+};
+
+use crate::endpoint::EndpointInfo;
+use crate::event::{Event, Guid};
+use crate::qos::Qos;
+
+use crate::matching::Side;
+use crate::participant::{MAX_LEASE, Participant};
+
+pub(crate) const FIRST_ANNOUNCE: Duration = Duration::from_millis(50);
+
+/// A remote endpoint as discovered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteEndpoint {
+    /// Writer or reader.
+    pub kind: EndpointKind,
+    /// Topic, type, partitions, QoS.
+    pub info: EndpointInfo,
+}
+
+#[derive(Debug)]
+pub(crate) struct RemoteParticipant {
+    pub(crate) addr: SocketAddr,
+    pub(crate) name: String,
+    pub(crate) lease: Duration,
+    pub(crate) last_heard: Instant,
+    pub(crate) endpoints: BTreeMap<EntityId, RemoteEndpoint>,
+    /// With security on: what we know of its identity.
+    pub(crate) auth: Option<crate::security::PeerAuth>,
+    /// The multicast group its readers also take data on.
+    pub(crate) group: Option<SocketAddr>,
+}
+
+impl Participant {
+    /// Adds an address that receives our announcements (a registry entry, a multicast group,
+    /// a static peer). Announces to it at once.
+    pub fn add_target(&mut self, addr: SocketAddr) {
+        self.timers_changed = true;
+        if self.targets.insert(addr) {
+            let dgrams = self.announcement(None);
+            for d in dgrams {
+                self.push_transmit(addr, d);
+            }
+        }
+    }
+
+    /// Stops announcing to `addr`.
+    pub fn remove_target(&mut self, addr: SocketAddr) {
+        self.targets.remove(&addr);
+    }
+
+    /// Announcement targets.
+    pub fn targets(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.targets.iter()
+    }
+
+    /// Every remote endpoint known, with its participant's name.
+    pub fn remote_endpoints(&self) -> Vec<(Guid, String, RemoteEndpoint)> {
+        let mut v = Vec::new();
+        for (pid, p) in &self.remotes {
+            for (eid, e) in &p.endpoints {
+                v.push((
+                    Guid {
+                        participant: *pid,
+                        entity: *eid,
+                    },
+                    p.name.clone(),
+                    e.clone(),
+                ));
+            }
+        }
+        v
+    }
+
+    /// Remote participants: id, name, address.
+    pub fn remote_participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
+        self.remotes
+            .iter()
+            .map(|(id, p)| (*id, p.name.clone(), p.addr))
+            .collect()
+    }
+
+    pub(crate) fn remote_endpoints_of(&self, kind: EndpointKind) -> Vec<(Guid, RemoteEndpoint)> {
+        let mut v = Vec::new();
+        for (pid, p) in &self.remotes {
+            for (eid, e) in &p.endpoints {
+                if e.kind == kind {
+                    v.push((
+                        Guid {
+                            participant: *pid,
+                            entity: *eid,
+                        },
+                        e.clone(),
+                    ));
+                }
+            }
+        }
+        v
+    }
+
+    pub(crate) fn on_participant(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        p: ParticipantRepr<'_>,
+    ) -> bool {
+        // A peer cannot pin a table slot for longer than MAX_LEASE by claiming a huge lease.
+        let lease = Duration::from_millis(p.lease_ms as u64).min(MAX_LEASE);
+        let group = p.data_group.map(SocketAddr::V4);
+        if let Some(rp) = self.remotes.get_mut(&pid) {
+            rp.lease = lease;
+            if rp.group != group {
+                self.grouped =
+                    self.grouped + group.is_some() as usize - rp.group.is_some() as usize;
+                rp.group = group;
+                self.fanout_gen += 1;
+            }
+            return true;
+        }
+        if self.remotes.len() >= self.cfg.max_participants {
+            self.stats.table_full += 1;
+            return false;
+        }
+        self.remote_at.insert(from, pid);
+        self.fanout_gen += 1;
+        self.remotes.insert(
+            pid,
+            Box::new(RemoteParticipant {
+                addr: from,
+                name: p.name.to_string(),
+                lease,
+                last_heard: now,
+                endpoints: BTreeMap::new(),
+                auth: self
+                    .cfg
+                    .security
+                    .as_ref()
+                    .map(|_| crate::security::PeerAuth::new()),
+                group,
+            }),
+        );
+        self.grouped += group.is_some() as usize;
+        self.send_auth(now, pid);
+        self.events.push_back(Event::ParticipantDiscovered {
+            participant: pid,
+            name: p.name.to_string(),
+            addr: from,
+        });
+        // Answer at once, so discovery takes one round trip, not one period.
+        for d in self.announcement(None) {
+            self.push_transmit(from, d);
+        }
+        true
+    }
+
+    pub(crate) fn on_endpoint(&mut self, now: Instant, pid: ParticipantId, e: EndpointRepr<'_>) {
+        let info = EndpointInfo {
+            topic: e.topic.to_string(),
+            type_name: e.type_name.to_string(),
+            partitions: e.partitions.iter().map(str::to_string).collect(),
+            qos: Qos::from_repr(&e.qos),
+        };
+        let max = self.cfg.max_endpoints_per_participant;
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        let remote = RemoteEndpoint { kind: e.kind, info };
+        match rp.endpoints.get(&e.entity) {
+            Some(old) if *old == remote => return, // a periodic re-announcement
+            Some(_) => self.remove_remote_endpoint(pid, e.entity),
+            None => {}
+        }
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        if rp.endpoints.len() >= max {
+            self.stats.table_full += 1;
+            return;
+        }
+        rp.endpoints.insert(e.entity, remote.clone());
+        let g = Guid {
+            participant: pid,
+            entity: e.entity,
+        };
+        match e.kind {
+            EndpointKind::Reader => {
+                let ws: Vec<EntityId> = self.writers.keys().copied().collect();
+                for w in ws {
+                    self.try_match(now, w, g, &remote.info, Side::LocalWriter);
+                }
+            }
+            EndpointKind::Writer => {
+                let rs: Vec<EntityId> = self.readers.keys().copied().collect();
+                for r in rs {
+                    self.try_match(now, r, g, &remote.info, Side::LocalReader);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn remove_remote_endpoint(&mut self, pid: ParticipantId, eid: EntityId) {
+        let Some(rp) = self.remotes.get_mut(&pid) else {
+            return;
+        };
+        let Some(e) = rp.endpoints.remove(&eid) else {
+            return;
+        };
+        let gone = Guid {
+            participant: pid,
+            entity: eid,
+        };
+        self.keys.retain(|(g, _), _| *g != gone);
+        self.key_asked.remove(&gone);
+        let g = Guid {
+            participant: pid,
+            entity: eid,
+        };
+        self.reported.retain(|(_, r, _)| *r != g);
+        match e.kind {
+            EndpointKind::Reader => {
+                for w in self.writers.values_mut() {
+                    if w.readers.remove(&g).is_some() {
+                        w.rebuild_dests();
+                        w.release_acked();
+                        // A reader that left must not read what is written from now on:
+                        // the writer moves to a new epoch before it seals again. Readers
+                        // that leave together (a host shutting down its sessions) share
+                        // one new epoch, where a re-key each would cost every writer
+                        // N + (N - 1) + … key wraps.
+                        if w.key.is_some() {
+                            w.rekey_due = true;
+                            self.rekey_wanted = true;
+                        }
+                        self.events.push_back(Event::Unmatched {
+                            local: w.id,
+                            remote: g,
+                            topic: w.info.topic.clone(),
+                        });
+                        if w.blocked {
+                            self.events.push_back(Event::WriterReady { writer: w.id });
+                        }
+                    }
+                }
+            }
+            EndpointKind::Writer => {
+                if let Some(rs) = self.remote_writer_readers.remove(&g) {
+                    for r in rs {
+                        if let Some(r) = self.readers.get_mut(&r) {
+                            r.writers.remove(&g);
+                            self.events.push_back(Event::Unmatched {
+                                local: r.id,
+                                remote: g,
+                                topic: r.info.topic.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn remove_participant(&mut self, pid: ParticipantId) {
+        let Some(rp) = self.remotes.get(&pid) else {
+            return;
+        };
+        let ids: Vec<EntityId> = rp.endpoints.keys().copied().collect();
+        for e in ids {
+            self.remove_remote_endpoint(pid, e);
+        }
+        if let Some(rp) = self.remotes.remove(&pid) {
+            self.fanout_gen += 1;
+            if self.remote_at.get(&rp.addr) == Some(&pid) {
+                self.remote_at.remove(&rp.addr);
+            }
+            self.grouped -= rp.group.is_some() as usize;
+        }
+        self.events
+            .push_back(Event::ParticipantLost { participant: pid });
+    }
+
+    pub(crate) fn housekeeping(&mut self, now: Instant) {
+        let expired: Vec<ParticipantId> = self
+            .remotes
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > p.lease)
+            .map(|(id, _)| *id)
+            .collect();
+        for p in expired {
+            self.remove_participant(p);
+        }
+        let timeout = self.cfg.reassembly_timeout;
+        for r in self.readers.values_mut() {
+            for wp in r.writers.values_mut() {
+                // Samples delivered or skipped meanwhile, and samples gone quiet, are dropped.
+                let before = wp.frags.len();
+                let (reliable, expected, last) = (wp.reliable, wp.expected, wp.last_delivered);
+                wp.frags.retain(|seq, ra| {
+                    let live = if reliable {
+                        expected.is_none_or(|e| *seq >= e)
+                    } else {
+                        *seq > last
+                    };
+                    live && now.saturating_duration_since(ra.last) < timeout
+                });
+                self.stats.reassembly_expired += (before - wp.frags.len()) as u64;
+            }
+            for (g, wp) in r.writers.iter_mut() {
+                if wp.local {
+                    continue;
+                }
+                if let Some(lease) = wp.lease {
+                    // Automatic liveliness: any datagram from the writer's participant counts.
+                    let heard = self
+                        .remotes
+                        .get(&g.participant)
+                        .map_or(wp.last_heard, |p| p.last_heard.max(wp.last_heard));
+                    let alive = now.saturating_duration_since(heard) <= lease;
+                    if alive != wp.alive {
+                        wp.alive = alive;
+                        self.events.push_back(Event::LivelinessChanged {
+                            reader: r.id,
+                            writer: *g,
+                            alive,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Announcements must come often enough to assert the shortest liveliness lease.
+    pub(crate) fn announce_period(&self) -> Duration {
+        let min_lease = self
+            .writers
+            .values()
+            .filter_map(|w| w.info.qos.liveliness_lease())
+            .min();
+        let p = self.cfg.announce_period.min(self.cfg.lease / 3);
+        match min_lease {
+            Some(l) => p.min(l / 3).max(Duration::from_millis(1)),
+            None => p,
+        }
+    }
+
+    /// Datagrams announcing this participant and its endpoints (`only`: one endpoint).
+    pub(crate) fn announcement(&self, only: Option<EntityId>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let hdr = self.header();
+        let part = Submessage::Participant(ParticipantRepr {
+            lease_ms: u32::try_from(self.cfg.lease.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
+            name: &self.cfg.name,
+            data_group: self.cfg.data_group,
+        });
+        let mut buf = Vec::new();
+        let mut b = DatagramBuilder::new(&mut buf, hdr);
+        let _ = b.push(&part);
+        let mut count = 0;
+        let eps = self
+            .writers
+            .values()
+            .map(|w| (w.id, EndpointKind::Writer, &w.info))
+            .chain(
+                self.readers
+                    .values()
+                    .map(|r| (r.id, EndpointKind::Reader, &r.info)),
+            )
+            .filter(|(id, _, _)| only.is_none_or(|o| o == *id));
+        let mut tmp = Vec::new();
+        for (id, kind, info) in eps {
+            let wire = self.wire_info(info);
+            let info = &wire;
+            let parts: Vec<&str> = info.partitions.iter().map(String::as_str).collect();
+            let e = Submessage::Endpoint(EndpointRepr {
+                entity: id,
+                kind,
+                qos: info.qos.to_repr(),
+                topic: &info.topic,
+                type_name: &info.type_name,
+                partitions: StrList::Slice(&parts),
+            });
+            // Measure, then start a new datagram if it would not fit.
+            tmp.clear();
+            let mut m = DatagramBuilder::new(&mut tmp, hdr);
+            if m.push(&e).is_err() {
+                continue;
+            }
+            let elen = tmp.len() - HEADER_LEN;
+            if buf.len() + elen > self.cfg.max_datagram && count > 0 {
+                out.push(Bytes::from(std::mem::take(&mut buf)));
+                let mut nb = DatagramBuilder::new(&mut buf, hdr);
+                let _ = nb.push(&part);
+                count = 0;
+            }
+            buf.extend_from_slice(&tmp[HEADER_LEN..]);
+            count += 1;
+        }
+        out.push(Bytes::from(buf));
+        out
+    }
+
+    pub(crate) fn announce_endpoint(&mut self, id: EntityId) {
+        let dgrams = self.announcement(Some(id));
+        for a in self.all_destinations() {
+            for d in &dgrams {
+                self.push_transmit(a, d.clone());
+            }
+        }
+    }
+}

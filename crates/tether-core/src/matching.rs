@@ -1,0 +1,404 @@
+//! Matching: topic, type, partition and QoS compatibility, grants, and their events.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use tether_wire::{DataRepr, EndpointKind, EntityId, HeartbeatRepr, Submessage};
+
+use crate::endpoint::{EndpointInfo, ReaderProxy, WriterProxy};
+use crate::event::{Event, Guid, IncompatibleQos, Sample};
+use crate::qos::{Mismatch, QosPolicy, check_compatible};
+
+use crate::participant::{DATA_OVERHEAD, HEARTBEAT_LEN, Participant, after};
+use crate::writer::packer::Packer;
+use crate::writer::wire_form;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Side {
+    LocalWriter,
+    LocalReader,
+}
+
+pub(crate) enum Compat {
+    OutOfScope,
+    Incompatible(Vec<Mismatch>),
+    Match { reliable: bool },
+}
+
+pub(crate) fn compatible(w: &EndpointInfo, r: &EndpointInfo) -> Compat {
+    if w.topic != r.topic || !w.shares_partition(r) {
+        return Compat::OutOfScope;
+    }
+    let mut ms = check_compatible(&w.qos, &r.qos);
+    if !w.type_name.is_empty() && !r.type_name.is_empty() && w.type_name != r.type_name {
+        ms.push(Mismatch {
+            policy: QosPolicy::TypeName,
+            offered: w.type_name.clone(),
+            requested: r.type_name.clone(),
+        });
+    }
+    if !ms.is_empty() {
+        return Compat::Incompatible(ms);
+    }
+    Compat::Match {
+        reliable: w.qos.is_reliable() && r.qos.is_reliable(),
+    }
+}
+
+impl Participant {
+    /// Whether a local endpoint may match a remote one: always with security off; with it,
+    /// only if the remote participant proved its identity and its credential grants what
+    /// the match needs (publish for a remote writer, subscribe for a remote reader).
+    /// Refusals on grants are reported once per pair and counted.
+    pub(crate) fn permitted(
+        &mut self,
+        local: EntityId,
+        remote: Guid,
+        topic: &str,
+        side: Side,
+    ) -> bool {
+        if self.cfg.security.is_none() {
+            return true;
+        }
+        let Some(auth) = self
+            .remotes
+            .get(&remote.participant)
+            .and_then(|p| p.auth.as_ref())
+            .filter(|a| a.verified)
+        else {
+            return false;
+        };
+        let Some(cred) = auth.credential.as_ref() else {
+            return false;
+        };
+        let (ok, needs) = match side {
+            Side::LocalWriter => (cred.may_subscribe(topic), "subscribe"),
+            Side::LocalReader => (cred.may_publish(topic), "publish"),
+        };
+        if !ok {
+            self.stats.access_denied += 1;
+            if self.denied.insert((local, remote)) {
+                self.events.push_back(Event::AccessDenied {
+                    local,
+                    remote,
+                    topic: topic.to_string(),
+                    reason: format!(
+                        "{} (serial {}) holds no grant to {needs} {topic}",
+                        cred.name, cred.serial
+                    ),
+                });
+            }
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn try_match(
+        &mut self,
+        now: Instant,
+        local: EntityId,
+        remote: Guid,
+        rinfo: &EndpointInfo,
+        side: Side,
+    ) {
+        let me = self.cfg.participant;
+        let linfo = match side {
+            Side::LocalWriter => self.writers.get(&local).map(|w| w.info.clone()),
+            Side::LocalReader => self.readers.get(&local).map(|r| r.info.clone()),
+        };
+        let Some(linfo) = linfo else { return };
+        if !self.permitted(local, remote, &linfo.topic, side) {
+            return;
+        }
+        // Remote endpoints are known by their wire form (topic ids in a secure realm).
+        let lwire = self.wire_info(&linfo);
+        let (winfo, rinfo_) = match side {
+            Side::LocalWriter => (&lwire, rinfo),
+            Side::LocalReader => (rinfo, &lwire),
+        };
+        match compatible(winfo, rinfo_) {
+            Compat::OutOfScope => {}
+            Compat::Incompatible(ms) => {
+                for m in ms {
+                    if self.reported.insert((local, remote, m.policy)) {
+                        self.events
+                            .push_back(Event::IncompatibleQos(IncompatibleQos {
+                                topic: linfo.topic.clone(),
+                                local: Guid {
+                                    participant: me,
+                                    entity: local,
+                                },
+                                local_kind: match side {
+                                    Side::LocalWriter => EndpointKind::Writer,
+                                    Side::LocalReader => EndpointKind::Reader,
+                                },
+                                remote,
+                                policy: m.policy,
+                                offered: m.offered,
+                                requested: m.requested,
+                            }));
+                    }
+                }
+            }
+            Compat::Match { reliable } => match side {
+                Side::LocalWriter => self.match_writer_reader(now, local, remote, rinfo, reliable),
+                Side::LocalReader => {
+                    let Some(r) = self.readers.get_mut(&local) else {
+                        return;
+                    };
+                    if r.writers.contains_key(&remote) {
+                        return;
+                    }
+                    r.writers.insert(
+                        remote,
+                        WriterProxy::new(reliable, rinfo.qos.liveliness_lease(), now, false),
+                    );
+                    if r.deadline_at.is_none() {
+                        if let Some(d) = r.info.qos.deadline_period() {
+                            r.deadline_at = Some(after(now, d));
+                        }
+                    }
+                    self.remote_writer_readers
+                        .entry(remote)
+                        .or_default()
+                        .push(local);
+                    self.events.push_back(Event::Matched {
+                        local,
+                        remote,
+                        topic: linfo.topic.clone(),
+                    });
+                }
+            },
+        }
+    }
+
+    /// A local writer meets a remote reader.
+    pub(crate) fn match_writer_reader(
+        &mut self,
+        now: Instant,
+        writer: EntityId,
+        reader: Guid,
+        rinfo: &EndpointInfo,
+        reliable: bool,
+    ) {
+        let Some(addr) = self.remotes.get(&reader.participant).map(|p| p.addr) else {
+            return;
+        };
+        let hdr = self.header();
+        let max_dg = self.cfg.max_datagram;
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if w.readers.contains_key(&reader) {
+            return;
+        }
+        let transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
+        let start = if transient {
+            w.first_available()
+        } else if w.asyncw.is_some() {
+            // Samples still waiting for the sender go to the new reader too.
+            w.last_sent() + 1
+        } else {
+            w.next_seq
+        };
+        w.readers.insert(
+            reader,
+            ReaderProxy {
+                reliable,
+                start,
+                acked: 0,
+                last_count: None,
+                last_nackfrag: None,
+                local: false,
+                wrapped: None,
+            },
+        );
+        w.rebuild_dests();
+        let secure = w.key.is_some();
+        let single = max_dg.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
+        let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
+        let mut p = Packer::new(addr, hdr, max_dg);
+        if transient {
+            for c in w.history.iter() {
+                let payload = wire_form(
+                    &self.cfg,
+                    &mut self.stats,
+                    writer,
+                    c.seq,
+                    c.timestamp_ns,
+                    &c.payload,
+                );
+                if payload.len() > single {
+                    big.push((c.seq, c.timestamp_ns, payload));
+                    continue;
+                }
+                p.push(
+                    &Submessage::Data(DataRepr {
+                        writer,
+                        reader: reader.entity,
+                        seq: c.seq,
+                        timestamp_ns: c.timestamp_ns,
+                        payload: &payload,
+                    }),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+            }
+        }
+        if reliable {
+            w.hb_count = w.hb_count.wrapping_add(1);
+            p.push(
+                &Submessage::Heartbeat(HeartbeatRepr {
+                    writer,
+                    reader: reader.entity,
+                    first: start,
+                    last: w.last_sent(),
+                    count: w.hb_count,
+                    final_: false,
+                }),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            self.stats.heartbeats_sent += 1;
+            w.heartbeat_by(after(now, self.cfg.heartbeat_period));
+        }
+        let topic = w.info.topic.clone();
+        if secure {
+            // The key before anything sealed under it.
+            self.send_key(writer, reader);
+        }
+        p.finish(&mut self.transmits, &mut self.stats);
+        self.events.push_back(Event::Matched {
+            local: writer,
+            remote: reader,
+            topic,
+        });
+        for (seq, ts, payload) in big {
+            self.send_sample(addr, writer, reader.entity, seq, ts, &payload, None, None);
+        }
+    }
+
+    /// A local writer meets a local reader: samples go straight into the reader's cache.
+    pub(crate) fn try_match_local(&mut self, now: Instant, writer: EntityId, reader: EntityId) {
+        let me = self.cfg.participant;
+        let (Some(w), Some(r)) = (self.writers.get(&writer), self.readers.get(&reader)) else {
+            return;
+        };
+        let wg = Guid {
+            participant: me,
+            entity: writer,
+        };
+        let rg = Guid {
+            participant: me,
+            entity: reader,
+        };
+        match compatible(&w.info, &r.info) {
+            Compat::OutOfScope => {}
+            Compat::Incompatible(ms) => {
+                let topic = w.info.topic.clone();
+                for m in ms {
+                    for (local, kind, remote) in [
+                        (writer, EndpointKind::Writer, rg),
+                        (reader, EndpointKind::Reader, wg),
+                    ] {
+                        if self.reported.insert((local, remote, m.policy)) {
+                            self.events
+                                .push_back(Event::IncompatibleQos(IncompatibleQos {
+                                    topic: topic.clone(),
+                                    local: Guid {
+                                        participant: me,
+                                        entity: local,
+                                    },
+                                    local_kind: kind,
+                                    remote,
+                                    policy: m.policy,
+                                    offered: m.offered.clone(),
+                                    requested: m.requested.clone(),
+                                }));
+                        }
+                    }
+                }
+            }
+            Compat::Match { reliable } => {
+                let transient =
+                    r.info.qos.durability_kind() == tether_wire::Durability::TransientLocal;
+                let lease = w.info.qos.liveliness_lease();
+                let topic = w.info.topic.clone();
+                let Some(w) = self.writers.get_mut(&writer) else {
+                    return;
+                };
+                let start = if transient {
+                    w.first_available()
+                } else {
+                    w.next_seq
+                };
+                w.readers.insert(
+                    rg,
+                    ReaderProxy {
+                        reliable,
+                        start,
+                        acked: u64::MAX,
+                        last_count: None,
+                        last_nackfrag: None,
+                        local: true,
+                        wrapped: None,
+                    },
+                );
+                w.rebuild_dests();
+                let backlog: Vec<Sample> = if transient {
+                    let key = w.key.clone();
+                    let secure = w.prot.is_some();
+                    let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
+                    w.history
+                        .iter()
+                        .filter_map(|c| {
+                            // History holds sealed samples in a secure realm: our own
+                            // readers get them opened.
+                            let payload = if secure {
+                                let parts = tether_crypto::sample::parts(&c.payload)?;
+                                match (parts.prot.encrypt, key.as_deref()) {
+                                    (true, Some(k)) => Bytes::from(tether_crypto::sample::open(
+                                        k,
+                                        &wid,
+                                        c.seq,
+                                        c.timestamp_ns,
+                                        parts.prot,
+                                        parts.body,
+                                    )?),
+                                    (true, None) => return None,
+                                    (false, _) => c.payload.slice_ref(parts.body),
+                                }
+                            } else {
+                                c.payload.clone()
+                            };
+                            Some(Sample {
+                                writer: wg,
+                                seq: c.seq,
+                                timestamp_ns: c.timestamp_ns,
+                                payload,
+                            })
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let Some(r) = self.readers.get_mut(&reader) else {
+                    return;
+                };
+                let mut wp = WriterProxy::new(reliable, lease, now, true);
+                wp.expected = Some(start);
+                r.writers.insert(wg, wp);
+                for (local, remote) in [(writer, rg), (reader, wg)] {
+                    self.events.push_back(Event::Matched {
+                        local,
+                        remote,
+                        topic: topic.clone(),
+                    });
+                }
+                for s in backlog {
+                    self.on_data(now, reader, s);
+                }
+            }
+        }
+    }
+}

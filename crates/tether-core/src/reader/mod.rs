@@ -1,0 +1,421 @@
+//! The reader's incoming path: samples into caches, in order, and out to the application.
+
+pub(crate) mod reassembly;
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tether_wire::{BatchRepr, DataFragRepr, EntityId, ParticipantId};
+
+use crate::endpoint::{Reader, WriterProxy};
+use crate::event::{Event, Guid, Sample, Stats};
+use crate::qos::Qos;
+
+use crate::participant::{Participant, after};
+
+/// Most samples one reader reassembles at once, whatever their size.
+pub(crate) const MAX_REASSEMBLIES: usize = 1024;
+
+/// After samples entered a reader's cache: count them, restart its deadline, and signal it
+/// once until the application has taken everything.
+pub(crate) fn note_delivered(
+    r: &mut Reader,
+    delivered: u64,
+    now: Instant,
+    stats: &mut Stats,
+    events: &mut VecDeque<Event>,
+) {
+    if delivered == 0 {
+        return;
+    }
+    stats.samples_delivered += delivered;
+    if let Some(d) = r.info.qos.deadline_period() {
+        r.deadline_at = Some(after(now, d));
+    }
+    if !r.signalled {
+        r.signalled = true;
+        events.push_back(Event::DataAvailable { reader: r.id });
+    }
+}
+
+/// A writer proxy heard from: alive again if it was not.
+pub(crate) fn heard(
+    wp: &mut WriterProxy,
+    reader: EntityId,
+    writer: Guid,
+    now: Instant,
+    events: &mut VecDeque<Event>,
+) {
+    if !wp.alive {
+        wp.alive = true;
+        events.push_back(Event::LivelinessChanged {
+            reader,
+            writer,
+            alive: true,
+        });
+    }
+    wp.last_heard = now;
+}
+
+/// One sample from `wp` into a reader's cache (best effort: newest only; reliable: in
+/// order, through the reorder buffer). Returns how many samples reached the cache.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accept(
+    cache: &mut crate::endpoint::Cache,
+    qos: &Qos,
+    wp: &mut WriterProxy,
+    reader: EntityId,
+    s: Sample,
+    now: Instant,
+    input: u64,
+    stats: &mut Stats,
+    events: &mut VecDeque<Event>,
+) -> u64 {
+    if !wp.reliable {
+        if s.seq <= wp.last_delivered {
+            stats.duplicates += 1;
+            return 0;
+        }
+        let lost = if wp.last_delivered > 0 {
+            s.seq - wp.last_delivered - 1
+        } else {
+            0
+        };
+        if lost > 0 {
+            stats.lost += lost;
+            events.push_back(Event::SamplesLost {
+                reader,
+                writer: s.writer,
+                count: lost,
+            });
+        }
+        wp.last_delivered = s.seq;
+        if cache.push(s, now, input) {
+            1
+        } else {
+            stats.rejected_full += 1;
+            0
+        }
+    } else if wp.expected == Some(s.seq)
+        && wp.pending.is_empty()
+        && wp.gaps.is_empty()
+        && cache.has_room(s.payload.len())
+    {
+        // In order, nothing waiting: straight into the cache.
+        wp.expected = Some(s.seq + 1);
+        cache.push(s, now, input);
+        1
+    } else {
+        wp.buffer(s, qos, stats);
+        wp.drain(cache, now, input).0
+    }
+}
+
+impl Participant {
+    /// Bytes a reader holds in samples being reassembled.
+    pub fn reassembly_bytes(&self, id: EntityId) -> u64 {
+        self.readers
+            .get(&id)
+            .map_or(0, |r| r.writers.values().map(|w| w.frag_bytes()).sum())
+    }
+
+    /// Samples waiting in a reader (cache plus reorder buffers).
+    pub fn reader_backlog(&self, id: EntityId) -> usize {
+        self.readers.get(&id).map_or(0, |r| {
+            r.cache.samples.len() + r.writers.values().map(|w| w.pending.len()).sum::<usize>()
+        })
+    }
+
+    /// Takes the oldest sample from a reader's cache. Samples past their lifespan are dropped.
+    pub fn take(&mut self, now: Instant, reader: EntityId) -> Option<Sample> {
+        let r = self.readers.get_mut(&reader)?;
+        let was_full = !r.cache.has_room(0);
+        let out = loop {
+            let Some((s, arrived)) = r.cache.pop() else {
+                break None;
+            };
+            if let Some(ls) = r.info.qos.lifespan_duration() {
+                if now.saturating_duration_since(arrived) > ls {
+                    self.stats.expired += 1;
+                    continue;
+                }
+            }
+            break Some(s);
+        };
+        if r.cache.samples.is_empty() {
+            r.signalled = false;
+        }
+        if was_full {
+            // Room again: pull in-order samples waiting in reorder buffers, and unblock
+            // local writers that were refused for this reader's sake.
+            let mut delivered = 0;
+            for wp in r.writers.values_mut() {
+                delivered += wp.drain(&mut r.cache, now, self.input).0;
+            }
+            self.stats.samples_delivered += delivered;
+            let me = self.cfg.participant;
+            let blocked: Vec<EntityId> = r
+                .writers
+                .keys()
+                .filter(|g| g.participant == me)
+                .map(|g| g.entity)
+                .collect();
+            for w in blocked {
+                if self.writers.get(&w).is_some_and(|w| w.blocked) {
+                    self.events.push_back(Event::WriterReady { writer: w });
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes every available sample of `reader`, oldest first, handing each to `f` (one
+    /// lookup for all of them; otherwise as [`take`](Self::take) in a loop). Returns how many.
+    pub fn take_all(&mut self, now: Instant, reader: EntityId, mut f: impl FnMut(Sample)) -> usize {
+        let mut n = 0;
+        let Some(r) = self.readers.get_mut(&reader) else {
+            return 0;
+        };
+        let lifespan = r.info.qos.lifespan_duration();
+        let mut was_full = !r.cache.has_room(0);
+        loop {
+            while let Some((s, arrived)) = r.cache.pop() {
+                if lifespan.is_some_and(|ls| now.saturating_duration_since(arrived) > ls) {
+                    self.stats.expired += 1;
+                    continue;
+                }
+                n += 1;
+                f(s);
+            }
+            if !was_full {
+                break;
+            }
+            // Room again: pull in-order samples waiting in reorder buffers (and take them
+            // too), and unblock local writers refused for this reader's sake.
+            let mut delivered = 0;
+            for wp in r.writers.values_mut() {
+                delivered += wp.drain(&mut r.cache, now, self.input).0;
+            }
+            self.stats.samples_delivered += delivered;
+            let me = self.cfg.participant;
+            for g in r.writers.keys().filter(|g| g.participant == me) {
+                if self.writers.get(&g.entity).is_some_and(|w| w.blocked) {
+                    self.events
+                        .push_back(Event::WriterReady { writer: g.entity });
+                }
+            }
+            if delivered == 0 {
+                break;
+            }
+            was_full = !r.cache.has_room(0);
+        }
+        r.signalled = false;
+        n
+    }
+
+    pub(crate) fn on_remote_data(&mut self, now: Instant, to: EntityId, s: Sample) {
+        let Some(rs) = self.remote_writer_readers.get(&s.writer) else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        if to != EntityId::ALL {
+            if rs.contains(&to) {
+                self.on_data(now, to, s);
+            } else {
+                self.stats.unmatched_writer += 1;
+            }
+            return;
+        }
+        match rs.as_slice() {
+            [one] => {
+                let one = *one;
+                self.on_data(now, one, s);
+            }
+            _ => {
+                // Borrowed out and back rather than cloned, as in deliver_local.
+                let g = s.writer;
+                let many = self
+                    .remote_writer_readers
+                    .get_mut(&g)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                for r in &many {
+                    self.on_data(now, *r, s.clone());
+                }
+                if let Some(v) = self.remote_writer_readers.get_mut(&g) {
+                    *v = many;
+                }
+            }
+        }
+    }
+
+    /// One sample for one local reader.
+    pub(crate) fn on_data(&mut self, now: Instant, reader: EntityId, s: Sample) {
+        let Some(r) = self.readers.get_mut(&reader) else {
+            return;
+        };
+        let Some(wp) = r.writers.get_mut(&s.writer) else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        heard(wp, reader, s.writer, now, &mut self.events);
+        let d = accept(
+            &mut r.cache,
+            &r.info.qos,
+            wp,
+            reader,
+            s,
+            now,
+            self.input,
+            &mut self.stats,
+            &mut self.events,
+        );
+        note_delivered(r, d, now, &mut self.stats, &mut self.events);
+    }
+
+    /// `signed`: a BATCH_SIG from the writer over exactly this batch was verified.
+    pub(crate) fn on_batch(
+        &mut self,
+        now: Instant,
+        g: Guid,
+        b: BatchRepr<'_>,
+        datagram: &Bytes,
+        signed: bool,
+    ) {
+        if self.cfg.security.is_some() {
+            // Sealed entries: opened one by one, then taken as single samples.
+            for (seq, timestamp_ns, payload) in b.samples() {
+                let s = Sample {
+                    writer: g,
+                    seq,
+                    timestamp_ns,
+                    payload: datagram.slice_ref(payload),
+                };
+                if let Some(s) = self.unseal_in(now, b.reader, s, signed) {
+                    self.on_remote_data(now, b.reader, s);
+                }
+            }
+            return;
+        }
+        let rs = self.addressed_readers(g, b.reader);
+        for reader in rs {
+            let Some(r) = self.readers.get_mut(&reader) else {
+                continue;
+            };
+            let Some(wp) = r.writers.get_mut(&g) else {
+                self.stats.unmatched_writer += 1;
+                continue;
+            };
+            heard(wp, reader, g, now, &mut self.events);
+            let mut d = 0;
+            for (seq, timestamp_ns, payload) in b.samples() {
+                let s = Sample {
+                    writer: g,
+                    seq,
+                    timestamp_ns,
+                    payload: datagram.slice_ref(payload),
+                };
+                d += accept(
+                    &mut r.cache,
+                    &r.info.qos,
+                    wp,
+                    reader,
+                    s,
+                    now,
+                    self.input,
+                    &mut self.stats,
+                    &mut self.events,
+                );
+            }
+            note_delivered(r, d, now, &mut self.stats, &mut self.events);
+        }
+    }
+
+    /// Local readers matched with remote writer `g` that a message addressed to `to`
+    /// concerns (all of them for [`EntityId::ALL`]).
+    pub(crate) fn addressed_readers(&mut self, g: Guid, to: EntityId) -> Vec<EntityId> {
+        match self.remote_writer_readers.get(&g) {
+            None => {
+                self.stats.unmatched_writer += 1;
+                Vec::new()
+            }
+            Some(rs) if to == EntityId::ALL => rs.clone(),
+            Some(rs) => rs.iter().copied().filter(|r| *r == to).collect(),
+        }
+    }
+
+    pub(crate) fn on_data_frag(&mut self, now: Instant, pid: ParticipantId, f: DataFragRepr<'_>) {
+        let g = Guid {
+            participant: pid,
+            entity: f.writer,
+        };
+        let rs = self.addressed_readers(g, f.reader);
+        if rs.is_empty() {
+            return;
+        }
+        if f.sample_size as usize > self.cfg.max_sample_size {
+            self.stats.fragments_rejected += 1;
+            return;
+        }
+        let max_bytes = self.cfg.max_reassembly_bytes as u64;
+        for rid in rs {
+            let Some(r) = self.readers.get_mut(&rid) else {
+                continue;
+            };
+            let in_progress: u64 = r.writers.values().map(|w| w.frag_bytes()).sum();
+            let count: usize = r.writers.values().map(|w| w.frags.len()).sum();
+            let Some(wp) = r.writers.get_mut(&g) else {
+                continue;
+            };
+            wp.last_heard = now;
+            let done = if wp.reliable {
+                wp.expected.is_some_and(|e| f.seq < e) || wp.pending.contains_key(&f.seq)
+            } else {
+                f.seq <= wp.last_delivered
+            };
+            if done {
+                self.stats.duplicates += 1;
+                continue;
+            }
+            let complete = match wp.frags.get_mut(&f.seq) {
+                Some(ra) => match ra.add(&f, now, &mut wp.spare) {
+                    Ok(c) => c,
+                    Err(crate::reader::reassembly::FragError::Duplicate) => {
+                        self.stats.duplicates += 1;
+                        continue;
+                    }
+                    Err(crate::reader::reassembly::FragError::Inconsistent) => {
+                        self.stats.fragments_rejected += 1;
+                        continue;
+                    }
+                },
+                None => {
+                    let charge = crate::endpoint::reassembly_charge(f.sample_size);
+                    if in_progress + charge > max_bytes || count >= MAX_REASSEMBLIES {
+                        // Over this reader's reassembly budget: a reliable writer repairs it
+                        // later, when room is back.
+                        self.stats.fragments_rejected += 1;
+                        continue;
+                    }
+                    let mut ra = crate::reader::reassembly::Reassembly::new(&f, now, &mut wp.spare);
+                    let c = ra.add(&f, now, &mut wp.spare).ok().flatten();
+                    wp.frags.insert(f.seq, ra);
+                    c
+                }
+            };
+            if let Some(payload) = complete {
+                wp.frags.remove(&f.seq);
+                let s = Sample {
+                    writer: g,
+                    seq: f.seq,
+                    timestamp_ns: f.timestamp_ns,
+                    payload,
+                };
+                if let Some(s) = self.unseal(now, rid, s) {
+                    self.on_data(now, rid, s);
+                }
+            }
+        }
+    }
+}

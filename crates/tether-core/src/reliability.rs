@@ -1,0 +1,554 @@
+//! Reliability: heartbeats, ACKNACKs, GAPs and NACK_FRAGs, on both sides.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{
+    DataRepr, DatagramBuilder, EntityId, GapRepr, Header, HeartbeatRepr, NackFragRepr,
+    ParticipantId, Submessage,
+};
+
+use crate::endpoint::{FanoutKey, Writer};
+use crate::event::{Event, Guid, Stats};
+
+use crate::discovery::RemoteParticipant;
+use crate::participant::{Config, DATA_OVERHEAD, HEARTBEAT_LEN, Participant};
+use crate::reader::note_delivered;
+use crate::transmit::Transmit;
+use crate::writer::packer::Packer;
+use crate::writer::{fanout_addrs, wire_form};
+
+/// Heartbeat periods between heartbeats that ask every reader to acknowledge (the others are
+/// final: only readers that miss something answer them).
+pub(crate) const ACK_EVERY_HEARTBEATS: u32 = 10;
+
+/// How often a writer asks every reader to acknowledge, at least.
+pub(crate) fn ack_interval(cfg: &Config) -> Duration {
+    cfg.heartbeat_period.saturating_mul(ACK_EVERY_HEARTBEATS)
+}
+
+/// A reassembly that has received nothing for this long asks for every missing fragment,
+/// not only the overtaken ones (the writer has finished sending it).
+pub(crate) const FRAG_QUIET: Duration = Duration::from_millis(20);
+
+/// Least time between two NACK_FRAGs for one sample.
+pub(crate) const NACKFRAG_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Most NACK_FRAG windows (256 fragments each) a reader sends per sample per heartbeat.
+pub(crate) const NACKFRAG_WINDOWS: usize = 4;
+
+/// Records `count` from a HEARTBEAT, ACKNACK or NACK_FRAG if it is newer than the last one
+/// seen (serial-number order, so the counter may wrap); false for a stale or repeated one.
+pub(crate) fn newer(last: &mut Option<u32>, count: u32) -> bool {
+    // Serial-number order (RFC 1982): newer iff count is 1..2^31 steps ahead of the last.
+    if last.is_some_and(|c| count.wrapping_sub(c) as i32 <= 0) {
+        return false;
+    }
+    *last = Some(count);
+    true
+}
+
+/// Queues a heartbeat from `w` (its current first and last sent sequence numbers) for every
+/// remote participant where it has a reliable matched reader. Participants that take data
+/// from a group get it where they get the data, one datagram for the group: a heartbeat
+/// sent by unicast could overtake, at the reader, a sample still queued on the group's
+/// socket, and the reader would ask again for a sample it is about to receive.
+pub(crate) fn heartbeat_all(
+    w: &mut Writer,
+    hb: HeartbeatRepr,
+    hdr: Header,
+    remotes: &BTreeMap<ParticipantId, Box<RemoteParticipant>>,
+    key: FanoutKey,
+    transmits: &mut VecDeque<Transmit>,
+    stats: &mut Stats,
+) {
+    let hb = Submessage::Heartbeat(hb);
+    let mut dg = Vec::new();
+    if DatagramBuilder::new(&mut dg, hdr).push(&hb).is_err() {
+        return;
+    }
+    let dg = Bytes::from(dg);
+    let (_, grouped, min) = key;
+    let mut send = |dest: SocketAddr, group: bool| {
+        stats.heartbeats_sent += 1;
+        stats.datagrams_sent += 1;
+        stats.heartbeats_multicast += u64::from(group);
+        stats.bytes_sent += dg.len() as u64;
+        transmits.push_back(Transmit {
+            dest,
+            head: dg.clone().into(),
+            body: Bytes::new(),
+        });
+    };
+    if w.reliable_dests.len() == w.dests.len() {
+        // Every destination has a reliable reader (the usual case): the heartbeat goes
+        // where the data goes, by the plan the writes keep.
+        for &(dest, group) in w.fanout(key, |d| fanout_addrs(remotes, d, grouped, min)) {
+            send(dest, group);
+        }
+    } else {
+        for (dest, group) in fanout_addrs(remotes, &w.reliable_dests, grouped, min) {
+            send(dest, group);
+        }
+    }
+}
+
+pub(crate) fn flush_gap(
+    gap: &mut Option<(u64, u64)>,
+    packer: &mut Packer,
+    out: &mut VecDeque<Transmit>,
+    stats: &mut Stats,
+    writer: EntityId,
+    reader: EntityId,
+) {
+    if let Some((start, end)) = gap.take() {
+        packer.push(
+            &Submessage::Gap(GapRepr {
+                writer,
+                reader,
+                start,
+                end,
+            }),
+            out,
+            stats,
+        );
+        stats.gaps_sent += 1;
+    }
+}
+
+impl Participant {
+    /// Asks `writer`'s readers to acknowledge at once, and with every heartbeat until all
+    /// have acknowledged everything: heartbeats are otherwise final (answered only by
+    /// readers that miss something) but for one every ten heartbeat periods. For callers
+    /// about to wait on [`Participant::all_acked`].
+    pub fn request_acknowledgments(&mut self, now: Instant, writer: EntityId) {
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if !w.info.qos.is_reliable() || !w.has_unacked() {
+            return;
+        }
+        // The next heartbeat asks (see `Writer::asks_acks`), and goes out now.
+        w.acks_wanted = true;
+        if w.heartbeat_by(now) {
+            self.timers_changed = true;
+        }
+    }
+
+    /// When `writer`'s next periodic heartbeat is due (None: every reader has acknowledged
+    /// everything, or no writer).
+    pub fn heartbeat_due(&self, writer: EntityId) -> Option<Instant> {
+        self.writers.get(&writer).and_then(|w| w.next_hb)
+    }
+
+    /// True when every matched reliable reader has acknowledged every sample of `writer`.
+    pub fn all_acked(&self, writer: EntityId) -> bool {
+        self.writers.get(&writer).is_none_or(|w| !w.has_unacked())
+    }
+
+    /// The highest sequence number of `writer` that every matched remote reliable reader has
+    /// acknowledged together with all before it (the last written when none is matched).
+    pub fn acknowledged(&self, writer: EntityId) -> u64 {
+        self.writers.get(&writer).map_or(0, |w| {
+            w.readers
+                .values()
+                .filter(|r| r.reliable && !r.local)
+                .map(|r| r.acked.max(r.start).saturating_sub(1))
+                .min()
+                .unwrap_or(w.next_seq - 1)
+        })
+    }
+
+    pub(crate) fn on_nack_frag(&mut self, pid: ParticipantId, nf: NackFragRepr) {
+        let rg = Guid {
+            participant: pid,
+            entity: nf.reader,
+        };
+        let Some(w) = self.writers.get_mut(&nf.writer) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        let Some(rp) = w.readers.get_mut(&rg) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        if rp.local || !rp.reliable {
+            return;
+        }
+        if !newer(&mut rp.last_nackfrag, nf.count) {
+            return;
+        }
+        let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+            return;
+        };
+        match w.find(nf.seq).map(|c| (c.timestamp_ns, c.payload.clone())) {
+            Some((ts, payload)) => {
+                let payload =
+                    wire_form(&self.cfg, &mut self.stats, nf.writer, nf.seq, ts, &payload);
+                let frags: Vec<u32> = nf.missing().collect();
+                self.stats.fragments_retransmitted += frags.len() as u64;
+                let before = self.stats.bytes_sent;
+                self.send_sample(
+                    addr,
+                    nf.writer,
+                    nf.reader,
+                    nf.seq,
+                    ts,
+                    &payload,
+                    Some(&frags),
+                    None,
+                );
+                self.charge(nf.writer, self.stats.bytes_sent - before);
+            }
+            None => {
+                let hdr = self.header();
+                let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
+                p.push(
+                    &Submessage::Gap(GapRepr {
+                        writer: nf.writer,
+                        reader: nf.reader,
+                        start: nf.seq,
+                        end: nf.seq + 1,
+                    }),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+                p.finish(&mut self.transmits, &mut self.stats);
+                self.stats.gaps_sent += 1;
+            }
+        }
+    }
+
+    pub(crate) fn on_heartbeat(&mut self, now: Instant, pid: ParticipantId, hb: HeartbeatRepr) {
+        let g = Guid {
+            participant: pid,
+            entity: hb.writer,
+        };
+        let rs = self.addressed_readers(g, hb.reader);
+        for rid in rs {
+            let Some(r) = self.readers.get_mut(&rid) else {
+                continue;
+            };
+            let Some(wp) = r.writers.get_mut(&g) else {
+                continue;
+            };
+            wp.last_heard = now;
+            if !wp.reliable {
+                continue;
+            }
+            if !newer(&mut wp.hb_count, hb.count) {
+                continue; // stale or duplicated heartbeat
+            }
+            wp.hb_last = wp.hb_last.max(hb.last);
+            if wp.expected.is_none() {
+                wp.expected = Some(hb.first);
+            }
+            if let Some(e) = wp.expected {
+                if hb.first > e {
+                    // The writer no longer has [e, first): those samples are lost to us.
+                    let missing = (e..hb.first)
+                        .filter(|s| !wp.pending.contains_key(s))
+                        .count() as u64;
+                    if missing > 0 {
+                        self.stats.lost += missing;
+                        self.events.push_back(Event::SamplesLost {
+                            reader: rid,
+                            writer: g,
+                            count: missing,
+                        });
+                    }
+                    wp.gaps.push((e, hb.first));
+                }
+            }
+            let (d, _) = wp.drain(&mut r.cache, now, self.input);
+            // A final heartbeat needs no answer from a reader that has everything it
+            // announces (received, or declared lost or irrelevant).
+            let complete = wp.expected.is_some_and(|e| e > hb.last);
+            note_delivered(r, d, now, &mut self.stats, &mut self.events);
+            if hb.final_ && complete {
+                self.stats.final_heartbeats_unanswered += 1;
+                continue;
+            }
+            if !self.pending_acks.contains(&(rid, g)) {
+                self.pending_acks.push((rid, g));
+            }
+        }
+    }
+
+    pub(crate) fn on_gap(&mut self, now: Instant, pid: ParticipantId, gap: GapRepr) {
+        let g = Guid {
+            participant: pid,
+            entity: gap.writer,
+        };
+        let rs = self.addressed_readers(g, gap.reader);
+        for rid in rs {
+            let Some(r) = self.readers.get_mut(&rid) else {
+                continue;
+            };
+            let Some(wp) = r.writers.get_mut(&g) else {
+                continue;
+            };
+            if !wp.reliable {
+                continue;
+            }
+            wp.add_gap(gap.start, gap.end);
+            let (d, _) = wp.drain(&mut r.cache, now, self.input);
+            note_delivered(r, d, now, &mut self.stats, &mut self.events);
+        }
+    }
+
+    pub(crate) fn on_acknack(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        an: tether_wire::AckNackRepr,
+    ) {
+        let rg = Guid {
+            participant: pid,
+            entity: an.reader,
+        };
+        let Some(w) = self.writers.get_mut(&an.writer) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        let Some(rp) = w.readers.get_mut(&rg) else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        if rp.local || !rp.reliable {
+            return;
+        }
+        if !newer(&mut rp.last_count, an.count) {
+            return;
+        }
+        let start = rp.start;
+        let base = an.base.min(w.next_seq);
+        rp.acked = rp.acked.max(base);
+        let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+            return;
+        };
+        let hdr = Header {
+            domain: self.cfg.domain,
+            participant: self.cfg.participant,
+        };
+        let before = self.stats.bytes_sent;
+        let mut packer = Packer::new(addr, hdr, self.cfg.max_datagram);
+        // Sequence numbers the reader should never get (before it matched) or that are gone.
+        let mut gap: Option<(u64, u64)> = None;
+        if an.base < start {
+            gap = Some((an.base, start));
+        }
+        // Samples too large for one datagram are re-sent whole (every fragment) after the
+        // small ones; a partly received one is repaired by NACK_FRAG instead.
+        let single = self
+            .cfg
+            .max_datagram
+            .saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
+        let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
+        for seq in an.missing() {
+            if seq > w.last_sent() {
+                break;
+            }
+            let cached = if seq >= start { w.find(seq) } else { None };
+            match cached {
+                Some(c) if c.payload.len() > single => {
+                    // A young sample's fragments may still be in flight: the reader then
+                    // repairs it by NACK_FRAG, so only an old one is re-sent whole.
+                    if now.saturating_duration_since(c.written) >= self.cfg.heartbeat_period {
+                        let p = wire_form(
+                            &self.cfg,
+                            &mut self.stats,
+                            an.writer,
+                            seq,
+                            c.timestamp_ns,
+                            &c.payload,
+                        );
+                        big.push((seq, c.timestamp_ns, p));
+                        self.stats.samples_retransmitted += 1;
+                    }
+                }
+                Some(c) => {
+                    let p = wire_form(
+                        &self.cfg,
+                        &mut self.stats,
+                        an.writer,
+                        seq,
+                        c.timestamp_ns,
+                        &c.payload,
+                    );
+                    flush_gap(
+                        &mut gap,
+                        &mut packer,
+                        &mut self.transmits,
+                        &mut self.stats,
+                        an.writer,
+                        an.reader,
+                    );
+                    packer.push(
+                        &Submessage::Data(DataRepr {
+                            writer: an.writer,
+                            reader: an.reader,
+                            seq,
+                            timestamp_ns: c.timestamp_ns,
+                            payload: &p,
+                        }),
+                        &mut self.transmits,
+                        &mut self.stats,
+                    );
+                    self.stats.samples_retransmitted += 1;
+                }
+                None => match &mut gap {
+                    Some((_, b)) if *b == seq => *b = seq + 1,
+                    _ => {
+                        flush_gap(
+                            &mut gap,
+                            &mut packer,
+                            &mut self.transmits,
+                            &mut self.stats,
+                            an.writer,
+                            an.reader,
+                        );
+                        gap = Some((seq, seq + 1));
+                    }
+                },
+            }
+        }
+        flush_gap(
+            &mut gap,
+            &mut packer,
+            &mut self.transmits,
+            &mut self.stats,
+            an.writer,
+            an.reader,
+        );
+        // A heartbeat closes every repair, so the reader learns the state at once.
+        if an.num_bits > 0 {
+            w.hb_count = w.hb_count.wrapping_add(1);
+            packer.push(
+                &Submessage::Heartbeat(HeartbeatRepr {
+                    writer: an.writer,
+                    reader: an.reader,
+                    first: w.first_available().max(start).min(w.last_sent() + 1),
+                    last: w.last_sent(),
+                    count: w.hb_count,
+                    final_: false,
+                }),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            self.stats.heartbeats_sent += 1;
+        }
+        packer.finish(&mut self.transmits, &mut self.stats);
+        w.release_acked();
+        if w.blocked && w.make_room(0) {
+            w.blocked = false;
+            self.events.push_back(Event::WriterReady { writer: w.id });
+        }
+        for (seq, ts, payload) in big {
+            self.send_sample(addr, an.writer, an.reader, seq, ts, &payload, None, None);
+        }
+        self.charge(an.writer, self.stats.bytes_sent - before);
+    }
+
+    pub(crate) fn flush_pending_acks(&mut self, now: Instant) {
+        if self.pending_acks.is_empty() {
+            return;
+        }
+        let acks = std::mem::take(&mut self.pending_acks);
+        let hdr = self.header();
+        for (rid, g) in acks {
+            let Some(addr) = self.remotes.get(&g.participant).map(|p| p.addr) else {
+                continue;
+            };
+            let Some(wp) = self
+                .readers
+                .get_mut(&rid)
+                .and_then(|r| r.writers.get_mut(&g))
+            else {
+                continue;
+            };
+            let Some(an) = wp.acknack(rid, g.entity) else {
+                continue;
+            };
+            // Samples in reassembly are repaired by fragment: the overtaken fragments, or all
+            // missing ones once the sender has gone quiet on that sample.
+            let mut nacks = Vec::new();
+            for (&seq, ra) in wp.frags.iter_mut() {
+                // Ask at most once per NACKFRAG_INTERVAL per sample: the writer answers
+                // with a heartbeat that can overtake the fragments it re-sends.
+                if ra
+                    .nacked
+                    .is_some_and(|t| now.saturating_duration_since(t) < NACKFRAG_INTERVAL)
+                {
+                    continue;
+                }
+                let all = now.saturating_duration_since(ra.last) >= FRAG_QUIET;
+                if ra.missing(0, all).next().is_some() {
+                    ra.nacked = Some(now);
+                }
+                let mut missing = ra.missing(0, all).peekable();
+                for _ in 0..NACKFRAG_WINDOWS {
+                    let Some(&base) = missing.peek() else {
+                        break;
+                    };
+                    let mut bitmap = [0u32; 8];
+                    let mut num_bits = 0u16;
+                    while let Some(&n) = missing.peek() {
+                        let i = n - base;
+                        if i >= tether_wire::MAX_ACKNACK_BITS as u32 {
+                            break;
+                        }
+                        bitmap[(i / 32) as usize] |= 1 << (i % 32);
+                        num_bits = i as u16 + 1;
+                        missing.next();
+                    }
+                    wp.nackfrag_count = wp.nackfrag_count.wrapping_add(1);
+                    nacks.push(NackFragRepr {
+                        reader: rid,
+                        writer: g.entity,
+                        seq,
+                        base,
+                        num_bits,
+                        bitmap,
+                        count: wp.nackfrag_count,
+                    });
+                }
+            }
+            let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
+            p.push(
+                &Submessage::AckNack(an),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            self.stats.acknacks_sent += 1;
+            for n in nacks {
+                p.push(
+                    &Submessage::NackFrag(n),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+                self.stats.nackfrags_sent += 1;
+            }
+            p.finish(&mut self.transmits, &mut self.stats);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newer;
+
+    #[test]
+    fn counts_in_serial_number_order() {
+        let mut last = None;
+        assert!(newer(&mut last, 5));
+        assert!(!newer(&mut last, 5), "repeated");
+        assert!(!newer(&mut last, 4), "stale");
+        assert!(newer(&mut last, 6));
+        let mut last = Some(u32::MAX);
+        assert!(newer(&mut last, 0), "the counter wraps");
+        assert!(!newer(&mut last, u32::MAX), "older than the wrap");
+    }
+}

@@ -1,0 +1,202 @@
+//! Sender keys: epochs, re-keying on departures, wrapping keys for readers.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
+
+use crate::event::Guid;
+
+use crate::participant::{Participant, after};
+
+/// How long writers that lost a reader wait for others to leave before moving to a new
+/// epoch (they move before their next seal in any case).
+pub(crate) const REKEY_DELAY: Duration = Duration::from_millis(5);
+
+/// Sender keys a reader keeps per remote writer: its newest epochs. A writer that re-keys
+/// without end (or years of readers coming and going) cannot grow every reader's memory; a
+/// sample sealed that many epochs ago and still unrepaired is counted as `no_key`.
+pub const KEPT_EPOCHS: usize = 8;
+
+impl Participant {
+    /// Remote writers' sender keys held (all writers and epochs; at most [`KEPT_EPOCHS`]
+    /// per writer).
+    pub fn sender_keys_held(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Moves every writer that lost a reader to a new epoch now, and stops the timer.
+    pub(crate) fn rekey_due_writers(&mut self) {
+        self.rekey_at = None;
+        let due: Vec<EntityId> = self
+            .writers
+            .values()
+            .filter(|w| w.rekey_due)
+            .map(|w| w.id)
+            .collect();
+        for w in due {
+            self.rekey(w);
+        }
+    }
+
+    /// After readers left: the writers that lost one move to a new epoch within
+    /// `REKEY_DELAY` (or before their next seal).
+    pub(crate) fn schedule_rekeys(&mut self, now: Instant) {
+        if std::mem::take(&mut self.rekey_wanted) && self.rekey_at.is_none() {
+            self.rekey_at = Some(after(now, REKEY_DELAY));
+        }
+    }
+
+    /// Moves `writer` to a new epoch: a fresh key, wrapped for every reader still matched.
+    /// The old key never seals again (samples already sealed under it stay as they are, so
+    /// their repairs still open for the readers that hold it).
+    pub(crate) fn rekey(&mut self, writer: EntityId) {
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        w.rekey_due = false;
+        let Some(old) = w.key.as_ref() else { return };
+        let next =
+            tether_crypto::SenderKey::generate(old.suite(), old.epoch().wrapping_add(1).max(1));
+        w.key = Some(std::sync::Arc::new(next));
+        w.seals = 0;
+        self.stats.rekeys += 1;
+        let readers: Vec<Guid> = w
+            .readers
+            .iter()
+            .filter(|(_, r)| !r.local)
+            .map(|(g, _)| *g)
+            .collect();
+        for r in readers {
+            self.send_key(writer, r);
+        }
+    }
+
+    /// Sends `writer`'s current key, wrapped for remote `reader` (a matched, verified peer).
+    pub(crate) fn send_key(&mut self, writer: EntityId, reader: Guid) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        let Some(key) = self.writers.get(&writer).and_then(|w| w.key.clone()) else {
+            return;
+        };
+        let Some(rp) = self.remotes.get(&reader.participant) else {
+            return;
+        };
+        let Some(kx) = rp
+            .auth
+            .as_ref()
+            .filter(|a| a.verified)
+            .and_then(|a| a.credential.as_ref())
+            .map(|c| c.kx_public)
+        else {
+            return;
+        };
+        let addr = rp.addr;
+        let cached = self
+            .writers
+            .get(&writer)
+            .and_then(|w| w.readers.get(&reader))
+            .and_then(|rp| rp.wrapped.as_ref())
+            .filter(|(e, _)| *e == key.epoch())
+            .map(|(_, w)| w.clone());
+        let wrapped = match cached {
+            Some(w) => w,
+            None => {
+                let ctx = sec.wrap_context(
+                    &tether_crypto::sample::endpoint_id(me.0, writer.0),
+                    &tether_crypto::sample::endpoint_id(reader.participant.0, reader.entity.0),
+                    key.epoch(),
+                    key.suite(),
+                );
+                let Some(w) = tether_crypto::wrap_key(&sec.identity, &kx, &ctx, key.key_bytes())
+                else {
+                    return;
+                };
+                self.stats.keys_wrapped += 1;
+                if let Some(rp) = self
+                    .writers
+                    .get_mut(&writer)
+                    .and_then(|w| w.readers.get_mut(&reader))
+                {
+                    rp.wrapped = Some((key.epoch(), w.clone()));
+                }
+                w
+            }
+        };
+        let mut dg = Vec::new();
+        if DatagramBuilder::new(&mut dg, self.header())
+            .push(&Submessage::Key(tether_wire::KeyRepr {
+                writer,
+                reader: reader.entity,
+                epoch: key.epoch(),
+                suite: key.suite().code(),
+                wrapped: &wrapped,
+            }))
+            .is_ok()
+        {
+            self.push_transmit(addr, Bytes::from(dg));
+        }
+    }
+
+    pub(crate) fn on_key(&mut self, pid: ParticipantId, k: tether_wire::KeyRepr<'_>) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        let g = Guid {
+            participant: pid,
+            entity: k.writer,
+        };
+        // Only for a local reader matched with that writer, from a verified peer.
+        let matched = self
+            .remote_writer_readers
+            .get(&g)
+            .is_some_and(|v| v.contains(&k.reader));
+        let kx = self.verified_credential(pid).map(|c| c.kx_public);
+        let (Some(kx), true, Some(suite)) = (kx, matched, tether_crypto::Suite::from_code(k.suite))
+        else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        let ctx = sec.wrap_context(
+            &tether_crypto::sample::endpoint_id(pid.0, k.writer.0),
+            &tether_crypto::sample::endpoint_id(me.0, k.reader.0),
+            k.epoch,
+            suite,
+        );
+        match tether_crypto::unwrap_key(&sec.identity, &kx, &ctx, k.wrapped)
+            .and_then(|raw| tether_crypto::SenderKey::from_bytes(suite, k.epoch, &raw).ok())
+        {
+            Some(key) => {
+                self.stats.keys_received += 1;
+                self.keys.insert((g, k.epoch), Box::new(key));
+                let held: Vec<u32> = self
+                    .keys
+                    .range((g, 0)..=(g, u32::MAX))
+                    .map(|((_, e), _)| *e)
+                    .collect();
+                for e in &held[..held.len().saturating_sub(KEPT_EPOCHS)] {
+                    self.keys.remove(&(g, *e));
+                }
+            }
+            None => self.stats.open_failed += 1,
+        }
+    }
+
+    pub(crate) fn on_key_request(&mut self, pid: ParticipantId, k: tether_wire::KeyRequestRepr) {
+        let rg = Guid {
+            participant: pid,
+            entity: k.reader,
+        };
+        let ok = self.writers.get(&k.writer).is_some_and(|w| {
+            w.readers.contains_key(&rg) && w.key.as_ref().is_some_and(|key| key.epoch() == k.epoch)
+        });
+        if ok {
+            self.send_key(k.writer, rg);
+        } else {
+            self.stats.unmatched_reader += 1;
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Asynchronous writers: the sender's turns by priority class and flow controller.
+
+use std::time::Instant;
+
+use tether_wire::EntityId;
+
+use crate::event::Event;
+use crate::writer::flow::{Bucket, FlowController, Priority};
+
+use crate::participant::{Participant, after};
+use crate::reliability::ack_interval;
+use crate::transmit::Transmit;
+use crate::writer::packer::Outgoing;
+
+impl Participant {
+    /// Defines (or redefines) a named flow controller for asynchronous writers. A writer
+    /// names it in its QoS ([`Qos::flow_controller`]); several writers may share one.
+    pub fn set_flow_controller(&mut self, name: &str, spec: FlowController) {
+        match self.buckets.iter_mut().find(|b| b.name == name) {
+            Some(b) => {
+                // A fresh bucket under the new setting (an unlimited one holds no real
+                // count of tokens), keeping the byte count.
+                let bytes = b.bytes;
+                *b = Bucket::new(name.to_string(), spec);
+                b.bytes = bytes;
+            }
+            None => self.buckets.push(Bucket::new(name.to_string(), spec)),
+        }
+    }
+
+    /// The flow controllers: name, settings, and bytes let through so far.
+    pub fn flow_controllers(&self) -> impl Iterator<Item = (&str, FlowController, u64)> {
+        self.buckets
+            .iter()
+            .map(|b| (b.name.as_str(), b.spec, b.bytes))
+    }
+
+    /// The next datagram of an asynchronous writer, if one may leave at `now`: the highest
+    /// priority class first, the writers of a class in turn (one datagram each), each only
+    /// while its flow controller holds tokens. A driver's sender calls this until it returns
+    /// `None`, then waits until [`next_scheduled`](Self::next_scheduled) or a new write.
+    /// Heartbeats, repairs and synchronous writers' data never wait here: they come from
+    /// [`poll_transmit`](Self::poll_transmit). Once it has sent a datagram it polled, the
+    /// driver says so with [`scheduled_sent`](Self::scheduled_sent).
+    pub fn poll_scheduled(&mut self, now: Instant) -> Option<Transmit> {
+        self.poll_scheduled_in(now, &Priority::ALL)
+    }
+
+    /// [`poll_scheduled`](Self::poll_scheduled) for the given classes only, most urgent
+    /// first: a driver may drain bulk from a thread of lower OS priority than the others.
+    pub fn poll_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Transmit> {
+        for p in classes {
+            let class = p.index();
+            let n = self.classes[class].len();
+            for k in 0..n {
+                let i = (self.turn[class] + k) % n;
+                let id = self.classes[class][i];
+                if let Some(t) = self.release(now, id) {
+                    self.turn[class] = (i + 1) % n;
+                    return Some(self.seal_for_peer(t));
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`poll_scheduled`](Self::poll_scheduled) will next have a datagram: `now` if it
+    /// has one, the next token refill if every waiting writer is out of tokens, `None` if no
+    /// asynchronous writer has anything to send.
+    pub fn next_scheduled(&mut self, now: Instant) -> Option<Instant> {
+        self.next_scheduled_in(now, &Priority::ALL)
+    }
+
+    /// [`next_scheduled`](Self::next_scheduled) for the given classes only.
+    pub fn next_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        for p in classes {
+            for id in &self.classes[p.index()] {
+                let Some(w) = self.writers.get(id) else {
+                    continue;
+                };
+                let Some(a) = &w.asyncw else { continue };
+                if a.seq >= w.next_seq || w.dests.is_empty() {
+                    continue;
+                }
+                let at = match a.bucket {
+                    Some(b) => self.buckets[b].next_ready(now),
+                    None => now,
+                };
+                t = Some(t.map_or(at, |x| x.min(at)));
+            }
+        }
+        t
+    }
+
+    /// The driver has sent the datagrams it polled from
+    /// [`poll_scheduled_in`](Self::poll_scheduled_in) for these classes. A sample is released
+    /// (forgotten by a writer without history, announced by heartbeats) only then: a heartbeat
+    /// must not announce a sample still on its way out of another thread, or readers would
+    /// ask for it again. Call it before polling these classes again.
+    pub fn scheduled_sent(&mut self, classes: &[Priority]) {
+        for p in classes {
+            for id in &self.classes[p.index()] {
+                let Some(w) = self.writers.get_mut(id) else {
+                    continue;
+                };
+                let Some(seq) = w.asyncw.as_mut().and_then(|a| a.sending.take()) else {
+                    continue;
+                };
+                if let Some(a) = w.asyncw.as_mut() {
+                    a.released = a.released.max(seq);
+                }
+                w.forget_released();
+                if w.blocked && w.make_room(0) {
+                    w.blocked = false;
+                    self.events.push_back(Event::WriterReady { writer: *id });
+                }
+            }
+        }
+    }
+
+    /// The priority class of an asynchronous writer (`None` for a synchronous one).
+    pub fn writer_priority(&self, writer: EntityId) -> Option<Priority> {
+        self.writers
+            .get(&writer)
+            .and_then(|w| w.asyncw.as_ref())
+            .map(|a| a.priority)
+    }
+
+    /// Samples an asynchronous writer has accepted but not yet released to every reader's
+    /// participant (0 for a synchronous one).
+    pub fn unsent(&self, writer: EntityId) -> u64 {
+        self.writers.get(&writer).map_or(0, |w| {
+            w.asyncw
+                .as_ref()
+                .map_or(0, |a| (w.next_seq - 1).saturating_sub(a.released))
+        })
+    }
+
+    /// Releases one datagram of asynchronous writer `id`, if it has one and tokens allow.
+    pub(crate) fn release(&mut self, now: Instant, id: EntityId) -> Option<Transmit> {
+        let hdr = self.header();
+        let single = self.max_payload();
+        let frag_size = self.frag_size();
+        let hb_period = self.cfg.heartbeat_period;
+        let ack_iv = ack_interval(&self.cfg);
+        let w = self.writers.get_mut(&id)?;
+        let every = w.heartbeat_every();
+        let a = w.asyncw.as_mut()?;
+        if a.seq >= w.next_seq {
+            return None;
+        }
+        if w.dests.is_empty() {
+            // No one to send to (any more): everything waiting is released.
+            a.seq = w.next_seq;
+            a.released = w.next_seq - 1;
+            a.frag = 0;
+            a.dest = 0;
+            a.hb = None;
+            w.forget_released();
+            return None;
+        }
+        if let Some(b) = a.bucket {
+            if !self.buckets[b].ready(now) {
+                return None;
+            }
+        }
+        // The sample at the cursor, or the next one kept (keep-last may have dropped some).
+        let i = w.history.partition_point(|c| c.seq < a.seq);
+        let Some(c) = w.history.get(i) else {
+            a.seq = w.next_seq;
+            a.released = w.next_seq - 1;
+            return None;
+        };
+        if c.seq != a.seq {
+            a.released = c.seq - 1;
+            a.seq = c.seq;
+            a.frag = 0;
+            a.dest = 0;
+            a.hb = None;
+        }
+        if a.dest >= w.dests.len() {
+            a.dest = 0;
+            a.frag += 1;
+        }
+        let reliable = w.info.qos.is_reliable();
+        let o = Outgoing {
+            hdr,
+            single,
+            frag_size,
+            dest: self.remotes.get(&w.dests[a.dest]).map(|r| r.addr)?,
+            writer: id,
+            reader: EntityId::ALL,
+            seq: c.seq,
+            timestamp_ns: c.timestamp_ns,
+            payload: &c.payload,
+        };
+        let count = o.frag_count();
+        if a.frag == 0 && a.dest == 0 {
+            // A new sample: decide whether its last datagram carries a heartbeat (always
+            // for fragmented samples, so readers repair them at once).
+            w.since_hb += 1;
+            a.hb = None;
+            if reliable && (count > 1 || w.since_hb >= every) {
+                w.since_hb = 0;
+                let ask = crate::endpoint::asks_acks(
+                    &w.info,
+                    w.acks_wanted,
+                    w.acks_asked,
+                    &w.readers,
+                    now,
+                    ack_iv,
+                );
+                let first = w.history.front().map_or(c.seq, |f| f.seq);
+                a.hb = Some(crate::endpoint::next_heartbeat(
+                    id,
+                    &mut w.hb_count,
+                    &mut w.acks_asked,
+                    now,
+                    ask,
+                    first,
+                    c.seq,
+                ));
+            }
+        }
+        let last_frag = a.frag + 1 >= count;
+        let hb = a.hb.as_ref().filter(|_| last_frag);
+        if hb.is_some() {
+            self.stats.heartbeats_sent += 1;
+        }
+        let t = o.datagram(a.frag.min(count - 1), hb, &mut self.stats);
+        self.stats.datagrams_scheduled += 1;
+        if let Some(b) = a.bucket {
+            self.buckets[b].spend(t.len());
+        }
+        a.dest += 1;
+        if a.dest >= w.dests.len() && last_frag {
+            // Released once the driver says it has sent it (`scheduled_sent`).
+            a.sending = Some(a.seq);
+            a.seq += 1;
+            a.frag = 0;
+            a.dest = 0;
+            a.hb = None;
+        }
+        if reliable && w.heartbeat_by(after(now, hb_period)) {
+            self.timers_changed = true;
+        }
+        Some(t)
+    }
+
+    /// Repairs of an asynchronous writer leave at once (they are late already) but are paid
+    /// for from its flow controller, so the long-run rate holds on lossy links too.
+    pub(crate) fn charge(&mut self, writer: EntityId, bytes: u64) {
+        if let Some(b) = self
+            .writers
+            .get(&writer)
+            .and_then(|w| w.asyncw.as_ref())
+            .and_then(|a| a.bucket)
+        {
+            self.buckets[b].spend(bytes as usize);
+        }
+    }
+}
