@@ -10,8 +10,8 @@ use crate::event::{Event, Guid, IncompatibleQos, Sample};
 use crate::qos::{Mismatch, QosPolicy, check_compatible};
 
 use crate::participant::{DATA_OVERHEAD, HEARTBEAT_LEN, Participant, after};
+use crate::security::protect::wire_form;
 use crate::writer::packer::Packer;
-use crate::writer::wire_form;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Side {

@@ -16,9 +16,10 @@ use crate::event::{Event, Guid, Stats};
 use crate::discovery::RemoteParticipant;
 use crate::participant::{Config, DATA_OVERHEAD, HEARTBEAT_LEN, Participant};
 use crate::reader::note_delivered;
+use crate::security::protect::wire_form;
 use crate::transmit::Transmit;
+use crate::writer::fanout_addrs;
 use crate::writer::packer::Packer;
-use crate::writer::{fanout_addrs, wire_form};
 
 /// Heartbeat periods between heartbeats that ask every reader to acknowledge (the others are
 /// final: only readers that miss something answer them).

@@ -19,6 +19,22 @@ pub(crate) const REKEY_DELAY: Duration = Duration::from_millis(5);
 pub const KEPT_EPOCHS: usize = 8;
 
 impl Participant {
+    /// Moves `writer` to a new epoch before it seals again if a reader left it, or if its
+    /// key has sealed as much as its suite allows.
+    pub(crate) fn rekey_if_due(&mut self, writer: EntityId) {
+        let limit = |s: tether_crypto::Suite| {
+            self.cfg
+                .security
+                .as_ref()
+                .map_or(s.usage_limit(), |sec| sec.limit(s))
+        };
+        if self.writers.get(&writer).is_some_and(|w| {
+            w.rekey_due || w.key.as_ref().is_some_and(|k| w.seals >= limit(k.suite()))
+        }) {
+            self.rekey(writer);
+        }
+    }
+
     /// Remote writers' sender keys held (all writers and epochs; at most [`KEPT_EPOCHS`]
     /// per writer).
     pub fn sender_keys_held(&self) -> usize {

@@ -4,6 +4,7 @@
 mod auth;
 mod gate;
 pub(crate) mod keys;
+pub(crate) mod protect;
 
 use std::fmt;
 use std::time::{Duration, Instant};

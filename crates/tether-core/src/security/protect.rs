@@ -1,0 +1,121 @@
+//! Protecting samples on the way out: sealed (and signed) once per sample, whatever the
+//! number of readers, under the writer's sender key (`docs/wire.md#protected-samples`).
+
+use bytes::Bytes;
+use tether_wire::EntityId;
+
+use crate::error::WriteError;
+use crate::event::Stats;
+use crate::participant::{Config, Participant};
+
+/// A written sample after the protect step.
+pub(crate) struct Protected {
+    /// Its sequence number.
+    pub(crate) seq: u64,
+    /// What goes on the wire and into the history (sealed in a secure realm).
+    pub(crate) wire: Bytes,
+    /// What this participant's own readers get, when it differs from `wire`.
+    pub(crate) plain: Option<Bytes>,
+}
+
+impl Participant {
+    /// Gives the sample its sequence number and protects it as its writer's topic says.
+    /// A sample bound for a batch in a `sign` mode is signed with its batch, once.
+    pub(crate) fn protect(
+        &mut self,
+        writer: EntityId,
+        timestamp_ns: u64,
+        payload: Bytes,
+    ) -> Result<Protected, WriteError> {
+        let me = self.cfg.participant;
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return Err(WriteError::UnknownWriter(payload));
+        };
+        let seq = w.next_seq;
+        w.next_seq += 1;
+        let (Some(prot), Some(sec)) = (w.prot, self.cfg.security.as_deref()) else {
+            return Ok(Protected {
+                seq,
+                wire: payload,
+                plain: None,
+            });
+        };
+        let in_batch = w.info.qos.batch().is_some()
+            && !w.info.qos.coalesces()
+            && w.asyncw.is_none()
+            && !w.dests.is_empty();
+        let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
+        let p = if prot.sign && in_batch {
+            tether_crypto::sample::protect_for_batch(
+                prot,
+                w.key.as_deref(),
+                &wid,
+                seq,
+                timestamp_ns,
+                &payload,
+            )
+        } else {
+            if prot.sign {
+                self.stats.signatures_made += 1;
+            }
+            // Into the buffer of a sample the history let go of, if any.
+            let mut buf = w.take_spare();
+            tether_crypto::sample::protect_into(
+                &mut buf,
+                prot,
+                w.key.as_deref(),
+                &sec.identity,
+                &wid,
+                seq,
+                timestamp_ns,
+                &payload,
+            )
+            .map(|()| buf)
+        };
+        let Some(p) = p else {
+            return Err(WriteError::UnknownWriter(payload));
+        };
+        if prot.encrypt {
+            self.stats.samples_sealed += 1;
+            w.seals += 1;
+        }
+        if prot.sign {
+            self.stats.samples_signed += 1;
+        }
+        Ok(Protected {
+            seq,
+            wire: Bytes::from(p),
+            plain: Some(payload),
+        })
+    }
+}
+
+/// What a sample from a writer's history goes on the wire as when it travels alone (not
+/// in a batch): itself, unless it is batch-signed, in which case it gets its own signature
+/// (deterministic, so every repair of it is the same bytes).
+pub(crate) fn wire_form(
+    cfg: &Config,
+    stats: &mut Stats,
+    writer: EntityId,
+    seq: u64,
+    timestamp_ns: u64,
+    payload: &Bytes,
+) -> Bytes {
+    let Some(sec) = cfg.security.as_deref() else {
+        return payload.clone();
+    };
+    if payload
+        .first()
+        .is_none_or(|b| b & tether_crypto::sample::BATCH_SIGNED == 0)
+    {
+        return payload.clone();
+    }
+    let wid = tether_crypto::sample::endpoint_id(cfg.participant.0, writer.0);
+    match tether_crypto::sample::individual(payload, &sec.identity, &wid, seq, timestamp_ns) {
+        Some(v) => {
+            stats.signatures_made += 1;
+            Bytes::from(v)
+        }
+        None => payload.clone(),
+    }
+}
