@@ -42,6 +42,31 @@ pub(crate) struct RemoteParticipant {
 }
 
 impl Participant {
+    /// A datagram from `pid` arrived from `from`: a known participant's lease is renewed
+    /// and its address follows it. False if `pid` is unknown.
+    pub(crate) fn heard_from(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+    ) -> bool {
+        if let Some(p) = self.remotes.get_mut(&pid) {
+            p.last_heard = now;
+            if p.addr != from {
+                // The peer's address changed (new IP, NAT rebinding): follow it.
+                if self.remote_at.get(&p.addr) == Some(&pid) {
+                    self.remote_at.remove(&p.addr);
+                }
+                p.addr = from;
+                self.fanout_gen += 1;
+                self.remote_at.insert(from, pid);
+            }
+            true
+        } else {
+            false
+        }
+    }
+
     /// Adds an address that receives our announcements (a registry entry, a multicast group,
     /// a static peer). Announces to it at once.
     pub fn add_target(&mut self, addr: SocketAddr) {

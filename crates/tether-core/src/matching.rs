@@ -6,10 +6,11 @@ use bytes::Bytes;
 use tether_wire::{DataRepr, EndpointKind, EntityId, HeartbeatRepr, Submessage};
 
 use crate::endpoint::{EndpointInfo, ReaderProxy, WriterProxy};
-use crate::event::{Event, Guid, IncompatibleQos, Sample};
+use crate::event::{Event, Guid, IncompatibleQos};
 use crate::qos::{Mismatch, QosPolicy, check_compatible};
 
 use crate::participant::{DATA_OVERHEAD, HEARTBEAT_LEN, Participant, after};
+use crate::security::gate::own_history;
 use crate::security::protect::wire_form;
 use crate::writer::packer::Packer;
 
@@ -345,40 +346,8 @@ impl Participant {
                     },
                 );
                 w.rebuild_dests();
-                let backlog: Vec<Sample> = if transient {
-                    let key = w.key.clone();
-                    let secure = w.prot.is_some();
-                    let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
-                    w.history
-                        .iter()
-                        .filter_map(|c| {
-                            // History holds sealed samples in a secure realm: our own
-                            // readers get them opened.
-                            let payload = if secure {
-                                let parts = tether_crypto::sample::parts(&c.payload)?;
-                                match (parts.prot.encrypt, key.as_deref()) {
-                                    (true, Some(k)) => Bytes::from(tether_crypto::sample::open(
-                                        k,
-                                        &wid,
-                                        c.seq,
-                                        c.timestamp_ns,
-                                        parts.prot,
-                                        parts.body,
-                                    )?),
-                                    (true, None) => return None,
-                                    (false, _) => c.payload.slice_ref(parts.body),
-                                }
-                            } else {
-                                c.payload.clone()
-                            };
-                            Some(Sample {
-                                writer: wg,
-                                seq: c.seq,
-                                timestamp_ns: c.timestamp_ns,
-                                payload,
-                            })
-                        })
-                        .collect()
+                let backlog = if transient {
+                    own_history(me, w)
                 } else {
                     Vec::new()
                 };

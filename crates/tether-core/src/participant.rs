@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DATA_FIXED_LEN, Datagram, DatagramBuilder, EndpointKind, EntityId, HEADER_LEN, Header,
-    ParticipantId, SUBMESSAGE_HEADER_LEN, Submessage,
+    DATA_FIXED_LEN, DatagramBuilder, EndpointKind, EntityId, HEADER_LEN, Header, ParticipantId,
+    SUBMESSAGE_HEADER_LEN, Submessage,
 };
 
 use crate::endpoint::{AsyncState, EndpointInfo, Reader, Writer};
@@ -423,37 +423,12 @@ impl Participant {
         datagram: &Bytes,
         outer: bool,
     ) {
-        let d = match Datagram::parse(datagram) {
-            Ok(d) => d,
-            Err(_) => {
-                self.stats.malformed += 1;
-                return;
-            }
-        };
-        let h = d.header();
-        if h.domain != self.cfg.domain {
-            self.stats.wrong_domain += 1;
+        let Some(admitted) = self.admit(datagram) else {
             return;
-        }
-        let pid = h.participant;
-        if pid == self.cfg.participant {
-            return; // our own multicast, looped back
-        }
-        let mut known = if let Some(p) = self.remotes.get_mut(&pid) {
-            p.last_heard = now;
-            if p.addr != from {
-                // The peer's address changed (new IP, NAT rebinding): follow it.
-                if self.remote_at.get(&p.addr) == Some(&pid) {
-                    self.remote_at.remove(&p.addr);
-                }
-                p.addr = from;
-                self.fanout_gen += 1;
-                self.remote_at.insert(from, pid);
-            }
-            true
-        } else {
-            false
         };
+        let d = admitted.datagram();
+        let pid = d.header().participant;
+        let mut known = self.heard_from(now, pid, from);
         // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
         let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {

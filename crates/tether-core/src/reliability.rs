@@ -119,6 +119,59 @@ pub(crate) fn flush_gap(
     }
 }
 
+/// One ACKNACK's answer to one reader: re-sent samples and GAPs, packed into datagrams.
+struct Repair<'a> {
+    packer: Packer,
+    /// The range of sequence numbers to announce as gone, growing while they follow.
+    gap: Option<(u64, u64)>,
+    out: &'a mut VecDeque<Transmit>,
+    stats: &'a mut Stats,
+    writer: EntityId,
+    reader: EntityId,
+}
+
+impl Repair<'_> {
+    /// Sends the GAP being built, if any.
+    fn flush_gap(&mut self) {
+        flush_gap(
+            &mut self.gap,
+            &mut self.packer,
+            self.out,
+            self.stats,
+            self.writer,
+            self.reader,
+        );
+    }
+
+    /// Re-sends sample `seq` (after the GAP before it).
+    fn resend(&mut self, seq: u64, timestamp_ns: u64, payload: &[u8]) {
+        self.flush_gap();
+        self.packer.push(
+            &Submessage::Data(DataRepr {
+                writer: self.writer,
+                reader: self.reader,
+                seq,
+                timestamp_ns,
+                payload,
+            }),
+            self.out,
+            self.stats,
+        );
+        self.stats.samples_retransmitted += 1;
+    }
+
+    /// Sample `seq` is no longer available: it joins a GAP.
+    fn gone(&mut self, seq: u64) {
+        match &mut self.gap {
+            Some((_, b)) if *b == seq => *b = seq + 1,
+            _ => {
+                self.flush_gap();
+                self.gap = Some((seq, seq + 1));
+            }
+        }
+    }
+}
+
 impl Participant {
     /// Asks `writer`'s readers to acknowledge at once, and with every heartbeat until all
     /// have acknowledged everything: heartbeats are otherwise final (answered only by
@@ -335,12 +388,16 @@ impl Participant {
             participant: self.cfg.participant,
         };
         let before = self.stats.bytes_sent;
-        let mut packer = Packer::new(addr, hdr, self.cfg.max_datagram);
-        // Sequence numbers the reader should never get (before it matched) or that are gone.
-        let mut gap: Option<(u64, u64)> = None;
-        if an.base < start {
-            gap = Some((an.base, start));
-        }
+        // Sequence numbers the reader should never get (before it matched) or that are gone
+        // become GAPs; the rest is re-sent.
+        let mut r = Repair {
+            packer: Packer::new(addr, hdr, self.cfg.max_datagram),
+            gap: (an.base < start).then_some((an.base, start)),
+            out: &mut self.transmits,
+            stats: &mut self.stats,
+            writer: an.writer,
+            reader: an.reader,
+        };
         // Samples too large for one datagram are re-sent whole (every fragment) after the
         // small ones; a partly received one is repaired by NACK_FRAG instead.
         let single = self
@@ -360,74 +417,35 @@ impl Participant {
                     if now.saturating_duration_since(c.written) >= self.cfg.heartbeat_period {
                         let p = wire_form(
                             &self.cfg,
-                            &mut self.stats,
+                            r.stats,
                             an.writer,
                             seq,
                             c.timestamp_ns,
                             &c.payload,
                         );
                         big.push((seq, c.timestamp_ns, p));
-                        self.stats.samples_retransmitted += 1;
+                        r.stats.samples_retransmitted += 1;
                     }
                 }
                 Some(c) => {
                     let p = wire_form(
                         &self.cfg,
-                        &mut self.stats,
+                        r.stats,
                         an.writer,
                         seq,
                         c.timestamp_ns,
                         &c.payload,
                     );
-                    flush_gap(
-                        &mut gap,
-                        &mut packer,
-                        &mut self.transmits,
-                        &mut self.stats,
-                        an.writer,
-                        an.reader,
-                    );
-                    packer.push(
-                        &Submessage::Data(DataRepr {
-                            writer: an.writer,
-                            reader: an.reader,
-                            seq,
-                            timestamp_ns: c.timestamp_ns,
-                            payload: &p,
-                        }),
-                        &mut self.transmits,
-                        &mut self.stats,
-                    );
-                    self.stats.samples_retransmitted += 1;
+                    r.resend(seq, c.timestamp_ns, &p);
                 }
-                None => match &mut gap {
-                    Some((_, b)) if *b == seq => *b = seq + 1,
-                    _ => {
-                        flush_gap(
-                            &mut gap,
-                            &mut packer,
-                            &mut self.transmits,
-                            &mut self.stats,
-                            an.writer,
-                            an.reader,
-                        );
-                        gap = Some((seq, seq + 1));
-                    }
-                },
+                None => r.gone(seq),
             }
         }
-        flush_gap(
-            &mut gap,
-            &mut packer,
-            &mut self.transmits,
-            &mut self.stats,
-            an.writer,
-            an.reader,
-        );
+        r.flush_gap();
         // A heartbeat closes every repair, so the reader learns the state at once.
         if an.num_bits > 0 {
             w.hb_count = w.hb_count.wrapping_add(1);
-            packer.push(
+            r.packer.push(
                 &Submessage::Heartbeat(HeartbeatRepr {
                     writer: an.writer,
                     reader: an.reader,
@@ -436,12 +454,12 @@ impl Participant {
                     count: w.hb_count,
                     final_: false,
                 }),
-                &mut self.transmits,
-                &mut self.stats,
+                r.out,
+                r.stats,
             );
-            self.stats.heartbeats_sent += 1;
+            r.stats.heartbeats_sent += 1;
         }
-        packer.finish(&mut self.transmits, &mut self.stats);
+        r.packer.finish(r.out, r.stats);
         w.release_acked();
         if w.blocked && w.make_room(0) {
             w.blocked = false;

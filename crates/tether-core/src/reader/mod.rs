@@ -11,6 +11,7 @@ use tether_wire::{BatchRepr, DataFragRepr, EntityId, ParticipantId};
 use crate::endpoint::{Reader, WriterProxy};
 use crate::event::{Event, Guid, Sample, Stats};
 use crate::qos::Qos;
+use crate::security::gate::Opened;
 
 use crate::participant::{Participant, after};
 
@@ -66,12 +67,13 @@ pub(crate) fn accept(
     qos: &Qos,
     wp: &mut WriterProxy,
     reader: EntityId,
-    s: Sample,
+    s: Opened,
     now: Instant,
     input: u64,
     stats: &mut Stats,
     events: &mut VecDeque<Event>,
 ) -> u64 {
+    let s = s.into_sample();
     if !wp.reliable {
         if s.seq <= wp.last_delivered {
             stats.duplicates += 1;
@@ -214,8 +216,8 @@ impl Participant {
         n
     }
 
-    pub(crate) fn on_remote_data(&mut self, now: Instant, to: EntityId, s: Sample) {
-        let Some(rs) = self.remote_writer_readers.get(&s.writer) else {
+    pub(crate) fn on_remote_data(&mut self, now: Instant, to: EntityId, s: Opened) {
+        let Some(rs) = self.remote_writer_readers.get(&s.sample().writer) else {
             self.stats.unmatched_writer += 1;
             return;
         };
@@ -234,7 +236,7 @@ impl Participant {
             }
             _ => {
                 // Borrowed out and back rather than cloned, as in deliver_local.
-                let g = s.writer;
+                let g = s.sample().writer;
                 let many = self
                     .remote_writer_readers
                     .get_mut(&g)
@@ -251,15 +253,16 @@ impl Participant {
     }
 
     /// One sample for one local reader.
-    pub(crate) fn on_data(&mut self, now: Instant, reader: EntityId, s: Sample) {
+    pub(crate) fn on_data(&mut self, now: Instant, reader: EntityId, s: Opened) {
         let Some(r) = self.readers.get_mut(&reader) else {
             return;
         };
-        let Some(wp) = r.writers.get_mut(&s.writer) else {
+        let writer = s.sample().writer;
+        let Some(wp) = r.writers.get_mut(&writer) else {
             self.stats.unmatched_writer += 1;
             return;
         };
-        heard(wp, reader, s.writer, now, &mut self.events);
+        heard(wp, reader, writer, now, &mut self.events);
         let d = accept(
             &mut r.cache,
             &r.info.qos,
@@ -283,7 +286,7 @@ impl Participant {
         datagram: &Bytes,
         signed: bool,
     ) {
-        if self.cfg.security.is_some() {
+        let Some(plain) = self.plain() else {
             // Sealed entries: opened one by one, then taken as single samples.
             for (seq, timestamp_ns, payload) in b.samples() {
                 let s = Sample {
@@ -297,7 +300,7 @@ impl Participant {
                 }
             }
             return;
-        }
+        };
         let rs = self.addressed_readers(g, b.reader);
         for reader in rs {
             let Some(r) = self.readers.get_mut(&reader) else {
@@ -321,7 +324,7 @@ impl Participant {
                     &r.info.qos,
                     wp,
                     reader,
-                    s,
+                    plain.pass(s),
                     now,
                     self.input,
                     &mut self.stats,

@@ -5,16 +5,143 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tether_wire::{
-    BatchRepr, DatagramBuilder, EntityId, HEADER_LEN, ParticipantId, SEALED_FIXED_LEN,
-    SUBMESSAGE_HEADER_LEN, Submessage, SubmessageKind,
+    BatchRepr, Datagram, DatagramBuilder, EntityId, HEADER_LEN, ParticipantId, SEALED_FIXED_LEN,
+    SUBMESSAGE_HEADER_LEN, Submessage,
 };
 
+use crate::endpoint::Writer;
 use crate::event::{Guid, Sample};
 
 use crate::participant::Participant;
-use crate::transmit::{Head, Transmit};
+
+/// A received datagram the gate let in: well formed, of this domain, from another
+/// participant. The dispatcher takes only these, and only the gate makes them (control-plane
+/// authentication belongs here, before any other module acts on a submessage).
+pub(crate) struct Admitted<'a>(Datagram<'a>);
+
+impl<'a> Admitted<'a> {
+    /// The datagram.
+    pub(crate) fn datagram(&self) -> &Datagram<'a> {
+        &self.0
+    }
+}
+
+/// A sample the gate let through: in a secure realm opened and verified under its writer's
+/// keys; with security off, taken as it came; or written by this participant itself. Only
+/// this module makes one, so delivery (the reader's cache) cannot take anything else.
+#[derive(Debug, Clone)]
+pub(crate) struct Opened(Sample);
+
+impl Opened {
+    /// The sample.
+    pub(crate) fn sample(&self) -> &Sample {
+        &self.0
+    }
+
+    /// The sample, for the reader's cache.
+    pub(crate) fn into_sample(self) -> Sample {
+        self.0
+    }
+}
+
+/// Proof that this participant is in no secure realm: remote samples pass the gate as they
+/// came (the batch path takes many at once with one check).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plain(());
+
+impl Plain {
+    /// `s`, let through.
+    pub(crate) fn pass(self, s: Sample) -> Opened {
+        Opened(s)
+    }
+}
+
+/// A local writer's history for a late-joining local reader (transient local): in a secure
+/// realm the history holds sealed samples, which our own readers get opened.
+pub(crate) fn own_history(me: ParticipantId, w: &Writer) -> Vec<Opened> {
+    let key = w.key.clone();
+    let secure = w.prot.is_some();
+    let wid = tether_crypto::sample::endpoint_id(me.0, w.id.0);
+    let wg = Guid {
+        participant: me,
+        entity: w.id,
+    };
+    w.history
+        .iter()
+        .filter_map(|c| {
+            let payload = if secure {
+                let parts = tether_crypto::sample::parts(&c.payload)?;
+                match (parts.prot.encrypt, key.as_deref()) {
+                    (true, Some(k)) => Bytes::from(tether_crypto::sample::open(
+                        k,
+                        &wid,
+                        c.seq,
+                        c.timestamp_ns,
+                        parts.prot,
+                        parts.body,
+                    )?),
+                    (true, None) => return None,
+                    (false, _) => c.payload.slice_ref(parts.body),
+                }
+            } else {
+                c.payload.clone()
+            };
+            Some(Opened(Sample {
+                writer: wg,
+                seq: c.seq,
+                timestamp_ns: c.timestamp_ns,
+                payload,
+            }))
+        })
+        .collect()
+}
 
 impl Participant {
+    /// The gate every received datagram passes before any other module sees it: malformed
+    /// datagrams and other domains are counted and dropped, our own multicast ignored.
+    pub(crate) fn admit<'a>(&mut self, datagram: &'a Bytes) -> Option<Admitted<'a>> {
+        let d = match Datagram::parse(datagram) {
+            Ok(d) => d,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return None;
+            }
+        };
+        let h = d.header();
+        if h.domain != self.cfg.domain {
+            self.stats.wrong_domain += 1;
+            return None;
+        }
+        if h.participant == self.cfg.participant {
+            return None; // our own multicast, looped back
+        }
+        Some(Admitted(d))
+    }
+
+    /// With security off, the proof that remote samples need no opening.
+    pub(crate) fn plain(&self) -> Option<Plain> {
+        self.cfg.security.is_none().then_some(Plain(()))
+    }
+
+    /// A sample of this participant's own writer, for its own readers.
+    pub(crate) fn own_sample(
+        &self,
+        writer: EntityId,
+        seq: u64,
+        timestamp_ns: u64,
+        payload: Bytes,
+    ) -> Opened {
+        Opened(Sample {
+            writer: Guid {
+                participant: self.cfg.participant,
+                entity: writer,
+            },
+            seq,
+            timestamp_ns,
+            payload,
+        })
+    }
+
     /// Whether `x` is `g`'s signature over batch `b` (checked once per batch).
     pub(crate) fn batch_signature_ok(
         &mut self,
@@ -67,7 +194,7 @@ impl Participant {
         }
     }
 
-    pub(crate) fn unseal(&mut self, now: Instant, reader: EntityId, s: Sample) -> Option<Sample> {
+    pub(crate) fn unseal(&mut self, now: Instant, reader: EntityId, s: Sample) -> Option<Opened> {
         self.unseal_in(now, reader, s, false)
     }
 
@@ -79,9 +206,9 @@ impl Participant {
         reader: EntityId,
         s: Sample,
         batch_signed: bool,
-    ) -> Option<Sample> {
+    ) -> Option<Opened> {
         if self.cfg.security.is_none() {
-            return Some(s);
+            return Some(Opened(s));
         }
         // Only writers we are matched with get their samples opened (and keys asked
         // for): forged writers cost a lookup, never memory.
@@ -103,20 +230,7 @@ impl Participant {
         // At least the protection this session's policy asks for the topic: otherwise anyone
         // able to send a datagram under the writer's id could inject a plain sample (or strip
         // a signature from a sign-only one) and have it delivered.
-        let local = if reader == EntityId::ALL {
-            self.remote_writer_readers
-                .get(&s.writer)
-                .and_then(|v| v.first().copied())
-        } else {
-            Some(reader)
-        };
-        let required = match (local.and_then(|r| self.readers.get(&r)), &self.cfg.security) {
-            (Some(r), Some(sec)) => sec.protection_for(&r.info.topic),
-            _ => tether_crypto::Protection {
-                encrypt: true,
-                sign: false,
-            },
-        };
+        let required = self.required_protection(s.writer, reader);
         if (required.encrypt && !parts.prot.encrypt) || (required.sign && !parts.prot.sign) {
             self.stats.under_protected += 1;
             return None;
@@ -140,10 +254,10 @@ impl Participant {
         }
         if !parts.prot.encrypt {
             let plain = s.payload.slice_ref(parts.body);
-            return Some(Sample {
+            return Some(Opened(Sample {
                 payload: plain,
                 ..s
-            });
+            }));
         }
         let Some(epoch) = tether_crypto::sample::sealed_epoch(parts.body) else {
             self.stats.open_failed += 1;
@@ -161,10 +275,10 @@ impl Participant {
                 ) {
                     Some(plain) => {
                         self.stats.samples_opened += 1;
-                        Some(Sample {
+                        Some(Opened(Sample {
                             payload: Bytes::from(plain),
                             ..s
-                        })
+                        }))
                     }
                     None => {
                         self.stats.open_failed += 1;
@@ -174,106 +288,59 @@ impl Participant {
             }
             None => {
                 self.stats.no_key += 1;
-                let asked = self.key_asked.get(&s.writer).copied();
-                if asked
-                    .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(50))
-                {
-                    self.key_asked.insert(s.writer, now);
-                    let to = if reader == EntityId::ALL {
-                        self.remote_writer_readers
-                            .get(&s.writer)
-                            .and_then(|v| v.first().copied())
-                    } else {
-                        Some(reader)
-                    };
-                    if let (Some(to), Some(addr)) =
-                        (to, self.remotes.get(&s.writer.participant).map(|p| p.addr))
-                    {
-                        let mut dg = Vec::new();
-                        if DatagramBuilder::new(&mut dg, self.header())
-                            .push(&Submessage::KeyRequest(tether_wire::KeyRequestRepr {
-                                reader: to,
-                                writer: s.writer.entity,
-                                epoch,
-                            }))
-                            .is_ok()
-                        {
-                            self.push_transmit(addr, Bytes::from(dg));
-                        }
-                    }
-                }
+                self.ask_for_key(now, s.writer, reader, epoch);
                 None
             }
         }
     }
 
-    /// Pairwise mode ([`Security::with_pairwise`](crate::Security::with_pairwise)): seals a
-    /// datagram once more for the one peer it goes to, if both sides have verified each other
-    /// (`docs/wire.md#sealed`). Otherwise (the normal case) returns it as it is.
-    pub(crate) fn seal_for_peer(&mut self, t: Transmit) -> Transmit {
-        let Some(sec) = self.cfg.security.as_deref().filter(|s| s.pairwise) else {
-            return t;
+    /// The protection this session's policy asks of samples of `writer` for `reader` (the
+    /// first local reader matched with it, for samples addressed to all).
+    fn required_protection(&self, writer: Guid, reader: EntityId) -> tether_crypto::Protection {
+        let local = if reader == EntityId::ALL {
+            self.remote_writer_readers
+                .get(&writer)
+                .and_then(|v| v.first().copied())
+        } else {
+            Some(reader)
         };
-        let Some(&pid) = self.remote_at.get(&t.dest) else {
-            return t;
-        };
-        let me = self.cfg.participant;
-        let Some(auth) = self.remotes.get_mut(&pid).and_then(|r| r.auth.as_mut()) else {
-            return t;
-        };
-        let Some(cred) = auth
-            .credential
-            .as_ref()
-            .filter(|_| auth.verified && auth.verified_us)
-        else {
-            return t;
-        };
-        if auth.pair_tx.is_none() {
-            auth.pair_tx = tether_crypto::pair_key(
-                &sec.identity,
-                &cred.kx_public,
-                &sec.ca_public,
-                me.0,
-                pid.0,
-                sec.suite,
-            )
-            .map(|k| (k, 0));
+        match (local.and_then(|r| self.readers.get(&r)), &self.cfg.security) {
+            (Some(r), Some(sec)) => sec.protection_for(&r.info.topic),
+            _ => tether_crypto::Protection {
+                encrypt: true,
+                sign: false,
+            },
         }
-        let Some((key, counter)) = auth.pair_tx.as_mut() else {
-            return t;
+    }
+
+    /// Asks `writer` for its key of `epoch` (at most every 50 ms per writer).
+    fn ask_for_key(&mut self, now: Instant, writer: Guid, reader: EntityId, epoch: u32) {
+        let asked = self.key_asked.get(&writer).copied();
+        if asked.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(50)) {
+            return;
+        }
+        self.key_asked.insert(writer, now);
+        let to = if reader == EntityId::ALL {
+            self.remote_writer_readers
+                .get(&writer)
+                .and_then(|v| v.first().copied())
+        } else {
+            Some(reader)
         };
-        let head: &[u8] = &t.head;
-        let inner = head.len() - HEADER_LEN + t.body.len();
-        let body_len = SEALED_FIXED_LEN + inner + tether_crypto::TAG_LEN;
-        let Ok(body_len16) = u16::try_from(body_len) else {
-            return t; // never: datagrams are at most 65,000 bytes
+        let (Some(to), Some(addr)) = (to, self.remotes.get(&writer.participant).map(|p| p.addr))
+        else {
+            return;
         };
-        *counter += 1;
-        let c = *counter;
-        // header ‖ SEALED(to, counter, seal(submessages) ‖ tag); AAD: everything before the
-        // sealed bytes.
-        let aad_len = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
-        let mut v = Vec::with_capacity(aad_len + inner + tether_crypto::TAG_LEN);
-        v.extend_from_slice(&head[..HEADER_LEN]);
-        v.push(SubmessageKind::Sealed as u8);
-        v.push(0);
-        v.extend_from_slice(&body_len16.to_le_bytes());
-        v.extend_from_slice(&pid.0.to_le_bytes());
-        v.extend_from_slice(&c.to_le_bytes());
-        v.extend_from_slice(&head[HEADER_LEN..]);
-        v.extend_from_slice(&t.body);
-        let (aad, rest) = v.split_at_mut(aad_len);
-        let Ok(tag) = key.seal_in_place(c, aad, rest) else {
-            return t;
-        };
-        v.extend_from_slice(&tag);
-        self.stats.datagrams_pair_sealed += 1;
-        let added = (v.len() - t.len()) as u64;
-        self.stats.bytes_sent += added;
-        Transmit {
-            dest: t.dest,
-            head: Head::from(Bytes::from(v)),
-            body: Bytes::new(),
+        let mut dg = Vec::new();
+        if DatagramBuilder::new(&mut dg, self.header())
+            .push(&Submessage::KeyRequest(tether_wire::KeyRequestRepr {
+                reader: to,
+                writer: writer.entity,
+                epoch,
+            }))
+            .is_ok()
+        {
+            self.push_transmit(addr, Bytes::from(dg));
         }
     }
 

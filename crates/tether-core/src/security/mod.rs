@@ -2,7 +2,7 @@
 //! revocation list, and each peer's authentication state (`docs/wire.md#auth`).
 
 mod auth;
-mod gate;
+pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod protect;
 

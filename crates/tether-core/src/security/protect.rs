@@ -2,11 +2,12 @@
 //! number of readers, under the writer's sender key (`docs/wire.md#protected-samples`).
 
 use bytes::Bytes;
-use tether_wire::EntityId;
+use tether_wire::{EntityId, HEADER_LEN, SEALED_FIXED_LEN, SUBMESSAGE_HEADER_LEN, SubmessageKind};
 
 use crate::error::WriteError;
 use crate::event::Stats;
 use crate::participant::{Config, Participant};
+use crate::transmit::{Head, Transmit};
 
 /// A written sample after the protect step.
 pub(crate) struct Protected {
@@ -19,6 +20,76 @@ pub(crate) struct Protected {
 }
 
 impl Participant {
+    /// Pairwise mode ([`Security::with_pairwise`](crate::Security::with_pairwise)): seals a
+    /// datagram once more for the one peer it goes to, if both sides have verified each other
+    /// (`docs/wire.md#sealed`). Otherwise (the normal case) returns it as it is.
+    pub(crate) fn seal_for_peer(&mut self, t: Transmit) -> Transmit {
+        let Some(sec) = self.cfg.security.as_deref().filter(|s| s.pairwise) else {
+            return t;
+        };
+        let Some(&pid) = self.remote_at.get(&t.dest) else {
+            return t;
+        };
+        let me = self.cfg.participant;
+        let Some(auth) = self.remotes.get_mut(&pid).and_then(|r| r.auth.as_mut()) else {
+            return t;
+        };
+        let Some(cred) = auth
+            .credential
+            .as_ref()
+            .filter(|_| auth.verified && auth.verified_us)
+        else {
+            return t;
+        };
+        if auth.pair_tx.is_none() {
+            auth.pair_tx = tether_crypto::pair_key(
+                &sec.identity,
+                &cred.kx_public,
+                &sec.ca_public,
+                me.0,
+                pid.0,
+                sec.suite,
+            )
+            .map(|k| (k, 0));
+        }
+        let Some((key, counter)) = auth.pair_tx.as_mut() else {
+            return t;
+        };
+        let head: &[u8] = &t.head;
+        let inner = head.len() - HEADER_LEN + t.body.len();
+        let body_len = SEALED_FIXED_LEN + inner + tether_crypto::TAG_LEN;
+        let Ok(body_len16) = u16::try_from(body_len) else {
+            return t; // never: datagrams are at most 65,000 bytes
+        };
+        *counter += 1;
+        let c = *counter;
+        // header ‖ SEALED(to, counter, seal(submessages) ‖ tag); AAD: everything before the
+        // sealed bytes.
+        let aad_len = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
+        let mut v = Vec::with_capacity(aad_len + inner + tether_crypto::TAG_LEN);
+        v.extend_from_slice(&head[..HEADER_LEN]);
+        v.push(SubmessageKind::Sealed as u8);
+        v.push(0);
+        v.extend_from_slice(&body_len16.to_le_bytes());
+        v.extend_from_slice(&pid.0.to_le_bytes());
+        v.extend_from_slice(&c.to_le_bytes());
+        v.extend_from_slice(&head[HEADER_LEN..]);
+        v.extend_from_slice(&t.body);
+        let (aad, rest) = v.split_at_mut(aad_len);
+        let Ok(tag) = key.seal_in_place(c, aad, rest) else {
+            return t;
+        };
+        v.extend_from_slice(&tag);
+        self.stats.datagrams_pair_sealed += 1;
+        let added = (v.len() - t.len()) as u64;
+        self.stats.bytes_sent += added;
+        Transmit {
+            dest: t.dest,
+            head: Head::from(Bytes::from(v)),
+            body: Bytes::new(),
+        }
+    }
+
     /// Gives the sample its sequence number and protects it as its writer's topic says.
     /// A sample bound for a batch in a `sign` mode is signed with its batch, once.
     pub(crate) fn protect(

@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tether_wire::{
     BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DataRepr, DatagramBuilder, EntityId,
-    HEADER_LEN, SUBMESSAGE_HEADER_LEN, Submessage, batch_entry_head,
+    HEADER_LEN, HeartbeatRepr, SUBMESSAGE_HEADER_LEN, Submessage, batch_entry_head,
 };
 
 use crate::participant::{HEARTBEAT_LEN, Participant, after};
@@ -120,52 +120,7 @@ impl Participant {
             self.timers_changed = true;
         }
         if w.info.qos.coalesces() {
-            // One DATA per sample, as many per datagram as fit, the heartbeat last; built
-            // once and sent to every participant.
-            let Some(first) = w.dests.iter().find_map(|p| self.remotes.get(p)) else {
-                return;
-            };
-            let mut out = VecDeque::new();
-            let mut p = Packer::new(first.addr, hdr, self.cfg.max_datagram);
-            let batch = BatchRepr {
-                writer,
-                reader: EntityId::ALL,
-                first_seq,
-                count,
-                entries: &entries,
-            };
-            for (seq, timestamp_ns, payload) in batch.samples() {
-                let d = DataRepr {
-                    writer,
-                    reader: EntityId::ALL,
-                    seq,
-                    timestamp_ns,
-                    payload,
-                };
-                p.push(&Submessage::Data(d), &mut out, &mut self.stats);
-            }
-            if let Some(hb) = &hb {
-                p.push(&Submessage::Heartbeat(*hb), &mut out, &mut self.stats);
-                self.stats.heartbeats_sent += w.dests.len() as u64;
-            }
-            p.finish(&mut out, &mut self.stats);
-            for (i, rp) in w
-                .dests
-                .iter()
-                .filter_map(|p| self.remotes.get(p))
-                .enumerate()
-            {
-                for t in &out {
-                    if i > 0 {
-                        self.stats.datagrams_sent += 1;
-                        self.stats.bytes_sent += t.len() as u64;
-                    }
-                    self.transmits.push_back(Transmit {
-                        dest: rp.addr,
-                        ..t.clone()
-                    });
-                }
-            }
+            self.send_coalesced(writer, hb, first_seq, count, &entries);
             return;
         }
         // Batch-signed entries (sign modes): one signature for the whole batch, in a
@@ -221,6 +176,66 @@ impl Participant {
                     dest: rp.addr,
                     head: head.clone(),
                     body: entries.clone(),
+                });
+            }
+        }
+    }
+
+    /// A coalescing writer's batch: one DATA per sample, as many per datagram as fit, the
+    /// heartbeat last; built once and sent to every participant.
+    fn send_coalesced(
+        &mut self,
+        writer: EntityId,
+        hb: Option<HeartbeatRepr>,
+        first_seq: u64,
+        count: u32,
+        entries: &Bytes,
+    ) {
+        let hdr = self.header();
+        let Some(w) = self.writers.get(&writer) else {
+            return;
+        };
+        let Some(first) = w.dests.iter().find_map(|p| self.remotes.get(p)) else {
+            return;
+        };
+        let mut out = VecDeque::new();
+        let mut p = Packer::new(first.addr, hdr, self.cfg.max_datagram);
+        let batch = BatchRepr {
+            writer,
+            reader: EntityId::ALL,
+            first_seq,
+            count,
+            entries,
+        };
+        for (seq, timestamp_ns, payload) in batch.samples() {
+            let d = DataRepr {
+                writer,
+                reader: EntityId::ALL,
+                seq,
+                timestamp_ns,
+                payload,
+            };
+            p.push(&Submessage::Data(d), &mut out, &mut self.stats);
+        }
+        if let Some(hb) = &hb {
+            p.push(&Submessage::Heartbeat(*hb), &mut out, &mut self.stats);
+            self.stats.heartbeats_sent += w.dests.len() as u64;
+        }
+        p.finish(&mut out, &mut self.stats);
+        for (i, rp) in w
+            .dests
+            .iter()
+            .filter_map(|p| self.remotes.get(p))
+            .enumerate()
+        {
+            for t in &out {
+                if i > 0 {
+                    self.stats.datagrams_sent += 1;
+                    self.stats.bytes_sent += t.len() as u64;
+                }
+                self.transmits.push_back(Transmit {
+                    dest: rp.addr,
+                    ..t.clone()
                 });
             }
         }

@@ -16,7 +16,6 @@ use tether_wire::{
 };
 
 use crate::endpoint::Cached;
-use crate::event::{Guid, Sample};
 
 use crate::discovery::RemoteParticipant;
 use crate::error::WriteError;
@@ -440,15 +439,7 @@ impl Participant {
         // Borrowed out and back rather than cloned: no allocation per sample. Delivering
         // touches readers only, never a writer's list.
         let locals = std::mem::take(&mut w.locals);
-        let s = Sample {
-            writer: Guid {
-                participant: self.cfg.participant,
-                entity: writer,
-            },
-            seq,
-            timestamp_ns,
-            payload,
-        };
+        let s = self.own_sample(writer, seq, timestamp_ns, payload);
         for r in &locals {
             self.on_data(now, *r, s.clone());
         }
