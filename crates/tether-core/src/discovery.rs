@@ -1,6 +1,8 @@
 //! Discovery: the participant table, announcements, endpoints coming and going, leases.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,39 @@ pub(crate) struct RemoteParticipant {
     pub(crate) group: Option<SocketAddr>,
 }
 
+/// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
+#[derive(Debug)]
+pub(crate) struct Peers {
+    /// Boxed: a remote participant is almost 2 KB (its authentication state), and inline a
+    /// map node of them spans five pages, so the lookup every datagram starts with touched
+    /// a cold page for the node's keys and another for the value.
+    pub(crate) remotes: BTreeMap<ParticipantId, Box<RemoteParticipant>>,
+    /// Which remote participant is at an address (pairwise mode seals by destination).
+    pub(crate) remote_at: HashMap<SocketAddr, ParticipantId>,
+    /// Remote participants that announced a data group (0: every fan-out is unicast).
+    pub(crate) grouped: usize,
+    /// Changes to remote participants' addresses and groups (and arrivals and departures):
+    /// writers recompute their fan-out plans when it moves.
+    pub(crate) fanout_gen: u64,
+    pub(crate) targets: BTreeSet<SocketAddr>,
+    pub(crate) next_announce: Instant,
+    pub(crate) announce_step: Duration,
+}
+
+impl Peers {
+    pub(crate) fn new(now: Instant) -> Self {
+        Peers {
+            remotes: BTreeMap::new(),
+            remote_at: HashMap::new(),
+            grouped: 0,
+            fanout_gen: 0,
+            targets: BTreeSet::new(),
+            next_announce: now,
+            announce_step: FIRST_ANNOUNCE,
+        }
+    }
+}
+
 impl Participant {
     /// A datagram from `pid` arrived from `from`: a known participant's lease is renewed
     /// and its address follows it. False if `pid` is unknown.
@@ -50,16 +85,16 @@ impl Participant {
         pid: ParticipantId,
         from: SocketAddr,
     ) -> bool {
-        if let Some(p) = self.remotes.get_mut(&pid) {
+        if let Some(p) = self.peers.remotes.get_mut(&pid) {
             p.last_heard = now;
             if p.addr != from {
                 // The peer's address changed (new IP, NAT rebinding): follow it.
-                if self.remote_at.get(&p.addr) == Some(&pid) {
-                    self.remote_at.remove(&p.addr);
+                if self.peers.remote_at.get(&p.addr) == Some(&pid) {
+                    self.peers.remote_at.remove(&p.addr);
                 }
                 p.addr = from;
-                self.fanout_gen += 1;
-                self.remote_at.insert(from, pid);
+                self.peers.fanout_gen += 1;
+                self.peers.remote_at.insert(from, pid);
             }
             true
         } else {
@@ -71,7 +106,7 @@ impl Participant {
     /// a static peer). Announces to it at once.
     pub fn add_target(&mut self, addr: SocketAddr) {
         self.timers_changed = true;
-        if self.targets.insert(addr) {
+        if self.peers.targets.insert(addr) {
             let dgrams = self.announcement(None);
             for d in dgrams {
                 self.push_transmit(addr, d);
@@ -81,18 +116,18 @@ impl Participant {
 
     /// Stops announcing to `addr`.
     pub fn remove_target(&mut self, addr: SocketAddr) {
-        self.targets.remove(&addr);
+        self.peers.targets.remove(&addr);
     }
 
     /// Announcement targets.
     pub fn targets(&self) -> impl Iterator<Item = &SocketAddr> {
-        self.targets.iter()
+        self.peers.targets.iter()
     }
 
     /// Every remote endpoint known, with its participant's name.
     pub fn remote_endpoints(&self) -> Vec<(Guid, String, RemoteEndpoint)> {
         let mut v = Vec::new();
-        for (pid, p) in &self.remotes {
+        for (pid, p) in &self.peers.remotes {
             for (eid, e) in &p.endpoints {
                 v.push((
                     Guid {
@@ -109,7 +144,8 @@ impl Participant {
 
     /// Remote participants: id, name, address.
     pub fn remote_participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
-        self.remotes
+        self.peers
+            .remotes
             .iter()
             .map(|(id, p)| (*id, p.name.clone(), p.addr))
             .collect()
@@ -117,7 +153,7 @@ impl Participant {
 
     pub(crate) fn remote_endpoints_of(&self, kind: EndpointKind) -> Vec<(Guid, RemoteEndpoint)> {
         let mut v = Vec::new();
-        for (pid, p) in &self.remotes {
+        for (pid, p) in &self.peers.remotes {
             for (eid, e) in &p.endpoints {
                 if e.kind == kind {
                     v.push((
@@ -143,23 +179,23 @@ impl Participant {
         // A peer cannot pin a table slot for longer than MAX_LEASE by claiming a huge lease.
         let lease = Duration::from_millis(p.lease_ms as u64).min(MAX_LEASE);
         let group = p.data_group.map(SocketAddr::V4);
-        if let Some(rp) = self.remotes.get_mut(&pid) {
+        if let Some(rp) = self.peers.remotes.get_mut(&pid) {
             rp.lease = lease;
             if rp.group != group {
-                self.grouped =
-                    self.grouped + group.is_some() as usize - rp.group.is_some() as usize;
+                self.peers.grouped =
+                    self.peers.grouped + group.is_some() as usize - rp.group.is_some() as usize;
                 rp.group = group;
-                self.fanout_gen += 1;
+                self.peers.fanout_gen += 1;
             }
             return true;
         }
-        if self.remotes.len() >= self.cfg.max_participants {
+        if self.peers.remotes.len() >= self.cfg.max_participants {
             self.stats.table_full += 1;
             return false;
         }
-        self.remote_at.insert(from, pid);
-        self.fanout_gen += 1;
-        self.remotes.insert(
+        self.peers.remote_at.insert(from, pid);
+        self.peers.fanout_gen += 1;
+        self.peers.remotes.insert(
             pid,
             Box::new(RemoteParticipant {
                 addr: from,
@@ -175,7 +211,7 @@ impl Participant {
                 group,
             }),
         );
-        self.grouped += group.is_some() as usize;
+        self.peers.grouped += group.is_some() as usize;
         self.send_auth(now, pid);
         self.events.push_back(Event::ParticipantDiscovered {
             participant: pid,
@@ -197,7 +233,7 @@ impl Participant {
             qos: Qos::from_repr(&e.qos),
         };
         let max = self.cfg.max_endpoints_per_participant;
-        let Some(rp) = self.remotes.get_mut(&pid) else {
+        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
         let remote = RemoteEndpoint { kind: e.kind, info };
@@ -206,7 +242,7 @@ impl Participant {
             Some(_) => self.remove_remote_endpoint(pid, e.entity),
             None => {}
         }
-        let Some(rp) = self.remotes.get_mut(&pid) else {
+        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
         if rp.endpoints.len() >= max {
@@ -235,7 +271,7 @@ impl Participant {
     }
 
     pub(crate) fn remove_remote_endpoint(&mut self, pid: ParticipantId, eid: EntityId) {
-        let Some(rp) = self.remotes.get_mut(&pid) else {
+        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
         let Some(e) = rp.endpoints.remove(&eid) else {
@@ -245,13 +281,13 @@ impl Participant {
             participant: pid,
             entity: eid,
         };
-        self.keys.retain(|(g, _), _| *g != gone);
-        self.key_asked.remove(&gone);
+        self.keystore.keys.retain(|(g, _), _| *g != gone);
+        self.keystore.key_asked.remove(&gone);
         let g = Guid {
             participant: pid,
             entity: eid,
         };
-        self.reported.retain(|(_, r, _)| *r != g);
+        self.matches.reported.retain(|(_, r, _)| *r != g);
         match e.kind {
             EndpointKind::Reader => {
                 for w in self.writers.values_mut() {
@@ -265,7 +301,7 @@ impl Participant {
                         // N + (N - 1) + … key wraps.
                         if w.key.is_some() {
                             w.rekey_due = true;
-                            self.rekey_wanted = true;
+                            self.keystore.rekey_wanted = true;
                         }
                         self.events.push_back(Event::Unmatched {
                             local: w.id,
@@ -279,7 +315,7 @@ impl Participant {
                 }
             }
             EndpointKind::Writer => {
-                if let Some(rs) = self.remote_writer_readers.remove(&g) {
+                if let Some(rs) = self.matches.remote_writer_readers.remove(&g) {
                     for r in rs {
                         if let Some(r) = self.readers.get_mut(&r) {
                             r.writers.remove(&g);
@@ -296,19 +332,19 @@ impl Participant {
     }
 
     pub(crate) fn remove_participant(&mut self, pid: ParticipantId) {
-        let Some(rp) = self.remotes.get(&pid) else {
+        let Some(rp) = self.peers.remotes.get(&pid) else {
             return;
         };
         let ids: Vec<EntityId> = rp.endpoints.keys().copied().collect();
         for e in ids {
             self.remove_remote_endpoint(pid, e);
         }
-        if let Some(rp) = self.remotes.remove(&pid) {
-            self.fanout_gen += 1;
-            if self.remote_at.get(&rp.addr) == Some(&pid) {
-                self.remote_at.remove(&rp.addr);
+        if let Some(rp) = self.peers.remotes.remove(&pid) {
+            self.peers.fanout_gen += 1;
+            if self.peers.remote_at.get(&rp.addr) == Some(&pid) {
+                self.peers.remote_at.remove(&rp.addr);
             }
-            self.grouped -= rp.group.is_some() as usize;
+            self.peers.grouped -= rp.group.is_some() as usize;
         }
         self.events
             .push_back(Event::ParticipantLost { participant: pid });
@@ -316,6 +352,7 @@ impl Participant {
 
     pub(crate) fn housekeeping(&mut self, now: Instant) {
         let expired: Vec<ParticipantId> = self
+            .peers
             .remotes
             .iter()
             .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > p.lease)
@@ -347,6 +384,7 @@ impl Participant {
                 if let Some(lease) = wp.lease {
                     // Automatic liveliness: any datagram from the writer's participant counts.
                     let heard = self
+                        .peers
                         .remotes
                         .get(&g.participant)
                         .map_or(wp.last_heard, |p| p.last_heard.max(wp.last_heard));

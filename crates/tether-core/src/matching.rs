@@ -1,5 +1,7 @@
 //! Matching: topic, type, partition and QoS compatibility, grants, and their events.
 
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -46,6 +48,16 @@ pub(crate) fn compatible(w: &EndpointInfo, r: &EndpointInfo) -> Compat {
     }
 }
 
+/// Who is matched with whom across participants, and what was reported once.
+#[derive(Debug, Default)]
+pub(crate) struct Matches {
+    /// Remote writer → local readers matched with it.
+    pub(crate) remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
+    pub(crate) reported: BTreeSet<(EntityId, Guid, QosPolicy)>,
+    /// Pairs refused for want of a grant (reported once).
+    pub(crate) denied: BTreeSet<(EntityId, Guid)>,
+}
+
 impl Participant {
     /// Whether a local endpoint may match a remote one: always with security off; with it,
     /// only if the remote participant proved its identity and its credential grants what
@@ -62,6 +74,7 @@ impl Participant {
             return true;
         }
         let Some(auth) = self
+            .peers
             .remotes
             .get(&remote.participant)
             .and_then(|p| p.auth.as_ref())
@@ -78,7 +91,7 @@ impl Participant {
         };
         if !ok {
             self.stats.access_denied += 1;
-            if self.denied.insert((local, remote)) {
+            if self.matches.denied.insert((local, remote)) {
                 self.events.push_back(Event::AccessDenied {
                     local,
                     remote,
@@ -121,7 +134,7 @@ impl Participant {
             Compat::OutOfScope => {}
             Compat::Incompatible(ms) => {
                 for m in ms {
-                    if self.reported.insert((local, remote, m.policy)) {
+                    if self.matches.reported.insert((local, remote, m.policy)) {
                         self.events
                             .push_back(Event::IncompatibleQos(IncompatibleQos {
                                 topic: linfo.topic.clone(),
@@ -159,7 +172,8 @@ impl Participant {
                             r.deadline_at = Some(after(now, d));
                         }
                     }
-                    self.remote_writer_readers
+                    self.matches
+                        .remote_writer_readers
                         .entry(remote)
                         .or_default()
                         .push(local);
@@ -182,7 +196,7 @@ impl Participant {
         rinfo: &EndpointInfo,
         reliable: bool,
     ) {
-        let Some(addr) = self.remotes.get(&reader.participant).map(|p| p.addr) else {
+        let Some(addr) = self.peers.remotes.get(&reader.participant).map(|p| p.addr) else {
             return;
         };
         let hdr = self.header();
@@ -302,7 +316,7 @@ impl Participant {
                         (writer, EndpointKind::Writer, rg),
                         (reader, EndpointKind::Reader, wg),
                     ] {
-                        if self.reported.insert((local, remote, m.policy)) {
+                        if self.matches.reported.insert((local, remote, m.policy)) {
                             self.events
                                 .push_back(Event::IncompatibleQos(IncompatibleQos {
                                     topic: topic.clone(),

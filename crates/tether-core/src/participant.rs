@@ -1,6 +1,10 @@
 //! The participant: a thin engine that owns the parts and dispatches inputs to them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use crate::discovery::Peers;
+use crate::matching::Matches;
+use crate::security::keys::KeyStore;
+use crate::writer::schedule::Scheduler;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -12,10 +16,8 @@ use tether_wire::{
 
 use crate::endpoint::{AsyncState, EndpointInfo, Reader, Writer};
 use crate::event::{DeadlineSide, Event, Guid, Sample, Stats};
-use crate::qos::QosPolicy;
-use crate::writer::flow::Bucket;
 
-use crate::discovery::{FIRST_ANNOUNCE, RemoteEndpoint, RemoteParticipant};
+use crate::discovery::RemoteEndpoint;
 use crate::error::CreateError;
 use crate::matching::Side;
 use crate::reliability::{ack_interval, heartbeat_all};
@@ -111,39 +113,15 @@ pub struct Participant {
     pub(crate) next_entity: u32,
     pub(crate) writers: BTreeMap<EntityId, Writer>,
     pub(crate) readers: BTreeMap<EntityId, Reader>,
-    /// Boxed: a remote participant is almost 2 KB (its authentication state), and inline a
-    /// map node of them spans five pages, so the lookup every datagram starts with touched
-    /// a cold page for the node's keys and another for the value.
-    pub(crate) remotes: BTreeMap<ParticipantId, Box<RemoteParticipant>>,
-    /// Which remote participant is at an address (pairwise mode seals by destination).
-    pub(crate) remote_at: HashMap<SocketAddr, ParticipantId>,
-    /// Remote participants that announced a data group (0: every fan-out is unicast).
-    pub(crate) grouped: usize,
-    /// Changes to remote participants' addresses and groups (and arrivals and departures):
-    /// writers recompute their fan-out plans when it moves.
-    pub(crate) fanout_gen: u64,
-    /// When writers that lost a reader move to a new epoch at the latest (they do before
-    /// their next seal in any case). Departures until then share one re-key.
-    pub(crate) rekey_at: Option<Instant>,
-    /// Some writer lost a reader and `rekey_at` is still to be set.
-    pub(crate) rekey_wanted: bool,
-    /// Remote writer → local readers matched with it.
-    pub(crate) remote_writer_readers: BTreeMap<Guid, Vec<EntityId>>,
-    pub(crate) targets: BTreeSet<SocketAddr>,
-    pub(crate) reported: BTreeSet<(EntityId, Guid, QosPolicy)>,
-    /// Pairs refused for want of a grant (reported once).
-    pub(crate) denied: BTreeSet<(EntityId, Guid)>,
-    /// Sender keys of remote writers, by writer and epoch (secure realms). Boxed: a key
-    /// holds two key schedules (over a kilobyte), and inline they spread a map node over
-    /// several pages that every opened sample's lookup then walks cold.
-    pub(crate) keys: BTreeMap<(Guid, u32), Box<tether_crypto::SenderKey>>,
-    /// When we last asked a remote writer for a key.
-    pub(crate) key_asked: BTreeMap<Guid, Instant>,
+    /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
+    pub(crate) peers: Peers,
+    /// Sender keys of remote writers, and when writers re-key.
+    pub(crate) keystore: KeyStore,
+    /// Who is matched with whom across participants, and what was reported once.
+    pub(crate) matches: Matches,
     pub(crate) transmits: VecDeque<Transmit>,
     pub(crate) events: VecDeque<Event>,
     pub(crate) stats: Stats,
-    pub(crate) next_announce: Instant,
-    pub(crate) announce_step: Duration,
     pub(crate) next_housekeeping: Instant,
     /// Readers that owe a writer an ACKNACK, built once the whole datagram is processed.
     pub(crate) pending_acks: Vec<(EntityId, Guid)>,
@@ -151,11 +129,8 @@ pub struct Participant {
     pub(crate) timers_changed: bool,
     /// Counts inputs (datagrams, writes): keep-last caches evict only earlier inputs' samples.
     pub(crate) input: u64,
-    /// Named flow controllers (token buckets) of asynchronous writers.
-    pub(crate) buckets: Vec<Bucket>,
-    /// Asynchronous writers by priority class, and where each class's turn stands.
-    pub(crate) classes: [Vec<EntityId>; 3],
-    pub(crate) turn: [usize; 3],
+    /// The asynchronous writers' sender: flow controllers and turns by priority class.
+    pub(crate) sched: Scheduler,
 }
 
 /// `now + d`, saturating a century ahead: `Instant + Duration` panics on overflow, and a
@@ -173,30 +148,17 @@ impl Participant {
             next_entity: 1,
             writers: BTreeMap::new(),
             readers: BTreeMap::new(),
-            remotes: BTreeMap::new(),
-            remote_at: HashMap::new(),
-            grouped: 0,
-            fanout_gen: 0,
-            rekey_at: None,
-            rekey_wanted: false,
-            remote_writer_readers: BTreeMap::new(),
-            targets: BTreeSet::new(),
-            reported: BTreeSet::new(),
-            denied: BTreeSet::new(),
-            keys: BTreeMap::new(),
-            key_asked: BTreeMap::new(),
+            peers: Peers::new(now),
+            keystore: KeyStore::default(),
+            sched: Scheduler::default(),
+            matches: Matches::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
-            next_announce: now,
-            announce_step: FIRST_ANNOUNCE,
             next_housekeeping: after(now, HOUSEKEEPING),
             pending_acks: Vec::new(),
             timers_changed: true,
             input: 0,
-            buckets: Vec::new(),
-            classes: Default::default(),
-            turn: [0; 3],
         }
     }
 
@@ -246,7 +208,8 @@ impl Participant {
                 let bucket = match a.flow {
                     None => None,
                     Some(n) => Some(
-                        self.buckets
+                        self.sched
+                            .buckets
                             .iter()
                             .position(|b| !n.too_long() && b.name == n.as_str())
                             .ok_or_else(|| CreateError::UnknownFlowController(n.as_str().into()))?,
@@ -271,7 +234,7 @@ impl Participant {
             w.deadline_at = Some(after(now, d));
         }
         if let Some(a) = &asyncw {
-            self.classes[a.priority.index()].push(id);
+            self.sched.classes[a.priority.index()].push(id);
         }
         w.asyncw = asyncw;
         if let Some(sec) = &self.cfg.security {
@@ -323,7 +286,7 @@ impl Participant {
             entity: id,
         };
         if let Some(w) = self.writers.remove(&id) {
-            for c in &mut self.classes {
+            for c in &mut self.sched.classes {
                 c.retain(|x| *x != id);
             }
             for (g, rp) in &w.readers {
@@ -340,14 +303,14 @@ impl Participant {
                         w.readers.remove(&guid);
                         w.rebuild_dests();
                     }
-                } else if let Some(v) = self.remote_writer_readers.get_mut(g) {
+                } else if let Some(v) = self.matches.remote_writer_readers.get_mut(g) {
                     v.retain(|x| *x != id);
                 }
             }
         } else {
             return;
         }
-        self.reported.retain(|(l, _, _)| *l != id);
+        self.matches.reported.retain(|(l, _, _)| *l != id);
         let mut dg = Vec::new();
         if DatagramBuilder::new(&mut dg, self.header())
             .push(&Submessage::EndpointBye(id))
@@ -508,8 +471,8 @@ impl Participant {
 
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t = self.next_announce.min(self.next_housekeeping);
-        if let Some(x) = self.rekey_at {
+        let mut t = self.peers.next_announce.min(self.next_housekeeping);
+        if let Some(x) = self.keystore.rekey_at {
             t = t.min(x);
         }
         for w in self.writers.values() {
@@ -531,7 +494,7 @@ impl Participant {
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.timers_changed = true;
-        if now >= self.next_announce {
+        if now >= self.peers.next_announce {
             let dgrams = self.announcement(None);
             for a in self.all_destinations() {
                 for d in &dgrams {
@@ -539,8 +502,8 @@ impl Participant {
                 }
             }
             let period = self.announce_period();
-            self.announce_step = (self.announce_step * 2).min(period);
-            self.next_announce = after(now, self.announce_step);
+            self.peers.announce_step = (self.peers.announce_step * 2).min(period);
+            self.peers.next_announce = after(now, self.peers.announce_step);
             self.resend_auth(now);
         }
         if now >= self.next_housekeeping {
@@ -548,7 +511,7 @@ impl Participant {
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
         self.schedule_rekeys(now);
-        if self.rekey_at.is_some_and(|t| now >= t) {
+        if self.keystore.rekey_at.is_some_and(|t| now >= t) {
             self.rekey_due_writers();
         }
         let due: Vec<EntityId> = self
@@ -564,8 +527,8 @@ impl Participant {
         let max_dg = self.cfg.max_datagram;
         let hb_period = self.cfg.heartbeat_period;
         let fanout = (
-            self.fanout_gen,
-            multicast_peers(&self.cfg, self.grouped),
+            self.peers.fanout_gen,
+            multicast_peers(&self.cfg, self.peers.grouped),
             self.cfg.multicast_min,
         );
         let ack_iv = ack_interval(&self.cfg);
@@ -592,7 +555,7 @@ impl Participant {
                             w,
                             hb,
                             hdr,
-                            &self.remotes,
+                            &self.peers.remotes,
                             fanout,
                             &mut self.transmits,
                             &mut self.stats,
@@ -659,8 +622,8 @@ impl Participant {
 
     /// Discovery targets plus every known participant, without duplicates.
     pub(crate) fn all_destinations(&self) -> Vec<SocketAddr> {
-        let mut s: BTreeSet<SocketAddr> = self.targets.clone();
-        s.extend(self.remotes.values().map(|p| p.addr));
+        let mut s: BTreeSet<SocketAddr> = self.peers.targets.clone();
+        s.extend(self.peers.remotes.values().map(|p| p.addr));
         s.into_iter().collect()
     }
 }

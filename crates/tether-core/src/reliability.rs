@@ -234,7 +234,7 @@ impl Participant {
         if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
         }
-        let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+        let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
             return;
         };
         match w.find(nf.seq).map(|c| (c.timestamp_ns, c.payload.clone())) {
@@ -380,7 +380,7 @@ impl Participant {
         let start = rp.start;
         let base = an.base.min(w.next_seq);
         rp.acked = rp.acked.max(base);
-        let Some(addr) = self.remotes.get(&pid).map(|p| p.addr) else {
+        let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
             return;
         };
         let hdr = Header {
@@ -478,7 +478,7 @@ impl Participant {
         let acks = std::mem::take(&mut self.pending_acks);
         let hdr = self.header();
         for (rid, g) in acks {
-            let Some(addr) = self.remotes.get(&g.participant).map(|p| p.addr) else {
+            let Some(addr) = self.peers.remotes.get(&g.participant).map(|p| p.addr) else {
                 continue;
             };
             let Some(wp) = self

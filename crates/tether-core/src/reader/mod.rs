@@ -217,7 +217,7 @@ impl Participant {
     }
 
     pub(crate) fn on_remote_data(&mut self, now: Instant, to: EntityId, s: Opened) {
-        let Some(rs) = self.remote_writer_readers.get(&s.sample().writer) else {
+        let Some(rs) = self.matches.remote_writer_readers.get(&s.sample().writer) else {
             self.stats.unmatched_writer += 1;
             return;
         };
@@ -238,6 +238,7 @@ impl Participant {
                 // Borrowed out and back rather than cloned, as in deliver_local.
                 let g = s.sample().writer;
                 let many = self
+                    .matches
                     .remote_writer_readers
                     .get_mut(&g)
                     .map(std::mem::take)
@@ -245,7 +246,7 @@ impl Participant {
                 for r in &many {
                     self.on_data(now, *r, s.clone());
                 }
-                if let Some(v) = self.remote_writer_readers.get_mut(&g) {
+                if let Some(v) = self.matches.remote_writer_readers.get_mut(&g) {
                     *v = many;
                 }
             }
@@ -338,7 +339,7 @@ impl Participant {
     /// Local readers matched with remote writer `g` that a message addressed to `to`
     /// concerns (all of them for [`EntityId::ALL`]).
     pub(crate) fn addressed_readers(&mut self, g: Guid, to: EntityId) -> Vec<EntityId> {
-        match self.remote_writer_readers.get(&g) {
+        match self.matches.remote_writer_readers.get(&g) {
             None => {
                 self.stats.unmatched_writer += 1;
                 Vec::new()

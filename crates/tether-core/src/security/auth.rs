@@ -20,7 +20,8 @@ impl Participant {
         &self,
         pid: ParticipantId,
     ) -> Option<&tether_crypto::Credential> {
-        self.remotes
+        self.peers
+            .remotes
             .get(&pid)
             .and_then(|p| p.auth.as_ref())
             .filter(|a| a.verified)
@@ -48,7 +49,7 @@ impl Participant {
         let Some(sec) = self.cfg.security.clone() else {
             return;
         };
-        let Some(rp) = self.remotes.get_mut(&pid) else {
+        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
         let addr = rp.addr;
@@ -87,7 +88,7 @@ impl Participant {
             self.stats.auth_failed += 1;
             return;
         }
-        let Some(rp) = self.remotes.get_mut(&pid) else {
+        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
         let Some(a) = rp.auth.as_mut() else { return };
@@ -144,6 +145,7 @@ impl Participant {
         // Answer whatever the sender still lacks: our answer to a new challenge, our
         // verdict, or word that we verified it (that word can be lost like any datagram).
         let verified = self
+            .peers
             .remotes
             .get(&pid)
             .and_then(|p| p.auth.as_ref())
@@ -153,6 +155,7 @@ impl Participant {
         }
         if newly {
             let name = self
+                .peers
                 .remotes
                 .get(&pid)
                 .and_then(|p| p.auth.as_ref())
@@ -165,6 +168,7 @@ impl Participant {
             });
             // Match what it announced before it proved itself.
             let eps: Vec<(EntityId, RemoteEndpoint)> = self
+                .peers
                 .remotes
                 .get(&pid)
                 .map(|p| p.endpoints.iter().map(|(k, v)| (*k, v.clone())).collect())
@@ -204,6 +208,7 @@ impl Participant {
         let sec2 = std::sync::Arc::new(sec2);
         self.cfg.security = Some(sec2.clone());
         let revoked: Vec<ParticipantId> = self
+            .peers
             .remotes
             .iter()
             .filter(|(_, p)| {
@@ -220,6 +225,7 @@ impl Participant {
             .collect();
         for pid in revoked {
             let ids: Vec<EntityId> = self
+                .peers
                 .remotes
                 .get(&pid)
                 .map(|p| p.endpoints.keys().copied().collect())
@@ -229,7 +235,12 @@ impl Participant {
             for e in ids {
                 self.remove_remote_endpoint(pid, e);
             }
-            if let Some(a) = self.remotes.get_mut(&pid).and_then(|p| p.auth.as_mut()) {
+            if let Some(a) = self
+                .peers
+                .remotes
+                .get_mut(&pid)
+                .and_then(|p| p.auth.as_mut())
+            {
                 a.verified = false;
                 a.credential = None;
             }
@@ -239,7 +250,7 @@ impl Participant {
             });
         }
         // Revocation is rare and urgent: the new epochs go out now.
-        self.rekey_wanted = false;
+        self.keystore.rekey_wanted = false;
         self.rekey_due_writers();
         let _ = now;
     }
@@ -249,8 +260,9 @@ impl Participant {
         if self.cfg.security.is_none() {
             return;
         }
-        let period = self.announce_step;
+        let period = self.peers.announce_step;
         let due: Vec<ParticipantId> = self
+            .peers
             .remotes
             .iter()
             .filter(|(_, p)| p.auth.as_ref().is_some_and(|a| a.resend_due(now, period)))

@@ -186,7 +186,8 @@ impl Participant {
                 .is_some_and(|wp| wp.holds(seq))
         };
         if reader == EntityId::ALL {
-            self.remote_writer_readers
+            self.matches
+                .remote_writer_readers
                 .get(&writer)
                 .is_some_and(|v| !v.is_empty() && v.iter().all(holds))
         } else {
@@ -212,7 +213,7 @@ impl Participant {
         }
         // Only writers we are matched with get their samples opened (and keys asked
         // for): forged writers cost a lookup, never memory.
-        if !self.remote_writer_readers.contains_key(&s.writer) {
+        if !self.matches.remote_writer_readers.contains_key(&s.writer) {
             self.stats.unmatched_writer += 1;
             return None;
         }
@@ -263,7 +264,7 @@ impl Participant {
             self.stats.open_failed += 1;
             return None;
         };
-        match self.keys.get(&(s.writer, epoch)) {
+        match self.keystore.keys.get(&(s.writer, epoch)) {
             Some(k) => {
                 match tether_crypto::sample::open(
                     k,
@@ -298,7 +299,8 @@ impl Participant {
     /// first local reader matched with it, for samples addressed to all).
     fn required_protection(&self, writer: Guid, reader: EntityId) -> tether_crypto::Protection {
         let local = if reader == EntityId::ALL {
-            self.remote_writer_readers
+            self.matches
+                .remote_writer_readers
                 .get(&writer)
                 .and_then(|v| v.first().copied())
         } else {
@@ -315,20 +317,23 @@ impl Participant {
 
     /// Asks `writer` for its key of `epoch` (at most every 50 ms per writer).
     fn ask_for_key(&mut self, now: Instant, writer: Guid, reader: EntityId, epoch: u32) {
-        let asked = self.key_asked.get(&writer).copied();
+        let asked = self.keystore.key_asked.get(&writer).copied();
         if asked.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(50)) {
             return;
         }
-        self.key_asked.insert(writer, now);
+        self.keystore.key_asked.insert(writer, now);
         let to = if reader == EntityId::ALL {
-            self.remote_writer_readers
+            self.matches
+                .remote_writer_readers
                 .get(&writer)
                 .and_then(|v| v.first().copied())
         } else {
             Some(reader)
         };
-        let (Some(to), Some(addr)) = (to, self.remotes.get(&writer.participant).map(|p| p.addr))
-        else {
+        let (Some(to), Some(addr)) = (
+            to,
+            self.peers.remotes.get(&writer.participant).map(|p| p.addr),
+        ) else {
             return;
         };
         let mut dg = Vec::new();
@@ -359,7 +364,12 @@ impl Participant {
             self.stats.pair_open_failed += 1;
             return;
         };
-        let Some(auth) = self.remotes.get_mut(&pid).and_then(|r| r.auth.as_mut()) else {
+        let Some(auth) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|r| r.auth.as_mut())
+        else {
             self.stats.pair_open_failed += 1;
             return;
         };

@@ -1,5 +1,6 @@
 //! Sender keys: epochs, re-keying on departures, wrapping keys for readers.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,6 +18,22 @@ pub(crate) const REKEY_DELAY: Duration = Duration::from_millis(5);
 /// without end (or years of readers coming and going) cannot grow every reader's memory; a
 /// sample sealed that many epochs ago and still unrepaired is counted as `no_key`.
 pub const KEPT_EPOCHS: usize = 8;
+
+/// Sender keys of remote writers, and when writers re-key.
+#[derive(Debug, Default)]
+pub(crate) struct KeyStore {
+    /// Sender keys of remote writers, by writer and epoch (secure realms). Boxed: a key
+    /// holds two key schedules (over a kilobyte), and inline they spread a map node over
+    /// several pages that every opened sample's lookup then walks cold.
+    pub(crate) keys: BTreeMap<(Guid, u32), Box<tether_crypto::SenderKey>>,
+    /// When we last asked a remote writer for a key.
+    pub(crate) key_asked: BTreeMap<Guid, Instant>,
+    /// When writers that lost a reader move to a new epoch at the latest (they do before
+    /// their next seal in any case). Departures until then share one re-key.
+    pub(crate) rekey_at: Option<Instant>,
+    /// Some writer lost a reader and `rekey_at` is still to be set.
+    pub(crate) rekey_wanted: bool,
+}
 
 impl Participant {
     /// Moves `writer` to a new epoch before it seals again if a reader left it, or if its
@@ -38,12 +55,12 @@ impl Participant {
     /// Remote writers' sender keys held (all writers and epochs; at most [`KEPT_EPOCHS`]
     /// per writer).
     pub fn sender_keys_held(&self) -> usize {
-        self.keys.len()
+        self.keystore.keys.len()
     }
 
     /// Moves every writer that lost a reader to a new epoch now, and stops the timer.
     pub(crate) fn rekey_due_writers(&mut self) {
-        self.rekey_at = None;
+        self.keystore.rekey_at = None;
         let due: Vec<EntityId> = self
             .writers
             .values()
@@ -58,8 +75,8 @@ impl Participant {
     /// After readers left: the writers that lost one move to a new epoch within
     /// `REKEY_DELAY` (or before their next seal).
     pub(crate) fn schedule_rekeys(&mut self, now: Instant) {
-        if std::mem::take(&mut self.rekey_wanted) && self.rekey_at.is_none() {
-            self.rekey_at = Some(after(now, REKEY_DELAY));
+        if std::mem::take(&mut self.keystore.rekey_wanted) && self.keystore.rekey_at.is_none() {
+            self.keystore.rekey_at = Some(after(now, REKEY_DELAY));
         }
     }
 
@@ -97,7 +114,7 @@ impl Participant {
         let Some(key) = self.writers.get(&writer).and_then(|w| w.key.clone()) else {
             return;
         };
-        let Some(rp) = self.remotes.get(&reader.participant) else {
+        let Some(rp) = self.peers.remotes.get(&reader.participant) else {
             return;
         };
         let Some(kx) = rp
@@ -167,6 +184,7 @@ impl Participant {
         };
         // Only for a local reader matched with that writer, from a verified peer.
         let matched = self
+            .matches
             .remote_writer_readers
             .get(&g)
             .is_some_and(|v| v.contains(&k.reader));
@@ -187,14 +205,15 @@ impl Participant {
         {
             Some(key) => {
                 self.stats.keys_received += 1;
-                self.keys.insert((g, k.epoch), Box::new(key));
+                self.keystore.keys.insert((g, k.epoch), Box::new(key));
                 let held: Vec<u32> = self
+                    .keystore
                     .keys
                     .range((g, 0)..=(g, u32::MAX))
                     .map(|((_, e), _)| *e)
                     .collect();
                 for e in &held[..held.len().saturating_sub(KEPT_EPOCHS)] {
-                    self.keys.remove(&(g, *e));
+                    self.keystore.keys.remove(&(g, *e));
                 }
             }
             None => self.stats.open_failed += 1,

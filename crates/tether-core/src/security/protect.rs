@@ -27,11 +27,16 @@ impl Participant {
         let Some(sec) = self.cfg.security.as_deref().filter(|s| s.pairwise) else {
             return t;
         };
-        let Some(&pid) = self.remote_at.get(&t.dest) else {
+        let Some(&pid) = self.peers.remote_at.get(&t.dest) else {
             return t;
         };
         let me = self.cfg.participant;
-        let Some(auth) = self.remotes.get_mut(&pid).and_then(|r| r.auth.as_mut()) else {
+        let Some(auth) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|r| r.auth.as_mut())
+        else {
             return t;
         };
         let Some(cred) = auth

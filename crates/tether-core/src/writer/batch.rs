@@ -169,7 +169,7 @@ impl Participant {
         }
         let head = Head::copy_from_slice(&head);
         for p in &w.dests {
-            if let Some(rp) = self.remotes.get(p) {
+            if let Some(rp) = self.peers.remotes.get(p) {
                 self.stats.datagrams_sent += 1;
                 self.stats.bytes_sent += (head.len() + entries.len()) as u64;
                 self.transmits.push_back(Transmit {
@@ -195,7 +195,7 @@ impl Participant {
         let Some(w) = self.writers.get(&writer) else {
             return;
         };
-        let Some(first) = w.dests.iter().find_map(|p| self.remotes.get(p)) else {
+        let Some(first) = w.dests.iter().find_map(|p| self.peers.remotes.get(p)) else {
             return;
         };
         let mut out = VecDeque::new();
@@ -225,7 +225,7 @@ impl Participant {
         for (i, rp) in w
             .dests
             .iter()
-            .filter_map(|p| self.remotes.get(p))
+            .filter_map(|p| self.peers.remotes.get(p))
             .enumerate()
         {
             for t in &out {

@@ -3,7 +3,7 @@
 mod batch;
 pub(crate) mod flow;
 pub(crate) mod packer;
-mod schedule;
+pub(crate) mod schedule;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -239,8 +239,8 @@ impl Participant {
                 participant: self.cfg.participant,
             };
             let fanout = (
-                self.fanout_gen,
-                multicast_peers(&self.cfg, self.grouped),
+                self.peers.fanout_gen,
+                multicast_peers(&self.cfg, self.peers.grouped),
                 self.cfg.multicast_min,
             );
             let (first, last) = (w.first_available(), w.last_sent());
@@ -249,7 +249,7 @@ impl Participant {
                 w,
                 hb,
                 hdr,
-                &self.remotes,
+                &self.peers.remotes,
                 fanout,
                 &mut self.transmits,
                 &mut self.stats,
@@ -338,10 +338,10 @@ impl Participant {
         let n = encode_data_head(&hdr, hb.as_ref(), &data, payload.len(), &mut arr).unwrap_or(0);
         let head = Head::inline(&arr[..n]);
         let dg_len = (head.len() + payload.len()) as u64;
-        let grouped = multicast_peers(&self.cfg, self.grouped);
+        let grouped = multicast_peers(&self.cfg, self.peers.grouped);
         if grouped == 0 {
             for p in &w.dests {
-                if let Some(rp) = self.remotes.get(p) {
+                if let Some(rp) = self.peers.remotes.get(p) {
                     self.stats.datagrams_sent += 1;
                     self.stats.bytes_sent += dg_len;
                     self.transmits.push_back(Transmit {
@@ -354,8 +354,8 @@ impl Participant {
         } else {
             // Some readers take data by multicast: one datagram per group.
             let min = self.cfg.multicast_min;
-            let remotes = &self.remotes;
-            let addrs = w.fanout((self.fanout_gen, grouped, min), |d| {
+            let remotes = &self.peers.remotes;
+            let addrs = w.fanout((self.peers.fanout_gen, grouped, min), |d| {
                 fanout_addrs(remotes, d, grouped, min)
             });
             for &(dest, group) in addrs {
@@ -395,11 +395,11 @@ impl Participant {
         if w.info.qos.is_reliable() && w.heartbeat_by(after(now, self.cfg.heartbeat_period)) {
             self.timers_changed = true;
         }
-        let grouped = multicast_peers(&self.cfg, self.grouped);
+        let grouped = multicast_peers(&self.cfg, self.peers.grouped);
         let min = self.cfg.multicast_min;
-        let remotes = &self.remotes;
+        let remotes = &self.peers.remotes;
         let addrs = w
-            .fanout((self.fanout_gen, grouped, min), |d| {
+            .fanout((self.peers.fanout_gen, grouped, min), |d| {
                 fanout_addrs(remotes, d, grouped, min)
             })
             .to_vec();

@@ -12,11 +12,21 @@ use crate::reliability::ack_interval;
 use crate::transmit::Transmit;
 use crate::writer::packer::Outgoing;
 
+/// The asynchronous writers' sender: flow controllers and turns by priority class.
+#[derive(Debug, Default)]
+pub(crate) struct Scheduler {
+    /// Named flow controllers (token buckets) of asynchronous writers.
+    pub(crate) buckets: Vec<Bucket>,
+    /// Asynchronous writers by priority class, and where each class's turn stands.
+    pub(crate) classes: [Vec<EntityId>; 3],
+    pub(crate) turn: [usize; 3],
+}
+
 impl Participant {
     /// Defines (or redefines) a named flow controller for asynchronous writers. A writer
     /// names it in its QoS ([`Qos::flow_controller`]); several writers may share one.
     pub fn set_flow_controller(&mut self, name: &str, spec: FlowController) {
-        match self.buckets.iter_mut().find(|b| b.name == name) {
+        match self.sched.buckets.iter_mut().find(|b| b.name == name) {
             Some(b) => {
                 // A fresh bucket under the new setting (an unlimited one holds no real
                 // count of tokens), keeping the byte count.
@@ -24,13 +34,14 @@ impl Participant {
                 *b = Bucket::new(name.to_string(), spec);
                 b.bytes = bytes;
             }
-            None => self.buckets.push(Bucket::new(name.to_string(), spec)),
+            None => self.sched.buckets.push(Bucket::new(name.to_string(), spec)),
         }
     }
 
     /// The flow controllers: name, settings, and bytes let through so far.
     pub fn flow_controllers(&self) -> impl Iterator<Item = (&str, FlowController, u64)> {
-        self.buckets
+        self.sched
+            .buckets
             .iter()
             .map(|b| (b.name.as_str(), b.spec, b.bytes))
     }
@@ -51,12 +62,12 @@ impl Participant {
     pub fn poll_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Transmit> {
         for p in classes {
             let class = p.index();
-            let n = self.classes[class].len();
+            let n = self.sched.classes[class].len();
             for k in 0..n {
-                let i = (self.turn[class] + k) % n;
-                let id = self.classes[class][i];
+                let i = (self.sched.turn[class] + k) % n;
+                let id = self.sched.classes[class][i];
                 if let Some(t) = self.release(now, id) {
-                    self.turn[class] = (i + 1) % n;
+                    self.sched.turn[class] = (i + 1) % n;
                     return Some(self.seal_for_peer(t));
                 }
             }
@@ -75,7 +86,7 @@ impl Participant {
     pub fn next_scheduled_in(&mut self, now: Instant, classes: &[Priority]) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         for p in classes {
-            for id in &self.classes[p.index()] {
+            for id in &self.sched.classes[p.index()] {
                 let Some(w) = self.writers.get(id) else {
                     continue;
                 };
@@ -84,7 +95,7 @@ impl Participant {
                     continue;
                 }
                 let at = match a.bucket {
-                    Some(b) => self.buckets[b].next_ready(now),
+                    Some(b) => self.sched.buckets[b].next_ready(now),
                     None => now,
                 };
                 t = Some(t.map_or(at, |x| x.min(at)));
@@ -100,7 +111,7 @@ impl Participant {
     /// ask for it again. Call it before polling these classes again.
     pub fn scheduled_sent(&mut self, classes: &[Priority]) {
         for p in classes {
-            for id in &self.classes[p.index()] {
+            for id in &self.sched.classes[p.index()] {
                 let Some(w) = self.writers.get_mut(id) else {
                     continue;
                 };
@@ -161,7 +172,7 @@ impl Participant {
             return None;
         }
         if let Some(b) = a.bucket {
-            if !self.buckets[b].ready(now) {
+            if !self.sched.buckets[b].ready(now) {
                 return None;
             }
         }
@@ -188,7 +199,7 @@ impl Participant {
             hdr,
             single,
             frag_size,
-            dest: self.remotes.get(&w.dests[a.dest]).map(|r| r.addr)?,
+            dest: self.peers.remotes.get(&w.dests[a.dest]).map(|r| r.addr)?,
             writer: id,
             reader: EntityId::ALL,
             seq: c.seq,
@@ -231,7 +242,7 @@ impl Participant {
         let t = o.datagram(a.frag.min(count - 1), hb, &mut self.stats);
         self.stats.datagrams_scheduled += 1;
         if let Some(b) = a.bucket {
-            self.buckets[b].spend(t.len());
+            self.sched.buckets[b].spend(t.len());
         }
         a.dest += 1;
         if a.dest >= w.dests.len() && last_frag {
@@ -257,7 +268,7 @@ impl Participant {
             .and_then(|w| w.asyncw.as_ref())
             .and_then(|a| a.bucket)
         {
-            self.buckets[b].spend(bytes as usize);
+            self.sched.buckets[b].spend(bytes as usize);
         }
     }
 }
