@@ -78,6 +78,82 @@ impl fmt::Display for IncompatibleQos {
     }
 }
 
+/// Why a remote participant's authentication failed
+/// ([`Event::AuthenticationFailed`]); its `Display` says it in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuthFailure {
+    /// Its credential was refused (malformed, another realm, expired, revoked, ...).
+    CredentialRefused(tether_crypto::CredentialError),
+    /// Its answer to our challenge does not verify with its credential's key.
+    BadAnswer,
+    /// Its credential was revoked while it was a member.
+    Revoked,
+}
+
+impl fmt::Display for AuthFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthFailure::CredentialRefused(e) => write!(f, "credential refused: {e}"),
+            AuthFailure::BadAnswer => {
+                f.write_str("its answer to our challenge does not verify with its credential's key")
+            }
+            AuthFailure::Revoked => f.write_str("its credential was revoked"),
+        }
+    }
+}
+
+/// What a grant allows: the right a refused match lacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Right {
+    /// Publishing on a topic.
+    Publish,
+    /// Subscribing to a topic.
+    Subscribe,
+}
+
+impl fmt::Display for Right {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Right::Publish => "publish",
+            Right::Subscribe => "subscribe",
+        })
+    }
+}
+
+/// Why a match was refused ([`Event::AccessDenied`]); its `Display` says it in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AccessDenial {
+    /// The remote participant's credential holds no grant for the topic.
+    NoGrant {
+        /// The name its credential certifies.
+        name: String,
+        /// Its credential's serial.
+        serial: u64,
+        /// The right it lacks.
+        needs: Right,
+        /// The topic.
+        topic: String,
+    },
+}
+
+impl fmt::Display for AccessDenial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccessDenial::NoGrant {
+                name,
+                serial,
+                needs,
+                topic,
+            } => write!(
+                f,
+                "{name} (serial {serial}) holds no grant to {needs} {topic}"
+            ),
+        }
+    }
+}
+
 /// Something the driver or the application should know. Drain with
 /// [`Participant::poll_event`](crate::Participant::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,8 +170,8 @@ pub enum Event {
     AuthenticationFailed {
         /// Its id.
         participant: ParticipantId,
-        /// Why, in words.
-        reason: String,
+        /// Why.
+        reason: AuthFailure,
     },
     /// A match was refused: the remote participant's credential does not grant the topic.
     AccessDenied {
@@ -105,8 +181,8 @@ pub enum Event {
         remote: Guid,
         /// The topic.
         topic: String,
-        /// Why, in words.
-        reason: String,
+        /// Why.
+        reason: AccessDenial,
     },
     /// A remote participant was heard for the first time.
     ParticipantDiscovered {

@@ -40,7 +40,9 @@ mod writer;
 pub use discovery::RemoteEndpoint;
 pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
-pub use event::{DeadlineSide, Event, Guid, IncompatibleQos, Sample, Stats};
+pub use event::{
+    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, Right, Sample, Stats,
+};
 pub use participant::{Config, DATA_OVERHEAD, MAX_LEASE, Participant};
 pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
 pub use security::keys::KEPT_EPOCHS;

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tether_wire::{DataRepr, EndpointKind, EntityId, HeartbeatRepr, Submessage};
 
 use crate::endpoint::{EndpointInfo, ReaderProxy, WriterProxy};
+use crate::event::{AccessDenial, Right};
 use crate::event::{Event, Guid, IncompatibleQos};
 use crate::qos::{Mismatch, QosPolicy, check_compatible};
 
@@ -86,8 +87,8 @@ impl Participant {
             return false;
         };
         let (ok, needs) = match side {
-            Side::LocalWriter => (cred.may_subscribe(topic), "subscribe"),
-            Side::LocalReader => (cred.may_publish(topic), "publish"),
+            Side::LocalWriter => (cred.may_subscribe(topic), Right::Subscribe),
+            Side::LocalReader => (cred.may_publish(topic), Right::Publish),
         };
         if !ok {
             self.stats.access_denied += 1;
@@ -96,10 +97,12 @@ impl Participant {
                     local,
                     remote,
                     topic: topic.to_string(),
-                    reason: format!(
-                        "{} (serial {}) holds no grant to {needs} {topic}",
-                        cred.name, cred.serial
-                    ),
+                    reason: AccessDenial::NoGrant {
+                        name: cred.name.clone(),
+                        serial: cred.serial,
+                        needs,
+                        topic: topic.to_string(),
+                    },
                 });
             }
             return false;

@@ -224,10 +224,10 @@ fn refused_credentials_match_nothing_and_are_reported() {
         assert_eq!(n, 0, "{what}: delivered");
         assert_eq!(sim.nodes[w].participant.matched_count(wid), 0, "{what}");
         assert!(sim.nodes[w].participant.stats().auth_failed > 0, "{what}");
-        let reported: Vec<&String> = events(&sim, w)
+        let reported: Vec<String> = events(&sim, w)
             .iter()
             .filter_map(|e| match e {
-                Event::AuthenticationFailed { reason, .. } => Some(reason),
+                Event::AuthenticationFailed { reason, .. } => Some(reason.to_string()),
                 _ => None,
             })
             .collect();
@@ -260,7 +260,7 @@ fn grants_decide_who_reads_and_who_writes() {
     assert!(
         events(&sim, w).iter().any(|e| matches!(e,
             Event::AccessDenied { reason, topic, .. }
-                if topic == "/cmd" && reason.contains("viewer") && reason.contains("subscribe"))),
+                if topic == "/cmd" && reason.to_string().contains("viewer") && reason.to_string().contains("subscribe"))),
         "{:?}",
         events(&sim, w)
     );
@@ -285,7 +285,7 @@ fn grants_decide_who_reads_and_who_writes() {
     );
     assert_eq!(sim.nodes[r].participant.matched_count(rid), 0);
     assert!(events(&sim, r).iter().any(|e| matches!(e,
-        Event::AccessDenied { reason, .. } if reason.contains("intruder") && reason.contains("publish"))));
+        Event::AccessDenied { reason, .. } if reason.to_string().contains("intruder") && reason.to_string().contains("publish"))));
 }
 
 /// A participant presenting someone else's credential cannot answer the challenge: it is
@@ -310,7 +310,7 @@ fn a_stolen_credential_does_not_authenticate() {
     assert_eq!(n, 0);
     assert_eq!(sim.nodes[w].participant.matched_count(wid), 0);
     assert!(events(&sim, w).iter().any(|e| matches!(e,
-        Event::AuthenticationFailed { reason, .. } if reason.contains("does not verify"))));
+        Event::AuthenticationFailed { reason, .. } if reason.to_string().contains("does not verify"))));
     assert!(
         !events(&sim, w)
             .iter()

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use tether_wire::{DatagramBuilder, EndpointKind, EntityId, ParticipantId, Submessage};
 
 use crate::endpoint::EndpointInfo;
+use crate::event::AuthFailure;
 use crate::event::{Event, Guid};
 
 use crate::discovery::RemoteEndpoint;
@@ -100,7 +101,7 @@ impl Participant {
                     a.reported = true;
                     self.events.push_back(Event::AuthenticationFailed {
                         participant: pid,
-                        reason: format!("credential refused: {e}"),
+                        reason: AuthFailure::CredentialRefused(e),
                     });
                 }
                 return;
@@ -135,9 +136,7 @@ impl Participant {
                     a.reported = true;
                     self.events.push_back(Event::AuthenticationFailed {
                         participant: pid,
-                        reason:
-                            "its answer to our challenge does not verify with its credential's key"
-                                .into(),
+                        reason: AuthFailure::BadAnswer,
                     });
                 }
             }
@@ -246,7 +245,7 @@ impl Participant {
             }
             self.events.push_back(Event::AuthenticationFailed {
                 participant: pid,
-                reason: "its credential was revoked".into(),
+                reason: AuthFailure::Revoked,
             });
         }
         // Revocation is rare and urgent: the new epochs go out now.
