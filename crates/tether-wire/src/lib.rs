@@ -25,6 +25,7 @@
 
 mod error;
 mod repr;
+mod sealed;
 mod view;
 
 pub use error::Error;
@@ -36,6 +37,7 @@ pub use repr::{
     SealedRepr, StrList, Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head,
     push_batch_entry,
 };
+pub use sealed::{SEALED_PREFIX_LEN, encode_sealed_prefix};
 pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 
 /// The four bytes every tether datagram starts with.

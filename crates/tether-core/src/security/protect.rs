@@ -2,7 +2,7 @@
 //! number of readers, under the writer's sender key (`docs/wire.md#protected-samples`).
 
 use bytes::Bytes;
-use tether_wire::{EntityId, HEADER_LEN, SEALED_FIXED_LEN, SUBMESSAGE_HEADER_LEN, SubmessageKind};
+use tether_wire::{EntityId, HEADER_LEN, SEALED_PREFIX_LEN, encode_sealed_prefix};
 
 use crate::error::WriteError;
 use crate::event::Stats;
@@ -30,6 +30,7 @@ impl Participant {
         let Some(&pid) = self.peers.remote_at.get(&t.dest) else {
             return t;
         };
+        let hdr = self.header();
         let me = self.cfg.participant;
         let Some(auth) = self
             .peers
@@ -62,25 +63,17 @@ impl Participant {
         };
         let head: &[u8] = &t.head;
         let inner = head.len() - HEADER_LEN + t.body.len();
-        let body_len = SEALED_FIXED_LEN + inner + tether_crypto::TAG_LEN;
-        let Ok(body_len16) = u16::try_from(body_len) else {
-            return t; // never: datagrams are at most 65,000 bytes
-        };
         *counter += 1;
         let c = *counter;
         // header ‖ SEALED(to, counter, seal(submessages) ‖ tag); AAD: everything before the
         // sealed bytes.
-        let aad_len = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
-        let mut v = Vec::with_capacity(aad_len + inner + tether_crypto::TAG_LEN);
-        v.extend_from_slice(&head[..HEADER_LEN]);
-        v.push(SubmessageKind::Sealed as u8);
-        v.push(0);
-        v.extend_from_slice(&body_len16.to_le_bytes());
-        v.extend_from_slice(&pid.0.to_le_bytes());
-        v.extend_from_slice(&c.to_le_bytes());
+        let mut v = Vec::with_capacity(SEALED_PREFIX_LEN + inner + tether_crypto::TAG_LEN);
+        if encode_sealed_prefix(&mut v, hdr, pid, c, inner + tether_crypto::TAG_LEN).is_err() {
+            return t; // never: datagrams are at most 65,000 bytes
+        }
         v.extend_from_slice(&head[HEADER_LEN..]);
         v.extend_from_slice(&t.body);
-        let (aad, rest) = v.split_at_mut(aad_len);
+        let (aad, rest) = v.split_at_mut(SEALED_PREFIX_LEN);
         let Ok(tag) = key.seal_in_place(c, aad, rest) else {
             return t;
         };
