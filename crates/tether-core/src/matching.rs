@@ -7,10 +7,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use tether_wire::{DataRepr, EndpointKind, EntityId, HeartbeatRepr, Submessage};
 
-use crate::endpoint::{EndpointInfo, ReaderProxy, WriterProxy};
+use crate::endpoint::EndpointInfo;
 use crate::event::{AccessDenial, Right};
 use crate::event::{Event, Guid, IncompatibleQos};
 use crate::qos::{Mismatch, QosPolicy, check_compatible};
+use crate::reader::state::WriterProxy;
+use crate::writer::state::ReaderProxy;
 
 use crate::participant::{DATA_OVERHEAD, HEARTBEAT_LEN, Participant, after};
 use crate::security::gate::own_history;

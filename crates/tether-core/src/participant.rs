@@ -14,8 +14,10 @@ use tether_wire::{
     SUBMESSAGE_HEADER_LEN, Submessage,
 };
 
-use crate::endpoint::{AsyncState, EndpointInfo, Reader, Writer};
+use crate::endpoint::EndpointInfo;
 use crate::event::{DeadlineSide, Event, Guid, Sample, Stats};
+use crate::reader::state::Reader;
+use crate::writer::state::{AsyncState, Writer};
 
 use crate::discovery::RemoteEndpoint;
 use crate::error::CreateError;
@@ -542,7 +544,7 @@ impl Participant {
                     if last != w.hb_announced || ask {
                         w.hb_announced = last;
                         let first = w.first_available();
-                        let hb = crate::endpoint::next_heartbeat(
+                        let hb = crate::writer::state::next_heartbeat(
                             w.id,
                             &mut w.hb_count,
                             &mut w.acks_asked,

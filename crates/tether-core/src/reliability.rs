@@ -10,8 +10,8 @@ use tether_wire::{
     ParticipantId, Submessage,
 };
 
-use crate::endpoint::{FanoutKey, Writer};
 use crate::event::{Event, Guid, Stats};
+use crate::writer::state::{FanoutKey, Writer};
 
 use crate::discovery::RemoteParticipant;
 use crate::participant::{Config, DATA_OVERHEAD, HEARTBEAT_LEN, Participant};

@@ -1,6 +1,7 @@
 //! The reader's incoming path: samples into caches, in order, and out to the application.
 
 pub(crate) mod reassembly;
+pub(crate) mod state;
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -8,9 +9,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use tether_wire::{BatchRepr, DataFragRepr, EntityId, ParticipantId};
 
-use crate::endpoint::{Reader, WriterProxy};
 use crate::event::{Event, Guid, Sample, Stats};
 use crate::qos::Qos;
+use crate::reader::state::{Reader, WriterProxy};
 use crate::security::gate::Opened;
 
 use crate::participant::{Participant, after};
@@ -63,7 +64,7 @@ pub(crate) fn heard(
 /// order, through the reorder buffer). Returns how many samples reached the cache.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn accept(
-    cache: &mut crate::endpoint::Cache,
+    cache: &mut crate::reader::state::Cache,
     qos: &Qos,
     wp: &mut WriterProxy,
     reader: EntityId,
@@ -395,7 +396,7 @@ impl Participant {
                     }
                 },
                 None => {
-                    let charge = crate::endpoint::reassembly_charge(f.sample_size);
+                    let charge = crate::reader::state::reassembly_charge(f.sample_size);
                     if in_progress + charge > max_bytes || count >= MAX_REASSEMBLIES {
                         // Over this reader's reassembly budget: a reliable writer repairs it
                         // later, when room is back.

@@ -9,8 +9,8 @@ use tether_wire::{
     SUBMESSAGE_HEADER_LEN, Submessage,
 };
 
-use crate::endpoint::Writer;
 use crate::event::{Guid, Sample};
+use crate::writer::state::Writer;
 
 use crate::participant::Participant;
 

@@ -4,6 +4,7 @@ mod batch;
 pub(crate) mod flow;
 pub(crate) mod packer;
 pub(crate) mod schedule;
+pub(crate) mod state;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ use tether_wire::{
     ParticipantId, SUBMESSAGE_HEADER_LEN, encode_data_head,
 };
 
-use crate::endpoint::Cached;
+use crate::writer::state::Cached;
 
 use crate::discovery::RemoteParticipant;
 use crate::error::WriteError;

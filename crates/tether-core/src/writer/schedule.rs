@@ -214,7 +214,7 @@ impl Participant {
             a.hb = None;
             if reliable && (count > 1 || w.since_hb >= every) {
                 w.since_hb = 0;
-                let ask = crate::endpoint::asks_acks(
+                let ask = crate::writer::state::asks_acks(
                     &w.info,
                     w.acks_wanted,
                     w.acks_asked,
@@ -223,7 +223,7 @@ impl Participant {
                     ack_iv,
                 );
                 let first = w.history.front().map_or(c.seq, |f| f.seq);
-                a.hb = Some(crate::endpoint::next_heartbeat(
+                a.hb = Some(crate::writer::state::next_heartbeat(
                     id,
                     &mut w.hb_count,
                     &mut w.acks_asked,

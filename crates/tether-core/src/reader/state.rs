@@ -1,0 +1,276 @@
+//! A local reader's state: its cache, and its view of each writer it is matched with
+//! (order, gaps, reorder buffer, fragments being reassembled, acknowledgements).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use tether_wire::{AckNackRepr, EntityId, MAX_ACKNACK_BITS};
+
+use crate::endpoint::EndpointInfo;
+use crate::event::{Guid, Sample, Stats};
+use crate::qos::{History, Qos};
+
+/// A reader's cache: what the application takes from.
+#[derive(Debug)]
+pub(crate) struct Cache {
+    /// Samples with their arrival and the engine input (datagram or write) that brought them.
+    pub(crate) samples: VecDeque<(Sample, Instant, u64)>,
+    pub(crate) bytes: u64,
+    pub(crate) qos: Qos,
+}
+
+impl Cache {
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        self.samples.len() < self.qos.capacity()
+            && (self.samples.is_empty() || self.bytes + len as u64 <= self.qos.max_bytes_limit())
+    }
+
+    /// Inserts a sample that input `input` brought. Keep-all refuses when full (false).
+    /// Keep-last evicts the oldest samples, but only those of earlier inputs: the samples of
+    /// one datagram (a batch) all stay until the application has had a chance to take them,
+    /// so a depth smaller than a batch loses nothing to the batching itself. The cache thus
+    /// holds at most the depth plus one datagram's samples.
+    pub(crate) fn push(&mut self, s: Sample, now: Instant, input: u64) -> bool {
+        let len = s.payload.len();
+        if !self.has_room(len) {
+            if self.qos.history() == History::KeepAll {
+                return false;
+            }
+            while !self.has_room(len) {
+                match self.samples.front() {
+                    Some((_, _, i)) if *i < input => {}
+                    _ => break,
+                }
+                if let Some((old, _, _)) = self.samples.pop_front() {
+                    self.bytes -= old.payload.len() as u64;
+                }
+            }
+        }
+        self.bytes += len as u64;
+        self.samples.push_back((s, now, input));
+        true
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<(Sample, Instant)> {
+        let (s, at, _) = self.samples.pop_front()?;
+        self.bytes -= s.payload.len() as u64;
+        Some((s, at))
+    }
+}
+
+/// A reader's view of one matched writer.
+#[derive(Debug)]
+pub(crate) struct WriterProxy {
+    pub(crate) reliable: bool,
+    /// Reliable: the next sequence number to deliver (None until the first heartbeat).
+    pub(crate) expected: Option<u64>,
+    /// Best effort: the highest sequence number delivered.
+    pub(crate) last_delivered: u64,
+    /// Reliable: samples received ahead of `expected`.
+    pub(crate) pending: BTreeMap<u64, Sample>,
+    pub(crate) pending_bytes: u64,
+    /// Ranges the writer declared irrelevant ahead of `expected`.
+    pub(crate) gaps: Vec<(u64, u64)>,
+    pub(crate) hb_count: Option<u32>,
+    pub(crate) hb_last: u64,
+    pub(crate) acknack_count: u32,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) last_heard: Instant,
+    pub(crate) alive: bool,
+    pub(crate) local: bool,
+    /// Fragmented samples being reassembled, by sequence number.
+    pub(crate) frags: BTreeMap<u64, crate::reader::reassembly::Reassembly>,
+    /// The last reassembled sample's buffer, taken back for the next once it is free.
+    pub(crate) spare: bytes::BytesMut,
+    pub(crate) nackfrag_count: u32,
+}
+
+impl WriterProxy {
+    /// Whether sample `seq` would be a duplicate here: delivered already, or waiting in the
+    /// reorder buffer (the same test `accept` applies).
+    pub(crate) fn holds(&self, seq: u64) -> bool {
+        if self.reliable {
+            self.expected.is_some_and(|e| seq < e) || self.pending.contains_key(&seq)
+        } else {
+            seq <= self.last_delivered
+        }
+    }
+}
+
+/// Memory a reassembly is charged for: its sample, and at least 1 KiB of bookkeeping.
+pub(crate) fn reassembly_charge(sample_size: u32) -> u64 {
+    (sample_size as u64).max(1024)
+}
+
+/// Most gap ranges remembered per writer; more are refused and repaired by heartbeats.
+const MAX_GAPS: usize = 64;
+/// Least reorder-buffer room per writer, whatever the reader's history depth.
+const MIN_PENDING: usize = 256;
+
+impl WriterProxy {
+    pub(crate) fn new(reliable: bool, lease: Option<Duration>, now: Instant, local: bool) -> Self {
+        WriterProxy {
+            reliable,
+            expected: None,
+            last_delivered: 0,
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            gaps: Vec::new(),
+            hb_count: None,
+            hb_last: 0,
+            acknack_count: 0,
+            lease,
+            last_heard: now,
+            alive: true,
+            local,
+            frags: BTreeMap::new(),
+            spare: bytes::BytesMut::new(),
+            nackfrag_count: 0,
+        }
+    }
+
+    /// Bytes charged for this writer's reassemblies in progress.
+    pub(crate) fn frag_bytes(&self) -> u64 {
+        self.frags
+            .values()
+            .map(|r| reassembly_charge(r.sample_size))
+            .sum()
+    }
+
+    fn pending_room(&self, qos: &Qos, len: usize) -> bool {
+        self.pending.len() < qos.capacity().max(MIN_PENDING)
+            && (self.pending.is_empty() || self.pending_bytes + len as u64 <= qos.max_bytes_limit())
+    }
+
+    /// Accepts a reliable sample ahead of or at `expected` into the reorder buffer.
+    pub(crate) fn buffer(&mut self, s: Sample, qos: &Qos, stats: &mut Stats) {
+        let seq = s.seq;
+        if self.expected.is_some_and(|e| seq < e) || self.pending.contains_key(&seq) {
+            stats.duplicates += 1;
+            return;
+        }
+        if !self.pending_room(qos, s.payload.len()) {
+            stats.rejected_full += 1;
+            return;
+        }
+        self.pending_bytes += s.payload.len() as u64;
+        self.pending.insert(seq, s);
+    }
+
+    pub(crate) fn add_gap(&mut self, start: u64, end: u64) {
+        let Some(e) = self.expected else { return };
+        if end <= e {
+            return;
+        }
+        if start <= e {
+            // Covers `expected` already: applied at the next drain.
+        }
+        if self.gaps.len() < MAX_GAPS {
+            self.gaps.push((start.max(e), end));
+        }
+    }
+
+    /// Moves in-order samples into the cache. Returns (delivered, skipped-as-lost).
+    pub(crate) fn drain(&mut self, cache: &mut Cache, now: Instant, input: u64) -> (u64, u64) {
+        let Some(mut e) = self.expected else {
+            return (0, 0);
+        };
+        let (mut delivered, mut skipped) = (0, 0);
+        loop {
+            while let Some((&s, _)) = self.pending.first_key_value() {
+                if s >= e {
+                    break;
+                }
+                if let Some((_, old)) = self.pending.pop_first() {
+                    self.pending_bytes -= old.payload.len() as u64;
+                }
+            }
+            let next_pending = self.pending.first_key_value().map(|(&s, _)| s);
+            if next_pending == Some(e) {
+                let len = self
+                    .pending
+                    .first_key_value()
+                    .map_or(0, |(_, s)| s.payload.len());
+                if cache.qos.history() == History::KeepAll && !cache.has_room(len) {
+                    break;
+                }
+                if let Some((_, s)) = self.pending.pop_first() {
+                    self.pending_bytes -= s.payload.len() as u64;
+                    cache.push(s, now, input);
+                    delivered += 1;
+                }
+                e += 1;
+                continue;
+            }
+            if let Some(&(_, end)) = self.gaps.iter().find(|(a, b)| *a <= e && e < *b) {
+                let next = end.min(next_pending.unwrap_or(u64::MAX));
+                skipped += next - e;
+                e = next;
+                continue;
+            }
+            break;
+        }
+        self.gaps.retain(|&(_, end)| end > e);
+        self.expected = Some(e);
+        (delivered, skipped)
+    }
+
+    /// The ACKNACK answering what this reader knows of the writer.
+    pub(crate) fn acknack(&mut self, reader: EntityId, writer: EntityId) -> Option<AckNackRepr> {
+        let base = self.expected?;
+        let mut bitmap = [0u32; 8];
+        let mut num_bits = 0u16;
+        if self.hb_last >= base {
+            let span = (self.hb_last - base + 1).min(MAX_ACKNACK_BITS as u64) as u16;
+            for i in 0..span {
+                let seq = base + i as u64;
+                // A sample in reassembly is repaired fragment by fragment (NACK_FRAG).
+                let covered = self.pending.contains_key(&seq)
+                    || self.frags.contains_key(&seq)
+                    || self.gaps.iter().any(|(a, b)| *a <= seq && seq < *b);
+                if !covered {
+                    bitmap[(i / 32) as usize] |= 1 << (i % 32);
+                    num_bits = i + 1;
+                }
+            }
+        }
+        self.acknack_count = self.acknack_count.wrapping_add(1);
+        Some(AckNackRepr {
+            reader,
+            writer,
+            base,
+            num_bits,
+            bitmap,
+            count: self.acknack_count,
+        })
+    }
+}
+
+/// A local reader.
+#[derive(Debug)]
+pub(crate) struct Reader {
+    pub(crate) id: EntityId,
+    pub(crate) info: EndpointInfo,
+    pub(crate) writers: BTreeMap<Guid, WriterProxy>,
+    pub(crate) cache: Cache,
+    pub(crate) signalled: bool,
+    pub(crate) deadline_at: Option<Instant>,
+}
+
+impl Reader {
+    pub(crate) fn new(id: EntityId, info: EndpointInfo) -> Self {
+        let qos = info.qos;
+        Reader {
+            id,
+            info,
+            writers: BTreeMap::new(),
+            cache: Cache {
+                samples: VecDeque::new(),
+                bytes: 0,
+                qos,
+            },
+            signalled: false,
+            deadline_at: None,
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! A local writer's state: its history, its matched readers and fan-out plan, its batch
+//! and asynchronous sender cursor, and the heartbeats it sends.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{EntityId, ParticipantId};
+
+use crate::endpoint::EndpointInfo;
+use crate::event::Guid;
+use crate::qos::History;
+
+/// A sample held in a writer's history.
+#[derive(Debug, Clone)]
+pub(crate) struct Cached {
+    pub(crate) seq: u64,
+    pub(crate) timestamp_ns: u64,
+    pub(crate) payload: Bytes,
+    pub(crate) written: Instant,
+}
+
+/// A writer's view of one matched reader.
+#[derive(Debug, Clone)]
+pub(crate) struct ReaderProxy {
+    /// Reliable delivery to this reader (both sides reliable).
+    pub(crate) reliable: bool,
+    /// First sequence number this reader should get.
+    pub(crate) start: u64,
+    /// Every sequence number below this one is acknowledged.
+    pub(crate) acked: u64,
+    /// Count of the last ACKNACK processed.
+    pub(crate) last_count: Option<u32>,
+    /// Count of the last NACK_FRAG processed.
+    pub(crate) last_nackfrag: Option<u32>,
+    /// The reader lives in this participant.
+    pub(crate) local: bool,
+    /// The writer's key as last wrapped for this reader, with its epoch: a KEY_REQUEST is
+    /// answered from here, so a reader asking again and again costs no key agreement.
+    pub(crate) wrapped: Option<(u32, Vec<u8>)>,
+}
+
+/// A local writer.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    pub(crate) id: EntityId,
+    pub(crate) info: EndpointInfo,
+    pub(crate) next_seq: u64,
+    pub(crate) history: VecDeque<Cached>,
+    pub(crate) history_bytes: u64,
+    pub(crate) readers: BTreeMap<Guid, ReaderProxy>,
+    /// Remote participants with at least one matched reader, for fan-out.
+    pub(crate) dests: Vec<ParticipantId>,
+    /// The `dests` where at least one matched reader is reliable: where periodic
+    /// heartbeats go (kept with `dests`, so a heartbeat costs no scan of every reader).
+    pub(crate) reliable_dests: Vec<ParticipantId>,
+    /// Matched readers in this participant (delivered to directly).
+    pub(crate) locals: Vec<EntityId>,
+    pub(crate) hb_count: u32,
+    pub(crate) next_hb: Option<Instant>,
+    pub(crate) since_hb: u32,
+    /// The last sequence number a periodic heartbeat announced.
+    pub(crate) hb_announced: u64,
+    /// When a heartbeat last asked every reader to acknowledge (not final).
+    pub(crate) acks_asked: Option<Instant>,
+    /// Someone waits for acknowledgements: heartbeats ask until every reader has given one.
+    pub(crate) acks_wanted: bool,
+    pub(crate) deadline_at: Option<Instant>,
+    pub(crate) blocked: bool,
+    /// When a refused write last sent a heartbeat.
+    pub(crate) last_block_hb: Option<Instant>,
+    /// Encoded entries of the batch being filled (see `docs/wire.md#batch`).
+    pub(crate) batch_buf: bytes::BytesMut,
+    /// Samples in it, and the first one's sequence number.
+    pub(crate) batch_count: u32,
+    pub(crate) batch_first: u64,
+    /// When it must be sent at the latest.
+    pub(crate) batch_deadline: Option<Instant>,
+    /// Asynchronous publishing: where the sender stands in the history.
+    pub(crate) asyncw: Option<AsyncState>,
+    /// In a secure realm: the key its samples are sealed under (history holds them
+    /// sealed, so every retransmission sends the same sealed bytes).
+    pub(crate) key: Option<std::sync::Arc<tether_crypto::SenderKey>>,
+    /// Samples sealed under the current key (re-keyed before the suite's usage limit).
+    pub(crate) seals: u64,
+    /// In a secure realm: how its samples are protected.
+    pub(crate) prot: Option<tether_crypto::Protection>,
+    /// A protected sample's buffer taken back from the history once nothing else held it:
+    /// the next sample is sealed into it (no allocation, no zeroing).
+    pub(crate) spare: Option<Vec<u8>>,
+    /// A protected writer that keeps no history (best effort, volatile): the last sample it
+    /// sealed, whose buffer becomes the next seal's once no datagram holds it any more.
+    pub(crate) last_sealed: Option<bytes::Bytes>,
+    /// Where a sample goes (`participant::fanout_addrs` over `dests`), kept with what it
+    /// was computed from, so a write does not walk every remote participant: 100 matched
+    /// subscribers made that most of a multicast write's cost.
+    pub(crate) fanout: Option<(FanoutKey, Vec<(std::net::SocketAddr, bool)>)>,
+    /// A remote reader left: the writer moves to a new epoch before it seals again (or when
+    /// the participant's re-key timer fires, whichever comes first).
+    pub(crate) rekey_due: bool,
+}
+
+/// What a writer's fan-out plan depends on besides its `dests`: the participant's count
+/// of changes to its remote participants' addresses and groups, how many remotes announced
+/// a group, and the fewest participants in a group worth a multicast datagram.
+pub(crate) type FanoutKey = (u64, usize, usize);
+
+/// An asynchronous writer's sender cursor: the next datagram to release is fragment `frag`
+/// of sample `seq` for the `dest`-th matched participant.
+#[derive(Debug)]
+pub(crate) struct AsyncState {
+    pub(crate) priority: crate::Priority,
+    /// Index into the participant's flow controllers; `None`: unlimited.
+    pub(crate) bucket: Option<usize>,
+    pub(crate) seq: u64,
+    pub(crate) frag: u32,
+    pub(crate) dest: usize,
+    /// The heartbeat riding on the current sample's last datagram.
+    pub(crate) hb: Option<tether_wire::HeartbeatRepr>,
+    /// Every sample up to this one has been released for every destination.
+    pub(crate) released: u64,
+    /// A sample whose last datagram was handed to the driver, released at its next poll.
+    pub(crate) sending: Option<u64>,
+}
+
+/// Largest sealed buffer a writer keeps for its next sample.
+const SPARE_MAX: usize = 1 << 20;
+
+impl Writer {
+    pub(crate) fn new(id: EntityId, info: EndpointInfo) -> Self {
+        Writer {
+            id,
+            info,
+            next_seq: 1,
+            history: VecDeque::new(),
+            history_bytes: 0,
+            readers: BTreeMap::new(),
+            dests: Vec::new(),
+            reliable_dests: Vec::new(),
+            locals: Vec::new(),
+            hb_count: 0,
+            next_hb: None,
+            since_hb: 0,
+            hb_announced: 0,
+            acks_asked: None,
+            acks_wanted: false,
+            deadline_at: None,
+            blocked: false,
+            last_block_hb: None,
+            batch_buf: bytes::BytesMut::new(),
+            batch_count: 0,
+            batch_first: 0,
+            batch_deadline: None,
+            asyncw: None,
+            key: None,
+            seals: 0,
+            prot: None,
+            spare: None,
+            last_sealed: None,
+            fanout: None,
+            rekey_due: false,
+        }
+    }
+
+    /// The last sequence number sent (samples waiting in a batch, or for an asynchronous
+    /// writer's sender, are not).
+    pub(crate) fn last_sent(&self) -> u64 {
+        if let Some(a) = &self.asyncw {
+            a.released
+        } else if self.batch_count > 0 {
+            self.batch_first - 1
+        } else {
+            self.next_seq - 1
+        }
+    }
+
+    /// Whether samples are kept after sending (someone may ask for them again).
+    pub(crate) fn keeps_history(&self) -> bool {
+        self.asyncw.is_some()
+            || self.info.qos.is_reliable()
+            || self.info.qos.durability_kind() == tether_wire::Durability::TransientLocal
+    }
+
+    pub(crate) fn first_available(&self) -> u64 {
+        self.history.front().map_or(self.next_seq, |c| c.seq)
+    }
+
+    pub(crate) fn find(&self, seq: u64) -> Option<&Cached> {
+        let i = self.history.binary_search_by_key(&seq, |c| c.seq).ok()?;
+        self.history.get(i)
+    }
+
+    /// Lowest sequence number some reliable reader, or the asynchronous sender, still needs.
+    fn min_acked(&self) -> u64 {
+        let unsent = self.asyncw.as_ref().map_or(u64::MAX, |a| a.released + 1);
+        self.readers
+            .values()
+            .filter(|r| r.reliable && !r.local)
+            .map(|r| r.acked.max(r.start))
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(unsent)
+    }
+
+    /// Drops released samples no one will ask for again.
+    pub(crate) fn forget_released(&mut self) {
+        let Some(r) = self.asyncw.as_ref().map(|a| a.released) else {
+            return;
+        };
+        if self.forgets_released() {
+            while self.history.front().is_some_and(|c| c.seq <= r) {
+                self.pop_front();
+            }
+        }
+    }
+
+    /// Whether released samples may be dropped at once (no one will ask for them again).
+    pub(crate) fn forgets_released(&self) -> bool {
+        !self.info.qos.is_reliable()
+            && self.info.qos.durability_kind() != tether_wire::Durability::TransientLocal
+    }
+
+    pub(crate) fn has_unacked(&self) -> bool {
+        self.readers.values().any(|r| {
+            r.reliable
+                && !r.local
+                && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
+        })
+    }
+
+    /// A buffer to seal the next sample into: one the history let go of, or the last
+    /// sealed sample's when this writer keeps no history and nothing holds it any more;
+    /// else a new one.
+    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
+        if let Some(v) = self.spare.take() {
+            return v;
+        }
+        self.last_sealed
+            .take()
+            .and_then(|b| b.try_into_mut().ok())
+            .map(Vec::from)
+            .unwrap_or_default()
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(c) = self.history.pop_front() {
+            self.history_bytes -= c.payload.len() as u64;
+            // A secure writer's history holds buffers it sealed; one no datagram still
+            // refers to comes back for the next seal.
+            if self.prot.is_some() && self.spare.is_none() && c.payload.len() <= SPARE_MAX {
+                if let Ok(m) = c.payload.try_into_mut() {
+                    self.spare = Some(Vec::from(m));
+                }
+            }
+        }
+    }
+
+    /// Drops samples whose lifespan ran out. Returns how many.
+    pub(crate) fn expire(&mut self, now: Instant) -> u64 {
+        let Some(ls) = self.info.qos.lifespan_duration() else {
+            return 0;
+        };
+        let mut n = 0;
+        while self
+            .history
+            .front()
+            .is_some_and(|c| now.saturating_duration_since(c.written) > ls)
+        {
+            self.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    /// Makes room for a sample of `len` bytes. False if a keep-all writer is full of
+    /// samples some reliable reader has not acknowledged yet.
+    pub(crate) fn make_room(&mut self, len: u64) -> bool {
+        if !self.keeps_history() {
+            return true;
+        }
+        let qos = self.info.qos;
+        match qos.history() {
+            History::KeepLast(n) => {
+                let n = n.min(qos.max_samples_limit()) as usize;
+                while self.history.len() >= n
+                    || (!self.history.is_empty()
+                        && self.history_bytes + len > qos.max_bytes_limit())
+                {
+                    self.pop_front();
+                }
+                true
+            }
+            History::KeepAll => {
+                let full = |w: &Self| {
+                    w.history.len() >= qos.max_samples_limit() as usize
+                        || (!w.history.is_empty() && w.history_bytes + len > qos.max_bytes_limit())
+                };
+                if !full(self) {
+                    return true;
+                }
+                let min_acked = self.min_acked();
+                while full(self) {
+                    match self.history.front() {
+                        Some(c) if c.seq < min_acked => self.pop_front(),
+                        _ => return false,
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// After acknowledgements: frees acknowledged samples of a keep-all writer so memory
+    /// follows the slowest reader, not the limit.
+    pub(crate) fn release_acked(&mut self) {
+        if self.info.qos.history() != History::KeepAll
+            || self.info.qos.durability_kind() == tether_wire::Durability::TransientLocal
+        {
+            return;
+        }
+        let min_acked = self.min_acked();
+        while self.history.front().is_some_and(|c| c.seq < min_acked) {
+            self.pop_front();
+        }
+    }
+
+    pub(crate) fn push_history(&mut self, c: Cached) {
+        if !self.keeps_history() {
+            if self.prot.is_some() && c.payload.len() <= SPARE_MAX {
+                self.last_sealed = Some(c.payload);
+            }
+            return;
+        }
+        self.history_bytes += c.payload.len() as u64;
+        self.history.push_back(c);
+    }
+
+    /// Recomputes the fan-out lists; called whenever `readers` changes.
+    pub(crate) fn rebuild_dests(&mut self) {
+        let mut d: Vec<ParticipantId> = self
+            .readers
+            .iter()
+            .filter(|(_, r)| !r.local)
+            .map(|(g, _)| g.participant)
+            .collect();
+        d.dedup();
+        // `readers` is ordered by participant first, so each participant's readers are
+        // adjacent and one pass finds those with a reliable one.
+        let mut rel: Vec<ParticipantId> = Vec::new();
+        for (g, r) in &self.readers {
+            if !r.local && r.reliable && rel.last() != Some(&g.participant) {
+                rel.push(g.participant);
+            }
+        }
+        self.dests = d;
+        self.reliable_dests = rel;
+        self.fanout = None;
+        self.locals = self
+            .readers
+            .iter()
+            .filter(|(_, r)| r.local)
+            .map(|(g, _)| g.entity)
+            .collect();
+    }
+
+    /// Where a sample goes: the plan kept from an earlier write if `key` (and `dests`)
+    /// are unchanged, else `plan(dests)`, kept for the next.
+    pub(crate) fn fanout(
+        &mut self,
+        key: FanoutKey,
+        plan: impl FnOnce(&[ParticipantId]) -> Vec<(std::net::SocketAddr, bool)>,
+    ) -> &[(std::net::SocketAddr, bool)] {
+        if !matches!(&self.fanout, Some((k, _)) if *k == key) {
+            self.fanout = Some((key, plan(&self.dests)));
+        }
+        self.fanout.as_ref().map_or(&[], |(_, p)| p.as_slice())
+    }
+
+    /// Whether a heartbeat sent now must ask every reader to acknowledge, rather than be
+    /// final (answered only by readers that miss something). A keep-all writer frees its
+    /// history by acknowledgements, so it always asks; others ask when someone waits for
+    /// acknowledgements, while a reader has never acknowledged, and at least every
+    /// `interval`, so what [`Writer::has_unacked`] knows is never older than that. Without
+    /// this every reader would answer every sample's heartbeat: with 100 readers, 100
+    /// ACKNACKs for the writer to take per sample.
+    pub(crate) fn asks_acks(&self, now: Instant, interval: Duration) -> bool {
+        asks_acks(
+            &self.info,
+            self.acks_wanted,
+            self.acks_asked,
+            &self.readers,
+            now,
+            interval,
+        )
+    }
+
+    /// A heartbeat of this writer announcing `first..=last`: the next count, final unless it
+    /// must ask for acknowledgements (see [`Writer::asks_acks`]).
+    pub(crate) fn heartbeat(
+        &mut self,
+        now: Instant,
+        interval: Duration,
+        first: u64,
+        last: u64,
+    ) -> tether_wire::HeartbeatRepr {
+        let ask = self.asks_acks(now, interval);
+        let (id, count, asked) = (self.id, &mut self.hb_count, &mut self.acks_asked);
+        next_heartbeat(id, count, asked, now, ask, first, last)
+    }
+
+    /// A heartbeat announcing `first..=last` that every reader answers.
+    pub(crate) fn asking_heartbeat(
+        &mut self,
+        now: Instant,
+        first: u64,
+        last: u64,
+    ) -> tether_wire::HeartbeatRepr {
+        let (id, count, asked) = (self.id, &mut self.hb_count, &mut self.acks_asked);
+        next_heartbeat(id, count, asked, now, true, first, last)
+    }
+
+    /// Brings the next periodic heartbeat forward to `at` if it is later (or unset);
+    /// true if it moved.
+    pub(crate) fn heartbeat_by(&mut self, at: Instant) -> bool {
+        if self.next_hb.is_some_and(|t| t <= at) {
+            return false;
+        }
+        self.next_hb = Some(at);
+        true
+    }
+
+    /// How many writes between piggy-backed heartbeats.
+    pub(crate) fn heartbeat_every(&self) -> u32 {
+        match self.info.qos.history() {
+            History::KeepAll => (self.info.qos.max_samples_limit() / 4).clamp(1, 1024),
+            History::KeepLast(_) => 64,
+        }
+    }
+}
+
+/// [`Writer::asks_acks`], from the fields it reads (for callers holding others borrowed).
+pub(crate) fn asks_acks(
+    info: &EndpointInfo,
+    acks_wanted: bool,
+    acks_asked: Option<Instant>,
+    readers: &BTreeMap<Guid, ReaderProxy>,
+    now: Instant,
+    interval: Duration,
+) -> bool {
+    info.qos.history() == History::KeepAll
+        || acks_wanted
+        || acks_asked.is_none_or(|t| now.saturating_duration_since(t) >= interval)
+        || readers
+            .values()
+            .any(|r| r.reliable && !r.local && r.last_count.is_none())
+}
+
+/// Writer `id`'s next heartbeat (its count bumped), announcing `first..=last`: asking every
+/// reader to acknowledge (noted in `acks_asked`), or final. From the fields it changes, for
+/// callers holding others of the writer borrowed.
+pub(crate) fn next_heartbeat(
+    id: EntityId,
+    hb_count: &mut u32,
+    acks_asked: &mut Option<Instant>,
+    now: Instant,
+    ask: bool,
+    first: u64,
+    last: u64,
+) -> tether_wire::HeartbeatRepr {
+    if ask {
+        *acks_asked = Some(now);
+    }
+    *hb_count = hb_count.wrapping_add(1);
+    tether_wire::HeartbeatRepr {
+        writer: id,
+        reader: EntityId::ALL,
+        first,
+        last,
+        count: *hb_count,
+        final_: !ask,
+    }
+}
