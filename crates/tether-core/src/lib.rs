@@ -19,8 +19,11 @@
 //! 3. sleep until [`Participant::poll_timeout`] or the next datagram, then call
 //!    [`Participant::handle_timeout`] or [`Participant::handle_datagram`].
 //!
-//! The writer's outgoing path: history → batch → fragment → schedule → transmit. Not yet:
-//! encryption (the seal step, between batch and fragment).
+//! One module per concern (docs/architecture.md draws the map): `participant` owns the parts
+//! and dispatches inputs; `discovery`, `matching`, `writer/` (history → protect → batch →
+//! fragment → schedule → transmit), `reader/` (cache, order, reassembly), `reliability`
+//! (heartbeat, ACKNACK, GAP, NACK_FRAG) and `security/` (authentication, sender keys, the
+//! gate every received datagram passes, and the protect step).
 
 #![forbid(unsafe_code)]
 
