@@ -28,7 +28,7 @@ pub enum WriteError {
     /// No such writer.
     UnknownWriter(Bytes),
     /// A keep-all writer is full of unacknowledged samples (or a local keep-all reader is
-    /// full). Retry after [`Event::WriterReady`].
+    /// full). Retry after [`Event::WriterReady`](crate::Event::WriterReady).
     WouldBlock(Bytes),
     /// The sample is larger than `max_sample_size`.
     TooLarge {

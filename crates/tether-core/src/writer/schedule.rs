@@ -24,7 +24,7 @@ pub(crate) struct Scheduler {
 
 impl Participant {
     /// Defines (or redefines) a named flow controller for asynchronous writers. A writer
-    /// names it in its QoS ([`Qos::flow_controller`]); several writers may share one.
+    /// names it in its QoS ([`Qos::flow_controller`](crate::Qos::flow_controller)); several writers may share one.
     pub fn set_flow_controller(&mut self, name: &str, spec: FlowController) {
         match self.sched.buckets.iter_mut().find(|b| b.name == name) {
             Some(b) => {
