@@ -312,7 +312,7 @@ fn session_config(
     c.discovery.interface = a.ip.to_string();
     if a.mode != Mode::Plain {
         c.security.keys = Some(a.realm.join(format!("{keys}.key")));
-        c.security.mode = Some("encrypt".into());
+        c.security.mode = Some(tether::SecurityMode::Encrypt);
         c.security.pairwise = a.mode == Mode::Pairwise;
     }
     c

@@ -141,7 +141,7 @@ impl Cli {
         }
         if let Some(k) = &self.keys {
             c.security.keys = Some(k.clone());
-            if c.security.mode.as_deref() == Some("off") {
+            if c.security.mode == Some(tether::SecurityMode::Off) {
                 c.security.mode = None;
             }
         }

@@ -59,6 +59,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod engine;
+mod security;
+pub(crate) use engine::{EngineSettings, SecurityPolicy};
+pub use security::{SecurityConfig, SecurityMode, SuiteChoice, UnknownWord};
+
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -80,10 +85,47 @@ pub enum ConfigError {
         /// The parser's message, with line, column and key.
         message: String,
     },
-    /// A value is well-typed but unusable.
-    #[error("invalid config: {0}")]
-    Invalid(String),
+    /// A number is outside the range the field allows.
+    #[error(
+        "invalid config: {field} = {value} is outside {}..={}{}",
+        allowed.start(),
+        allowed.end(),
+        if *allowed == (1..=DAY_MS) { " (1 ms to 1 day)" } else { "" }
+    )]
+    OutOfRange {
+        /// The field, as `table.key`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The values allowed.
+        allowed: std::ops::RangeInclusive<u64>,
+    },
+    /// Security is on (`security.mode` other than `off`) but no key bundle is given.
+    #[error(
+        "invalid config: security is on (security.mode) but security.keys is not set (a bundle from `tether keys issue`)"
+    )]
+    MissingKeys,
+    /// A value is well-typed but unusable for another reason.
+    #[error("invalid config: {field}: {reason}")]
+    Invalid {
+        /// The field, as `table.key` (or the table, for a bad key in it).
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
+
+impl ConfigError {
+    fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One day in milliseconds: the longest period or time-out a configuration takes.
+const DAY_MS: u64 = 24 * 3600 * 1000;
 
 /// The whole configuration of a session.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -103,38 +145,6 @@ pub struct Config {
     pub flow_controllers: std::collections::BTreeMap<String, FlowControllerConfig>,
     /// Membership of a secure realm.
     pub security: SecurityConfig,
-}
-
-/// `[security]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct SecurityConfig {
-    /// The participant's key bundle (`tether keys issue` writes `NAME.key`).
-    pub keys: Option<PathBuf>,
-    /// The realm's revocation list (`revoked.toml`).
-    pub revocations: Option<PathBuf>,
-    /// `"off"` or `"encrypt"`; default: `"encrypt"` with keys, `"off"` without.
-    pub mode: Option<String>,
-    /// The AEAD suite of this session's writers: `"auto"` (default), `"aes128-gcm"`,
-    /// `"aes256-gcm"` or `"chacha20-poly1305"`.
-    pub suite: Option<String>,
-    /// Per-topic modes: topic pattern → mode.
-    pub topics: std::collections::BTreeMap<String, String>,
-    /// Also seal every datagram to a peer under a key shared with that peer alone, the way
-    /// SROS2's defaults protect RTPS messages (`docs/wire.md#sealed`). A comparison mode:
-    /// it adds a seal and a copy per destination. Default false.
-    pub pairwise: bool,
-}
-
-impl SecurityConfig {
-    /// Whether authentication is on (validated by `Config::validate`).
-    pub fn enabled(&self) -> bool {
-        match self.mode.as_deref() {
-            Some("off") => false,
-            Some(_) => true,
-            None => self.keys.is_some(),
-        }
-    }
 }
 
 /// `[flow_controllers.NAME]`: a token bucket. Give `rate`, or `tokens_per_period` with
@@ -176,7 +186,7 @@ impl FlowControllerConfig {
     /// The token bucket it describes; `key` names it in errors.
     pub fn to_spec(&self, key: &str) -> Result<tether_core::FlowController, ConfigError> {
         use tether_core::FlowController;
-        let bad = |m: String| ConfigError::Invalid(format!("flow_controllers.{key}: {m}"));
+        let bad = |m: String| ConfigError::invalid(format!("flow_controllers.{key}"), m);
         let period_ms = self.period_ms.unwrap_or(10);
         if !(1..=24 * 3600 * 1000).contains(&period_ms) {
             return Err(bad(format!(
@@ -359,73 +369,69 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let t = &self.transport;
-        if !(1024..=65_507).contains(&t.max_datagram) {
-            return Err(ConfigError::Invalid(format!(
-                "transport.max_datagram = {} is outside 1024..=65507",
-                t.max_datagram
-            )));
-        }
-        if t.max_sample_size == 0 || t.max_sample_size > u32::MAX as usize {
-            return Err(ConfigError::Invalid(format!(
-                "transport.max_sample_size = {} is outside 1..=4294967295",
-                t.max_sample_size
-            )));
-        }
         let d = &self.discovery;
+        let r = &self.reliability;
+        for (field, value, allowed) in [
+            (
+                "transport.max_datagram",
+                t.max_datagram as u64,
+                1024..=65_507,
+            ),
+            (
+                "transport.max_sample_size",
+                t.max_sample_size as u64,
+                1..=u64::from(u32::MAX),
+            ),
+        ] {
+            if !allowed.contains(&value) {
+                return Err(ConfigError::OutOfRange {
+                    field,
+                    value,
+                    allowed,
+                });
+            }
+        }
         if d.announce_period_ms == 0 || d.lease_ms < 3 * d.announce_period_ms.min(1000) {
-            return Err(ConfigError::Invalid(format!(
-                "discovery.lease_ms = {} must be at least 3 × min(announce_period_ms, 1000)",
-                d.lease_ms
-            )));
+            return Err(ConfigError::invalid(
+                "discovery.lease_ms",
+                format!(
+                    "{} must be at least 3 × min(announce_period_ms, 1000)",
+                    d.lease_ms
+                ),
+            ));
         }
         if !d.multicast_group.is_multicast() {
-            return Err(ConfigError::Invalid(format!(
-                "discovery.multicast_group = {} is not a multicast address",
-                d.multicast_group
-            )));
+            return Err(ConfigError::invalid(
+                "discovery.multicast_group",
+                format!("{} is not a multicast address", d.multicast_group),
+            ));
         }
         self.flow_controller_specs()?;
         let sec = &self.security;
-        if let Some(m) = &sec.mode {
-            m.parse::<tether_core::Protection>()
-                .map_err(|e| ConfigError::Invalid(format!("security.mode: {e}")))?;
-        }
-        for (pattern, m) in &sec.topics {
+        for pattern in sec.topics.keys() {
             if !tether_crypto::valid_pattern(pattern) {
-                return Err(ConfigError::Invalid(format!(
-                    "security.topics: '{pattern}' is not a topic pattern"
-                )));
+                return Err(ConfigError::invalid(
+                    "security.topics",
+                    format!("'{pattern}' is not a topic pattern"),
+                ));
             }
-            m.parse::<tether_core::Protection>()
-                .map_err(|e| ConfigError::Invalid(format!("security.topics.\"{pattern}\": {e}")))?;
-        }
-        if let Some(su) = &sec.suite {
-            su.parse::<tether_crypto::Suite>()
-                .map_err(|e| ConfigError::Invalid(format!("security.suite: {e}")))?;
         }
         if sec.enabled() && sec.keys.is_none() {
-            return Err(ConfigError::Invalid(
-                "security is on (security.mode) but security.keys is not set (a bundle from `tether keys issue`)".into(),
-            ));
+            return Err(ConfigError::MissingKeys);
         }
-        const DAY_MS: u64 = 24 * 3600 * 1000;
-        for (key, v) in [
+        for (field, value) in [
             ("discovery.announce_period_ms", d.announce_period_ms),
             ("discovery.lease_ms", d.lease_ms),
             ("transport.reassembly_timeout_ms", t.reassembly_timeout_ms),
-            (
-                "reliability.heartbeat_period_ms",
-                self.reliability.heartbeat_period_ms,
-            ),
-            (
-                "reliability.max_blocking_time_ms",
-                self.reliability.max_blocking_time_ms,
-            ),
+            ("reliability.heartbeat_period_ms", r.heartbeat_period_ms),
+            ("reliability.max_blocking_time_ms", r.max_blocking_time_ms),
         ] {
-            if !(1..=DAY_MS).contains(&v) {
-                return Err(ConfigError::Invalid(format!(
-                    "{key} = {v} is outside 1..={DAY_MS} (1 ms to 1 day)"
-                )));
+            if !(1..=DAY_MS).contains(&value) {
+                return Err(ConfigError::OutOfRange {
+                    field,
+                    value,
+                    allowed: 1..=DAY_MS,
+                });
             }
         }
         Ok(())
@@ -439,10 +445,13 @@ impl Config {
             .iter()
             .map(|(k, v)| {
                 if k.is_empty() || k.len() > tether_core::FlowName::MAX {
-                    return Err(ConfigError::Invalid(format!(
-                        "flow controller name '{k}' must be 1 to {} bytes",
-                        tether_core::FlowName::MAX
-                    )));
+                    return Err(ConfigError::invalid(
+                        "flow_controllers",
+                        format!(
+                            "flow controller name '{k}' must be 1 to {} bytes",
+                            tether_core::FlowName::MAX
+                        ),
+                    ));
                 }
                 Ok((k.clone(), v.to_spec(k)?))
             })
@@ -465,6 +474,11 @@ impl Config {
 
     pub(crate) fn announce_period(&self) -> Duration {
         Duration::from_millis(self.discovery.announce_period_ms)
+    }
+
+    /// The discovery multicast port of this domain (`multicast_port` + `domain`).
+    pub(crate) fn multicast_port(&self) -> u16 {
+        self.discovery.multicast_port.wrapping_add(self.domain)
     }
 }
 
@@ -548,6 +562,45 @@ mod tests {
         assert!(m.contains("domain") || m.contains("invalid type"), "{m}");
         let e = Config::from_toml("[transport]\nbusy_poll = 3\n").unwrap_err();
         assert!(e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn security_words_are_typed() {
+        let c = Config::from_toml(
+            "[security]\nkeys = \"k\"\nmode = \"encrypt+sign\"\nsuite = \"aes256-gcm\"\n\
+             [security.topics]\n\"/a/**\" = \"sign\"\n\"/b\" = \"off\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.security.mode, Some(SecurityMode::EncryptSign));
+        assert_eq!(c.security.suite, SuiteChoice::Aes256Gcm);
+        assert_eq!(c.security.topics["/a/**"], SecurityMode::Sign);
+        assert_eq!(c.security.topics["/b"], SecurityMode::Off);
+        assert_eq!(Config::default().security.suite, SuiteChoice::Auto);
+        for m in SecurityMode::ALL {
+            assert_eq!(m.name().parse::<SecurityMode>(), Ok(m));
+        }
+        for s in SuiteChoice::ALL {
+            assert_eq!(s.name().parse::<SuiteChoice>(), Ok(s));
+        }
+        for (text, says) in [
+            (
+                "[security]\nmode = \"sometimes\"\n",
+                "unknown mode 'sometimes' (expected off, encrypt, sign or encrypt+sign)",
+            ),
+            (
+                "[security]\nkeys = \"k\"\nsuite = \"des\"\n",
+                "unknown suite 'des' (expected auto, aes128-gcm, aes256-gcm or chacha20-poly1305)",
+            ),
+            (
+                "[security]\nkeys = \"k\"\n[security.topics]\n\"/a\" = \"loud\"\n",
+                "unknown mode 'loud'",
+            ),
+            ("[security]\nmode = 3\n", "line 2"),
+        ] {
+            let e = Config::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text:?}: {e}");
+            assert!(e.contains("line"), "{text:?}: {e}");
+        }
     }
 
     #[test]

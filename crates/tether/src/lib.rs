@@ -29,7 +29,7 @@ mod session;
 
 pub use config::{
     Config, ConfigError, DiscoveryConfig, FlowControllerConfig, ReliabilityConfig, SecurityConfig,
-    TokenCount, TransportConfig, UnlimitedWord,
+    SecurityMode, SuiteChoice, TokenCount, TransportConfig, UnknownWord, UnlimitedWord,
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,

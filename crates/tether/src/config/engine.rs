@@ -1,0 +1,190 @@
+//! The typed conversion from a [`Config`] to what the engine is configured with.
+//!
+//! [`EngineSettings`] is everything of `tether_core::Config` but two things a session
+//! supplies when it opens: the participant id (random, drawn at open) and the realm's key
+//! material (files read and a credential checked against the clock, [`SecurityPolicy`] says
+//! which). Converting checks what a `Config` built in code, not read from a file, may still
+//! get wrong.
+
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_core::{FlowController, ParticipantId, Protection};
+
+use super::{Config, ConfigError};
+
+/// What a [`Config`] asks of the engine, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineSettings {
+    domain: u16,
+    name: String,
+    lease: Duration,
+    announce_period: Duration,
+    heartbeat_period: Duration,
+    max_datagram: usize,
+    max_sample_size: usize,
+    max_reassembly_bytes: usize,
+    reassembly_timeout: Duration,
+    data_group: Option<SocketAddrV4>,
+    /// The named flow controllers, to install in the engine.
+    pub(crate) flow_controllers: Vec<(String, FlowController)>,
+    /// How to join the realm; `None`: security off.
+    pub(crate) security: Option<SecurityPolicy>,
+}
+
+/// Realm membership as configured: where the keys are, and how writers protect samples.
+#[derive(Debug, Clone)]
+pub(crate) struct SecurityPolicy {
+    /// The participant's key bundle.
+    pub(crate) keys: PathBuf,
+    /// The realm's revocation list.
+    pub(crate) revocations: Option<PathBuf>,
+    /// The AEAD suite of this session's writers, resolved for this machine.
+    pub(crate) suite: tether_crypto::Suite,
+    /// Also seal each datagram per peer.
+    pub(crate) pairwise: bool,
+    /// Protection of topics no override names.
+    pub(crate) protection: Protection,
+    /// Per-topic protection, by pattern, first match wins.
+    pub(crate) topics: Vec<(String, Protection)>,
+}
+
+impl TryFrom<&Config> for EngineSettings {
+    type Error = ConfigError;
+
+    fn try_from(c: &Config) -> Result<Self, ConfigError> {
+        let security = if c.security.enabled() {
+            let sec = &c.security;
+            Some(SecurityPolicy {
+                keys: sec.keys.clone().ok_or(ConfigError::MissingKeys)?,
+                revocations: sec.revocations.clone(),
+                suite: sec.suite.suite(),
+                pairwise: sec.pairwise,
+                protection: sec.default_protection(),
+                topics: sec
+                    .topics
+                    .iter()
+                    .map(|(p, m)| (p.clone(), (*m).into()))
+                    .collect(),
+            })
+        } else {
+            None
+        };
+        // The discovery thread's socket joins the group; what arrives there is handled like
+        // anything else.
+        let data_group = c
+            .transport
+            .multicast_data
+            .then(|| SocketAddrV4::new(c.discovery.multicast_group, c.multicast_port()));
+        Ok(EngineSettings {
+            domain: c.domain,
+            name: if c.name.is_empty() {
+                format!("pid{}", std::process::id())
+            } else {
+                c.name.clone()
+            },
+            lease: Duration::from_millis(c.discovery.lease_ms),
+            announce_period: c.announce_period(),
+            heartbeat_period: Duration::from_millis(c.reliability.heartbeat_period_ms),
+            max_datagram: c.transport.max_datagram,
+            max_sample_size: c.transport.max_sample_size,
+            max_reassembly_bytes: c.transport.max_reassembly_bytes,
+            reassembly_timeout: Duration::from_millis(c.transport.reassembly_timeout_ms),
+            data_group,
+            flow_controllers: c.flow_controller_specs()?,
+            security,
+        })
+    }
+}
+
+impl EngineSettings {
+    /// The engine's configuration for participant `id`, a member of the realm through
+    /// `security` (loaded as [`EngineSettings::security`] says), or of none.
+    pub(crate) fn engine_config(
+        &self,
+        id: ParticipantId,
+        security: Option<Arc<tether_core::Security>>,
+    ) -> tether_core::Config {
+        let mut cc = tether_core::Config::new(self.domain, id);
+        cc.name = self.name.clone();
+        cc.lease = self.lease;
+        cc.announce_period = self.announce_period;
+        cc.heartbeat_period = self.heartbeat_period;
+        cc.max_datagram = self.max_datagram;
+        cc.max_sample_size = self.max_sample_size;
+        cc.max_reassembly_bytes = self.max_reassembly_bytes;
+        cc.reassembly_timeout = self.reassembly_timeout;
+        cc.data_group = self.data_group;
+        cc.security = security;
+        cc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SecurityMode;
+
+    #[test]
+    fn maps_every_field() {
+        let c = Config::from_toml(
+            "domain = 3\nname = \"r\"\n[discovery]\nlease_ms = 5000\nannounce_period_ms = 200\n\
+             [reliability]\nheartbeat_period_ms = 7\n[transport]\nmax_datagram = 1400\n\
+             max_sample_size = 9000\nmax_reassembly_bytes = 12345\nreassembly_timeout_ms = 50\n\
+             multicast_data = true\n",
+        )
+        .unwrap();
+        let s = EngineSettings::try_from(&c).unwrap();
+        let cc = s.engine_config(ParticipantId(42), None);
+        assert_eq!(
+            (cc.domain, cc.participant, cc.name.as_str()),
+            (3, ParticipantId(42), "r")
+        );
+        assert_eq!(cc.lease, Duration::from_secs(5));
+        assert_eq!(cc.announce_period, Duration::from_millis(200));
+        assert_eq!(cc.heartbeat_period, Duration::from_millis(7));
+        assert_eq!(
+            (cc.max_datagram, cc.max_sample_size, cc.max_reassembly_bytes),
+            (1400, 9000, 12345)
+        );
+        assert_eq!(cc.reassembly_timeout, Duration::from_millis(50));
+        assert_eq!(cc.data_group, Some("239.255.0.1:7403".parse().unwrap()));
+        assert!(s.security.is_none());
+    }
+
+    #[test]
+    fn security_policy_is_typed() {
+        let c = Config::from_toml(
+            "[security]\nkeys = \"k\"\nsuite = \"chacha20-poly1305\"\n\
+             [security.topics]\n\"/cmd/**\" = \"encrypt+sign\"\n\"/log\" = \"off\"\n",
+        )
+        .unwrap();
+        let p = EngineSettings::try_from(&c).unwrap().security.unwrap();
+        assert_eq!(p.suite, tether_crypto::Suite::ChaCha20Poly1305);
+        assert_eq!(p.protection, SecurityMode::Encrypt.into());
+        assert_eq!(
+            p.topics,
+            [
+                ("/cmd/**".to_string(), SecurityMode::EncryptSign.into()),
+                ("/log".to_string(), SecurityMode::Off.into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn unvalidated_config_is_checked() {
+        let mut c = Config::default();
+        c.security.mode = Some(SecurityMode::Sign);
+        assert!(matches!(
+            EngineSettings::try_from(&c),
+            Err(ConfigError::MissingKeys)
+        ));
+        c.security.mode = Some(SecurityMode::Off);
+        assert!(EngineSettings::try_from(&c).unwrap().security.is_none());
+        c.flow_controllers.insert("x".into(), Default::default());
+        let e = EngineSettings::try_from(&c).unwrap_err().to_string();
+        assert!(e.contains("flow_controllers.x"), "{e}");
+    }
+}

@@ -1,0 +1,382 @@
+//! The driver: pumps `tether-core` over `tether-transport`.
+//!
+//! Threads: one receive thread per session blocks on (or, in busy-poll mode, spins on) the
+//! unicast socket; it hands each datagram to the engine and runs subscriber callbacks itself,
+//! so a sample crosses no thread between the socket and the callback. A `put` runs the
+//! engine and sends on the caller's thread. A discovery thread scans the registry directory
+//! and receives multicast announcements; it is off the data path.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tether_core::{
+    EndpointInfo, EndpointKind, Event, FlowController, ParticipantId, Qos, RemoteEndpoint, Sample,
+    Stats,
+};
+use tether_transport::{Registry, Transport};
+
+mod error;
+mod open;
+mod publisher;
+mod shared;
+mod subscriber;
+mod threads;
+
+pub use error::{OpenError, PutError, RecvError};
+pub use publisher::Publisher;
+use shared::{Shared, Signal, Slot};
+pub use subscriber::Subscriber;
+
+type Callback = Arc<dyn Fn(Sample) + Send + Sync>;
+type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// A topic and what scopes matching on it besides QoS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topic {
+    name: String,
+    type_name: String,
+    partitions: Vec<String>,
+}
+
+impl Topic {
+    /// A topic name such as `/chatter`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Topic {
+            name: name.into(),
+            type_name: String::new(),
+            partitions: Vec::new(),
+        }
+    }
+    /// The type name (empty matches any type).
+    pub fn type_name(mut self, t: impl Into<String>) -> Self {
+        self.type_name = t.into();
+        self
+    }
+    /// Adds a partition (communication group); endpoints meet only within a shared one.
+    pub fn partition(mut self, p: impl Into<String>) -> Self {
+        self.partitions.push(p.into());
+        self
+    }
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    fn info(&self, qos: Qos) -> EndpointInfo {
+        EndpointInfo {
+            topic: self.name.clone(),
+            type_name: self.type_name.clone(),
+            partitions: self.partitions.clone(),
+            qos,
+        }
+    }
+}
+
+impl From<&str> for Topic {
+    fn from(s: &str) -> Self {
+        Topic::new(s)
+    }
+}
+
+impl From<String> for Topic {
+    fn from(s: String) -> Self {
+        Topic::new(s)
+    }
+}
+
+/// An endpoint seen on the network.
+#[derive(Debug, Clone)]
+pub struct DiscoveredEndpoint {
+    /// Its identity.
+    pub guid: tether_core::Guid,
+    /// The name of its session.
+    pub participant_name: String,
+    /// Writer or reader, topic, type, partitions, QoS.
+    pub endpoint: RemoteEndpoint,
+}
+
+/// Counters of a session: the engine's plus the transport's.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SessionStats {
+    /// The engine's counters (drops of malformed input included).
+    pub core: Stats,
+    /// Datagrams the socket refused to send.
+    pub send_errors: u64,
+    /// Receive errors other than time-outs.
+    pub recv_errors: u64,
+}
+
+/// A tether session: one participant in a domain, with its sockets and threads.
+///
+/// ```no_run
+/// use tether::{Qos, Session, Config};
+/// let session = Session::open(Config::default())?;
+/// let publisher = session.publisher("/chatter", Qos::default())?;
+/// let subscriber = session.subscriber("/chatter", Qos::default())?;
+/// publisher.put(&b"hello"[..])?;
+/// let sample = subscriber.recv()?;
+/// assert_eq!(&sample.payload[..], b"hello");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Session {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    _registry: Option<Registry>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("addr", &self.shared.transport.local_addr())
+            .finish()
+    }
+}
+
+/// Nanoseconds since the UNIX epoch, for source timestamps.
+pub(crate) fn wall_ns() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    d.as_secs()
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(u64::from(d.subsec_nanos()))
+}
+
+impl Session {
+    /// This session's participant id.
+    pub fn id(&self) -> ParticipantId {
+        self.shared.lock().core.id()
+    }
+
+    /// The socket address of this session.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.transport.local_addr()
+    }
+
+    /// Creates a publisher.
+    pub fn publisher(&self, topic: impl Into<Topic>, qos: Qos) -> Result<Publisher, OpenError> {
+        let topic = topic.into();
+        self.granted(&topic.name, true)?;
+        let info = topic.info(qos);
+        let id = self
+            .shared
+            .with_core(|i, now| i.core.create_writer(now, info))
+            .map_err(|e| match e {
+                tether_core::CreateError::UnknownFlowController(n) => {
+                    OpenError::UnknownFlowController(n)
+                }
+            })?;
+        Ok(Publisher {
+            shared: self.shared.clone(),
+            id,
+            topic: topic.name,
+            asynchronous: qos.publish_async().is_some(),
+        })
+    }
+
+    /// Loads a new revocation list of the realm (e.g. after `tether keys revoke`): peers it
+    /// revokes lose every match at once, and the writers they read move to a new epoch.
+    /// An error if security is off or the list is not the realm CA's.
+    pub fn set_revocations(&self, path: &std::path::Path) -> Result<(), OpenError> {
+        let ca = {
+            let g = self.shared.lock();
+            match g.core.config().security.as_ref() {
+                Some(sec) => sec.ca_public,
+                None => return Err(OpenError::SecurityOff),
+            }
+        };
+        let list = crate::keys::load_revocations(path, &ca)?;
+        self.shared
+            .with_core(|i, now| i.core.set_revocations(now, list));
+        Ok(())
+    }
+
+    /// With security on: refuses an endpoint our own credential does not grant, with a
+    /// message that says so (peers would refuse it anyway).
+    fn granted(&self, topic: &str, publish: bool) -> Result<(), OpenError> {
+        let g = self.shared.lock();
+        let Some(sec) = g.core.config().security.as_ref() else {
+            return Ok(());
+        };
+        let c = &sec.credential;
+        let ok = if publish {
+            c.may_publish(topic)
+        } else {
+            c.may_subscribe(topic)
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(OpenError::NotGranted {
+                name: c.name.clone(),
+                kind: if publish { "publish" } else { "subscribe" },
+                flag: if publish { "pub" } else { "sub" },
+                topic: topic.to_string(),
+            })
+        }
+    }
+
+    /// Defines (or redefines, for the writers already using it) a named flow controller for
+    /// asynchronous publishers ([`Qos::flow_controller`]).
+    pub fn set_flow_controller(&self, name: &str, spec: FlowController) {
+        self.shared
+            .with_core(|i, _| i.core.set_flow_controller(name, spec));
+        self.shared.sender_cv.notify_one();
+    }
+
+    /// The flow controllers: name, setting, and bytes let through so far.
+    pub fn flow_controllers(&self) -> Vec<(String, FlowController, u64)> {
+        self.shared
+            .lock()
+            .core
+            .flow_controllers()
+            .map(|(n, f, b)| (n.to_string(), f, b))
+            .collect()
+    }
+
+    /// Creates a subscriber whose samples are taken with `recv`, `try_recv` or as a stream.
+    pub fn subscriber(&self, topic: impl Into<Topic>, qos: Qos) -> Result<Subscriber, OpenError> {
+        let topic = topic.into();
+        self.granted(&topic.name, false)?;
+        let info = topic.info(qos);
+        let sig = Arc::new(Signal::default());
+        let s2 = sig.clone();
+        let id = self.shared.with_core(|i, now| {
+            let id = i.core.create_reader(now, info);
+            i.subs.insert(id, Slot::Queue(s2));
+            id
+        });
+        Ok(Subscriber {
+            shared: self.shared.clone(),
+            id,
+            topic: topic.name,
+            signal: Some(sig),
+        })
+    }
+
+    /// Creates a subscriber that calls `callback` for every sample, on the thread that
+    /// received it (no hand-off). Keep the callback short; it delays later samples.
+    pub fn subscriber_with_callback(
+        &self,
+        topic: impl Into<Topic>,
+        qos: Qos,
+        callback: impl Fn(Sample) + Send + Sync + 'static,
+    ) -> Result<Subscriber, OpenError> {
+        let topic = topic.into();
+        self.granted(&topic.name, false)?;
+        let info = topic.info(qos);
+        let cb: Callback = Arc::new(callback);
+        let id = self.shared.with_core(|i, now| {
+            let id = i.core.create_reader(now, info);
+            i.subs.insert(id, Slot::Callback(cb));
+            // Samples a local transient-local writer delivered at creation.
+            if let Some(Slot::Callback(cb)) = i.subs.get(&id) {
+                let cb = cb.clone();
+                let mut v = Vec::new();
+                while let Some(s) = i.core.take(now, id) {
+                    v.push(s);
+                }
+                (id, Some((cb, v)))
+            } else {
+                (id, None)
+            }
+        });
+        let (id, backlog) = id;
+        if let Some((cb, v)) = backlog {
+            for s in v {
+                cb(s);
+            }
+        }
+        Ok(Subscriber {
+            shared: self.shared.clone(),
+            id,
+            topic: topic.name,
+            signal: None,
+        })
+    }
+
+    /// Calls `listener` for every engine event (matches, incompatible QoS, deadlines,
+    /// liveliness, lost samples) on the thread that raised it.
+    pub fn on_event(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
+        self.shared.lock().listeners.push(Arc::new(listener));
+    }
+
+    /// Endpoints of other sessions discovered so far.
+    pub fn discovered(&self) -> Vec<DiscoveredEndpoint> {
+        self.shared
+            .lock()
+            .core
+            .remote_endpoints()
+            .into_iter()
+            .map(|(guid, participant_name, endpoint)| DiscoveredEndpoint {
+                guid,
+                participant_name,
+                endpoint,
+            })
+            .collect()
+    }
+
+    /// Other sessions discovered so far: id, name, address.
+    pub fn participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
+        self.shared.lock().core.remote_participants()
+    }
+
+    /// Counters, including every drop of malformed or unwanted input.
+    pub fn stats(&self) -> SessionStats {
+        let core = self.shared.lock().core.stats().clone();
+        SessionStats {
+            core,
+            send_errors: self.shared.send_errors.load(Ordering::Relaxed),
+            recv_errors: self.shared.recv_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Switches the receive thread between blocking (sleeps between datagrams, ~20-25 µs
+    /// wake-up per datagram when it runs on another CPU) and busy-polling (spins on the
+    /// socket: lowest latency, one CPU kept busy).
+    pub fn set_busy_poll(&self, on: bool) {
+        self.shared.busy_poll.store(on, Ordering::SeqCst);
+        self.shared.transport.wake();
+    }
+
+    /// Largest sample one `put` accepts (`transport.max_sample_size`).
+    pub fn max_sample_size(&self) -> usize {
+        self.shared.lock().core.max_sample_size()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shared.with_core(|i, _| i.core.close());
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.transport.wake();
+        self.shared.writer_cv.notify_all();
+        {
+            let _g = self.shared.lock();
+            self.shared.sender_cv.notify_all();
+        }
+        {
+            let g = self.shared.lock();
+            for s in g.subs.values() {
+                if let Slot::Queue(sig) = s {
+                    sig.notify();
+                }
+            }
+        }
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// The kind of a discovered endpoint, for display.
+pub fn kind_str(k: EndpointKind) -> &'static str {
+    match k {
+        EndpointKind::Writer => "publisher",
+        EndpointKind::Reader => "subscriber",
+    }
+}

@@ -1,0 +1,227 @@
+//! Opening a session: the configuration converted and checked, the sockets bound, the realm
+//! joined, the engine made, discovery set up and the threads started.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tether_core::{Participant, ParticipantId, Priority, Security};
+use tether_transport::{
+    MulticastReceiver, Registry, UdpOptions, UdpTransport, default_registry_dir, interface_ipv4,
+};
+
+use super::shared::{Inner, Shared};
+use super::threads::{RegistryInfo, discovery_loop, recv_loop, sender_loop};
+use super::{OpenError, Session};
+use crate::config::{Config, EngineSettings, SecurityPolicy};
+
+impl Session {
+    /// Opens a session: binds its socket, registers for discovery, starts its threads.
+    pub fn open(config: Config) -> Result<Session, OpenError> {
+        let settings = EngineSettings::try_from(&config)?;
+        let (transport, multicast_if) = bind(&config)?;
+        let id = ParticipantId(random_id());
+        let now = Instant::now();
+        let security = match &settings.security {
+            Some(policy) => Some(Arc::new(join_realm(policy, now)?)),
+            None => None,
+        };
+        let mut core = Participant::new(settings.engine_config(id, security), now);
+        for (name, spec) in &settings.flow_controllers {
+            core.set_flow_controller(name, *spec);
+        }
+        for p in &config.discovery.peers {
+            core.add_target(*p);
+        }
+        let multicast = match multicast_if {
+            Some(ifa) => Some(join_group(&config, ifa, &mut core)?),
+            None => None,
+        };
+        let registry = match config.discovery.registry {
+            true => Some(register(&config, id, &transport, &mut core)?),
+            false => None,
+        };
+        let scan = registry.as_ref().map(|r| {
+            let dir = r.dir().to_path_buf();
+            (dir, config.domain, id.0, transport.host_local_addr())
+        });
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                core,
+                sender_idle: false,
+                bulk_idle: false,
+                subs: BTreeMap::new(),
+                listeners: Vec::new(),
+                armed: None,
+            }),
+            transport,
+            writer_cv: Condvar::new(),
+            sender_cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+            max_blocking: Duration::from_millis(config.reliability.max_blocking_time_ms),
+            busy_poll: AtomicBool::new(config.transport.busy_poll),
+            send_errors: AtomicU64::new(0),
+            recv_errors: AtomicU64::new(0),
+        });
+        // The first announcements.
+        shared.with_core(|_, _| ());
+        Ok(Session {
+            threads: start_threads(&shared, scan, multicast)?,
+            shared,
+            _registry: registry,
+        })
+    }
+}
+
+/// Binds the unicast socket; also gives the interface of the discovery group when the
+/// session uses it.
+fn bind(config: &Config) -> Result<(UdpTransport, Option<Ipv4Addr>), OpenError> {
+    let addr = config.listen_addr();
+    // The discovery group's socket also takes data when readers here take data by
+    // multicast, with or without multicast discovery.
+    let multicast_if = if config.discovery.multicast || config.transport.multicast_data {
+        let d = &config.discovery;
+        let ifa = interface_ipv4(&d.interface).map_err(|source| OpenError::Multicast {
+            group: d.multicast_group,
+            port: d.multicast_port,
+            interface: d.interface.clone(),
+            source,
+        })?;
+        Some(ifa)
+    } else {
+        None
+    };
+    let transport = UdpTransport::bind(&UdpOptions {
+        bind: addr,
+        recv_buffer: config.transport.recv_buffer,
+        send_buffer: config.transport.send_buffer,
+        max_datagram: config.transport.max_datagram,
+        multicast_if,
+    })
+    .map_err(|source| OpenError::Bind { addr, source })?;
+    Ok((transport, multicast_if))
+}
+
+/// Loads the key bundle and the revocation list, checks our own credential now, and makes
+/// the engine's realm membership with the configured protection.
+fn join_realm(policy: &SecurityPolicy, now: Instant) -> Result<Security, OpenError> {
+    let b = crate::keys::KeyBundle::load(&policy.keys)?;
+    let revocations = match &policy.revocations {
+        Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
+        None => None,
+    };
+    let unix = crate::keys::unix_now();
+    b.credential
+        .verify(&b.ca_public, unix, revocations.as_ref())
+        .map_err(OpenError::Credential)?;
+    Ok(Security::new(
+        b.identity,
+        b.credential,
+        b.ca_public,
+        b.realm_secret,
+        revocations,
+        now,
+        unix,
+    )
+    .with_suite(policy.suite)
+    .with_pairwise(policy.pairwise)
+    .with_protection(policy.protection, policy.topics.clone()))
+}
+
+/// Joins the discovery multicast group on interface `ifa`, and announces there with
+/// multicast discovery on.
+fn join_group(
+    config: &Config,
+    ifa: Ipv4Addr,
+    core: &mut Participant,
+) -> Result<MulticastReceiver, OpenError> {
+    let d = &config.discovery;
+    let port = config.multicast_port();
+    let rx = MulticastReceiver::join(d.multicast_group, port, ifa).map_err(|source| {
+        OpenError::Multicast {
+            group: d.multicast_group,
+            port,
+            interface: d.interface.clone(),
+            source,
+        }
+    })?;
+    if d.multicast {
+        core.add_target(SocketAddr::new(d.multicast_group.into(), port));
+    }
+    Ok(rx)
+}
+
+/// Enters the session in the registry directory and targets the sessions already there.
+fn register(
+    config: &Config,
+    id: ParticipantId,
+    transport: &UdpTransport,
+    core: &mut Participant,
+) -> Result<Registry, OpenError> {
+    let dir = (config.discovery.registry_dir.clone()).unwrap_or_else(default_registry_dir);
+    let r = Registry::register(&dir, config.domain, id.0, transport.host_local_addr())
+        .map_err(|source| OpenError::Registry { dir, source })?;
+    for a in r.scan() {
+        core.add_target(a);
+    }
+    Ok(r)
+}
+
+/// Starts the receive, discovery and sender threads.
+fn start_threads(
+    shared: &Arc<Shared>,
+    scan: Option<RegistryInfo>,
+    multicast: Option<MulticastReceiver>,
+) -> Result<Vec<JoinHandle<()>>, OpenError> {
+    let spawn = |name: &str, f: Box<dyn FnOnce(&Shared) + Send>| {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || f(&s))
+            .map_err(OpenError::Thread)
+    };
+    Ok(vec![
+        spawn("tether-recv", Box::new(recv_loop))?,
+        spawn(
+            "tether-discovery",
+            Box::new(move |s| discovery_loop(s, scan, multicast)),
+        )?,
+        spawn(
+            "tether-sender",
+            Box::new(|s| {
+                sender_loop(s, &[Priority::Realtime, Priority::Default], |i| {
+                    &mut i.sender_idle
+                })
+            }),
+        )?,
+        spawn(
+            "tether-bulk",
+            Box::new(|s| {
+                if let Err(e) = tether_transport::background_thread() {
+                    tracing::debug!("bulk sender stays at normal priority: {e}");
+                }
+                sender_loop(s, &[Priority::Bulk], |i| &mut i.bulk_idle)
+            }),
+        )?,
+    ])
+}
+
+fn random_id() -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        if getrandom::fill(&mut b).is_err() {
+            // No entropy source: fall back to time and pid, still unique enough for ids.
+            let t = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            return t ^ ((std::process::id() as u64) << 32) | 1;
+        }
+        let v = u64::from_le_bytes(b);
+        if v != 0 {
+            return v;
+        }
+    }
+}

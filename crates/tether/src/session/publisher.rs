@@ -1,0 +1,158 @@
+//! A publisher: `put` runs the engine and sends on the caller's thread.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_core::{EntityId, WriteError};
+
+use super::shared::{Deferred, Shared};
+use super::{PutError, wall_ns};
+
+/// Publishes samples on one topic.
+pub struct Publisher {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: EntityId,
+    pub(super) topic: String,
+    pub(super) asynchronous: bool,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// Publishes one sample, stamped with the current time. Returns its sequence number.
+    ///
+    /// A reliable keep-all publisher whose history is full of unacknowledged samples waits
+    /// up to `reliability.max_blocking_time_ms` for room, then fails with
+    /// [`PutError::Timeout`], handing the payload back.
+    pub fn put(&self, payload: impl Into<Bytes>) -> Result<u64, PutError> {
+        self.put_with_timestamp(payload, wall_ns())
+    }
+
+    /// Publishes one sample with the given source timestamp (ns since the UNIX epoch).
+    pub fn put_with_timestamp(
+        &self,
+        payload: impl Into<Bytes>,
+        timestamp_ns: u64,
+    ) -> Result<u64, PutError> {
+        let mut payload: Bytes = payload.into();
+        let start = Instant::now();
+        let mut now = start;
+        // This thread's spare buffers: no allocation for the datagrams in steady state.
+        let mut deferred = Deferred::spare();
+        let mut g = self.shared.lock();
+        let r = loop {
+            if self.shared.closed.load(Ordering::Relaxed) {
+                break Err(PutError::Closed(payload));
+            }
+            let r = g.core.write(now, self.id, timestamp_ns, payload);
+            if g.core.has_output() {
+                self.shared.drive(&mut g, now, &mut deferred);
+            } else {
+                // Most batched puts produce nothing: only the timers may have moved.
+                self.shared.rearm(&mut g, &mut deferred);
+            }
+            if self.asynchronous && (g.sender_idle || g.bulk_idle) {
+                // Both senders wait on one condvar; each re-checks its own classes.
+                g.sender_idle = false;
+                g.bulk_idle = false;
+                self.shared.sender_cv.notify_all();
+            }
+            match r {
+                Ok(seq) => break Ok(seq),
+                Err(WriteError::WouldBlock(p)) => {
+                    let waited = start.elapsed();
+                    if waited >= self.shared.max_blocking {
+                        break Err(PutError::Timeout { payload: p, waited });
+                    }
+                    payload = p;
+                    drop(g);
+                    deferred.run(&self.shared);
+                    let g2 = self.shared.lock();
+                    let left = self.shared.max_blocking - waited;
+                    let (g3, _) = self
+                        .shared
+                        .writer_cv
+                        .wait_timeout(g2, left.min(Duration::from_millis(20)))
+                        .unwrap_or_else(|p| p.into_inner());
+                    g = g3;
+                    now = Instant::now();
+                }
+                Err(WriteError::TooLarge { payload, max }) => {
+                    break Err(PutError::TooLarge { payload, max });
+                }
+                Err(e) => break Err(PutError::Closed(e.into_payload())),
+            }
+        };
+        drop(g);
+        deferred.run(&self.shared);
+        deferred.recycle();
+        r
+    }
+
+    /// Waits until every matched reliable reader has acknowledged every sample, up to
+    /// `timeout`. True if they all did.
+    pub fn wait_for_acknowledgments(&self, timeout: Duration) -> bool {
+        let end = Instant::now().checked_add(timeout);
+        // Heartbeats ask readers to acknowledge only now and then; ask now.
+        self.shared
+            .with_core(|i, now| i.core.request_acknowledgments(now, self.id));
+        loop {
+            if self.shared.lock().core.all_acked(self.id) {
+                return true;
+            }
+            if end.is_some_and(|e| Instant::now() >= e)
+                || self.shared.closed.load(Ordering::Relaxed)
+            {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Samples an asynchronous publisher has accepted but its sender has not yet sent to
+    /// every matched participant (0 for a synchronous one).
+    pub fn unsent(&self) -> u64 {
+        self.shared.lock().core.unsent(self.id)
+    }
+
+    /// The highest sequence number every matched reliable reader has acknowledged, with
+    /// every one before it (0 if none; the last written if no reliable reader is matched).
+    pub fn acknowledged(&self) -> u64 {
+        self.shared.lock().core.acknowledged(self.id)
+    }
+
+    /// Sends this publisher's waiting batch now (with `Qos::batching`; otherwise a no-op).
+    pub fn flush(&self) {
+        self.shared.with_core(|i, now| i.core.flush(now, self.id));
+    }
+
+    /// How many readers this publisher is matched with.
+    pub fn matched(&self) -> usize {
+        self.shared.lock().core.matched_count(self.id)
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Samples held in this publisher's history.
+    pub fn history_len(&self) -> usize {
+        self.shared.lock().core.history_len(self.id)
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shared
+            .with_core(|i, now| i.core.delete_endpoint(now, self.id));
+    }
+}

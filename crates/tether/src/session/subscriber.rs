@@ -1,0 +1,122 @@
+//! A subscriber: samples taken by `recv`, `try_recv` or as a stream, or delivered to a
+//! callback by the thread that received them.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tether_core::{EntityId, Sample};
+
+use super::RecvError;
+use super::shared::{Deferred, Shared, Signal};
+
+/// Receives samples on one topic.
+pub struct Subscriber {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: EntityId,
+    pub(super) topic: String,
+    pub(super) signal: Option<Arc<Signal>>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    /// A sample if one is waiting.
+    pub fn try_recv(&self) -> Option<Sample> {
+        self.shared.with_core(|i, now| i.core.take(now, self.id))
+    }
+
+    /// Waits for the next sample.
+    pub fn recv(&self) -> Result<Sample, RecvError> {
+        self.recv_deadline(None)
+    }
+
+    /// Waits up to `d` for the next sample.
+    pub fn recv_timeout(&self, d: Duration) -> Result<Sample, RecvError> {
+        // A timeout too large to represent waits indefinitely.
+        self.recv_deadline(Instant::now().checked_add(d))
+    }
+
+    fn recv_deadline(&self, deadline: Option<Instant>) -> Result<Sample, RecvError> {
+        let Some(sig) = &self.signal else {
+            return Err(RecvError::CallbackMode);
+        };
+        let mut g = self.shared.lock();
+        loop {
+            let now = Instant::now();
+            if let Some(s) = g.core.take(now, self.id) {
+                let mut deferred = Deferred::spare();
+                self.shared.drive(&mut g, now, &mut deferred);
+                drop(g);
+                deferred.run(&self.shared);
+                deferred.recycle();
+                return Ok(s);
+            }
+            if self.shared.closed.load(Ordering::Relaxed) {
+                return Err(RecvError::Closed);
+            }
+            let wait = match deadline {
+                Some(d) if d <= now => return Err(RecvError::Timeout),
+                Some(d) => (d - now).min(Duration::from_millis(250)),
+                None => Duration::from_millis(250),
+            };
+            g = sig
+                .cv
+                .wait_timeout(g, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// How many writers this subscriber is matched with.
+    pub fn matched(&self) -> usize {
+        self.shared.lock().core.matched_count(self.id)
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+impl futures_core::Stream for Subscriber {
+    type Item = Sample;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Sample>> {
+        let Some(sig) = &self.signal else {
+            return Poll::Ready(None);
+        };
+        let mut g = self.shared.lock();
+        let now = Instant::now();
+        if let Some(s) = g.core.take(now, self.id) {
+            let mut deferred = Deferred::spare();
+            self.shared.drive(&mut g, now, &mut deferred);
+            drop(g);
+            deferred.run(&self.shared);
+            deferred.recycle();
+            return Poll::Ready(Some(s));
+        }
+        if self.shared.closed.load(Ordering::Relaxed) {
+            return Poll::Ready(None);
+        }
+        *sig.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.shared.with_core(|i, now| {
+            i.subs.remove(&self.id);
+            i.core.delete_endpoint(now, self.id);
+        });
+    }
+}

@@ -1,0 +1,220 @@
+//! The session's threads: the receive thread (datagrams and timers), the two senders of
+//! asynchronous writers (realtime and default; bulk) and the discovery thread.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tether_core::Priority;
+use tether_transport::MulticastReceiver;
+
+use super::shared::{Deferred, Inner, Shared};
+
+/// The receive thread: hands each datagram to the engine and runs the engine's timers,
+/// then sends and calls back with the lock released.
+pub(super) fn recv_loop(shared: &Shared) {
+    let mut chunk = BytesMut::new();
+    let mut deferred = Deferred::default();
+    let mut next_timer = Instant::now();
+    let mut armed: Option<Instant> = None;
+    let mut published: Option<Instant> = None;
+    let mut busy = false;
+    let _ = shared.transport.set_nonblocking(false);
+    while !shared.closed.load(Ordering::Relaxed) {
+        let want_busy = shared.busy_poll.load(Ordering::Relaxed);
+        if want_busy != busy {
+            busy = want_busy;
+            let _ = shared.transport.set_nonblocking(busy);
+            armed = None;
+        }
+        let now = Instant::now();
+        if now >= next_timer {
+            {
+                let mut g = shared.lock();
+                g.core.handle_timeout(now);
+                shared.drive(&mut g, now, &mut deferred);
+                next_timer = g
+                    .core
+                    .poll_timeout()
+                    .unwrap_or(now + Duration::from_millis(100));
+            }
+            deferred.run(shared);
+        }
+        if !busy {
+            // Sleep in recv until the next timer, at most 200 ms, at least 1 ms.
+            let wake = next_timer.clamp(
+                now + Duration::from_millis(1),
+                now + Duration::from_millis(200),
+            );
+            let differs = armed.is_none_or(|a| {
+                let d = if a > wake { a - wake } else { wake - a };
+                d > Duration::from_micros(500) || a <= now
+            });
+            if differs {
+                let _ = shared.transport.set_read_timeout(Some(wake - now));
+                armed = Some(wake);
+            }
+            if armed != published {
+                shared.lock().armed = armed;
+                published = armed;
+            }
+        }
+        match shared.transport.recv(&mut chunk) {
+            Ok((d, from)) => {
+                if d.is_empty() {
+                    // A wake-up: re-read the timers.
+                    let g = shared.lock();
+                    next_timer = g.core.poll_timeout().unwrap_or(next_timer);
+                    armed = None;
+                    continue;
+                }
+                {
+                    let mut g = shared.lock();
+                    let now = Instant::now();
+                    g.core.handle_datagram(now, from, &d);
+                    shared.drive(&mut g, now, &mut deferred);
+                    if let Some(t) = g.core.poll_timeout() {
+                        next_timer = t;
+                    }
+                }
+                deferred.run(shared);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if busy {
+                    std::hint::spin_loop();
+                } else {
+                    armed = None;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                // e.g. ECONNREFUSED reported for an earlier send to a closed port: harmless.
+                shared.recv_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A sender: releases asynchronous writers' datagrams of `classes` one at a time, by class
+/// and flow controller, and sends each with the engine's lock released. A synchronous `put`
+/// (which sends on its own thread) never waits behind a bulk transfer, and an asynchronous
+/// realtime sample waits at most for the one datagram being sent. Bulk has its own sender
+/// in the OS's background class, so moving bulk data never takes a CPU from a realtime
+/// thread of this or another process.
+pub(super) fn sender_loop(
+    shared: &Shared,
+    classes: &[Priority],
+    idle: fn(&mut Inner) -> &mut bool,
+) {
+    let mut deferred = Deferred::default();
+    let mut g = shared.lock();
+    while !shared.closed.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let t = g.core.poll_scheduled_in(now, classes);
+        if g.core.has_output() {
+            shared.drive(&mut g, now, &mut deferred);
+        }
+        match t {
+            Some(t) => {
+                drop(g);
+                // What the engine produced before the scheduled datagram goes first.
+                deferred.run(shared);
+                shared.send(&t);
+                g = shared.lock();
+                g.core.scheduled_sent(classes);
+            }
+            None => {
+                let wait = match g.core.next_scheduled_in(now, classes) {
+                    Some(at) => at.saturating_duration_since(now),
+                    None => Duration::from_millis(200),
+                };
+                if !deferred.is_empty() {
+                    drop(g);
+                    deferred.run(shared);
+                    g = shared.lock();
+                    continue;
+                }
+                if wait.is_zero() {
+                    continue;
+                }
+                *idle(&mut g) = true;
+                let (g2, _) = shared
+                    .sender_cv
+                    .wait_timeout(g, wait)
+                    .unwrap_or_else(|p| p.into_inner());
+                g = g2;
+                *idle(&mut g) = false;
+            }
+        }
+    }
+}
+
+/// The registry to scan: directory, domain, our id, our address.
+pub(super) type RegistryInfo = (std::path::PathBuf, u16, u64, SocketAddr);
+
+/// The discovery thread: scans the registry directory and takes multicast announcements
+/// (and data, with `transport.multicast_data`).
+pub(super) fn discovery_loop(
+    shared: &Shared,
+    registry: Option<RegistryInfo>,
+    mcast: Option<MulticastReceiver>,
+) {
+    let reg = registry.as_ref().and_then(|(dir, domain, id, addr)| {
+        // A second handle on the same directory, only for scanning (the session's own
+        // entry is owned by the Session).
+        let root = dir.parent()?.to_path_buf();
+        Some((root, *domain, *id, *addr))
+    });
+    let mut known: BTreeSet<SocketAddr> = BTreeSet::new();
+    let mut chunk = BytesMut::new();
+    let mut last_scan = Instant::now() - Duration::from_secs(1);
+    let mut scan_every = Duration::from_millis(50);
+    while !shared.closed.load(Ordering::Relaxed) {
+        if let Some((root, domain, id, _)) = &reg {
+            if last_scan.elapsed() >= scan_every {
+                last_scan = Instant::now();
+                scan_every = (scan_every * 2).min(Duration::from_millis(500));
+                let found: BTreeSet<SocketAddr> = scan_dir(root, *domain, *id);
+                let added: Vec<SocketAddr> = found.difference(&known).copied().collect();
+                let removed: Vec<SocketAddr> = known.difference(&found).copied().collect();
+                if !added.is_empty() || !removed.is_empty() {
+                    shared.with_core(|i, _| {
+                        for a in &added {
+                            i.core.add_target(*a);
+                        }
+                        for a in &removed {
+                            i.core.remove_target(*a);
+                        }
+                    });
+                }
+                known = found;
+            }
+        }
+        match &mcast {
+            Some(rx) => match rx.recv(&mut chunk) {
+                Ok((d, from)) if !d.is_empty() => {
+                    shared.with_core(|i, now| i.core.handle_datagram(now, from, &d));
+                }
+                _ => {}
+            },
+            None => std::thread::park_timeout(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Lists the registry entries of other sessions without owning an entry.
+fn scan_dir(root: &std::path::Path, domain: u16, me: u64) -> BTreeSet<SocketAddr> {
+    // Registering a throw-away entry would advertise us twice; read the directory directly
+    // through a Registry-compatible scan.
+    tether_transport::Registry::scan_dir(root, domain, me)
+        .into_iter()
+        .collect()
+}
