@@ -7,14 +7,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tether::{Config, Qos, Topic};
 
-mod bench;
-mod bulk;
-mod cipher;
 mod demo;
-mod fanout;
 mod file;
 mod keys;
-mod paper;
 mod topic;
 
 #[derive(Parser, Debug)]
@@ -65,15 +60,15 @@ enum Cmd {
     /// Realm keys: a CA, credentials with topic grants, revocation.
     Keys(keys::KeysArgs),
     /// Measure tether against raw UDP on this machine.
-    Bench(bench::BenchArgs),
+    Bench(tether_bench::BenchArgs),
     /// Several processes on this host publishing and subscribing, with live rates.
     Demo(demo::DemoArgs),
     /// (internal) The far side of a benchmark.
-    #[command(hide = true)]
-    BenchPeer(bench::PeerArgs),
+    #[command(name = tether_bench::PEER_SUBCOMMAND, hide = true)]
+    BenchPeer(tether_bench::PeerArgs),
     /// (internal) Publishers or subscribers of `bench fanout`.
-    #[command(hide = true)]
-    BenchFanout(fanout::FanoutPeerArgs),
+    #[command(name = tether_bench::FANOUT_SUBCOMMAND, hide = true)]
+    BenchFanout(tether_bench::FanoutPeerArgs),
 }
 
 /// QoS flags shared by `pub` and `echo`; absent flags give the defaults (reliable,
@@ -185,9 +180,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bw(a) => topic::rate(cfg, a, true),
         Cmd::Send(a) => file::send(cfg, a),
         Cmd::Recv(a) => file::recv(cfg, a),
-        Cmd::Bench(a) => bench::run(cfg, a),
-        Cmd::BenchPeer(a) => bench::peer(cfg, a),
-        Cmd::BenchFanout(a) => fanout::peer(cfg, a),
+        Cmd::Bench(a) => tether_bench::run(cfg, a).map(|()| ExitCode::SUCCESS),
+        Cmd::BenchPeer(a) => tether_bench::peer(cfg, a).map(|()| ExitCode::SUCCESS),
+        Cmd::BenchFanout(a) => tether_bench::fanout_peer(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::Demo(a) => demo::run(cfg, a),
         Cmd::Keys(a) => keys::run(a),
     }

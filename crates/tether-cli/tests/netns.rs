@@ -7,73 +7,36 @@
 mod common;
 use common::{finish, text};
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use tether_testkit::netns::{self, Host, NetnsError};
+
+/// The two hosts (from tether-testkit) and each side's configuration file.
 struct Lan {
-    a: String,
-    b: String,
+    net: netns::Lan,
     dir: tempfile::TempDir,
 }
 
-impl Drop for Lan {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 /// Creates the two-host LAN, or says why it cannot.
-fn lan(tag: &str) -> Result<Lan, String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc_geteuid() } != 0 {
-        return Err("not root".into());
-    }
+fn lan(tag: &str) -> Result<Lan, NetnsError> {
     let id = format!("{}{}", tag, std::process::id() % 100_000);
-    let lan = Lan {
-        a: format!("tta{id}"),
-        b: format!("ttb{id}"),
-        dir: tempfile::tempdir().map_err(|e| e.to_string())?,
-    };
-    sh(&["ip", "netns", "add", &lan.a])?;
-    sh(&["ip", "netns", "add", &lan.b])?;
-    sh(&[
-        "ip", "link", "add", "vta", "netns", &lan.a, "type", "veth", "peer", "name", "vtb",
-        "netns", &lan.b,
-    ])?;
-    for (ns, dev, ip) in [
-        (&lan.a, "vta", "10.199.7.1/24"),
-        (&lan.b, "vtb", "10.199.7.2/24"),
-    ] {
-        sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev])?;
-        sh(&["ip", "-n", ns, "link", "set", dev, "up", "multicast", "on"])?;
-        sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-        sh(&["ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", dev])?;
+    let net = netns::Lan::builder([&format!("tta{id}"), &format!("ttb{id}")], ["vta", "vtb"])
+        .addrs(
+            [Ipv4Addr::new(10, 199, 7, 1), Ipv4Addr::new(10, 199, 7, 2)],
+            24,
+        )
+        .create()?;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for dev in ["vta", "vtb"] {
         let cfg = format!(
             "[discovery]\nregistry = false\nmulticast = true\ninterface = \"{dev}\"\nannounce_period_ms = 200\n"
         );
-        std::fs::write(lan.dir.path().join(format!("{dev}.toml")), cfg)
-            .map_err(|e| e.to_string())?;
+        std::fs::write(dir.path().join(format!("{dev}.toml")), cfg).expect("writing a config");
     }
-    Ok(lan)
+    Ok(Lan { net, dir })
 }
 
 /// A LAN whose `b` side drops 20 % of what it sends (counted, for the test to check), or
@@ -86,58 +49,30 @@ fn lossy_lan(tag: &str, test: &str) -> Option<Lan> {
             return None;
         }
     };
-    if Command::new("nft").arg("--version").output().is_err() {
+    if !netns::have_nft() {
         eprintln!("skipping {test}: nft is not installed");
         return None;
     }
-    let rules = "table inet loss {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" numgen random mod 100 < 20 counter drop\n  }\n}\n";
-    nft(&lan.b, rules).expect("installing the loss rule");
+    lan.b().drop_outgoing(20).expect("installing the loss rule");
     Some(lan)
 }
 
-fn nft(ns: &str, rules: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("nft: {e}"))?;
-    c.stdin
-        .take()
-        .ok_or("nft stdin")?
-        .write_all(rules.as_bytes())
-        .map_err(|e| e.to_string())?;
-    let out = c.wait_with_output().map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-unsafe extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
 impl Lan {
+    fn a(&self) -> &Host {
+        self.net.a()
+    }
+
+    fn b(&self) -> &Host {
+        self.net.b()
+    }
+
     fn cfg(&self, dev: &str) -> PathBuf {
         self.dir.path().join(format!("{dev}.toml"))
     }
 
-    fn tether(&self, ns: &str, cfg: &Path, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                ns,
-                env!("CARGO_BIN_EXE_tether"),
-                "--config",
-            ])
+    fn tether(&self, host: &Host, cfg: &Path, args: &[&str]) -> Child {
+        host.command(env!("CARGO_BIN_EXE_tether"))
+            .arg("--config")
             .arg(cfg)
             .args(args)
             .env_remove("TETHER_CONFIG")
@@ -161,12 +96,12 @@ fn lan_discovery_by_multicast() {
     };
     let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
     let echo = lan.tether(
-        &lan.a,
+        lan.a(),
         &ca,
         &["echo", "/lan", "--count", "3", "--timeout", "30"],
     );
     let other = lan.tether(
-        &lan.a,
+        lan.a(),
         &ca,
         &[
             "--domain",
@@ -180,7 +115,7 @@ fn lan_discovery_by_multicast() {
         ],
     );
     let publisher = lan.tether(
-        &lan.b,
+        lan.b(),
         &cb,
         &[
             "pub",
@@ -220,7 +155,7 @@ fn lan_reliable_under_real_loss() {
     let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
     let n = 300;
     let echo = lan.tether(
-        &lan.a,
+        lan.a(),
         &ca,
         &[
             "echo",
@@ -233,7 +168,7 @@ fn lan_reliable_under_real_loss() {
         ],
     );
     let publisher = lan.tether(
-        &lan.b,
+        lan.b(),
         &cb,
         &[
             "pub",
@@ -260,13 +195,7 @@ fn lan_reliable_under_real_loss() {
     let pout = finish(publisher, Duration::from_secs(90));
     assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
     // The link really lost packets.
-    let list = Command::new("ip")
-        .args([
-            "netns", "exec", &lan.b, "nft", "list", "table", "inet", "loss",
-        ])
-        .output()
-        .unwrap();
-    let listing = text(&list.stdout);
+    let listing = lan.b().dropped().expect("listing the loss rule");
     let dropped: u64 = listing
         .split("counter packets ")
         .nth(1)
@@ -289,7 +218,7 @@ fn lan_large_sample_under_real_loss() {
     };
     let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
     let echo = lan.tether(
-        &lan.a,
+        lan.a(),
         &ca,
         &[
             "echo",
@@ -304,7 +233,7 @@ fn lan_large_sample_under_real_loss() {
         ],
     );
     let publisher = lan.tether(
-        &lan.b,
+        lan.b(),
         &cb,
         &[
             "pub",
@@ -352,12 +281,12 @@ fn lan_data_by_multicast() {
             return;
         }
     };
-    if Command::new("nft").arg("--version").output().is_err() {
+    if !netns::have_nft() {
         eprintln!("skipping lan_data_by_multicast: nft is not installed");
         return;
     }
     let rules = "table inet count {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" ip daddr 239.255.0.1 udp length > 600 counter\n    oifname \"vtb\" ip daddr 10.199.7.1 udp length > 600 counter\n  }\n}\n";
-    nft(&lan.b, rules).expect("installing the counters");
+    lan.b().ns().nft(rules).expect("installing the counters");
     let mc = |dev: &str| {
         let p = lan.dir.path().join(format!("{dev}-mc.toml"));
         let base = std::fs::read_to_string(lan.cfg(dev)).unwrap();
@@ -369,7 +298,7 @@ fn lan_data_by_multicast() {
     let echoes: Vec<Child> = (0..3)
         .map(|_| {
             lan.tether(
-                &lan.a,
+                lan.a(),
                 &ca,
                 &[
                     "echo",
@@ -384,7 +313,7 @@ fn lan_data_by_multicast() {
         })
         .collect();
     let publisher = lan.tether(
-        &lan.b,
+        lan.b(),
         &cb,
         &[
             "pub",
@@ -412,13 +341,11 @@ fn lan_data_by_multicast() {
     }
     let pout = finish(publisher, Duration::from_secs(90));
     assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
-    let list = Command::new("ip")
-        .args([
-            "netns", "exec", &lan.b, "nft", "list", "table", "inet", "count",
-        ])
-        .output()
-        .unwrap();
-    let listing = text(&list.stdout);
+    let listing = lan
+        .b()
+        .ns()
+        .nft_list("count")
+        .expect("listing the counters");
     let counts: Vec<u64> = listing
         .split("counter packets ")
         .skip(1)

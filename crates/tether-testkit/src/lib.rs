@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fuzz;
+pub mod netns;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};

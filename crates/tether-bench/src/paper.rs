@@ -3,7 +3,6 @@
 //! reader, having received the n-th sample, answers with an acknowledgement sample.
 
 use std::io::Write;
-use std::process::ExitCode;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,31 +11,11 @@ use bytes::Bytes;
 use serde_json::json;
 use tether::{Batching, Config, Qos, Session};
 
-use crate::bench::{Peer, bench_cfg, machine};
+use crate::harness::stats::{Summary, summarize};
+use crate::harness::{Peer, bench_cfg, machine};
 
 const DATA: &str = "/bench/paper/data";
 const ACK: &str = "/bench/paper/ack";
-
-/// Mean, min, max and standard deviation of times in ms.
-#[derive(Debug, Clone, Copy)]
-struct Summary {
-    mean: f64,
-    min: f64,
-    max: f64,
-    stddev: f64,
-}
-
-fn summarize(v: &[f64]) -> Summary {
-    let n = v.len().max(1) as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-    Summary {
-        mean,
-        min: v.iter().cloned().fold(f64::MAX, f64::min),
-        max: v.iter().cloned().fold(0.0, f64::max),
-        stddev: var.sqrt(),
-    }
-}
 
 /// One publisher session against one acknowledging peer process. Fields drop in order: the
 /// peer's stdin closes first, so the peer exits before `Peer::drop` waits for it.
@@ -152,9 +131,9 @@ pub(crate) fn batch(
     sizes: &[usize],
     reps: usize,
     json: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<()> {
     let machine = machine();
-    let mut rows = Vec::new();
+    let mut rows: Vec<BatchRow> = Vec::new();
     let base = Qos::default().keep_all().max_samples(16384);
     let modes = [
         ("unbatched", base),
@@ -184,6 +163,20 @@ pub(crate) fn batch(
             }
         }
     }
+    print_batch(&machine, counts, sizes, reps, json, &rows)
+}
+
+/// One row of `bench batch`: mode, n, size, and the times.
+type BatchRow = (&'static str, usize, usize, Summary);
+
+fn print_batch(
+    machine: &str,
+    counts: &[usize],
+    sizes: &[usize],
+    reps: usize,
+    json: bool,
+    rows: &[BatchRow],
+) -> anyhow::Result<()> {
     let paper = |n: usize, size: usize| {
         PAPER_BATCH
             .iter()
@@ -222,7 +215,7 @@ pub(crate) fn batch(
             "paper coalescing",
             "paper batching"
         );
-        for (mode, n, size, s) in &rows {
+        for (mode, n, size, s) in rows {
             let (pc, pb) = paper(*n, *size).map_or(("-".into(), "-".into()), |p| {
                 (format!("{:.1}", p.0), format!("{:.1}", p.1))
             });
@@ -252,7 +245,7 @@ pub(crate) fn batch(
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Paper 001 (5 MB sent as chunks of a given topic size), ms.
@@ -271,7 +264,7 @@ pub(crate) fn large(
     chunks: &[usize],
     reps: usize,
     json: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<()> {
     let machine = machine();
     let mut rows = Vec::new();
     let qos = Qos::default()
@@ -301,6 +294,16 @@ pub(crate) fn large(
     for (i, &chunk) in chunks.iter().enumerate() {
         rows.push((chunk, sets[i].len(), summarize(&t[i])));
     }
+    print_large(&machine, total, reps, json, &rows)
+}
+
+fn print_large(
+    machine: &str,
+    total: usize,
+    reps: usize,
+    json: bool,
+    rows: &[(usize, usize, Summary)],
+) -> anyhow::Result<()> {
     let paper = |chunk: usize| PAPER_LARGE.iter().find(|p| p.0 == chunk).map(|p| p.1);
     if json {
         let v: Vec<_> = rows
@@ -324,7 +327,7 @@ pub(crate) fn large(
             "{:>9} {:>7} {:>10} {:>9} {:>9} {:>8} {:>10}",
             "chunk", "samples", "mean ms", "min", "max", "stddev", "paper ms"
         );
-        for (chunk, n, s) in &rows {
+        for (chunk, n, s) in rows {
             println!(
                 "{:>9} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>10}",
                 chunk,
@@ -351,5 +354,5 @@ pub(crate) fn large(
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -4,17 +4,18 @@
 //! session; the realtime topic's one-way latency is measured by the receiving process
 //! (receive time − source timestamp, one host clock) with and without the bulk transfer.
 
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use serde_json::json;
 use tether::{Config, FlowController, Priority, Qos, Session, format_rate};
 
-use crate::bench::{Peer, bench_cfg, machine};
+use crate::harness::cpu::{CpuTicks, steal_pct};
+use crate::harness::stats::quantile;
+use crate::harness::{Peer, bench_cfg, machine, wall_ns};
 
 const DATA: &str = "/bench/bulk/data";
 const RT: &str = "/bench/bulk/rt";
@@ -30,32 +31,6 @@ const PAPER_BULK: &[(Option<u64>, f64, f64)] = &[
     (Some(5), 23564.0, 3.5),
     (Some(1), 116765.0, 0.4),
 ];
-
-/// The machine's CPU time stolen by the hypervisor, and all CPU time, in ticks
-/// (`/proc/stat`); `None` where unavailable.
-fn cpu_ticks() -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string("/proc/stat").ok()?;
-    let v: Vec<u64> = s
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    Some((*v.get(7)?, v.iter().take(8).sum()))
-}
-
-/// Percent of CPU time stolen between two readings.
-fn steal_pct(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
-    let ((s0, t0), (s1, t1)) = (a?, b?);
-    (t1 > t0).then(|| (s1 - s0) as f64 * 100.0 / (t1 - t0) as f64)
-}
-
-fn wall_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
 
 /// The bench's settings.
 pub(crate) struct BulkArgs {
@@ -140,7 +115,7 @@ struct Row {
     busy_steal: Option<f64>,
 }
 
-pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<()> {
     if a.sample == 0 || a.total == 0 {
         bail!("--total and --sample must be positive");
     }
@@ -165,53 +140,80 @@ pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(200));
-    let chunk = Bytes::from(vec![0xb0u8; a.sample]);
-    let n = a.total.div_ceil(a.sample as u64);
+    let mut rig = Rig {
+        a: &a,
+        session: &session,
+        bulk: &bulk,
+        rt: &mut rt,
+        peer: &mut peer,
+        chunk: Bytes::from(vec![0xb0u8; a.sample]),
+    };
     let mut rows = Vec::new();
-    let idle = Duration::from_secs_f64(a.idle_secs);
     for &tokens in &a.tokens {
+        rows.push(rig.setting(tokens)?);
+    }
+    print(&a, &rows)
+}
+
+/// What one setting needs: the bench's sessions and the sink.
+struct Rig<'a> {
+    a: &'a BulkArgs,
+    session: &'a Session,
+    bulk: &'a tether::Publisher,
+    /// The realtime publisher, lent to its thread during each phase.
+    rt: &'a mut Option<tether::Publisher>,
+    peer: &'a mut Peer,
+    chunk: Bytes,
+}
+
+impl Rig<'_> {
+    /// One row: the realtime topic alone, then beside the transfer at `tokens` per period.
+    fn setting(&mut self, tokens: Option<u64>) -> anyhow::Result<Row> {
+        let a = self.a;
+        let n = a.total.div_ceil(a.sample as u64);
+        let idle = Duration::from_secs_f64(a.idle_secs);
         let spec = match tokens {
             None => FlowController::UNLIMITED,
             Some(t) => {
                 FlowController::tokens(t, Duration::from_millis(a.period_ms), a.bytes_per_token)
             }
         };
-        session.set_flow_controller(FLOW, spec);
+        self.session.set_flow_controller(FLOW, spec);
         // Realtime alone.
-        peer.send("reset")?;
-        peer.line()?;
+        self.peer.send("reset")?;
+        self.peer.line()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (p, s2) = (rt.take().context("rt")?, stop.clone());
+        let (p, s2) = (self.rt.take().context("rt")?, stop.clone());
         let h = std::thread::spawn(move || realtime(p, s2));
-        let c0 = cpu_ticks();
+        let c0 = CpuTicks::now();
         std::thread::sleep(idle);
-        let idle_steal = steal_pct(c0, cpu_ticks());
-        let (p, idle_lat) = end_phase(&stop, h, &mut peer)?;
-        rt = Some(p);
+        let idle_steal = steal_pct(c0, CpuTicks::now());
+        let (p, idle_lat) = end_phase(&stop, h, self.peer)?;
+        *self.rt = Some(p);
         // Realtime with the bulk transfer.
-        peer.send("reset")?;
-        peer.line()?;
+        self.peer.send("reset")?;
+        self.peer.line()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (p, s2) = (rt.take().context("rt")?, stop.clone());
+        let (p, s2) = (self.rt.take().context("rt")?, stop.clone());
         let h = std::thread::spawn(move || realtime(p, s2));
         std::thread::sleep(Duration::from_millis(20));
         // Fast settings repeat the transfer until the realtime topic has run beside bulk
         // traffic for a second (1,000 samples), so its p99 means something.
         let started = Instant::now();
-        let c0 = cpu_ticks();
+        let c0 = CpuTicks::now();
         let mut times = Vec::new();
         while times.is_empty() || (started.elapsed() < Duration::from_secs(1) && times.len() < 100)
         {
-            peer.send(&format!("expect {}", n * a.sample as u64))?;
+            self.peer.send(&format!("expect {}", n * a.sample as u64))?;
             let t0 = Instant::now();
-            let mut last_ack = (bulk.acknowledged(), Instant::now());
+            let mut last_ack = (self.bulk.acknowledged(), Instant::now());
             for _ in 0..n {
-                let mut b = chunk.clone();
+                let mut b = self.chunk.clone();
                 loop {
-                    match bulk.put(b) {
+                    match self.bulk.put(b) {
                         Ok(_) => break,
                         Err(tether::PutError::Timeout { payload, .. }) => {
-                            let ack = bulk.acknowledged();
+                            let ack = self.bulk.acknowledged();
                             if ack != last_ack.0 {
                                 last_ack = (ack, Instant::now());
                             } else if last_ack.1.elapsed() > Duration::from_secs(30) {
@@ -223,18 +225,18 @@ pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            let done = peer.line()?;
+            let done = self.peer.line()?;
             times.push(t0.elapsed().as_secs_f64() * 1e3);
             if done != "done" {
                 bail!("unexpected line from the bulk sink: {done}");
             }
-            peer.send("reset-bytes")?;
-            peer.line()?;
+            self.peer.send("reset-bytes")?;
+            self.peer.line()?;
         }
         let ms = times.iter().sum::<f64>() / times.len() as f64;
-        let busy_steal = steal_pct(c0, cpu_ticks());
-        let (p, busy_lat) = end_phase(&stop, h, &mut peer)?;
-        rt = Some(p);
+        let busy_steal = steal_pct(c0, CpuTicks::now());
+        let (p, busy_lat) = end_phase(&stop, h, self.peer)?;
+        *self.rt = Some(p);
         let rate = (n * a.sample as u64) as f64 / (ms / 1e3);
         let row = Row {
             tokens,
@@ -259,10 +261,8 @@ pub(crate) fn run(cfg: Config, a: BulkArgs) -> anyhow::Result<ExitCode> {
                 row.busy_steal.unwrap_or(0.0)
             );
         }
-        rows.push(row);
+        Ok(row)
     }
-    print(&a, &rows)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 fn print(a: &BulkArgs, rows: &[Row]) -> anyhow::Result<()> {
@@ -394,7 +394,7 @@ pub(crate) fn sink(cfg: Config) -> anyhow::Result<()> {
                 (Some("lat"), _) => {
                     let mut v = std::mem::take(&mut g.lat);
                     v.sort_unstable();
-                    let at = |q: f64| crate::bench::quantile(&v, q).unwrap_or(0) as f64 / 1e3;
+                    let at = |q: f64| quantile(&v, q).unwrap_or(0) as f64 / 1e3;
                     Some(format!("lat {:.1} {:.1} {}", at(0.5), at(0.99), v.len()))
                 }
                 _ => None,

@@ -7,7 +7,6 @@
 //! the raw provider primitive at 8 KB, and `openssl speed -evp` when openssl is installed.
 
 use std::hint::black_box;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -15,7 +14,7 @@ use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use serde_json::json;
 use tether_crypto::{SenderKey, Suite, from_hex, to_hex};
 
-use crate::bench::machine;
+use crate::harness::machine;
 
 /// Paper 003 (Raspberry Pi 4, Cortex-A72 at 1.8 GHz, no AES instructions): best KB/s.
 const PAPER: &[(&str, f64, f64)] = &[
@@ -409,18 +408,58 @@ fn openssl_speed(name: &str) -> Option<f64> {
     v.parse::<f64>().ok().map(|k| k * 1000.0)
 }
 
-pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<ExitCode> {
+/// `tether bench cipher`.
+pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<()> {
     known_answers()?;
     if sizes.is_empty() || sizes.iter().any(|s| *s == 0 || *s > 1 << 20) {
         bail!("--sizes must be between 1 and 1048576 bytes");
     }
     let min = Duration::from_millis(millis.max(1));
-    let nominal = nominal_ghz();
-    let measured = measured_ghz();
+    let clock = Clock {
+        nominal: nominal_ghz(),
+        measured: measured_ghz(),
+    };
+    let rows = measure(sizes, min);
+    // tether's seal path against the provider's primitive, same buffer, same run, 8 KB:
+    // key lookup (by writer, in a map as the engine keeps them), AAD, nonce, tag appended.
+    let paths = Suite::ALL
+        .into_iter()
+        .map(|s| seal_path(s, min))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let comparisons: Vec<(Cipher, Option<f64>)> = [Cipher::ChaCha20]
+        .into_iter()
+        .map(|c| (c, c.openssl_name().and_then(openssl_speed)))
+        .collect();
+    if json {
+        print_json(clock, &rows, &paths, &comparisons)
+    } else {
+        print_table(clock, &rows, &paths, &comparisons);
+        Ok(())
+    }
+}
+
+/// The clock in GHz: the rated or reported one, and the measured one.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    nominal: Option<f64>,
+    measured: Option<f64>,
+}
+
+/// Cycles per byte at `bps` bytes per second on a `ghz` clock.
+fn cpb(bps: f64, ghz: f64) -> f64 {
+    ghz * 1e9 / bps
+}
+
+/// One suite's seal path at 8 KB: tether's and the raw primitive's bytes per second, and
+/// `openssl speed`'s when installed.
+type SealPath = (Suite, f64, f64, Option<f64>);
+
+/// Every cipher at every size: encrypt, then decrypt what was encrypted (an AEAD's open
+/// checks the tag).
+fn measure(sizes: &[usize], min: Duration) -> Vec<Row> {
     let mut rows = Vec::new();
     for c in Cipher::ALL {
         for &size in sizes {
-            // Encrypt, then decrypt what was encrypted (an AEAD's open checks the tag).
             let mut e = Engine::new(c);
             let enc = rate(size, min, |seq, b| {
                 b.truncate(size);
@@ -441,113 +480,123 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
             });
         }
     }
-    // tether's seal path against the provider's primitive, same buffer, same run, 8 KB:
-    // key lookup (by writer, in a map as the engine keeps them), AAD, nonce, tag appended.
-    let mut paths = Vec::new();
-    for s in Suite::ALL {
-        let size = 8192;
-        let key = SenderKey::generate(s, 1);
-        let mut keys = std::collections::BTreeMap::new();
-        keys.insert(WRITER, key);
-        keys.insert([8; 12], SenderKey::generate(s, 1));
-        let raw_key = LessSafeKey::new(
-            UnboundKey::new(
-                match s {
-                    Suite::Aes128Gcm => &aead::AES_128_GCM,
-                    Suite::Aes256Gcm => &aead::AES_256_GCM,
-                    Suite::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
-                },
-                &tether_crypto::random_bytes::<32>()[..s.key_len()],
-            )
-            .map_err(|_| anyhow::anyhow!("key"))?,
-        );
-        // Interleaved, best of each: the VM's noise falls on both alike.
-        let (mut tether, mut raw) = (0f64, 0f64);
-        // The engine's own path in steady state: key lookup, then
-        // tether_crypto::sample::protect_into (the protection byte and epoch, the 33-byte
-        // AAD, the seal from the application's bytes into the buffer the writer's history
-        // gave back, the tag).
-        let signer = tether_crypto::Identity::generate();
-        let enc = tether_crypto::Protection {
-            encrypt: true,
-            sign: false,
-        };
-        let mut spare: Vec<u8> = Vec::new();
-        let mut seal_tether = |seq: u64, b: &mut Vec<u8>| {
-            b.truncate(size);
-            let k = keys.get(&WRITER).expect("present");
-            tether_crypto::sample::protect_into(
-                &mut spare,
-                enc,
-                Some(k),
-                &signer,
-                &WRITER,
-                seq,
-                seq,
-                b,
-            )
-            .expect("seals");
-            let _ = black_box(&spare);
-        };
-        let mut seal_raw = |seq: u64, b: &mut Vec<u8>| {
-            b.truncate(size);
-            let mut n = [0u8; 12];
-            n[4..].copy_from_slice(&seq.to_be_bytes());
-            let tag = raw_key
-                .seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::empty(), b)
-                .expect("seals");
-            let _ = black_box(tag);
-        };
-        // Interleaved, the order swapped every round, best of each: the VM's noise and any
-        // warm-up fall on both alike.
-        for round in 0..8 {
-            if round % 2 == 0 {
-                tether = tether.max(rate(size, min / 4, &mut seal_tether));
-                raw = raw.max(rate(size, min / 4, &mut seal_raw));
-            } else {
-                raw = raw.max(rate(size, min / 4, &mut seal_raw));
-                tether = tether.max(rate(size, min / 4, &mut seal_tether));
-            }
-        }
-        let openssl = Cipher::Suite(s).openssl_name().and_then(openssl_speed);
-        paths.push((s, tether, raw, openssl));
-    }
-    let comparisons: Vec<(Cipher, Option<f64>)> = [Cipher::ChaCha20]
-        .into_iter()
-        .map(|c| (c, c.openssl_name().and_then(openssl_speed)))
-        .collect();
+    rows
+}
 
-    let cpb = |bps: f64, ghz: f64| ghz * 1e9 / bps;
-    if json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|r| {
-                json!({"cipher": r.cipher.name(), "shipped": r.cipher.shipped(), "buffer": r.size,
-                       "encrypt_kb_per_s": r.enc / 1e3, "decrypt_kb_per_s": r.dec / 1e3,
-                       "encrypt_cpb_nominal": nominal.map(|g| cpb(r.enc, g)),
-                       "encrypt_cpb_measured": measured.map(|g| cpb(r.enc, g)),
-                       "decrypt_cpb_nominal": nominal.map(|g| cpb(r.dec, g)),
-                       "decrypt_cpb_measured": measured.map(|g| cpb(r.dec, g))})
-            })
-            .collect();
-        let p: Vec<_> = paths
-            .iter()
-            .map(|(s, t, r, o)| {
-                json!({"suite": s.name(), "tether_seal_bytes_per_s": t, "raw_seal_bytes_per_s": r,
-                       "ratio": t / r, "openssl_bytes_per_s": o})
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "bench": "cipher", "machine": machine(), "nominal_ghz": nominal,
-                "measured_ghz": measured, "auto_suite": Suite::auto().name(),
-                "results": v, "seal_path_8k": p,
-                "openssl_comparisons": comparisons.iter().map(|(c, o)| json!({"cipher": c.name(), "openssl_bytes_per_s": o})).collect::<Vec<_>>(),
-            }))?
-        );
-        return Ok(ExitCode::SUCCESS);
+/// tether's seal path for suite `s` against the provider's primitive.
+fn seal_path(s: Suite, min: Duration) -> anyhow::Result<SealPath> {
+    let size = 8192;
+    let key = SenderKey::generate(s, 1);
+    let mut keys = std::collections::BTreeMap::new();
+    keys.insert(WRITER, key);
+    keys.insert([8; 12], SenderKey::generate(s, 1));
+    let raw_key = LessSafeKey::new(
+        UnboundKey::new(
+            match s {
+                Suite::Aes128Gcm => &aead::AES_128_GCM,
+                Suite::Aes256Gcm => &aead::AES_256_GCM,
+                Suite::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+            },
+            &tether_crypto::random_bytes::<32>()[..s.key_len()],
+        )
+        .map_err(|_| anyhow::anyhow!("key"))?,
+    );
+    // Interleaved, best of each: the VM's noise falls on both alike.
+    let (mut tether, mut raw) = (0f64, 0f64);
+    // The engine's own path in steady state: key lookup, then
+    // tether_crypto::sample::protect_into (the protection byte and epoch, the 33-byte
+    // AAD, the seal from the application's bytes into the buffer the writer's history
+    // gave back, the tag).
+    let signer = tether_crypto::Identity::generate();
+    let enc = tether_crypto::Protection {
+        encrypt: true,
+        sign: false,
+    };
+    let mut spare: Vec<u8> = Vec::new();
+    let mut seal_tether = |seq: u64, b: &mut Vec<u8>| {
+        b.truncate(size);
+        let k = keys.get(&WRITER).expect("present");
+        tether_crypto::sample::protect_into(
+            &mut spare,
+            enc,
+            Some(k),
+            &signer,
+            &WRITER,
+            seq,
+            seq,
+            b,
+        )
+        .expect("seals");
+        let _ = black_box(&spare);
+    };
+    let mut seal_raw = |seq: u64, b: &mut Vec<u8>| {
+        b.truncate(size);
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(&seq.to_be_bytes());
+        let tag = raw_key
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::empty(), b)
+            .expect("seals");
+        let _ = black_box(tag);
+    };
+    // Interleaved, the order swapped every round, best of each: the VM's noise and any
+    // warm-up fall on both alike.
+    for round in 0..8 {
+        if round % 2 == 0 {
+            tether = tether.max(rate(size, min / 4, &mut seal_tether));
+            raw = raw.max(rate(size, min / 4, &mut seal_raw));
+        } else {
+            raw = raw.max(rate(size, min / 4, &mut seal_raw));
+            tether = tether.max(rate(size, min / 4, &mut seal_tether));
+        }
     }
+    let openssl = Cipher::Suite(s).openssl_name().and_then(openssl_speed);
+    Ok((s, tether, raw, openssl))
+}
+
+fn print_json(
+    clock: Clock,
+    rows: &[Row],
+    paths: &[SealPath],
+    comparisons: &[(Cipher, Option<f64>)],
+) -> anyhow::Result<()> {
+    let Clock { nominal, measured } = clock;
+    let v: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            json!({"cipher": r.cipher.name(), "shipped": r.cipher.shipped(), "buffer": r.size,
+                   "encrypt_kb_per_s": r.enc / 1e3, "decrypt_kb_per_s": r.dec / 1e3,
+                   "encrypt_cpb_nominal": nominal.map(|g| cpb(r.enc, g)),
+                   "encrypt_cpb_measured": measured.map(|g| cpb(r.enc, g)),
+                   "decrypt_cpb_nominal": nominal.map(|g| cpb(r.dec, g)),
+                   "decrypt_cpb_measured": measured.map(|g| cpb(r.dec, g))})
+        })
+        .collect();
+    let p: Vec<_> = paths
+        .iter()
+        .map(|(s, t, r, o)| {
+            json!({"suite": s.name(), "tether_seal_bytes_per_s": t, "raw_seal_bytes_per_s": r,
+                   "ratio": t / r, "openssl_bytes_per_s": o})
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "bench": "cipher", "machine": machine(), "nominal_ghz": nominal,
+            "measured_ghz": measured, "auto_suite": Suite::auto().name(),
+            "results": v, "seal_path_8k": p,
+            "openssl_comparisons": comparisons.iter().map(|(c, o)| json!({"cipher": c.name(), "openssl_bytes_per_s": o})).collect::<Vec<_>>(),
+        }))?
+    );
+    Ok(())
+}
+
+fn print_table(
+    clock: Clock,
+    rows: &[Row],
+    paths: &[SealPath],
+    comparisons: &[(Cipher, Option<f64>)],
+) {
+    let Clock { nominal, measured } = clock;
     println!(
         "tether bench cipher — 1 MB in buffers of each size, best of 3, {}; clock nominal {}, measured {}; auto suite here: {}",
         machine(),
@@ -559,7 +608,7 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
         "{:<18} {:>7} {:>14} {:>14} {:>10} {:>10}   (all known-answer tests passed)",
         "cipher", "buffer", "encrypt KB/s", "decrypt KB/s", "cpb nom", "cpb meas"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<18} {:>7} {:>14.0} {:>14.0} {:>10} {:>10}",
             format!(
@@ -580,7 +629,7 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
         "{:<18} {:>14} {:>14} {:>7} {:>16}",
         "suite", "tether KB/s", "raw KB/s", "ratio", "openssl -evp KB/s"
     );
-    for (s, t, r, o) in &paths {
+    for (s, t, r, o) in paths {
         println!(
             "{:<18} {:>14.0} {:>14.0} {:>6.1}% {:>16}",
             s.name(),
@@ -590,7 +639,7 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
             o.map_or("-".into(), |o| format!("{:.0}", o / 1e3))
         );
     }
-    for (c, o) in &comparisons {
+    for (c, o) in comparisons {
         if let Some(o) = o {
             println!(
                 "openssl speed -evp {} at 8 KB: {:.0} KB/s",
@@ -605,7 +654,6 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
     for (n, kbs, c) in PAPER {
         println!("  {n:<32} {kbs:>9.0} KB/s  {c:>5.1} cpb");
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

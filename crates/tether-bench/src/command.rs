@@ -1,0 +1,268 @@
+//! The command line of `tether bench` and its hidden peer, and the thin dispatch from it to
+//! the experiments.
+
+use clap::{Args, Subcommand, ValueEnum};
+use tether::Config;
+
+use crate::harness::{cpu, secs};
+use crate::{bulk, cipher, fanout, loopback, paper};
+
+/// `tether bench`: which experiment, and its settings.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Subcommand, Debug)]
+enum Which {
+    /// Paper 001, Table 2: n reliable samples as fast as allowed, time until the reader's
+    /// echo after the n-th: unbatched, coalescing and batching, interleaved.
+    Batch {
+        /// Sample counts.
+        #[arg(long, value_delimiter = ',', default_value = "3000,10000")]
+        counts: Vec<usize>,
+        /// Sample sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "256,512,1024")]
+        sizes: Vec<usize>,
+        /// Repetitions per row (after one warm-up).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paper 001, Table 3: a 5 MB payload as chunks of each size, and as one sample that
+    /// tether fragments; time until the reader's echo.
+    Large {
+        /// Total bytes.
+        #[arg(long, default_value_t = 5 << 20)]
+        total: usize,
+        /// Chunk sizes in bytes (the total itself: one fragmented sample).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "512,1024,262144,524288,1048576,5242880"
+        )]
+        chunks: Vec<usize>,
+        /// Repetitions per row (after one warm-up).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paper 001, Table 4: a bulk transfer in 32 KB samples through a token-bucket flow
+    /// controller at each setting, with a 1 kHz 64 B reliable realtime topic on the same
+    /// session; completion time, rate, and the realtime latency with and without the bulk.
+    Bulk {
+        /// Bytes to transfer per setting.
+        #[arg(long, default_value_t = 100 << 20)]
+        total: u64,
+        /// Bytes per bulk sample.
+        #[arg(long, default_value_t = 32 << 10)]
+        sample: usize,
+        /// Tokens added per period, for each row (`unlimited` or a number).
+        #[arg(long, value_delimiter = ',', default_value = "unlimited,30,20,10,5,1")]
+        tokens: Vec<String>,
+        /// The flow controller's period in ms.
+        #[arg(long, default_value_t = 10)]
+        period_ms: u64,
+        /// Bytes per token.
+        #[arg(long, default_value_t = 8192)]
+        bytes_per_token: u64,
+        /// Bulk samples in flight (the writer's keep-all history).
+        #[arg(long, default_value_t = 8)]
+        window: u32,
+        /// Seconds of realtime traffic alone, before each transfer.
+        #[arg(long, default_value_t = 2.0)]
+        idle: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paper 003: encryption and decryption speed of tether's suites and comparison ciphers
+    /// in buffers of 1,024 … 10,240 bytes, with cycles per byte; tether's seal path against
+    /// the raw primitive at 8 KB; openssl speed when installed.
+    Cipher {
+        /// Buffer sizes in bytes.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1024,2048,3072,4096,5120,6144,7168,8192,9216,10240"
+        )]
+        sizes: Vec<usize>,
+        /// Milliseconds per measurement (best of three).
+        #[arg(long, default_value_t = 200)]
+        millis: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paper 000, Table 3: publishers each sending a 1 KB sample every 0.2 s to N
+    /// subscribers (each its own session and keys), with security off (`plain`), tether's
+    /// sender keys (`group`) and SROS2-like per-destination sealing (`pairwise`);
+    /// communication time and the publisher's CPU per sample.
+    Fanout(fanout::FanoutArgs),
+    /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
+    Latency {
+        /// Round trips measured per size (after 200 warm-up ones).
+        #[arg(long, default_value_t = 5000)]
+        samples: usize,
+        /// Sample sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "64,1024,64000")]
+        sizes: Vec<usize>,
+        /// Receive modes to measure.
+        #[arg(long, value_enum, default_value = "both")]
+        mode: ModeArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Samples per second from one process to another: best effort and reliable keep-all,
+    /// each unbatched and batched, beside raw UDP.
+    Throughput {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// Sample sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "256,1024")]
+        sizes: Vec<usize>,
+        /// Receiver modes to measure.
+        #[arg(long, value_enum, default_value = "both")]
+        mode: ModeArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum ModeArg {
+    Blocking,
+    BusyPoll,
+    Both,
+}
+
+/// `tether bench-peer`: the far side of a loopback or paper benchmark.
+#[derive(Args, Debug)]
+pub struct PeerArgs {
+    #[arg(value_enum)]
+    role: Role,
+    /// Busy-poll receive.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Pin the process to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Role {
+    /// Echo /bench/ping to /bench/pong.
+    Pong,
+    /// Echo raw UDP datagrams; prints its port.
+    UdpEcho,
+    /// Count /bench/thr (best effort); report on a stdin line.
+    Sink,
+    /// Count /bench/thr (reliable keep-all); report on a stdin line.
+    SinkReliable,
+    /// Count raw UDP datagrams; prints its port; report on a stdin line.
+    UdpSink,
+    /// Acknowledge every announced count of samples (the 001 paper's echo).
+    Ack,
+    /// Count bulk bytes and time the realtime topic (`bench bulk`).
+    BulkSink,
+}
+
+/// Runs the experiment `args` names, printing its report (a table, or JSON with
+/// `--json`) on stdout. `cfg` is the user's configuration; each experiment moves its
+/// sessions to a private domain and registry.
+pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
+    match args.which {
+        Which::Batch {
+            counts,
+            sizes,
+            reps,
+            json,
+        } => paper::batch(cfg, &counts, &sizes, reps, json),
+        Which::Large {
+            total,
+            chunks,
+            reps,
+            json,
+        } => paper::large(cfg, total, &chunks, reps, json),
+        Which::Bulk {
+            total,
+            sample,
+            tokens,
+            period_ms,
+            bytes_per_token,
+            window,
+            idle,
+            json,
+        } => {
+            let tokens = tokens
+                .iter()
+                .map(|t| match t.trim() {
+                    "unlimited" => Ok(None),
+                    n => n.parse::<u64>().map(Some).map_err(|_| {
+                        anyhow::anyhow!("--tokens: '{n}' is neither a number nor unlimited")
+                    }),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            if period_ms == 0 || bytes_per_token == 0 {
+                anyhow::bail!("--period-ms and --bytes-per-token must be at least 1");
+            }
+            bulk::run(
+                cfg,
+                bulk::BulkArgs {
+                    total,
+                    sample,
+                    tokens,
+                    period_ms,
+                    bytes_per_token,
+                    window,
+                    idle_secs: secs("--idle", idle)?.as_secs_f64(),
+                    json,
+                },
+            )
+        }
+        Which::Cipher {
+            sizes,
+            millis,
+            json,
+        } => cipher::run(&sizes, millis, json),
+        Which::Fanout(a) => fanout::run(cfg, a),
+        Which::Latency {
+            samples,
+            sizes,
+            mode,
+            json,
+        } => loopback::latency(cfg, samples, &sizes, mode, json),
+        Which::Throughput {
+            duration,
+            sizes,
+            json,
+            mode,
+        } => loopback::throughput(cfg, duration, &sizes, mode, json),
+    }
+}
+
+/// `tether bench-peer ROLE`: the far side of a benchmark, run by the benchmark itself
+/// (see [`crate::PEER_SUBCOMMAND`]). Exits when its stdin closes.
+pub fn peer(mut cfg: Config, args: PeerArgs) -> anyhow::Result<()> {
+    cfg.transport.busy_poll = args.busy_poll;
+    if let Some(c) = args.cpu {
+        cpu::pin(Some(c));
+    }
+    match args.role {
+        Role::UdpEcho => loopback::udp_echo(args.busy_poll),
+        Role::Pong => loopback::pong(cfg),
+        Role::UdpSink => loopback::udp_sink(args.busy_poll),
+        Role::Ack => paper::ack_peer(cfg),
+        Role::BulkSink => bulk::sink(cfg),
+        Role::Sink => loopback::sink(cfg, false),
+        Role::SinkReliable => loopback::sink(cfg, true),
+    }
+}

@@ -1,0 +1,13 @@
+//! What every experiment shares: peer processes and their line protocol ([`process`]), a
+//! private domain and registry per run ([`setup`]), CPU pinning, CPU time and the
+//! hypervisor's steal ([`cpu`]), quantiles, summaries and confidence intervals ([`stats`]),
+//! and two hosts in network namespaces ([`lan`]). Nothing here knows an experiment.
+
+pub(crate) mod cpu;
+pub(crate) mod lan;
+pub(crate) mod process;
+pub(crate) mod setup;
+pub(crate) mod stats;
+
+pub(crate) use process::Peer;
+pub(crate) use setup::{BenchCfg, bench_cfg, machine, secs, wait_matched, wall_ns};

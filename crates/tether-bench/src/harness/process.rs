@@ -1,0 +1,187 @@
+//! Peer processes: the parent re-runs its own executable (the `tether` binary) with a
+//! hidden subcommand, and the two talk in lines over the child's stdin and stdout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use tether_testkit::netns::Namespace;
+
+use super::BenchCfg;
+
+/// A child process running `tether SUBCOMMAND …`, killed on drop if it has not exited
+/// within 2 s of its stdin closing.
+pub(crate) struct Peer {
+    child: Child,
+    pub(crate) stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    /// `tether SUBCOMMAND ARGS…` with piped stdin and stdout, in network namespace `ns`
+    /// if given.
+    pub(crate) fn spawn_with(
+        ns: Option<&Namespace>,
+        subcommand: &str,
+        args: &[String],
+    ) -> anyhow::Result<Peer> {
+        let exe = std::env::current_exe().context("locating the tether binary")?;
+        let mut cmd = match ns {
+            Some(ns) => ns.command(exe),
+            None => Command::new(exe),
+        };
+        cmd.arg(subcommand).args(args);
+        Peer::start(cmd, "starting a benchmark process")
+    }
+
+    /// `tether bench-peer ROLE` in `cfg`'s private domain and registry, busy-polling if
+    /// `busy`, pinned to `cpu` if given.
+    pub(crate) fn spawn(
+        cfg: &BenchCfg,
+        role: &str,
+        busy: bool,
+        cpu: Option<usize>,
+    ) -> anyhow::Result<Peer> {
+        let exe = std::env::current_exe().context("locating the tether binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg(crate::PEER_SUBCOMMAND)
+            .arg(role)
+            .arg("--domain")
+            .arg(cfg.domain().to_string())
+            .arg("--registry-dir")
+            .arg(cfg.dir());
+        if busy {
+            cmd.arg("--busy-poll");
+        }
+        if let Some(c) = cpu {
+            cmd.arg("--cpu").arg(c.to_string());
+        }
+        Peer::start(cmd, "starting the benchmark peer")
+    }
+
+    fn start(mut cmd: Command, what: &'static str) -> anyhow::Result<Peer> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context(what)?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().context("peer stdout")?);
+        Ok(Peer {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// The peer's next line, trimmed.
+    pub(crate) fn line(&mut self) -> anyhow::Result<String> {
+        let mut s = String::new();
+        if self.stdout.read_line(&mut s)? == 0 {
+            bail!("benchmark peer exited early");
+        }
+        Ok(s.trim().to_string())
+    }
+
+    /// Sends the peer one line.
+    pub(crate) fn send(&mut self, s: &str) -> anyhow::Result<()> {
+        let i = self.stdin.as_mut().context("peer stdin")?;
+        writeln!(i, "{s}")?;
+        i.flush()?;
+        Ok(())
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stdin.take();
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The peer side: the next line on stdin, trimmed; `None` at its end.
+pub(crate) fn read_line() -> anyhow::Result<Option<String>> {
+    let mut s = String::new();
+    if std::io::stdin().read_line(&mut s)? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(s.trim().to_string()))
+}
+
+/// The peer side: one line to the parent, flushed.
+pub(crate) fn say(s: &str) -> anyhow::Result<()> {
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "{s}")?;
+    o.flush()?;
+    Ok(())
+}
+
+/// The peer side: reads `busy` / `block` lines from stdin, applies them and answers `ok`,
+/// until EOF.
+pub(crate) fn serve_commands(mut set_busy: impl FnMut(bool)) -> anyhow::Result<()> {
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        match line.trim() {
+            "busy" => set_busy(true),
+            "block" => set_busy(false),
+            _ => continue,
+        }
+        // Let the switch take effect before the parent measures.
+        std::thread::sleep(Duration::from_millis(20));
+        println!("ok");
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}
+
+/// What a counting peer has received: how many, and when the first and the last came.
+#[derive(Default)]
+pub(crate) struct Counter {
+    count: AtomicU64,
+    first: Mutex<Option<Instant>>,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Counter {
+    /// Counts one arrival, now.
+    pub(crate) fn hit(&self) {
+        let now = Instant::now();
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        }
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+    }
+
+    /// The peer side: answers each `report` line on stdin with the count and span since
+    /// the last report, as JSON, until EOF.
+    pub(crate) fn report_loop(&self) -> anyhow::Result<()> {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim() == "report" {
+                let n = self.count.swap(0, Ordering::Relaxed);
+                let f = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let l = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+                let secs = match (f, l) {
+                    (Some(f), Some(l)) => l.saturating_duration_since(f).as_secs_f64(),
+                    _ => 0.0,
+                };
+                println!("{}", json!({"count": n, "secs": secs}));
+                std::io::stdout().flush()?;
+            }
+        }
+        Ok(())
+    }
+}
