@@ -86,7 +86,11 @@ impl Engine {
     fn new(c: Cipher) -> Engine {
         let k: [u8; 32] = tether_crypto::random_bytes();
         match c {
-            Cipher::Suite(s) => Engine::Aead(Box::new(SenderKey::generate(s, 1))),
+            Cipher::Suite(s) => Engine::Aead(Box::new(SenderKey::generate(
+                s,
+                1,
+                &mut tether_crypto::OsRandom,
+            ))),
             Cipher::ChaCha20 => Engine::ChaCha20(k),
             Cipher::ChaCha12 => Engine::ChaCha12(k),
             Cipher::Lea(128) => Engine::Lea128(k[..16].try_into().expect("16")),
@@ -446,10 +450,13 @@ pub(crate) fn run(sizes: &[usize], millis: u64, json: bool) -> anyhow::Result<Ex
     let mut paths = Vec::new();
     for s in Suite::ALL {
         let size = 8192;
-        let key = SenderKey::generate(s, 1);
+        let key = SenderKey::generate(s, 1, &mut tether_crypto::OsRandom);
         let mut keys = std::collections::BTreeMap::new();
         keys.insert(WRITER, key);
-        keys.insert([8; 12], SenderKey::generate(s, 1));
+        keys.insert(
+            [8; 12],
+            SenderKey::generate(s, 1, &mut tether_crypto::OsRandom),
+        );
         let raw_key = LessSafeKey::new(
             UnboundKey::new(
                 match s {

@@ -39,6 +39,6 @@ pub use participant::{
     Transmit, WriteError,
 };
 pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
-pub use sched::{FlowController, Priority, format_rate, parse_rate};
+pub use sched::{FlowController, Priority, RateError, UnknownPriority, format_rate, parse_rate};
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

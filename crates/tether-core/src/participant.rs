@@ -578,7 +578,9 @@ impl Participant {
             w.prot = Some(prot);
             if prot.encrypt {
                 w.key = Some(std::sync::Arc::new(tether_crypto::SenderKey::generate(
-                    sec.suite, 1,
+                    sec.suite,
+                    1,
+                    &mut tether_crypto::OsRandom,
                 )));
             }
         }
@@ -2994,8 +2996,11 @@ impl Participant {
         };
         w.rekey_due = false;
         let Some(old) = w.key.as_ref() else { return };
-        let next =
-            tether_crypto::SenderKey::generate(old.suite(), old.epoch().wrapping_add(1).max(1));
+        let next = tether_crypto::SenderKey::generate(
+            old.suite(),
+            old.epoch().wrapping_add(1).max(1),
+            &mut tether_crypto::OsRandom,
+        );
         w.key = Some(std::sync::Arc::new(next));
         w.seals = 0;
         self.stats.rekeys += 1;
@@ -3103,8 +3108,13 @@ impl Participant {
                     key.epoch(),
                     key.suite(),
                 );
-                let Some(w) = tether_crypto::wrap_key(&sec.identity, &kx, &ctx, key.key_bytes())
-                else {
+                let Some(w) = tether_crypto::wrap_key(
+                    &sec.identity,
+                    &kx,
+                    &ctx,
+                    key.key_bytes(),
+                    &mut tether_crypto::OsRandom,
+                ) else {
                     return;
                 };
                 self.stats.keys_wrapped += 1;

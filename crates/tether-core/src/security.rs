@@ -229,7 +229,7 @@ pub(crate) struct PeerAuth {
 impl PeerAuth {
     pub(crate) fn new() -> PeerAuth {
         PeerAuth {
-            mine: tether_crypto::random_bytes(),
+            mine: tether_crypto::random_array(&mut tether_crypto::OsRandom),
             theirs: None,
             answered: None,
             credential: None,

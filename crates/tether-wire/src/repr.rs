@@ -3,7 +3,7 @@
 //! Parsing goes through [`Cursor`], the only code in this crate that indexes a body; it checks
 //! every read against the bytes present, so a lying length can only produce an error.
 
-use crate::{EntityId, Error, MAX_ACKNACK_BITS, MAX_PARTITIONS};
+use crate::{Cursor, EntityId, Error, MAX_ACKNACK_BITS, MAX_PARTITIONS};
 
 /// The submessage kinds of wire version 1 (`docs/wire.md` section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -561,86 +561,6 @@ pub enum Submessage<'a> {
     BatchSig(BatchSigRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
-}
-
-/// Bounds-checked little-endian reader over a body.
-pub(crate) struct Cursor<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Cursor<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf }
-    }
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
-        if self.buf.len() < n {
-            return Err(Error::Truncated);
-        }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Ok(head)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        let s = self.take(N)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-    pub(crate) fn u8(&mut self) -> Result<u8, Error> {
-        Ok(self.array::<1>()?[0])
-    }
-    pub(crate) fn u16(&mut self) -> Result<u16, Error> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn u32(&mut self) -> Result<u32, Error> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn u64(&mut self) -> Result<u64, Error> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    fn str16(&mut self) -> Result<&'a str, Error> {
-        let n = self.u16()? as usize;
-        core::str::from_utf8(self.take(n)?).map_err(|_| Error::BadUtf8)
-    }
-    pub(crate) fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    /// The ⌈num_bits/32⌉ words of an ACKNACK or NACK_FRAG bitmap (`num_bits` ≤ 256, checked
-    /// by the caller); bits beyond `num_bits` must be zero.
-    fn bitmap(&mut self, num_bits: u16) -> Result<[u32; 8], Error> {
-        let mut bitmap = [0u32; 8];
-        for w in bitmap.iter_mut().take(num_bits.div_ceil(32) as usize) {
-            *w = self.u32()?;
-        }
-        if num_bits % 32 != 0 && bitmap[(num_bits / 32) as usize] >> (num_bits % 32) != 0 {
-            return Err(Error::BadValue("bitmap"));
-        }
-        Ok(bitmap)
-    }
-    fn rest(&mut self) -> &'a [u8] {
-        core::mem::take(&mut self.buf)
-    }
-    fn finish(&self) -> Result<(), Error> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::BadLength)
-        }
-    }
-    fn entity(&mut self, field: &'static str) -> Result<EntityId, Error> {
-        let v = self.u32()?;
-        if v == 0 {
-            return Err(Error::BadValue(field));
-        }
-        Ok(EntityId(v))
-    }
-    fn seq(&mut self, field: &'static str) -> Result<u64, Error> {
-        let v = self.u64()?;
-        if v == 0 || v == u64::MAX {
-            return Err(Error::BadValue(field));
-        }
-        Ok(v)
-    }
 }
 
 /// Appends the ⌈num_bits/32⌉ meaningful words of a bitmap.

@@ -1,8 +1,7 @@
 //! The datagram view (header + submessage iterator) and the builder that emits datagrams.
 
-use crate::repr::Cursor;
 use crate::{
-    Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId, SUBMESSAGE_HEADER_LEN,
+    Cursor, Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId, SUBMESSAGE_HEADER_LEN,
     Submessage, VERSION,
 };
 
@@ -79,12 +78,6 @@ impl<'a> Datagram<'a> {
 pub struct Submessages<'a> {
     cursor: Cursor<'a>,
     done: bool,
-}
-
-impl core::fmt::Debug for Cursor<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("Cursor")
-    }
 }
 
 impl<'a> Iterator for Submessages<'a> {

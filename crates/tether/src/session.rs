@@ -487,7 +487,7 @@ impl Session {
                 .verify(&b.ca_public, unix, revocations.as_ref())
                 .map_err(OpenError::Credential)?;
             let suite = match &config.security.suite {
-                Some(s) => s.parse().map_err(|e: String| {
+                Some(s) => s.parse().map_err(|e: tether_crypto::UnknownSuite| {
                     OpenError::Config(crate::ConfigError::Invalid(format!("security.suite: {e}")))
                 })?,
                 None => tether_crypto::Suite::auto(),
@@ -510,7 +510,7 @@ impl Session {
                         Some(m) => m,
                     }
                     .parse()
-                    .map_err(|e: String| {
+                    .map_err(|e: tether_crypto::UnknownProtection| {
                         OpenError::Config(crate::ConfigError::Invalid(format!(
                             "security.mode: {e}"
                         )))
@@ -520,11 +520,13 @@ impl Session {
                         .topics
                         .iter()
                         .map(|(p, m)| {
-                            m.parse().map(|m| (p.clone(), m)).map_err(|e: String| {
-                                OpenError::Config(crate::ConfigError::Invalid(format!(
-                                    "security.topics: {e}"
-                                )))
-                            })
+                            m.parse().map(|m| (p.clone(), m)).map_err(
+                                |e: tether_crypto::UnknownProtection| {
+                                    OpenError::Config(crate::ConfigError::Invalid(format!(
+                                        "security.topics: {e}"
+                                    )))
+                                },
+                            )
                         })
                         .collect::<Result<Vec<_>, _>>()?,
                 ),
