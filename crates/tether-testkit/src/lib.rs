@@ -8,6 +8,9 @@
 #![forbid(unsafe_code)]
 
 pub mod fuzz;
+mod random;
+
+pub use random::SeededRandom;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
