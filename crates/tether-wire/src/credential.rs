@@ -1,4 +1,4 @@
-//! The credential's and the revocation list's canonical binary forms (`docs/wire.md#auth`):
+//! The credential's and the revocation list's canonical binary forms (`docs/wire.md#credential`):
 //! what the realm's CA signs, what AUTH carries, what a bundle stores. Unlike the datagram,
 //! their integers are big-endian.
 //!
@@ -138,6 +138,9 @@ pub struct CredentialRepr<'a> {
 impl<'a> CredentialRepr<'a> {
     /// Parses the binary form, bounds-checked. The signature is not checked here.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, Error> {
+        //= docs/wire.md#credential
+        //# Either form is malformed if a length or count exceeds its limit or the bytes present, if
+        //# bytes follow the signature.
         let mut c = Cursor::new(bytes);
         if c.array()? != CREDENTIAL_MAGIC {
             return Err(Error::BadMagic);
@@ -262,6 +265,8 @@ impl<'a> RevocationListRepr<'a> {
         let serials = SerialList::Encoded(c.take(n * 8)?);
         let signature = c.array()?;
         c.finish()?;
+        //= docs/wire.md#credential
+        //# (revocations) if the serials are not strictly increasing.
         let mut prev = None;
         for s in serials.iter() {
             if prev.is_some_and(|p| p >= s) {

@@ -141,6 +141,10 @@ impl<'a> ProtectedSample<'a> {
     /// Checks the layout of `bytes`: a known protection byte, a sealed body of at least the
     /// epoch and a tag, and the signature if the sample is signed on its own.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, Error> {
+        //= docs/wire.md#key
+        //# A protected sample whose protection byte has bits other than 0 to 2 set, or bit 2 without
+        //# bit 1, that is sealed but shorter than its epoch and tag, or that is signed on its own but
+        //# shorter than its signature, is malformed.
         let mut c = Cursor::new(bytes);
         let protection = SampleProtection::from_byte(c.u8()?)?;
         let sig = if protection.signed_alone() {
