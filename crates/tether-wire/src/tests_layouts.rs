@@ -391,3 +391,45 @@ fn cursor_reads_and_bounds() {
     assert_eq!(Cursor::new(&b).u64_be(), Ok(0x0102_0304_0506_0708));
     assert_eq!(Cursor::new(&b).array_ref::<3>(), Ok(&[1, 2, 3]));
 }
+
+proptest! {
+    /// A SEALED head written for bytes appended after it is what pushing the whole
+    /// submessage writes.
+    #[test]
+    fn sealed_head_matches_sealed(to in 1u64.., counter in 1u64.., sealed in proptest::collection::vec(any::<u8>(), 16..200)) {
+        let h = Header { domain: 3, participant: ParticipantId(5) };
+        let mut whole = Vec::new();
+        DatagramBuilder::new(&mut whole, h)
+            .push(&Submessage::Sealed(SealedRepr { to: ParticipantId(to), counter, sealed: &sealed }))
+            .unwrap();
+        let mut head = Vec::new();
+        DatagramBuilder::new(&mut head, h)
+            .push_sealed_head(ParticipantId(to), counter, sealed.len())
+            .unwrap();
+        head.extend_from_slice(&sealed);
+        prop_assert_eq!(head, whole);
+    }
+}
+
+#[test]
+fn sealed_head_refuses_what_sealed_refuses() {
+    let h = Header {
+        domain: 3,
+        participant: ParticipantId(5),
+    };
+    let mut out = Vec::new();
+    let mut b = DatagramBuilder::new(&mut out, h);
+    assert_eq!(
+        b.push_sealed_head(ParticipantId(1), 0, 16).err(),
+        Some(Error::BadLength)
+    );
+    assert_eq!(
+        b.push_sealed_head(ParticipantId(1), 1, 15).err(),
+        Some(Error::BadLength)
+    );
+    assert_eq!(
+        b.push_sealed_head(ParticipantId(1), 1, MAX_BODY_LEN).err(),
+        Some(Error::TooLong)
+    );
+    assert!(b.is_empty());
+}

@@ -192,6 +192,30 @@ impl<'b> DatagramBuilder<'b> {
         Ok(self)
     }
 
+    /// Appends a SEALED submessage's header, `to` and `counter`, for `sealed_len` bytes of
+    /// ciphertext and tag that the caller appends right after (sealing in place, with every
+    /// byte before them as associated data: `docs/wire.md#sealed`).
+    pub fn push_sealed_head(
+        &mut self,
+        to: ParticipantId,
+        counter: u64,
+        sealed_len: usize,
+    ) -> Result<&mut Self, Error> {
+        let len = crate::SEALED_FIXED_LEN + sealed_len;
+        if len > MAX_BODY_LEN {
+            return Err(Error::TooLong);
+        }
+        if counter == 0 || sealed_len < 16 {
+            return Err(Error::BadLength);
+        }
+        self.out.push(crate::SubmessageKind::Sealed as u8);
+        self.out.push(0);
+        self.out.extend_from_slice(&(len as u16).to_le_bytes());
+        self.out.extend_from_slice(&to.0.to_le_bytes());
+        self.out.extend_from_slice(&counter.to_le_bytes());
+        Ok(self)
+    }
+
     /// Bytes written so far.
     pub fn len(&self) -> usize {
         self.out.len()
