@@ -323,6 +323,25 @@ mod tests {
         }
     }
 
+    /// The typed errors say what they said as strings: the text the CLI and config report.
+    #[test]
+    fn parse_errors_are_typed_and_keep_their_text() {
+        assert_eq!(parse_rate("fast"), Err(RateError::Malformed("fast".into())));
+        assert_eq!(
+            parse_rate("fast").unwrap_err().to_string(),
+            "bad rate 'fast' (expected e.g. 10MB/s, 512KiB/s or 800B/s)"
+        );
+        assert_eq!(
+            parse_rate("0B/s").unwrap_err().to_string(),
+            "bad rate '0B/s' (expected e.g. 10MB/s, 512KiB/s or 800B/s) (between 1 B/s and 1000 GB/s)"
+        );
+        assert_eq!("bulk".parse::<Priority>(), Ok(Priority::Bulk));
+        assert_eq!(
+            "urgent".parse::<Priority>().unwrap_err().to_string(),
+            "unknown priority 'urgent' (expected realtime, default or bulk)"
+        );
+    }
+
     #[test]
     fn rate_matches_the_spec() {
         let f = FlowController::rate(10_000_000);

@@ -77,6 +77,9 @@ pub(crate) fn hex_array<const N: usize>(s: &str) -> Option<[u8; N]> {
 }
 
 #[cfg(test)]
+mod kat;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -438,5 +438,9 @@ mod tests {
         assert!(parts(&[4, 0, 0]).is_none(), "batch-signed without sign");
         assert!(parts(&[8, 0, 0]).is_none());
         assert!("loud".parse::<Protection>().is_err());
+        assert_eq!(
+            "loud".parse::<Protection>().unwrap_err().to_string(),
+            "unknown mode 'loud' (expected off, encrypt, sign or encrypt+sign)"
+        );
     }
 }

@@ -645,6 +645,10 @@ mod tests {
             assert_eq!(Suite::from_code(s.code()), Some(s));
         }
         assert!("des".parse::<Suite>().is_err());
+        assert_eq!(
+            "des".parse::<Suite>().unwrap_err().to_string(),
+            "unknown suite 'des' (expected auto, aes128-gcm, aes256-gcm or chacha20-poly1305)"
+        );
         assert_eq!("auto".parse::<Suite>(), Ok(Suite::auto()));
         assert_eq!(Suite::from_code(0), None);
     }
