@@ -85,7 +85,11 @@ impl Engine {
     fn new(c: Cipher) -> Engine {
         let k: [u8; 32] = tether_crypto::random_bytes();
         match c {
-            Cipher::Suite(s) => Engine::Aead(Box::new(SenderKey::generate(s, 1))),
+            Cipher::Suite(s) => Engine::Aead(Box::new(SenderKey::generate(
+                s,
+                1,
+                &mut tether_crypto::OsRandom,
+            ))),
             Cipher::ChaCha20 => Engine::ChaCha20(k),
             Cipher::ChaCha12 => Engine::ChaCha12(k),
             Cipher::Lea(128) => Engine::Lea128(k[..16].try_into().expect("16")),
@@ -486,10 +490,13 @@ fn measure(sizes: &[usize], min: Duration) -> Vec<Row> {
 /// tether's seal path for suite `s` against the provider's primitive.
 fn seal_path(s: Suite, min: Duration) -> anyhow::Result<SealPath> {
     let size = 8192;
-    let key = SenderKey::generate(s, 1);
+    let key = SenderKey::generate(s, 1, &mut tether_crypto::OsRandom);
     let mut keys = std::collections::BTreeMap::new();
     keys.insert(WRITER, key);
-    keys.insert([8; 12], SenderKey::generate(s, 1));
+    keys.insert(
+        [8; 12],
+        SenderKey::generate(s, 1, &mut tether_crypto::OsRandom),
+    );
     let raw_key = LessSafeKey::new(
         UnboundKey::new(
             match s {

@@ -207,7 +207,7 @@ impl Participant {
                     .cfg
                     .security
                     .as_ref()
-                    .map(|_| crate::security::PeerAuth::new()),
+                    .map(|_| crate::security::PeerAuth::new(self.random.get())),
                 group,
             }),
         );

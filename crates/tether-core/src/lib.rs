@@ -52,4 +52,6 @@ pub use security::keys::KEPT_EPOCHS;
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};
 pub use transmit::{Head, Transmit};
-pub use writer::flow::{FlowController, Priority, format_rate, parse_rate};
+pub use writer::flow::{
+    FlowController, Priority, RateError, UnknownPriority, format_rate, parse_rate,
+};

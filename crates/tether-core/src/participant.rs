@@ -101,6 +101,22 @@ impl Config {
     }
 }
 
+/// The engine's source of randomness.
+pub(crate) struct Randomness(Box<dyn tether_crypto::Random + Send>);
+
+impl Randomness {
+    /// The generator.
+    pub(crate) fn get(&mut self) -> &mut dyn tether_crypto::Random {
+        &mut *self.0
+    }
+}
+
+impl std::fmt::Debug for Randomness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Randomness")
+    }
+}
+
 /// The sans-IO protocol engine of one session.
 ///
 /// Inputs: [`handle_datagram`](Self::handle_datagram), [`handle_timeout`](Self::handle_timeout)
@@ -111,6 +127,8 @@ impl Config {
 /// clock, opens a socket or spawns a thread.
 #[derive(Debug)]
 pub struct Participant {
+    /// Where sender keys, nonces and challenges come from (an input, like time).
+    pub(crate) random: Randomness,
     pub(crate) cfg: Config,
     pub(crate) next_entity: u32,
     pub(crate) writers: BTreeMap<EntityId, Writer>,
@@ -145,8 +163,20 @@ pub(crate) fn after(now: Instant, d: Duration) -> Instant {
 impl Participant {
     /// A participant that will announce itself at the first `handle_timeout`.
     pub fn new(cfg: Config, now: Instant) -> Self {
+        Self::with_random(cfg, now, Box::new(tether_crypto::OsRandom))
+    }
+
+    /// A participant that draws its randomness (sender keys, key-wrap nonces,
+    /// authentication challenges) from `random`, as it takes time from its caller: a
+    /// simulator passes a seeded generator, so a run is determined by its seed.
+    pub fn with_random(
+        cfg: Config,
+        now: Instant,
+        random: Box<dyn tether_crypto::Random + Send>,
+    ) -> Self {
         Participant {
             cfg,
+            random: Randomness(random),
             next_entity: 1,
             writers: BTreeMap::new(),
             readers: BTreeMap::new(),
@@ -244,7 +274,9 @@ impl Participant {
             w.prot = Some(prot);
             if prot.encrypt {
                 w.key = Some(std::sync::Arc::new(tether_crypto::SenderKey::generate(
-                    sec.suite, 1,
+                    sec.suite,
+                    1,
+                    self.random.get(),
                 )));
             }
         }

@@ -8,14 +8,11 @@ use crate::grant::{pattern_matches, valid_pattern};
 use crate::identity::verify;
 use crate::{CaKey, from_hex, hex_array, to_hex};
 
-const CRED_MAGIC: &[u8; 4] = b"TCR1";
-const REVOKE_MAGIC: &[u8; 4] = b"TRV1";
-/// Longest participant name.
-const MAX_NAME: usize = 255;
-/// Most patterns per grant list.
-const MAX_PATTERNS: usize = 64;
-/// Most serials in a revocation list.
-const MAX_REVOKED: usize = 1 << 20;
+use tether_wire::{
+    CredentialRepr, MAX_NAME_LEN as MAX_NAME, MAX_PATTERNS, MAX_REVOKED, PatternList,
+    RevocationListRepr, SerialList,
+};
+
 /// How far in the future an issue time may be (clock skew between hosts).
 const SKEW_S: u64 = 300;
 
@@ -80,44 +77,18 @@ pub struct Credential {
     pub signature: [u8; 64],
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CredentialError> {
-        if self.b.len() < n {
-            return Err(CredentialError::Malformed("truncated".into()));
+/// What a malformed binary form is refused with: the layout error, in the terms of `what`.
+fn malformed(what: &str, e: tether_wire::Error) -> CredentialError {
+    CredentialError::Malformed(match e {
+        tether_wire::Error::BadMagic => format!("not a tether {what}"),
+        tether_wire::Error::Truncated => "truncated".into(),
+        tether_wire::Error::BadUtf8 => "not UTF-8".into(),
+        tether_wire::Error::BadLength => {
+            "a length does not fit (string too long or trailing bytes)".into()
         }
-        let (h, t) = self.b.split_at(n);
-        self.b = t;
-        Ok(h)
-    }
-    fn arr<const N: usize>(&mut self) -> Result<[u8; N], CredentialError> {
-        Ok(self.take(N)?.try_into().expect("length taken"))
-    }
-    fn u16(&mut self) -> Result<u16, CredentialError> {
-        Ok(u16::from_be_bytes(self.arr()?))
-    }
-    fn u32(&mut self) -> Result<u32, CredentialError> {
-        Ok(u32::from_be_bytes(self.arr()?))
-    }
-    fn u64(&mut self) -> Result<u64, CredentialError> {
-        Ok(u64::from_be_bytes(self.arr()?))
-    }
-    fn string(&mut self, max: usize) -> Result<String, CredentialError> {
-        let n = self.u16()? as usize;
-        if n > max {
-            return Err(CredentialError::Malformed("string too long".into()));
-        }
-        String::from_utf8(self.take(n)?.to_vec())
-            .map_err(|_| CredentialError::Malformed("not UTF-8".into()))
-    }
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
+        tether_wire::Error::BadValue(field) => format!("bad {field}"),
+        e => e.to_string(),
+    })
 }
 
 fn check_patterns(what: &str, v: &[String]) -> Result<(), CredentialError> {
@@ -178,73 +149,51 @@ impl Credential {
         Ok(c)
     }
 
+    /// Its fields as `tether-wire` lays them out.
+    fn repr(&self) -> CredentialRepr<'_> {
+        CredentialRepr {
+            realm: self.realm,
+            serial: self.serial,
+            issued: self.issued,
+            expires: self.expires,
+            sign_public: self.sign_public,
+            kx_public: self.kx_public,
+            name: &self.name,
+            publish: PatternList::Slice(&self.publish),
+            subscribe: PatternList::Slice(&self.subscribe),
+            signature: self.signature,
+        }
+    }
+
     /// The bytes the CA signs.
     pub fn signed_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(CRED_MAGIC);
-        out.extend_from_slice(&self.realm);
-        out.extend_from_slice(&self.serial.to_be_bytes());
-        out.extend_from_slice(&self.issued.to_be_bytes());
-        out.extend_from_slice(&self.expires.to_be_bytes());
-        out.extend_from_slice(&self.sign_public);
-        out.extend_from_slice(&self.kx_public);
-        put_str(&mut out, &self.name);
-        for list in [&self.publish, &self.subscribe] {
-            out.extend_from_slice(&(list.len() as u16).to_be_bytes());
-            for p in list {
-                put_str(&mut out, p);
-            }
-        }
+        self.repr().emit_signed(&mut out);
         out
     }
 
     /// The canonical binary form (signed bytes, then the signature).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = self.signed_bytes();
-        out.extend_from_slice(&self.signature);
+        let mut out = Vec::with_capacity(320);
+        self.repr().emit(&mut out);
         out
     }
 
     /// Parses the binary form, bounds-checked (the signature is not checked here: see
     /// [`verify`](Self::verify)).
     pub fn from_bytes(b: &[u8]) -> Result<Credential, CredentialError> {
-        let mut r = Reader { b };
-        if r.take(4)? != CRED_MAGIC {
-            return Err(CredentialError::Malformed("not a tether credential".into()));
-        }
-        let realm = r.arr()?;
-        let serial = r.u64()?;
-        let issued = r.u64()?;
-        let expires = r.u64()?;
-        let sign_public = r.arr()?;
-        let kx_public = r.arr()?;
-        let name = r.string(MAX_NAME)?;
-        let mut lists = [Vec::new(), Vec::new()];
-        for l in &mut lists {
-            let n = r.u16()? as usize;
-            if n > MAX_PATTERNS {
-                return Err(CredentialError::Malformed("too many patterns".into()));
-            }
-            for _ in 0..n {
-                l.push(r.string(1024)?);
-            }
-        }
-        let signature = r.arr()?;
-        if !r.b.is_empty() {
-            return Err(CredentialError::Malformed("trailing bytes".into()));
-        }
-        let [publish, subscribe] = lists;
+        let r = CredentialRepr::parse(b).map_err(|e| malformed("credential", e))?;
         Ok(Credential {
-            realm,
-            name,
-            serial,
-            issued,
-            expires,
-            sign_public,
-            kx_public,
-            publish,
-            subscribe,
-            signature,
+            realm: r.realm,
+            name: r.name.to_string(),
+            serial: r.serial,
+            issued: r.issued,
+            expires: r.expires,
+            sign_public: r.sign_public,
+            kx_public: r.kx_public,
+            publish: r.publish.iter().map(str::to_string).collect(),
+            subscribe: r.subscribe.iter().map(str::to_string).collect(),
+            signature: r.signature,
         })
     }
 
@@ -382,55 +331,37 @@ impl RevocationList {
         r
     }
 
+    /// Its fields as `tether-wire` lays them out.
+    fn repr(&self) -> RevocationListRepr<'_> {
+        RevocationListRepr {
+            realm: self.realm,
+            issued: self.issued,
+            serials: SerialList::Slice(&self.serials),
+            signature: self.signature,
+        }
+    }
+
     fn signed_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(48 + 8 * self.serials.len());
-        out.extend_from_slice(REVOKE_MAGIC);
-        out.extend_from_slice(&self.realm);
-        out.extend_from_slice(&self.issued.to_be_bytes());
-        out.extend_from_slice(&(self.serials.len() as u32).to_be_bytes());
-        for s in &self.serials {
-            out.extend_from_slice(&s.to_be_bytes());
-        }
+        self.repr().emit_signed(&mut out);
         out
     }
 
     /// The canonical binary form.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = self.signed_bytes();
-        out.extend_from_slice(&self.signature);
+        let mut out = Vec::with_capacity(112 + 8 * self.serials.len());
+        self.repr().emit(&mut out);
         out
     }
 
     /// Parses the binary form (bounds-checked; see [`verify`](Self::verify)).
     pub fn from_bytes(b: &[u8]) -> Result<RevocationList, CredentialError> {
-        let mut r = Reader { b };
-        if r.take(4)? != REVOKE_MAGIC {
-            return Err(CredentialError::Malformed(
-                "not a tether revocation list".into(),
-            ));
-        }
-        let realm = r.arr()?;
-        let issued = r.u64()?;
-        let n = r.u32()? as usize;
-        if n > MAX_REVOKED || r.b.len() < n * 8 {
-            return Err(CredentialError::Malformed("bad serial count".into()));
-        }
-        let mut serials = Vec::with_capacity(n);
-        for _ in 0..n {
-            serials.push(r.u64()?);
-        }
-        let signature = r.arr()?;
-        if !r.b.is_empty() {
-            return Err(CredentialError::Malformed("trailing bytes".into()));
-        }
-        if serials.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(CredentialError::Malformed("serials not sorted".into()));
-        }
+        let r = RevocationListRepr::parse(b).map_err(|e| malformed("revocation list", e))?;
         Ok(RevocationList {
-            realm,
-            issued,
-            serials,
-            signature,
+            realm: r.realm,
+            issued: r.issued,
+            serials: r.serials.iter().collect(),
+            signature: r.signature,
         })
     }
 

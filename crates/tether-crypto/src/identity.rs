@@ -3,18 +3,10 @@
 use std::fmt;
 
 use aws_lc_rs::agreement::{self, X25519};
-use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use aws_lc_rs::signature::{self, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 use zeroize::Zeroizing;
 
-/// `N` bytes from the system's secure random generator.
-pub fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    SystemRandom::new()
-        .fill(&mut b)
-        .expect("the system random generator works");
-    b
-}
+use crate::{Random, random_array, random_bytes};
 
 /// Verifies an Ed25519 signature.
 pub(crate) fn verify(public: &[u8; 32], msg: &[u8], sig: &[u8]) -> bool {
@@ -42,9 +34,16 @@ impl fmt::Debug for Identity {
 }
 
 impl Identity {
-    /// Fresh random keys.
+    /// Fresh random keys from the system's generator.
     pub fn generate() -> Identity {
-        Self::from_secrets(&random_bytes(), &random_bytes()).expect("random seeds are valid")
+        Self::generate_with(&mut crate::OsRandom)
+    }
+
+    /// Fresh random keys from `rng`.
+    pub fn generate_with(rng: &mut dyn Random) -> Identity {
+        let sign_seed = Zeroizing::new(random_array::<32>(rng));
+        let kx_secret = Zeroizing::new(random_array::<32>(rng));
+        Self::from_secrets(&sign_seed, &kx_secret).expect("random seeds are valid")
     }
 
     /// From the two 32-byte secrets (as stored in a key file).
@@ -100,7 +99,8 @@ impl Identity {
 
     /// The X25519 shared secret with `peer`, fed to `f` (then zeroed).
     pub(crate) fn agree<R>(&self, peer: &[u8; 32], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let me = agreement::PrivateKey::from_private_key(&X25519, &self.kx_secret[..]).ok()?;
+        let me =
+            agreement::PrivateKey::from_private_key(&X25519, self.kx_secret.as_slice()).ok()?;
         let peer = agreement::UnparsedPublicKey::new(&X25519, peer);
         agreement::agree(&me, peer, (), |s| Ok(f(s))).ok()
     }

@@ -6,10 +6,12 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::hkdf::{HKDF_SHA256, Salt};
 use zeroize::Zeroizing;
 
-use crate::Identity;
+use tether_wire::WrappedKeyRepr;
+
+use crate::{Identity, Random};
 
 /// Bytes a wrapped key adds to the key: the nonce and the tag.
-pub const WRAP_OVERHEAD: usize = 12 + 16;
+pub const WRAP_OVERHEAD: usize = tether_wire::WRAP_NONCE_LEN + tether_wire::WRAP_TAG_LEN;
 
 const SALT: &[u8] = b"tether key wrap v1";
 
@@ -26,7 +28,7 @@ fn wrapping_key(me: &Identity, peer: &[u8; 32], context: &[u8]) -> Option<LessSa
 
 /// What a writer's sender key is bound to when wrapped for one reader: the realm (its CA
 /// key), the writer and the reader (participant and entity, 12 bytes each), the epoch and
-/// the suite.
+/// the suite (laid out by [`tether_wire::key_wrap_context`]).
 pub fn wrap_context(
     realm: &[u8; 32],
     writer: &[u8; 12],
@@ -34,34 +36,35 @@ pub fn wrap_context(
     epoch: u32,
     suite: crate::Suite,
 ) -> Vec<u8> {
-    let mut c = Vec::with_capacity(80);
-    c.extend_from_slice(b"tether key v1");
-    c.extend_from_slice(realm);
-    c.extend_from_slice(writer);
-    c.extend_from_slice(reader);
-    c.extend_from_slice(&epoch.to_be_bytes());
-    c.push(suite.code());
-    c
+    tether_wire::key_wrap_context(realm, writer, reader, epoch, suite.code()).to_vec()
 }
 
 /// Seals `key` for the holder of the X25519 public key `peer`. `context` must name
 /// everything the key is for (both sides build it the same way); a key unwrapped under any
-/// other context fails.
-pub fn wrap_key(me: &Identity, peer: &[u8; 32], context: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+/// other context fails. The nonce comes from `rng`.
+pub fn wrap_key(
+    me: &Identity,
+    peer: &[u8; 32],
+    context: &[u8],
+    key: &[u8],
+    rng: &mut dyn Random,
+) -> Option<Vec<u8>> {
     let wk = wrapping_key(me, peer, context)?;
-    let nonce: [u8; 12] = crate::random_bytes();
+    let nonce = crate::random_array(rng);
+    let mut sealed = Zeroizing::new(key.to_vec());
+    wk.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(context),
+        &mut *sealed,
+    )
+    .ok()?;
     let mut out = Vec::with_capacity(WRAP_OVERHEAD + key.len());
-    out.extend_from_slice(&nonce);
-    let mut body = key.to_vec();
-    let tag = wk
-        .seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(context),
-            &mut body,
-        )
-        .ok()?;
-    out.extend_from_slice(&body);
-    out.extend_from_slice(tag.as_ref());
+    WrappedKeyRepr {
+        nonce,
+        sealed: &sealed,
+    }
+    .emit(&mut out)
+    .ok()?;
     Some(out)
 }
 
@@ -73,14 +76,15 @@ pub fn unwrap_key(
     context: &[u8],
     wrapped: &[u8],
 ) -> Option<Zeroizing<Vec<u8>>> {
-    if wrapped.len() < WRAP_OVERHEAD {
-        return None;
-    }
+    let w = WrappedKeyRepr::parse(wrapped).ok()?;
     let wk = wrapping_key(me, peer, context)?;
-    let nonce = Nonce::try_assume_unique_for_key(&wrapped[..12]).ok()?;
-    let mut body = Zeroizing::new(wrapped[12..].to_vec());
+    let mut body = Zeroizing::new(w.sealed.to_vec());
     let n = wk
-        .open_in_place(nonce, Aad::from(context), &mut body[..])
+        .open_in_place(
+            Nonce::assume_unique_for_key(w.nonce),
+            Aad::from(context),
+            body.as_mut_slice(),
+        )
         .ok()?
         .len();
     body.truncate(n);
@@ -98,10 +102,17 @@ mod tests {
         let other = Identity::generate();
         let key = crate::random_bytes::<32>();
         let ctx = b"realm|w|r|epoch 1|aes128-gcm";
-        let w = wrap_key(&writer, &reader.kx_public(), ctx, &key).unwrap();
+        let w = wrap_key(
+            &writer,
+            &reader.kx_public(),
+            ctx,
+            &key,
+            &mut crate::OsRandom,
+        )
+        .unwrap();
         assert_eq!(w.len(), 32 + WRAP_OVERHEAD);
         let got = unwrap_key(&reader, &writer.kx_public(), ctx, &w).unwrap();
-        assert_eq!(&got[..], &key);
+        assert_eq!(got.as_slice(), &key);
         // Another participant, another claimed writer, another context, a flipped bit.
         assert!(unwrap_key(&other, &writer.kx_public(), ctx, &w).is_none());
         assert!(unwrap_key(&reader, &other.kx_public(), ctx, &w).is_none());
@@ -113,7 +124,14 @@ mod tests {
         }
         assert!(unwrap_key(&reader, &writer.kx_public(), ctx, &w[..20]).is_none());
         // Two wraps of one key differ (fresh nonce), both open.
-        let w2 = wrap_key(&writer, &reader.kx_public(), ctx, &key).unwrap();
+        let w2 = wrap_key(
+            &writer,
+            &reader.kx_public(),
+            ctx,
+            &key,
+            &mut crate::OsRandom,
+        )
+        .unwrap();
         assert_ne!(w, w2);
         assert!(unwrap_key(&reader, &writer.kx_public(), ctx, &w2).is_some());
     }

@@ -13,8 +13,10 @@
 //! - [`ReplayWindow`]: a sliding window of sequence numbers per writer and epoch.
 //! - [`TopicId`]: 256-bit HMAC-SHA-256 of canonical topic metadata under the realm secret.
 //!
-//! Everything here is pure computation over bytes (and the system's randomness): files and
-//! sockets belong to the crates above.
+//! Everything here is pure computation over bytes: files and sockets belong to the crates
+//! above. Randomness is an input ([`Random`]; [`OsRandom`] in production), and byte layouts
+//! are `tether-wire`'s: this crate seals, opens, signs, verifies and derives keys over the
+//! values `tether-wire` parses and the byte strings it lays out.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +25,7 @@ mod grant;
 mod identity;
 mod keywrap;
 mod pairwise;
+mod random;
 mod replay;
 pub mod sample;
 mod suite;
@@ -30,12 +33,13 @@ mod topic;
 
 pub use credential::{Credential, CredentialError, RevocationList};
 pub use grant::{pattern_matches, valid_pattern};
-pub use identity::{CaKey, Identity, RealmSecret, random_bytes};
+pub use identity::{CaKey, Identity, RealmSecret};
 pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};
 pub use pairwise::pair_key;
+pub use random::{OsRandom, Random, random_array, random_bytes};
 pub use replay::ReplayWindow;
-pub use sample::Protection;
-pub use suite::{SMALL_MESSAGE, SealError, SenderKey, Suite, TAG_LEN};
+pub use sample::{Protection, UnknownProtection};
+pub use suite::{SMALL_MESSAGE, SealError, SenderKey, Suite, TAG_LEN, UnknownSuite};
 pub use topic::TopicId;
 
 /// Lower-case hex of `b`.
@@ -71,6 +75,9 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
 pub(crate) fn hex_array<const N: usize>(s: &str) -> Option<[u8; N]> {
     from_hex(s)?.try_into().ok()
 }
+
+#[cfg(test)]
+mod kat;
 
 #[cfg(test)]
 mod tests {

@@ -30,15 +30,16 @@ pub fn pair_key(
     to: u64,
     suite: Suite,
 ) -> Option<SenderKey> {
-    let mut info = Vec::with_capacity(32 + 16 + 1);
-    info.extend_from_slice(realm);
-    info.extend_from_slice(&from.to_be_bytes());
-    info.extend_from_slice(&to.to_be_bytes());
-    info.push(suite.code());
+    let info = tether_wire::pair_key_info(
+        realm,
+        tether_wire::ParticipantId(from),
+        tether_wire::ParticipantId(to),
+        suite.code(),
+    );
     let bytes = me
         .agree(peer, |shared| {
             let prk = Salt::new(HKDF_SHA256, SALT).extract(shared);
-            let parts = [&info[..]];
+            let parts = [info.as_slice()];
             let okm = prk.expand(&parts, Len(suite.key_len())).ok()?;
             let mut k = Zeroizing::new(vec![0u8; suite.key_len()]);
             okm.fill(&mut k).ok()?;

@@ -1,6 +1,15 @@
 //! How a writer protects each sample, once, in a secure realm (`docs/wire.md#key`): the
 //! protection byte, the seal under the sender key (its AAD binding writer, epoch, sequence
 //! number, timestamp and protection), the Ed25519 signature, and the reader's inverse.
+//!
+//! The layout (protection byte, epoch, ciphertext, tag, signature) and the byte strings the
+//! seal and signatures bind are `tether-wire`'s ([`tether_wire::ProtectedSample`],
+//! [`tether_wire::sample_aad`], ...); this module only seals, opens, signs and verifies.
+
+use tether_wire::{
+    EntityId, ParticipantId, ProtectedSample, SampleProtection, SealedBody, lay_out_plain,
+    lay_out_sealed, sample_signed_bytes, set_protection,
+};
 
 use crate::SenderKey;
 
@@ -18,61 +27,66 @@ pub struct Protection {
 impl Protection {
     /// The wire byte: bit 0 sealed, bit 1 signed.
     pub fn byte(self) -> u8 {
-        self.encrypt as u8 | (self.sign as u8) << 1
+        self.wire(false).byte()
+    }
+
+    /// The protection byte's fields, batch-signed or not.
+    fn wire(self, batch_signed: bool) -> SampleProtection {
+        SampleProtection {
+            sealed: self.encrypt,
+            signed: self.sign,
+            batch_signed: batch_signed && self.sign,
+        }
+    }
+
+    fn from_wire(p: SampleProtection) -> Protection {
+        Protection {
+            encrypt: p.sealed,
+            sign: p.signed,
+        }
     }
 }
 
+/// A protection mode that is not `off`, `encrypt`, `sign` or `encrypt+sign`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode '{0}' (expected off, encrypt, sign or encrypt+sign)")]
+pub struct UnknownProtection(pub String);
+
 impl std::str::FromStr for Protection {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownProtection;
+    fn from_str(s: &str) -> Result<Self, UnknownProtection> {
         let (encrypt, sign) = match s {
             "off" => (false, false),
             "encrypt" => (true, false),
             "sign" => (false, true),
             "encrypt+sign" => (true, true),
-            _ => {
-                return Err(format!(
-                    "unknown mode '{s}' (expected off, encrypt, sign or encrypt+sign)"
-                ));
-            }
+            _ => return Err(UnknownProtection(s.to_string())),
         };
         Ok(Protection { encrypt, sign })
     }
 }
 
-/// A writer or reader as 12 bytes: participant id, then entity id (both little-endian).
+/// A writer or reader as 12 bytes: participant id, then entity id (both little-endian; see
+/// [`tether_wire::endpoint_bytes`]).
 pub fn endpoint_id(participant: u64, entity: u32) -> [u8; 12] {
-    let mut b = [0u8; 12];
-    b[..8].copy_from_slice(&participant.to_le_bytes());
-    b[8..].copy_from_slice(&entity.to_le_bytes());
-    b
+    tether_wire::endpoint_bytes(ParticipantId(participant), EntityId(entity))
 }
 
 /// What a sealed sample is bound to besides its bytes: writer, epoch, sequence number and
 /// source timestamp. None can be changed on the wire without the sample failing to open.
-fn aad(key: &SenderKey, writer: &[u8; 12], seq: u64, timestamp_ns: u64, prot: u8) -> [u8; 33] {
-    let mut a = [0u8; 33];
-    a[..24].copy_from_slice(&key.sample_aad(writer, seq));
-    a[24..32].copy_from_slice(&timestamp_ns.to_be_bytes());
-    a[32] = prot;
-    a
-}
-
-/// What a writer signs: a domain separator, the writer, sequence number, timestamp, and
-/// the protected bytes before the signature (protection byte included).
-fn signed_bytes(writer: &[u8; 12], seq: u64, timestamp_ns: u64, head: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(16 + 12 + 16 + head.len());
-    v.extend_from_slice(b"tether sample v1");
-    v.extend_from_slice(writer);
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(&timestamp_ns.to_be_bytes());
-    v.extend_from_slice(head);
-    v
+fn aad(
+    key: &SenderKey,
+    writer: &[u8; 12],
+    seq: u64,
+    timestamp_ns: u64,
+    prot: Protection,
+) -> [u8; 33] {
+    tether_wire::sample_aad(writer, key.epoch(), seq, timestamp_ns, prot.wire(false))
 }
 
 /// Protection bit 2: the sample is signed by the BATCH that carries it (its BATCH_SIG), not
 /// by a signature of its own. Not part of the AAD, so the same sealed body serves both.
-pub const BATCH_SIGNED: u8 = 4;
+pub const BATCH_SIGNED: u8 = SampleProtection::BATCH_SIGNED;
 
 /// Protects a sample once: `protection ‖ (epoch ‖ ciphertext ‖ tag, or the plaintext) ‖
 /// (signature)`.
@@ -154,48 +168,42 @@ fn protect_inner(
     timestamp_ns: u64,
     plain: &[u8],
 ) -> Option<()> {
-    let b = prot.byte();
+    let spare = if prot.sign {
+        tether_wire::SIGNATURE_LEN
+    } else {
+        0
+    };
     match (prot.encrypt, key) {
         (true, Some(k)) => {
             // Sealed straight from the application's bytes into the buffer (no copy
-            // first); the signature, if any, is appended after. A reused buffer long
-            // enough is cut to length, not cleared: the seal overwrites every byte.
-            let len = 1 + 4 + plain.len() + crate::TAG_LEN;
-            v.reserve(len.saturating_sub(v.len()) + if prot.sign { 64 } else { 0 });
-            if v.len() >= len {
-                v.truncate(len);
-            } else {
-                v.resize(len, 0);
-            }
-            v[0] = b;
-            v[1..5].copy_from_slice(&k.epoch().to_le_bytes());
-            let (ct, tag) = v[5..].split_at_mut(plain.len());
-            let tag: &mut [u8; crate::TAG_LEN] = tag.try_into().ok()?;
-            k.seal_into(seq, &aad(k, writer, seq, timestamp_ns, b), plain, ct, tag)
-                .ok()?;
+            // first); the signature, if any, is appended after.
+            let (ct, tag) = lay_out_sealed(v, prot.wire(false), k.epoch(), plain.len(), spare);
+            k.seal_into(
+                seq,
+                &aad(k, writer, seq, timestamp_ns, prot),
+                plain,
+                ct,
+                tag,
+            )
+            .ok()?;
         }
         (true, None) => return None,
-        (false, _) => {
-            v.clear();
-            v.reserve(1 + plain.len() + 64);
-            v.push(b);
-            v.extend_from_slice(plain);
-        }
+        (false, _) => lay_out_plain(v, prot.wire(false), plain, tether_wire::SIGNATURE_LEN),
     }
     match (prot.sign, signer) {
         (true, Some(signer)) => {
-            let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, v));
+            let sig = signer.sign(&sample_signed_bytes(writer, seq, timestamp_ns, v));
             v.extend_from_slice(&sig);
         }
-        (true, None) => v[0] |= BATCH_SIGNED,
+        (true, None) => set_protection(v, prot.wire(true)),
         (false, _) => {}
     }
     Some(())
 }
 
 /// A batch-signed sample (protection bit 2) made to travel alone: bit 2 cleared and its own
-/// signature appended. `None` if `p` is not batch-signed. Ed25519 is deterministic, so the
-/// same sample always gives the same bytes (fragment repairs stay consistent).
+/// signature appended. `None` if `p` is not a batch-signed sample. Ed25519 is deterministic,
+/// so the same sample always gives the same bytes (fragment repairs stay consistent).
 pub fn individual(
     p: &[u8],
     signer: &crate::Identity,
@@ -203,28 +211,24 @@ pub fn individual(
     seq: u64,
     timestamp_ns: u64,
 ) -> Option<Vec<u8>> {
-    if p.first()? & BATCH_SIGNED == 0 {
+    let mut repr = ProtectedSample::parse(p).ok()?.repr();
+    if !repr.protection.batch_signed {
         return None;
     }
-    let mut v = Vec::with_capacity(p.len() + 64);
-    v.extend_from_slice(p);
-    v[0] &= !BATCH_SIGNED;
-    let sig = signer.sign(&signed_bytes(writer, seq, timestamp_ns, &v));
+    repr.protection.batch_signed = false;
+    let mut v = Vec::with_capacity(p.len() + tether_wire::SIGNATURE_LEN);
+    repr.emit_head(&mut v).ok()?;
+    let sig = signer.sign(&sample_signed_bytes(writer, seq, timestamp_ns, &v));
     v.extend_from_slice(&sig);
     Some(v)
 }
 
 /// What a batch signature covers: a domain separator, the writer, the first sequence
 /// number, the count, and the SHA-256 of the entries exactly as the BATCH carries them.
-fn batch_signed_bytes(writer: &[u8; 12], first_seq: u64, count: u32, entries: &[u8]) -> Vec<u8> {
+fn batch_signed_bytes(writer: &[u8; 12], first_seq: u64, count: u32, entries: &[u8]) -> [u8; 71] {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, entries);
-    let mut v = Vec::with_capacity(15 + 12 + 12 + 32);
-    v.extend_from_slice(b"tether batch v1");
-    v.extend_from_slice(writer);
-    v.extend_from_slice(&first_seq.to_be_bytes());
-    v.extend_from_slice(&count.to_be_bytes());
-    v.extend_from_slice(digest.as_ref());
-    v
+    let digest: &[u8; 32] = digest.as_ref().try_into().expect("SHA-256 is 32 bytes");
+    tether_wire::batch_signed_bytes(writer, first_seq, count, digest)
 }
 
 /// One signature for a whole batch of batch-signed samples.
@@ -254,8 +258,9 @@ pub fn batch_signature_ok(
     )
 }
 
-/// A protected payload taken apart: its protection, the signature if any, and the body
-/// (sealed or plain) between them.
+/// A protected payload taken apart (a [`ProtectedSample`] view, in the terms the engine
+/// uses): its protection, the signature if any, and the body (sealed or plain) between them.
+#[derive(Debug, Clone, Copy)]
 pub struct Parts<'a> {
     /// Sealed, signed, or both.
     pub prot: Protection,
@@ -272,31 +277,13 @@ pub struct Parts<'a> {
 /// Takes a protected payload apart; `None` if malformed (unknown protection bits, too
 /// short for its signature or its seal).
 pub fn parts(p: &[u8]) -> Option<Parts<'_>> {
-    let b = *p.first()?;
-    let batch_signed = b & BATCH_SIGNED != 0;
-    if b & !7 != 0 || (batch_signed && b & 2 == 0) {
-        return None;
-    }
-    let prot = Protection {
-        encrypt: b & 1 != 0,
-        sign: b & 2 != 0,
-    };
-    let (head, sig) = if prot.sign && !batch_signed {
-        let at = p.len().checked_sub(64)?;
-        (&p[..at], Some(&p[at..]))
-    } else {
-        (p, None)
-    };
-    let body = head.get(1..)?;
-    if prot.encrypt && body.len() < 4 + crate::TAG_LEN {
-        return None;
-    }
+    let v = ProtectedSample::parse(p).ok()?;
     Some(Parts {
-        prot,
-        head,
-        body,
-        sig,
-        batch_signed,
+        prot: Protection::from_wire(v.protection()),
+        head: v.head(),
+        body: v.body(),
+        sig: v.signature().map(|s| s.as_slice()),
+        batch_signed: v.protection().batch_signed,
     })
 }
 
@@ -311,7 +298,7 @@ pub fn signature_ok(
     parts.sig.is_some_and(|sig| {
         crate::Identity::verify(
             public,
-            &signed_bytes(writer, seq, timestamp_ns, parts.head),
+            &sample_signed_bytes(writer, seq, timestamp_ns, parts.head),
             sig,
         )
     })
@@ -319,8 +306,7 @@ pub fn signature_ok(
 
 /// The epoch a sealed body names.
 pub fn sealed_epoch(body: &[u8]) -> Option<u32> {
-    (body.len() >= 4 + crate::TAG_LEN)
-        .then(|| u32::from_le_bytes(body[..4].try_into().expect("4 bytes")))
+    SealedBody::parse(body).ok().map(|b| b.epoch)
 }
 
 /// Opens a sealed body (`epoch ‖ ciphertext ‖ tag`); `None` if it does not authenticate.
@@ -335,11 +321,11 @@ pub fn open(
     // Straight from the received bytes into a buffer exactly as long as the plaintext: no
     // copy of the ciphertext first (the zero fill safe Rust needs only writes), and
     // `Bytes::from` takes a buffer whose length is its capacity without another allocation.
-    let sealed = body.get(4..)?;
+    let sealed = SealedBody::parse(body).ok()?.sealed;
     let mut v = vec![0u8; sealed.len().checked_sub(crate::TAG_LEN)?];
     key.open_into(
         seq,
-        &aad(key, writer, seq, timestamp_ns, prot.byte()),
+        &aad(key, writer, seq, timestamp_ns, prot),
         sealed,
         &mut v,
     )
@@ -358,7 +344,7 @@ mod tests {
     #[test]
     fn batch_signatures() {
         let id = Identity::generate();
-        let key = SenderKey::generate(Suite::Aes128Gcm, 1);
+        let key = SenderKey::generate(Suite::Aes128Gcm, 1, &mut crate::OsRandom);
         let w = endpoint_id(7, 3);
         for mode in ["sign", "encrypt+sign"] {
             let prot: Protection = mode.parse().unwrap();
@@ -425,7 +411,7 @@ mod tests {
     #[test]
     fn protect_and_take_apart() {
         let id = Identity::generate();
-        let key = SenderKey::generate(Suite::Aes128Gcm, 2);
+        let key = SenderKey::generate(Suite::Aes128Gcm, 2, &mut crate::OsRandom);
         let w = endpoint_id(7, 3);
         for mode in ["off", "encrypt", "sign", "encrypt+sign"] {
             let prot: Protection = mode.parse().unwrap();
@@ -452,5 +438,9 @@ mod tests {
         assert!(parts(&[4, 0, 0]).is_none(), "batch-signed without sign");
         assert!(parts(&[8, 0, 0]).is_none());
         assert!("loud".parse::<Protection>().is_err());
+        assert_eq!(
+            "loud".parse::<Protection>().unwrap_err().to_string(),
+            "unknown mode 'loud' (expected off, encrypt, sign or encrypt+sign)"
+        );
     }
 }

@@ -102,17 +102,20 @@ impl Suite {
     }
 }
 
+/// A suite name that is not `auto`, `aes128-gcm`, `aes256-gcm` or `chacha20-poly1305`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown suite '{0}' (expected auto, aes128-gcm, aes256-gcm or chacha20-poly1305)")]
+pub struct UnknownSuite(pub String);
+
 impl std::str::FromStr for Suite {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownSuite;
+    fn from_str(s: &str) -> Result<Self, UnknownSuite> {
         match s {
             "auto" => Ok(Suite::auto()),
             "aes128-gcm" => Ok(Suite::Aes128Gcm),
             "aes256-gcm" => Ok(Suite::Aes256Gcm),
             "chacha20-poly1305" => Ok(Suite::ChaCha20Poly1305),
-            _ => Err(format!(
-                "unknown suite '{s}' (expected auto, aes128-gcm, aes256-gcm or chacha20-poly1305)"
-            )),
+            _ => Err(UnknownSuite(s.to_string())),
         }
     }
 }
@@ -179,10 +182,11 @@ impl fmt::Debug for SenderKey {
 }
 
 impl SenderKey {
-    /// A fresh random key.
-    pub fn generate(suite: Suite, epoch: u32) -> SenderKey {
-        let bytes = crate::random_bytes::<32>();
-        Self::from_bytes(suite, epoch, &bytes[..suite.key_len()]).expect("length fits the suite")
+    /// A fresh random key from `rng`.
+    pub fn generate(suite: Suite, epoch: u32, rng: &mut dyn crate::Random) -> SenderKey {
+        let mut bytes = zeroize::Zeroizing::new(vec![0u8; suite.key_len()]);
+        rng.fill(&mut bytes);
+        Self::from_bytes(suite, epoch, &bytes).expect("length fits the suite")
     }
 
     /// From key bytes (e.g. unwrapped for a reader).
@@ -215,10 +219,7 @@ impl SenderKey {
     }
 
     fn nonce_bytes(&self, seq: u64) -> [u8; 12] {
-        let mut n = [0u8; 12];
-        n[..4].copy_from_slice(&self.epoch.to_be_bytes());
-        n[4..].copy_from_slice(&seq.to_be_bytes());
-        n
+        tether_wire::sender_key_nonce(self.epoch, seq)
     }
 
     fn nonce(&self, seq: u64) -> Nonce {
@@ -285,11 +286,7 @@ impl SenderKey {
     /// and entity id), the epoch and the sequence number, so a sealed sample cannot be
     /// replayed as another writer's, another epoch's or another sequence number's.
     pub fn sample_aad(&self, writer: &[u8; 12], seq: u64) -> [u8; 24] {
-        let mut a = [0u8; 24];
-        a[..12].copy_from_slice(writer);
-        a[12..16].copy_from_slice(&self.epoch.to_be_bytes());
-        a[16..].copy_from_slice(&seq.to_be_bytes());
-        a
+        tether_wire::sender_key_aad(writer, self.epoch, seq)
     }
 
     /// Seals a sample (or a batch, under its first sequence number) in place in `buf` and
@@ -330,15 +327,15 @@ impl SenderKey {
         sealed: &[u8],
         out: &mut [u8],
     ) -> Result<(), SealError> {
-        let Some(n) = sealed.len().checked_sub(TAG_LEN) else {
+        let Some((ct, tag)) = sealed.split_last_chunk::<TAG_LEN>() else {
             return Err(SealError::TooShort);
         };
+        let n = ct.len();
         if out.len() != n {
             return Err(SealError::BadOutput);
         }
-        let (ct, tag) = sealed.split_at(n);
         if n < SMALL_MESSAGE {
-            let tag = ring::aead::Tag::try_from(tag).map_err(|_| SealError::TooShort)?;
+            let tag = ring::aead::Tag::from(*tag);
             out.copy_from_slice(ct);
             return self
                 .small
@@ -353,7 +350,7 @@ impl SenderKey {
                 .map_err(|_| SealError::Forged);
         }
         self.key
-            .open_separate_gather(self.nonce(seq), Aad::from(aad), ct, tag, out)
+            .open_separate_gather(self.nonce(seq), Aad::from(aad), ct, tag.as_slice(), out)
             .map_err(|_| SealError::Forged)
     }
 
@@ -386,7 +383,7 @@ mod tests {
     #[test]
     fn seal_open_round_trip_every_suite() {
         for suite in Suite::ALL {
-            let k = SenderKey::generate(suite, 7);
+            let k = SenderKey::generate(suite, 7, &mut crate::OsRandom);
             let mut buf = b"hello robots".to_vec();
             let tag = k.seal_in_place(42, b"aad", &mut buf).unwrap();
             assert_ne!(&buf[..], b"hello robots");
@@ -412,7 +409,7 @@ mod tests {
                 Err(SealError::TooShort)
             );
             // Another epoch's key (same bytes would still differ by nonce) refuses it too.
-            let other = SenderKey::generate(suite, 8);
+            let other = SenderKey::generate(suite, 8, &mut crate::OsRandom);
             let mut c = buf.clone();
             assert!(other.open_in_place(42, b"aad", &mut c).is_err());
         }
@@ -423,7 +420,7 @@ mod tests {
     #[test]
     fn open_into_matches_open_in_place() {
         for suite in Suite::ALL {
-            let k = SenderKey::generate(suite, 7);
+            let k = SenderKey::generate(suite, 7, &mut crate::OsRandom);
             let mut buf = vec![9u8; 1000];
             let tag = k.seal_in_place(42, b"aad", &mut buf).unwrap();
             buf.extend_from_slice(&tag);
@@ -527,8 +524,8 @@ mod tests {
     fn sender_keys_reproduce_known_answers() {
         for v in &VECTORS {
             let n = crate::from_hex(v.nonce).unwrap();
-            let epoch = u32::from_be_bytes(n[..4].try_into().unwrap());
-            let seq = u64::from_be_bytes(n[4..].try_into().unwrap());
+            let mut c = tether_wire::Cursor::new(&n);
+            let (epoch, seq) = (c.u32_be().unwrap(), c.u64_be().unwrap());
             let k =
                 SenderKey::from_bytes(v.suite, epoch, &crate::from_hex(v.key).unwrap()).unwrap();
             let (plain, aad) = (v.plain(), crate::from_hex(v.aad).unwrap());
@@ -550,7 +547,7 @@ mod tests {
     #[test]
     fn providers_agree_on_every_size() {
         for suite in Suite::ALL {
-            let k = SenderKey::generate(suite, 5);
+            let k = SenderKey::generate(suite, 5, &mut crate::OsRandom);
             let lc = LessSafeKey::new(UnboundKey::new(suite.algorithm(), k.key_bytes()).unwrap());
             let rg = ring::aead::LessSafeKey::new(
                 ring::aead::UnboundKey::new(suite.ring_algorithm(), k.key_bytes()).unwrap(),
@@ -625,7 +622,7 @@ mod tests {
 
     #[test]
     fn samples_are_bound_to_writer_epoch_and_seq() {
-        let k = SenderKey::generate(Suite::Aes128Gcm, 3);
+        let k = SenderKey::generate(Suite::Aes128Gcm, 3, &mut crate::OsRandom);
         let w = [1u8; 12];
         let mut buf = b"sample".to_vec();
         k.seal_sample(&w, 9, &mut buf).unwrap();
@@ -648,6 +645,10 @@ mod tests {
             assert_eq!(Suite::from_code(s.code()), Some(s));
         }
         assert!("des".parse::<Suite>().is_err());
+        assert_eq!(
+            "des".parse::<Suite>().unwrap_err().to_string(),
+            "unknown suite 'des' (expected auto, aes128-gcm, aes256-gcm or chacha20-poly1305)"
+        );
         assert_eq!("auto".parse::<Suite>(), Ok(Suite::auto()));
         assert_eq!(Suite::from_code(0), None);
     }

@@ -28,13 +28,9 @@ impl TopicId {
     /// unique string, in the realm of `secret`. The input is canonical: each field is
     /// length-prefixed, so no two different topics encode alike.
     pub fn derive(secret: &RealmSecret, name: &str, type_name: &str, scope: &str) -> TopicId {
-        let key = hmac::Key::new(hmac::HMAC_SHA256, &secret.0[..]);
+        let key = hmac::Key::new(hmac::HMAC_SHA256, secret.0.as_slice());
         let mut ctx = hmac::Context::with_key(&key);
-        ctx.update(b"tether topic v1");
-        for field in [name, type_name, scope] {
-            ctx.update(&(field.len() as u64).to_be_bytes());
-            ctx.update(field.as_bytes());
-        }
+        tether_wire::topic_id_input(name, type_name, scope, |piece| ctx.update(piece));
         let tag = ctx.sign();
         TopicId(tag.as_ref().try_into().expect("HMAC-SHA-256 is 32 bytes"))
     }

@@ -9,6 +9,9 @@
 
 pub mod fuzz;
 pub mod netns;
+mod random;
+
+pub use random::SeededRandom;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -137,6 +140,8 @@ pub struct Sim {
     pub now: Instant,
     start: Instant,
     rng: Rng,
+    /// The run's seed: the network model's and every node's randomness come from it.
+    seed: u64,
     /// The hosts.
     pub nodes: Vec<Node>,
     link: Link,
@@ -158,6 +163,7 @@ impl Sim {
             now,
             start: now,
             rng: Rng::new(seed),
+            seed,
             nodes: Vec::new(),
             link,
             flights: BinaryHeap::new(),
@@ -186,7 +192,9 @@ impl Sim {
         let mut cfg = Config::new(0, ParticipantId(0x1000 + i as u64 * 7919));
         cfg.name = format!("node{i}");
         tune(&mut cfg);
-        let mut p = Participant::new(cfg, self.now);
+        // Its randomness from the run's seed, a stream per node.
+        let seed = self.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut p = Participant::with_random(cfg, self.now, Box::new(SeededRandom::new(seed)));
         for n in &mut self.nodes {
             n.participant.add_target(addr);
             p.add_target(n.addr);

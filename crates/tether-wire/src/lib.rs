@@ -18,17 +18,35 @@
 //! +-------+-------+---------------+-----------------------------------------------+
 //! ```
 //!
+//! Besides datagrams, it lays out and parses the other byte strings `docs/wire.md` specifies:
+//! the protected sample and what its seal and signatures bind ([`ProtectedSample`]), the
+//! credential's and revocation list's binary forms ([`CredentialRepr`],
+//! [`RevocationListRepr`]), and the key-distribution strings ([`WrappedKeyRepr`],
+//! [`key_wrap_context`]). All parsing goes through one bounds-checked reader, [`Cursor`].
+//!
 //! Non-goals: this crate does not decide what a message means for the protocol (that is
 //! `tether-core`), and it does not encrypt (that is `tether-crypto`).
 
 #![forbid(unsafe_code)]
 
+mod credential;
+mod cursor;
 mod error;
+mod keys;
 mod repr;
-mod sealed;
+mod sample;
 mod view;
 
+pub use credential::{
+    CREDENTIAL_MAGIC, CredentialRepr, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, MAX_REVOKED,
+    PatternList, REVOCATION_MAGIC, RevocationListRepr, SerialList,
+};
+pub use cursor::Cursor;
 pub use error::Error;
+pub use keys::{
+    WRAP_CONTEXT_LEN, WRAP_NONCE_LEN, WRAP_TAG_LEN, WrappedKeyRepr, key_wrap_context,
+    pair_key_info, topic_id_input,
+};
 pub use repr::{
     AckNackRepr, AuthRepr, BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, BatchSigRepr,
     DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr,
@@ -37,7 +55,12 @@ pub use repr::{
     SealedRepr, StrList, Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head,
     push_batch_entry,
 };
-pub use sealed::{SEALED_PREFIX_LEN, encode_sealed_prefix};
+pub use sample::{
+    ProtectedSample, ProtectedSampleRepr, SAMPLE_TAG_LEN, SEALED_EPOCH_LEN, SIGNATURE_LEN,
+    SampleBody, SampleProtection, SealedBody, batch_signed_bytes, endpoint_bytes, lay_out_plain,
+    lay_out_sealed, sample_aad, sample_signed_bytes, sender_key_aad, sender_key_nonce,
+    set_protection,
+};
 pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
 
 /// The four bytes every tether datagram starts with.
@@ -82,3 +105,5 @@ pub struct Header {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_layouts;

@@ -1,8 +1,7 @@
 //! The datagram view (header + submessage iterator) and the builder that emits datagrams.
 
-use crate::repr::Cursor;
 use crate::{
-    Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId, SUBMESSAGE_HEADER_LEN,
+    Cursor, Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId, SUBMESSAGE_HEADER_LEN,
     Submessage, VERSION,
 };
 
@@ -79,12 +78,6 @@ impl<'a> Datagram<'a> {
 pub struct Submessages<'a> {
     cursor: Cursor<'a>,
     done: bool,
-}
-
-impl core::fmt::Debug for Cursor<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("Cursor")
-    }
 }
 
 impl<'a> Iterator for Submessages<'a> {
@@ -196,6 +189,30 @@ impl<'b> DatagramBuilder<'b> {
         self.out.push(0);
         self.out.extend_from_slice(&(len as u16).to_le_bytes());
         batch.emit_fixed(self.out);
+        Ok(self)
+    }
+
+    /// Appends a SEALED submessage's header, `to` and `counter`, for `sealed_len` bytes of
+    /// ciphertext and tag that the caller appends right after (sealing in place, with every
+    /// byte before them as associated data: `docs/wire.md#sealed`).
+    pub fn push_sealed_head(
+        &mut self,
+        to: ParticipantId,
+        counter: u64,
+        sealed_len: usize,
+    ) -> Result<&mut Self, Error> {
+        let len = crate::SEALED_FIXED_LEN + sealed_len;
+        if len > MAX_BODY_LEN {
+            return Err(Error::TooLong);
+        }
+        if counter == 0 || sealed_len < 16 {
+            return Err(Error::BadLength);
+        }
+        self.out.push(crate::SubmessageKind::Sealed as u8);
+        self.out.push(0);
+        self.out.extend_from_slice(&(len as u16).to_le_bytes());
+        self.out.extend_from_slice(&to.0.to_le_bytes());
+        self.out.extend_from_slice(&counter.to_le_bytes());
         Ok(self)
     }
 

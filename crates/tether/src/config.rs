@@ -201,7 +201,7 @@ impl FlowControllerConfig {
             (None, None) => return Err(bad("give rate or tokens_per_period".into())),
             (Some(r), None) if r.trim() == "unlimited" => FlowController::UNLIMITED,
             (Some(r), None) => {
-                let bps = tether_core::parse_rate(r).map_err(bad)?;
+                let bps = tether_core::parse_rate(r).map_err(|e| bad(e.to_string()))?;
                 let bpt = self.bytes_per_token.unwrap_or(1).max(1);
                 let per_period = (bps as f64 * period.as_secs_f64() / bpt as f64).round();
                 if per_period < 1.0 {

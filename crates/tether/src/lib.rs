@@ -37,5 +37,6 @@ pub use session::{
 };
 pub use tether_core::{
     Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
-    IncompatibleQos, Priority, Qos, QosPolicy, Reliability, Sample, Stats, format_rate, parse_rate,
+    IncompatibleQos, Priority, Qos, QosPolicy, RateError, Reliability, Sample, Stats,
+    UnknownPriority, format_rate, parse_rate,
 };

@@ -89,8 +89,11 @@ impl Participant {
         };
         w.rekey_due = false;
         let Some(old) = w.key.as_ref() else { return };
-        let next =
-            tether_crypto::SenderKey::generate(old.suite(), old.epoch().wrapping_add(1).max(1));
+        let next = tether_crypto::SenderKey::generate(
+            old.suite(),
+            old.epoch().wrapping_add(1).max(1),
+            self.random.get(),
+        );
         w.key = Some(std::sync::Arc::new(next));
         w.seals = 0;
         self.stats.rekeys += 1;
@@ -143,8 +146,13 @@ impl Participant {
                     key.epoch(),
                     key.suite(),
                 );
-                let Some(w) = tether_crypto::wrap_key(&sec.identity, &kx, &ctx, key.key_bytes())
-                else {
+                let Some(w) = tether_crypto::wrap_key(
+                    &sec.identity,
+                    &kx,
+                    &ctx,
+                    key.key_bytes(),
+                    self.random.get(),
+                ) else {
                     return;
                 };
                 self.stats.keys_wrapped += 1;

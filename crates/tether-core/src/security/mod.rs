@@ -232,9 +232,9 @@ pub(crate) struct PeerAuth {
 }
 
 impl PeerAuth {
-    pub(crate) fn new() -> PeerAuth {
+    pub(crate) fn new(random: &mut dyn tether_crypto::Random) -> PeerAuth {
         PeerAuth {
-            mine: tether_crypto::random_bytes(),
+            mine: tether_crypto::random_array(random),
             theirs: None,
             answered: None,
             credential: None,

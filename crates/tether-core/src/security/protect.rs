@@ -2,7 +2,11 @@
 //! number of readers, under the writer's sender key (`docs/wire.md#protected-samples`).
 
 use bytes::Bytes;
-use tether_wire::{EntityId, HEADER_LEN, SEALED_PREFIX_LEN, encode_sealed_prefix};
+use tether_wire::{DatagramBuilder, EntityId, HEADER_LEN, SEALED_FIXED_LEN, SUBMESSAGE_HEADER_LEN};
+
+/// Bytes before the sealed bytes of a pairwise-sealed datagram (its associated data):
+/// header, SEALED submessage header, `to` and `counter`.
+const SEALED_PREFIX_LEN: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
 
 use crate::error::WriteError;
 use crate::event::Stats;
@@ -68,7 +72,10 @@ impl Participant {
         // header ‖ SEALED(to, counter, seal(submessages) ‖ tag); AAD: everything before the
         // sealed bytes.
         let mut v = Vec::with_capacity(SEALED_PREFIX_LEN + inner + tether_crypto::TAG_LEN);
-        if encode_sealed_prefix(&mut v, hdr, pid, c, inner + tether_crypto::TAG_LEN).is_err() {
+        if DatagramBuilder::new(&mut v, hdr)
+            .push_sealed_head(pid, c, inner + tether_crypto::TAG_LEN)
+            .is_err()
+        {
             return t; // never: datagrams are at most 65,000 bytes
         }
         v.extend_from_slice(&head[HEADER_LEN..]);

@@ -42,16 +42,30 @@ impl Priority {
     }
 }
 
+/// A priority name that is not `realtime`, `default` or `bulk`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPriority(pub String);
+
+impl std::fmt::Display for UnknownPriority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown priority '{}' (expected realtime, default or bulk)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPriority {}
+
 impl std::str::FromStr for Priority {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownPriority;
+    fn from_str(s: &str) -> Result<Self, UnknownPriority> {
         match s {
             "realtime" => Ok(Priority::Realtime),
             "default" => Ok(Priority::Default),
             "bulk" => Ok(Priority::Bulk),
-            _ => Err(format!(
-                "unknown priority '{s}' (expected realtime, default or bulk)"
-            )),
+            _ => Err(UnknownPriority(s.to_string())),
         }
     }
 }
@@ -153,10 +167,36 @@ pub fn format_rate(bytes_per_second: f64) -> String {
     }
 }
 
+/// Why [`parse_rate`] refused a rate; each variant holds the text it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RateError {
+    /// Not a number, a unit (B, KB, MB, GB, KiB, MiB, GiB) and `/s`.
+    Malformed(String),
+    /// Below 1 B/s or above 1000 GB/s.
+    OutOfRange(String),
+}
+
+impl std::fmt::Display for RateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (RateError::Malformed(s) | RateError::OutOfRange(s)) = self;
+        write!(
+            f,
+            "bad rate '{s}' (expected e.g. 10MB/s, 512KiB/s or 800B/s)"
+        )?;
+        if let RateError::OutOfRange(_) = self {
+            f.write_str(" (between 1 B/s and 1000 GB/s)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RateError {}
+
 /// Reads a rate such as `10MB/s`, `512KiB/s`, `1.5GB/s` or `800B/s` (K, M, G are powers of
 /// 1000; Ki, Mi, Gi of 1024; the `/s` is required).
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let err = || format!("bad rate '{s}' (expected e.g. 10MB/s, 512KiB/s or 800B/s)");
+pub fn parse_rate(s: &str) -> Result<u64, RateError> {
+    let err = || RateError::Malformed(s.to_string());
     let t = s.trim();
     let body = t.strip_suffix("/s").ok_or_else(err)?.trim();
     let split = body
@@ -176,7 +216,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     };
     let v = n * mult;
     if !v.is_finite() || !(1.0..=1e12).contains(&v) {
-        return Err(format!("{} (between 1 B/s and 1000 GB/s)", err()));
+        return Err(RateError::OutOfRange(s.to_string()));
     }
     Ok(v.round() as u64)
 }
@@ -281,6 +321,25 @@ mod tests {
         ] {
             assert!(parse_rate(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    /// The typed errors say what they said as strings: the text the CLI and config report.
+    #[test]
+    fn parse_errors_are_typed_and_keep_their_text() {
+        assert_eq!(parse_rate("fast"), Err(RateError::Malformed("fast".into())));
+        assert_eq!(
+            parse_rate("fast").unwrap_err().to_string(),
+            "bad rate 'fast' (expected e.g. 10MB/s, 512KiB/s or 800B/s)"
+        );
+        assert_eq!(
+            parse_rate("0B/s").unwrap_err().to_string(),
+            "bad rate '0B/s' (expected e.g. 10MB/s, 512KiB/s or 800B/s) (between 1 B/s and 1000 GB/s)"
+        );
+        assert_eq!("bulk".parse::<Priority>(), Ok(Priority::Bulk));
+        assert_eq!(
+            "urgent".parse::<Priority>().unwrap_err().to_string(),
+            "unknown priority 'urgent' (expected realtime, default or bulk)"
+        );
     }
 
     #[test]
