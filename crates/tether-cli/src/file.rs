@@ -105,15 +105,9 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
-    let timeout = secs("--timeout", a.timeout)?;
-    if a.chunk == 0 || a.chunk > cfg.transport.max_sample_size - 64 {
-        bail!(
-            "--chunk {} is outside 1..={} (transport.max_sample_size - 64)",
-            a.chunk,
-            cfg.transport.max_sample_size - 64
-        );
-    }
+/// The flow controller `send` asks for (`--rate`, or `--tokens` with their period and
+/// size), and its settings in words.
+fn flow_controller(a: &SendArgs) -> anyhow::Result<(FlowControllerConfig, String)> {
     let mut fc = FlowControllerConfig::default();
     match (&a.rate, a.tokens) {
         (Some(r), _) => fc.rate = Some(r.clone()),
@@ -130,6 +124,52 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
             e.to_string().replace("flow_controllers.tether-send: ", "")
         )
     })?;
+    Ok((fc, spec.to_string()))
+}
+
+/// Waits until every receiver has acknowledged everything, moving the bar as they do.
+/// False (with the error printed) if they stop acknowledging for `timeout`.
+fn wait_acknowledged(
+    publisher: &tether::Publisher,
+    marks: &mut std::collections::VecDeque<(u64, u64)>,
+    pb: &ProgressBar,
+    timeout: Duration,
+) -> bool {
+    let mut last_progress = Instant::now();
+    let mut last_acked = 0;
+    loop {
+        let acked = publisher.acknowledged();
+        while marks.front().is_some_and(|(s, _)| *s <= acked) {
+            let (_, o) = marks.pop_front().unwrap_or_default();
+            pb.set_position(o);
+        }
+        if publisher.wait_for_acknowledgments(Duration::from_millis(50)) {
+            return true;
+        }
+        if acked != last_acked {
+            last_acked = acked;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > timeout {
+            pb.abandon();
+            eprintln!(
+                "error: the receiver stopped acknowledging for {:.0} s",
+                timeout.as_secs_f64()
+            );
+            return false;
+        }
+    }
+}
+
+pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
+    let timeout = secs("--timeout", a.timeout)?;
+    if a.chunk == 0 || a.chunk > cfg.transport.max_sample_size - 64 {
+        bail!(
+            "--chunk {} is outside 1..={} (transport.max_sample_size - 64)",
+            a.chunk,
+            cfg.transport.max_sample_size - 64
+        );
+    }
+    let (fc, spec) = flow_controller(&a)?;
     cfg.flow_controllers.insert(FLOW.into(), fc);
 
     let mut file =
@@ -211,28 +251,8 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
     e.put_slice(sum.as_ref());
     put(&publisher, e.freeze(), timeout)?;
     // Wait for every receiver to acknowledge everything, moving the bar meanwhile.
-    let mut last_progress = Instant::now();
-    let mut last_acked = 0;
-    loop {
-        let acked = publisher.acknowledged();
-        while marks.front().is_some_and(|(s, _)| *s <= acked) {
-            let (_, o) = marks.pop_front().unwrap_or_default();
-            pb.set_position(o);
-        }
-        if publisher.wait_for_acknowledgments(Duration::from_millis(50)) {
-            break;
-        }
-        if acked != last_acked {
-            last_acked = acked;
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > timeout {
-            pb.abandon();
-            eprintln!(
-                "error: the receiver stopped acknowledging for {:.0} s",
-                timeout.as_secs_f64()
-            );
-            return Ok(ExitCode::from(1));
-        }
+    if !wait_acknowledged(&publisher, &mut marks, &pb, timeout) {
+        return Ok(ExitCode::from(1));
     }
     pb.set_position(size);
     pb.finish_and_clear();

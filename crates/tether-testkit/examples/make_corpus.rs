@@ -21,8 +21,9 @@ fn dg(msgs: &[Submessage<'_>]) -> Vec<u8> {
     buf
 }
 
-fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+/// One conversation between two participants, a datagram per element: discovery, data,
+/// heartbeats, acknowledgements, gaps, fragments, a batch, departures.
+fn conversation() -> Vec<Vec<u8>> {
     let qos = Qos::new().keep_all().max_samples(32).to_repr();
     let part = Submessage::Participant(ParticipantRepr {
         lease_ms: 10_000,
@@ -111,7 +112,7 @@ fn main() {
         count: 3,
         entries: &entries,
     });
-    let conversation = vec![
+    vec![
         dg(&[
             part,
             ep(1, EndpointKind::Writer),
@@ -128,7 +129,12 @@ fn main() {
         dg(&[batch]),
         dg(&[Submessage::EndpointBye(EntityId(1))]),
         dg(&[Submessage::ParticipantBye]),
-    ];
+    ]
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let conversation = conversation();
     let d = root.join("datagram");
     std::fs::create_dir_all(&d).unwrap();
     for (i, c) in conversation.iter().enumerate() {
