@@ -295,18 +295,27 @@ impl Participant {
         }
     }
 
-    /// The protection this session's policy asks of samples of `writer` for `reader` (the
-    /// first local reader matched with it, for samples addressed to all).
-    fn required_protection(&self, writer: Guid, reader: EntityId) -> tether_crypto::Protection {
-        let local = if reader == EntityId::ALL {
+    /// The local reader a sample of `writer` addressed to `reader` speaks for: `reader`
+    /// itself, or the first local reader matched with the writer for samples addressed to all.
+    fn addressee(&self, writer: Guid, reader: EntityId) -> Option<EntityId> {
+        if reader == EntityId::ALL {
             self.matches
                 .remote_writer_readers
                 .get(&writer)
                 .and_then(|v| v.first().copied())
         } else {
             Some(reader)
-        };
-        match (local.and_then(|r| self.readers.get(&r)), &self.cfg.security) {
+        }
+    }
+
+    /// The protection this session's policy asks of samples of `writer` for `reader` (the
+    /// first local reader matched with it, for samples addressed to all).
+    fn required_protection(&self, writer: Guid, reader: EntityId) -> tether_crypto::Protection {
+        match (
+            self.addressee(writer, reader)
+                .and_then(|r| self.readers.get(&r)),
+            &self.cfg.security,
+        ) {
             (Some(r), Some(sec)) => sec.protection_for(&r.info.topic),
             _ => tether_crypto::Protection {
                 encrypt: true,
@@ -322,14 +331,7 @@ impl Participant {
             return;
         }
         self.keystore.key_asked.insert(writer, now);
-        let to = if reader == EntityId::ALL {
-            self.matches
-                .remote_writer_readers
-                .get(&writer)
-                .and_then(|v| v.first().copied())
-        } else {
-            Some(reader)
-        };
+        let to = self.addressee(writer, reader);
         let (Some(to), Some(addr)) = (
             to,
             self.peers.remotes.get(&writer.participant).map(|p| p.addr),
