@@ -302,9 +302,7 @@ impl Participant {
             if let Some(e) = wp.expected {
                 if hb.first > e {
                     // The writer no longer has [e, first): those samples are lost to us.
-                    let missing = (e..hb.first)
-                        .filter(|s| !wp.pending.contains_key(s))
-                        .count() as u64;
+                    let missing = wp.missing_in(e, hb.first);
                     if missing > 0 {
                         self.stats.lost += missing;
                         self.events.push_back(Event::SamplesLost {
