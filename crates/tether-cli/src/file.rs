@@ -16,6 +16,8 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -310,14 +312,33 @@ fn put(p: &tether::Publisher, mut b: Bytes, timeout: Duration) -> anyhow::Result
     }
 }
 
+/// A `.part` file being written: removed when dropped, unless it was moved into place.
+/// Every way out of a transfer (an error, a signal, the sender leaving, a bad hash) drops
+/// it, so none leaves debris that keeps a disk full.
+struct PartFile {
+    path: PathBuf,
+    kept: bool,
+}
+
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// A transfer being received.
 struct Incoming {
     id: [u8; 16],
+    /// The endpoint sending it.
+    writer: tether::Guid,
     name: String,
     size: u64,
     got: u64,
-    part: PathBuf,
     file: std::io::BufWriter<File>,
+    /// After `file`, so the buffer is flushed (or dropped) before the file is removed.
+    part: PartFile,
     hash: digest::Context,
     pb: ProgressBar,
     t0: Instant,
@@ -334,12 +355,59 @@ fn safe_name(n: &str) -> Option<&str> {
     ok.then_some(n)
 }
 
+/// How often `recv` looks up from waiting: for signals, and for a sender that left.
+const RECV_TICK: Duration = Duration::from_millis(100);
+
+/// SIGINT and SIGTERM, caught so that `recv` can remove what it was writing.
+struct Signals {
+    int: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn catch() -> anyhow::Result<Signals> {
+        let s = Signals {
+            int: Arc::new(AtomicBool::new(false)),
+            term: Arc::new(AtomicBool::new(false)),
+        };
+        signal_hook::flag::register(signal_hook::consts::SIGINT, s.int.clone())?;
+        signal_hook::flag::register(signal_hook::consts::SIGTERM, s.term.clone())?;
+        Ok(s)
+    }
+
+    /// The shell's exit code for the signal caught, if one was.
+    fn caught(&self) -> Option<u8> {
+        if self.int.load(Ordering::Relaxed) {
+            Some(130)
+        } else if self.term.load(Ordering::Relaxed) {
+            Some(143)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why `recv` stops before its files are in.
+fn abandon(c: Option<Incoming>, why: &str) {
+    match c {
+        Some(c) => {
+            c.pb.abandon();
+            eprintln!(
+                "error: {why}: {} not received ({} of {} bytes; the partial file is removed)",
+                c.name, c.got, c.size
+            );
+        }
+        None => eprintln!("error: {why}"),
+    }
+}
+
 pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
     let idle = if a.timeout == 0.0 {
         None
     } else {
         Some(secs("--timeout", a.timeout)?)
     };
+    let signals = Signals::catch()?;
     std::fs::create_dir_all(&a.dir)
         .with_context(|| format!("cannot create {}", a.dir.display()))?;
     let session = Session::open(cfg)?;
@@ -347,26 +415,36 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
     let mut cur: Option<Incoming> = None;
     let mut done = 0u64;
     let mut skipped = 0u64;
+    let mut heard = Instant::now();
     loop {
-        let s = match idle {
-            Some(d) => match sub.recv_timeout(d) {
-                Ok(s) => s,
-                Err(tether::RecvError::Timeout) => {
-                    if let Some(c) = cur.take() {
-                        c.pb.abandon();
-                        let _ = std::fs::remove_file(&c.part);
-                    }
-                    eprintln!(
-                        "error: nothing received on {} for {:.0} s",
+        if let Some(code) = signals.caught() {
+            abandon(cur.take(), "interrupted");
+            return Ok(ExitCode::from(code));
+        }
+        let s = match sub.recv_timeout(RECV_TICK) {
+            Ok(s) => s,
+            Err(tether::RecvError::Timeout) => {
+                if let Some(d) = idle.filter(|d| heard.elapsed() >= *d) {
+                    let why = format!(
+                        "nothing received on {} for {:.0} s",
                         a.topic,
                         d.as_secs_f64()
                     );
+                    abandon(cur.take(), &why);
                     return Ok(ExitCode::from(1));
                 }
-                Err(e) => bail!("{e}"),
-            },
-            None => sub.recv()?,
+                if let Some(c) = &cur {
+                    let writer = c.writer;
+                    if !session.discovered().iter().any(|e| e.guid == writer) {
+                        abandon(cur.take(), "the sender left");
+                        return Ok(ExitCode::from(1));
+                    }
+                }
+                continue;
+            }
+            Err(e) => bail!("{e}"),
         };
+        heard = Instant::now();
         let p = &s.payload;
         if p.len() < 20 {
             skipped += 1;
@@ -376,13 +454,12 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
         if kind == HEADER {
             if let Some(c) = cur.take() {
                 c.pb.abandon();
-                let _ = std::fs::remove_file(&c.part);
                 eprintln!(
                     "warning: transfer of {} interrupted by a new one; dropped",
                     c.name
                 );
             }
-            match start(&a, &id, &p[20..]) {
+            match start(&a, &id, s.writer, &p[20..]) {
                 Ok(c) => cur = Some(c),
                 Err(e) => eprintln!("warning: transfer skipped: {e:#}"),
             }
@@ -403,7 +480,9 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
                     c.size
                 );
             }
-            c.file.write_all(data)?;
+            c.file
+                .write_all(data)
+                .with_context(|| format!("cannot write {} to {}", c.name, a.dir.display()))?;
             c.hash.update(data);
             c.got += data.len() as u64;
             c.pb.set_position(c.got);
@@ -431,7 +510,7 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn start(a: &RecvArgs, id: &[u8; 16], h: &[u8]) -> anyhow::Result<Incoming> {
+fn start(a: &RecvArgs, id: &[u8; 16], writer: tether::Guid, h: &[u8]) -> anyhow::Result<Incoming> {
     if h.len() < 14 {
         bail!("malformed transfer header");
     }
@@ -448,45 +527,36 @@ fn start(a: &RecvArgs, id: &[u8; 16], h: &[u8]) -> anyhow::Result<Incoming> {
             )
         })?
         .to_string();
-    let part = a.dir.join(format!(".{name}.part"));
-    let file = File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
+    let path = a.dir.join(format!(".{name}.part"));
+    let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
     Ok(Incoming {
         id: *id,
+        writer,
         pb: bar(size, a.quiet, &format!("recv {name}")),
         name,
         size,
         got: 0,
-        part,
         file: std::io::BufWriter::with_capacity(1 << 20, file),
+        part: PartFile { path, kept: false },
         hash: digest::Context::new(&digest::SHA256),
         t0: Instant::now(),
     })
 }
 
-/// Checks length and hash; moves the file into place if both hold.
-fn finish(dir: &Path, c: Incoming, want: &[u8]) -> anyhow::Result<(bool, String)> {
-    let Incoming {
-        name,
-        size,
-        got,
-        part,
-        mut file,
-        hash,
-        pb,
-        t0,
-        ..
-    } = c;
-    file.flush()?;
-    drop(file);
-    let sum = hash.finish();
-    if got != size {
-        pb.abandon();
-        let _ = std::fs::remove_file(&part);
-        return Ok((false, format!("{name}: got {got} of {size} bytes")));
+/// Checks length and hash; moves the file into place if both hold (else the `.part` file
+/// goes with `c`).
+fn finish(dir: &Path, mut c: Incoming, want: &[u8]) -> anyhow::Result<(bool, String)> {
+    let name = c.name.clone();
+    c.file
+        .flush()
+        .with_context(|| format!("cannot write {name} to {}", dir.display()))?;
+    let sum = std::mem::replace(&mut c.hash, digest::Context::new(&digest::SHA256)).finish();
+    if c.got != c.size {
+        c.pb.abandon();
+        return Ok((false, format!("{name}: got {} of {} bytes", c.got, c.size)));
     }
     if sum.as_ref() != want {
-        pb.abandon();
-        let _ = std::fs::remove_file(&part);
+        c.pb.abandon();
         return Ok((
             false,
             format!(
@@ -497,17 +567,23 @@ fn finish(dir: &Path, c: Incoming, want: &[u8]) -> anyhow::Result<(bool, String)
         ));
     }
     let dest = dir.join(&name);
-    std::fs::rename(&part, &dest)
-        .with_context(|| format!("cannot move {} to {}", part.display(), dest.display()))?;
-    pb.finish_and_clear();
-    let took = t0.elapsed().as_secs_f64();
+    std::fs::rename(&c.part.path, &dest).with_context(|| {
+        format!(
+            "cannot move {} to {}",
+            c.part.path.display(),
+            dest.display()
+        )
+    })?;
+    c.part.kept = true;
+    c.pb.finish_and_clear();
+    let took = c.t0.elapsed().as_secs_f64();
     Ok((
         true,
         format!(
             "received {} ({}) in {took:.2} s, {}, sha256 {} OK",
             dest.display(),
-            human_bytes(size as f64),
-            format_rate(size as f64 / took.max(1e-9)),
+            human_bytes(c.size as f64),
+            format_rate(c.size as f64 / took.max(1e-9)),
             hex(sum.as_ref())
         ),
     ))

@@ -238,3 +238,134 @@ fn recv_refuses_bad_hash_and_unsafe_names() {
         assert!(!dir.path().join("evil").exists());
     }
 }
+
+/// Starts `recv` into `dir/out` and a `send` of `size` bytes at 1 MB/s (slow enough to catch
+/// mid-file), with `sender_cfg` as the sender's configuration when given. Returns both once
+/// the receiver's `.part` file exists.
+fn mid_transfer(dir: &Path, size: usize, sender_cfg: Option<&Path>) -> (Child, Child) {
+    let src = dir.join("scan.bin");
+    std::fs::write(&src, noise(size, 7)).unwrap();
+    let mut r = tether(dir);
+    r.args(["recv", "/files", "--quiet"]).arg(dir.join("out"));
+    let recv = spawn(r);
+    let mut s = tether(dir);
+    if let Some(c) = sender_cfg {
+        s.arg("--config").arg(c);
+    }
+    s.arg("send")
+        .arg(&src)
+        .args(["/files", "--rate", "1MB/s", "--chunk", "65536", "--quiet"]);
+    let send = spawn(s);
+    let part = dir.join("out").join(".scan.bin.part");
+    let end = Instant::now() + Duration::from_secs(20);
+    while !part.exists() {
+        assert!(Instant::now() < end, "no .part file after 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (recv, send)
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// SIGTERM or SIGINT to `recv` mid-file: it removes the partial file, says which file it
+/// did not receive, and exits with the signal's code.
+#[test]
+fn recv_stopped_by_a_signal_leaves_nothing() {
+    for (sig, code) in [("-TERM", 143), ("-INT", 130)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (recv, mut send) = mid_transfer(dir.path(), 8_000_000, None);
+        std::thread::sleep(Duration::from_millis(300));
+        signal(&recv, sig);
+        let out = finish(recv, Duration::from_secs(10));
+        let _ = send.kill();
+        let _ = send.wait();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{sig}: {err}");
+        assert!(
+            err.contains("interrupted") && err.contains("scan.bin"),
+            "{err}"
+        );
+        assert!(
+            !dir.path().join("out").join(".scan.bin.part").exists(),
+            "{sig}: the partial file is left"
+        );
+        assert!(!dir.path().join("out").join("scan.bin").exists());
+    }
+}
+
+/// A sender that dies mid-file (SIGKILL: no goodbye) ends the transfer once its lease
+/// expires: `recv` fails, naming the file, and removes the partial file.
+#[test]
+fn a_sender_that_dies_ends_the_transfer_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("sender.toml");
+    std::fs::write(
+        &cfg,
+        "[discovery]\nlease_ms = 1500\nannounce_period_ms = 300\n",
+    )
+    .unwrap();
+    let (recv, mut send) = mid_transfer(dir.path(), 8_000_000, Some(&cfg));
+    send.kill().unwrap();
+    let _ = send.wait();
+    let t0 = Instant::now();
+    let out = finish(recv, Duration::from_secs(20));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the sender left") && err.contains("scan.bin"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").join(".scan.bin.part").exists());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+/// A full disk: `recv` fails naming the file and the reason, and leaves no partial file
+/// filling the disk. Needs root (a 1 MiB tmpfs); skipped otherwise.
+#[test]
+fn a_full_disk_fails_recv_and_leaves_nothing() {
+    if tether_testkit::netns::is_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let out_dir = dir.path().join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(&out_dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs");
+            return;
+        }
+        let src = dir.path().join("scan.bin");
+        std::fs::write(&src, noise(3_000_000, 9)).unwrap();
+        let mut r = tether(dir.path());
+        r.args(["recv", "/files", "--quiet", "--timeout", "20"])
+            .arg(&out_dir);
+        let recv = spawn(r);
+        let mut s = tether(dir.path());
+        s.arg("send")
+            .arg(&src)
+            .args(["/files", "--quiet", "--timeout", "10"]);
+        let send = spawn(s);
+        let out = finish(recv, Duration::from_secs(40));
+        let _ = finish(send, Duration::from_secs(40));
+        let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().collect();
+        let _ = Command::new("umount").arg(&out_dir).status();
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("scan.bin") && err.contains("No space left"),
+            "{err}"
+        );
+        assert!(left.is_empty(), "left on the full disk: {left:?}");
+    } else {
+        eprintln!("skipped: needs root for a tmpfs");
+    }
+}
