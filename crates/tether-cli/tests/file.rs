@@ -255,11 +255,18 @@ fn mid_transfer(dir: &Path, size: usize, sender_cfg: Option<&Path>) -> (Child, C
     s.arg("send")
         .arg(&src)
         .args(["/files", "--rate", "1MB/s", "--chunk", "65536", "--quiet"]);
-    let send = spawn(s);
+    let mut send = spawn(s);
     let part = dir.join("out").join(".scan.bin.part");
     let end = Instant::now() + Duration::from_secs(20);
     while !part.exists() {
-        assert!(Instant::now() < end, "no .part file after 20 s");
+        if Instant::now() > end {
+            let _ = send.kill();
+            let out = finish(send, Duration::from_secs(5));
+            let mut recv = recv;
+            let _ = recv.kill();
+            let _ = recv.wait();
+            panic!("no .part file after 20 s; send: {}", text(&out.stderr));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     (recv, send)
