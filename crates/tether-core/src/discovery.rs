@@ -13,8 +13,10 @@ use tether_wire::{
 };
 
 use crate::endpoint::EndpointInfo;
+use crate::event::Shortfall;
 use crate::event::{Event, Guid};
 use crate::qos::Qos;
+use crate::writer::state::MAX_DEPARTED;
 
 use crate::matching::Side;
 use crate::participant::{MAX_LEASE, Participant};
@@ -277,6 +279,7 @@ impl Participant {
         let Some(e) = rp.endpoints.remove(&eid) else {
             return;
         };
+        let name = rp.name.clone();
         let gone = Guid {
             participant: pid,
             entity: eid,
@@ -291,7 +294,19 @@ impl Participant {
         match e.kind {
             EndpointKind::Reader => {
                 for w in self.writers.values_mut() {
-                    if w.readers.remove(&g).is_some() {
+                    if let Some(proxy) = w.readers.remove(&g) {
+                        // What it never acknowledged will never be: the writer says so.
+                        let samples = proxy.unacknowledged(w.next_seq);
+                        if samples > 0 && w.departed.len() < MAX_DEPARTED {
+                            w.departed.push(Shortfall {
+                                reader: g,
+                                name: name.clone(),
+                                samples,
+                                departed: true,
+                            });
+                        } else {
+                            w.departed_more += samples;
+                        }
                         w.rebuild_dests();
                         w.release_acked();
                         // A reader that left must not read what is written from now on:

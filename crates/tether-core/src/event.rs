@@ -78,6 +78,20 @@ impl fmt::Display for IncompatibleQos {
     }
 }
 
+/// Samples a reliable reader has not acknowledged ([`Participant::unacknowledged`]
+/// (crate::Participant::unacknowledged)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The reader.
+    pub reader: Guid,
+    /// The name its participant announced.
+    pub name: String,
+    /// Samples written while it was matched that it has not acknowledged.
+    pub samples: u64,
+    /// It is no longer matched (it left, or its lease expired): these will never be.
+    pub departed: bool,
+}
+
 /// Why a remote participant's authentication failed
 /// ([`Event::AuthenticationFailed`]); its `Display` says it in words.
 #[derive(Debug, Clone, PartialEq, Eq)]

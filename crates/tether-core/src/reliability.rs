@@ -10,6 +10,7 @@ use tether_wire::{
     ParticipantId, Submessage,
 };
 
+use crate::event::Shortfall;
 use crate::event::{Event, Guid, Stats};
 use crate::writer::state::{FanoutKey, Writer};
 
@@ -213,6 +214,45 @@ impl Participant {
                 .min()
                 .unwrap_or(w.next_seq - 1)
         })
+    }
+
+    /// The reliable readers that have not acknowledged every sample `writer` wrote while
+    /// they were matched: those matched now, and those that left first (they never will).
+    /// A publisher that must not claim delivery it did not get reads this. Readers beyond
+    /// the first 64 that left are summed in one entry with a zero reader id.
+    pub fn unacknowledged(&self, writer: EntityId) -> Vec<Shortfall> {
+        let Some(w) = self.writers.get(&writer) else {
+            return Vec::new();
+        };
+        let mut v = w.departed.clone();
+        if w.departed_more > 0 {
+            v.push(Shortfall {
+                reader: Guid {
+                    participant: ParticipantId(0),
+                    entity: EntityId(0),
+                },
+                name: String::from("(others)"),
+                samples: w.departed_more,
+                departed: true,
+            });
+        }
+        for (g, rp) in &w.readers {
+            let samples = rp.unacknowledged(w.next_seq);
+            if samples > 0 {
+                let name = self
+                    .peers
+                    .remotes
+                    .get(&g.participant)
+                    .map_or_else(String::new, |p| p.name.clone());
+                v.push(Shortfall {
+                    reader: *g,
+                    name,
+                    samples,
+                    departed: false,
+                });
+            }
+        }
+        v
     }
 
     pub(crate) fn on_nack_frag(&mut self, pid: ParticipantId, nf: NackFragRepr) {

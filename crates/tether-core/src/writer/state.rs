@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tether_wire::{EntityId, ParticipantId};
 
 use crate::endpoint::EndpointInfo;
-use crate::event::Guid;
+use crate::event::{Guid, Shortfall};
 use crate::qos::History;
 
 /// A sample held in a writer's history.
@@ -40,6 +40,20 @@ pub(crate) struct ReaderProxy {
     pub(crate) wrapped: Option<(u32, Vec<u8>)>,
 }
 
+impl ReaderProxy {
+    /// Samples of `[start, next_seq)` this reader has not acknowledged (0 for best-effort
+    /// and local readers, which owe no acknowledgement).
+    pub(crate) fn unacknowledged(&self, next_seq: u64) -> u64 {
+        if !self.reliable || self.local {
+            return 0;
+        }
+        next_seq.saturating_sub(self.acked.max(self.start))
+    }
+}
+
+/// Departed readers a writer remembers by name; the samples of any more are summed.
+pub(crate) const MAX_DEPARTED: usize = 64;
+
 /// A local writer.
 #[derive(Debug)]
 pub(crate) struct Writer {
@@ -49,6 +63,11 @@ pub(crate) struct Writer {
     pub(crate) history: VecDeque<Cached>,
     pub(crate) history_bytes: u64,
     pub(crate) readers: BTreeMap<Guid, ReaderProxy>,
+    /// Reliable readers that left before acknowledging everything written while they were
+    /// matched (at most [`MAX_DEPARTED`]; the samples of any further ones are summed in
+    /// `departed_more`).
+    pub(crate) departed: Vec<Shortfall>,
+    pub(crate) departed_more: u64,
     /// Remote participants with at least one matched reader, for fan-out.
     pub(crate) dests: Vec<ParticipantId>,
     /// The `dests` where at least one matched reader is reliable: where periodic
@@ -135,6 +154,8 @@ impl Writer {
             history: VecDeque::new(),
             history_bytes: 0,
             readers: BTreeMap::new(),
+            departed: Vec::new(),
+            departed_more: 0,
             dests: Vec::new(),
             reliable_dests: Vec::new(),
             locals: Vec::new(),

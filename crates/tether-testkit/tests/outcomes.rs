@@ -1,0 +1,64 @@
+//! Honest outcomes: what a writer can tell its application about delivery it did not get.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_core::{EndpointInfo, Qos};
+use tether_testkit::{Link, Sim};
+
+fn info(topic: &str) -> EndpointInfo {
+    EndpointInfo {
+        topic: topic.into(),
+        type_name: "t".into(),
+        partitions: vec![],
+        qos: Qos::new().keep_all(),
+    }
+}
+
+/// A reliable reader that stops answering keeps being owed its samples while it is matched,
+/// and when its lease ends the writer still reports what it never acknowledged (before,
+/// the writer counted only the readers matched at the end, and so called this delivered).
+#[test]
+fn a_reader_that_leaves_unacknowledged_samples_is_reported() {
+    let mut sim = Sim::new(5, Link::perfect());
+    let w = sim.add_node(0);
+    let r = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(3);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let _rid = sim.p(r).create_reader(now, info("/t"));
+    sim.pump(w);
+    sim.pump(r);
+    sim.run_for(Duration::from_secs(2));
+    for k in 0..5u64 {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, Bytes::from(vec![1; 100])).unwrap();
+        sim.pump(w);
+    }
+    sim.run_for(Duration::from_secs(1));
+    assert!(sim.p(w).all_acked(wid));
+    assert_eq!(sim.p(w).unacknowledged(wid), vec![]);
+
+    // The reader's host goes silent: five more samples are never acknowledged.
+    sim.nodes[r].up = false;
+    for k in 5..10u64 {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, Bytes::from(vec![1; 100])).unwrap();
+        sim.pump(w);
+    }
+    sim.run_for(Duration::from_secs(1));
+    let owed = sim.p(w).unacknowledged(wid);
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    assert_eq!((owed[0].samples, owed[0].departed), (5, false));
+    assert_eq!(owed[0].name, "node1");
+
+    // Its lease ends: no reader is left, yet the five are still reported, now as lost.
+    sim.run_for(Duration::from_secs(5));
+    assert_eq!(sim.p(w).matched_count(wid), 0);
+    assert!(sim.p(w).all_acked(wid), "no matched reader owes anything");
+    let owed = sim.p(w).unacknowledged(wid);
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    assert_eq!((owed[0].samples, owed[0].departed), (5, true));
+}
