@@ -230,10 +230,26 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         }
     }
     p.flush();
-    if !p.wait_for_acknowledgments(linger) && !a.quiet {
-        eprintln!("warning: not every reliable subscriber acknowledged every sample");
+    p.wait_for_acknowledgments(linger);
+    // Every reliable sample must be acknowledged by every reader it was written for, those
+    // that left included: otherwise the exit status says so, -q or not.
+    let owed = p.unacknowledged();
+    if owed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    for s in &owed {
+        let name = if s.name.is_empty() { "?" } else { &s.name };
+        let state = if s.departed {
+            "left before acknowledging"
+        } else {
+            "has not acknowledged"
+        };
+        eprintln!(
+            "error: reader {} of {name} {state} {} of {n} samples",
+            s.reader, s.samples
+        );
+    }
+    Ok(ExitCode::from(1))
 }
 
 /// Text if printable UTF-8, else hex.

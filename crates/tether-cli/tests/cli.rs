@@ -693,3 +693,72 @@ fn fanout_bench_seals_once_per_sample_in_group_mode() {
         }
     }
 }
+
+/// `pub` exits 1, naming the reader and the count, when reliable samples were never
+/// acknowledged by a reader matched when they were written, even though that reader has
+/// left by the end (it used to exit 0: only readers still matched counted), and with `-q`
+/// too. A reader that received everything and left cleanly is no failure.
+#[test]
+fn pub_fails_when_a_reader_never_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("short-lease.toml");
+    std::fs::write(
+        &cfg,
+        "[discovery]\nlease_ms = 1500\nannounce_period_ms = 300\n",
+    )
+    .unwrap();
+    let reg = dir.path().join("reg");
+    let mut e = tether(&reg);
+    e.arg("--config")
+        .arg(&cfg)
+        .args(["echo", "/owed", "--timeout", "30"]);
+    let mut echo = spawn(e);
+    let mut p = tether(&reg);
+    p.args([
+        "pub",
+        "/owed",
+        "x",
+        "--count",
+        "40",
+        "--rate",
+        "20",
+        "--wait-matched",
+        "1",
+        "--linger",
+        "5",
+        "-q",
+    ]);
+    let publisher = spawn(p);
+    std::thread::sleep(Duration::from_millis(800));
+    echo.kill().unwrap();
+    let _ = echo.wait();
+    let out = finish(publisher, Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: reader") && err.contains("of 40 samples"),
+        "{err}"
+    );
+
+    // The same exchange with a reader that stays to the end: success.
+    let mut e = tether(&reg);
+    e.args(["echo", "/owed2", "--count", "10", "--timeout", "30"]);
+    let echo = spawn(e);
+    let mut p = tether(&reg);
+    p.args([
+        "pub",
+        "/owed2",
+        "x",
+        "--count",
+        "10",
+        "--rate",
+        "50",
+        "--wait-matched",
+        "1",
+        "-q",
+    ]);
+    let out = finish(spawn(p), Duration::from_secs(30));
+    let echoed = finish(echo, Duration::from_secs(30));
+    assert!(echoed.status.success(), "{}", text(&echoed.stderr));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

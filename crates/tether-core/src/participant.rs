@@ -330,7 +330,8 @@ impl Participant {
                     }
                 }
             }
-        } else if let Some(r) = self.readers.remove(&id) {
+        } else if let Some(mut r) = self.readers.remove(&id) {
+            self.acknowledge_on_leaving(id, &mut r);
             for g in r.writers.keys() {
                 if g.participant == me {
                     if let Some(w) = self.writers.get_mut(&g.entity) {

@@ -255,6 +255,36 @@ impl Participant {
         v
     }
 
+    /// A reliable reader that leaves acknowledges what it holds first (before its
+    /// ENDPOINT_BYE), so its writers learn what it received instead of counting it as lost.
+    pub(crate) fn acknowledge_on_leaving(
+        &mut self,
+        id: EntityId,
+        r: &mut crate::reader::state::Reader,
+    ) {
+        let hdr = self.header();
+        let me = self.cfg.participant;
+        for (g, wp) in r.writers.iter_mut() {
+            if g.participant == me || !wp.reliable {
+                continue;
+            }
+            let Some(addr) = self.peers.remotes.get(&g.participant).map(|p| p.addr) else {
+                continue;
+            };
+            let Some(an) = wp.acknack(id, g.entity) else {
+                continue;
+            };
+            let mut dg = Vec::new();
+            if DatagramBuilder::new(&mut dg, hdr)
+                .push(&Submessage::AckNack(an))
+                .is_ok()
+            {
+                self.stats.acknacks_sent += 1;
+                self.push_transmit(addr, Bytes::from(dg));
+            }
+        }
+    }
+
     pub(crate) fn on_nack_frag(&mut self, pid: ParticipantId, nf: NackFragRepr) {
         let rg = Guid {
             participant: pid,

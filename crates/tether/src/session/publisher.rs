@@ -129,6 +129,15 @@ impl Publisher {
         self.shared.lock().core.acknowledged(self.id)
     }
 
+    /// The reliable readers that have not acknowledged every sample written while they
+    /// were matched: those matched now, and those that left first (`departed`: their
+    /// samples will never be acknowledged). Empty when everything written was acknowledged
+    /// by every reader it was written for. A program that must not claim delivery it did
+    /// not get checks this after [`wait_for_acknowledgments`](Self::wait_for_acknowledgments).
+    pub fn unacknowledged(&self) -> Vec<tether_core::Shortfall> {
+        self.shared.lock().core.unacknowledged(self.id)
+    }
+
     /// Sends this publisher's waiting batch now (with `Qos::batching`; otherwise a no-op).
     pub fn flush(&self) {
         self.shared.with_core(|i, now| i.core.flush(now, self.id));
