@@ -352,7 +352,7 @@ impl Participant {
             .is_ok()
         {
             let dg = Bytes::from(dg);
-            for a in self.all_destinations() {
+            for a in self.known_destinations() {
                 self.push_transmit(a, dg.clone());
             }
         }
@@ -366,7 +366,7 @@ impl Participant {
             .is_ok()
         {
             let dg = Bytes::from(dg);
-            for a in self.all_destinations() {
+            for a in self.known_destinations() {
                 self.push_transmit(a, dg.clone());
             }
         }
@@ -653,6 +653,17 @@ impl Participant {
             head: payload.into(),
             body: Bytes::new(),
         });
+    }
+
+    /// Every known participant's address, without duplicates: where goodbyes go. Not the
+    /// discovery targets: a multicast group reaches a peer through another socket (and
+    /// thread) than its unicast address, so a goodbye sent there can overtake the final
+    /// ACKNACK a leaving reader sends by unicast just before it, and its writer would count
+    /// delivered samples as never acknowledged. A participant that does not know us has
+    /// nothing of ours to forget.
+    pub(crate) fn known_destinations(&self) -> Vec<SocketAddr> {
+        let s: BTreeSet<SocketAddr> = self.peers.remotes.values().map(|p| p.addr).collect();
+        s.into_iter().collect()
     }
 
     /// Discovery targets plus every known participant, without duplicates.
