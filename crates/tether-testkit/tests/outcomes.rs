@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tether_core::{EndpointInfo, Qos};
+use tether_core::{Config, EndpointInfo, EntityId, Qos};
 use tether_testkit::{Link, Sim};
 
 fn info(topic: &str) -> EndpointInfo {
@@ -15,43 +15,50 @@ fn info(topic: &str) -> EndpointInfo {
     }
 }
 
+/// Writes samples `ks` on node 0's writer `wid`.
+fn write(sim: &mut Sim, wid: EntityId, ks: std::ops::Range<u64>) {
+    for k in ks {
+        let now = sim.now;
+        sim.p(0)
+            .write(now, wid, k, Bytes::from(vec![1; 100]))
+            .unwrap();
+        sim.pump(0);
+    }
+}
+
+/// A reliable writer on node 0 and a reliable reader on node 1 (its engine tuned by
+/// `tune`), matched, and samples 1–5 written. Returns (sim, writer, reader).
+fn matched_pair(seed: u64, tune: impl FnOnce(&mut Config)) -> (Sim, EntityId, EntityId) {
+    let mut sim = Sim::new(seed, Link::perfect());
+    let w = sim.add_node(0);
+    let r = sim.add_node_with(tune);
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
+    let rid = sim.p(r).create_reader(now, info("/t"));
+    sim.pump(w);
+    sim.pump(r);
+    sim.run_for(Duration::from_secs(2));
+    write(&mut sim, wid, 0..5);
+    (sim, wid, rid)
+}
+
 /// A reliable reader that stops answering keeps being owed its samples while it is matched,
 /// and when its lease ends the writer still reports what it never acknowledged (before,
 /// the writer counted only the readers matched at the end, and so called this delivered).
 #[test]
 fn a_reader_that_leaves_unacknowledged_samples_is_reported() {
-    let mut sim = Sim::new(5, Link::perfect());
-    let w = sim.add_node(0);
-    let r = sim.add_node_with(|c| {
+    let (mut sim, wid, _) = matched_pair(5, |c| {
         c.lease = Duration::from_secs(3);
         c.announce_period = Duration::from_millis(500);
     });
-    let now = sim.now;
-    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
-    let _rid = sim.p(r).create_reader(now, info("/t"));
-    sim.pump(w);
-    sim.pump(r);
-    sim.run_for(Duration::from_secs(2));
-    for k in 0..5u64 {
-        let now = sim.now;
-        sim.p(w)
-            .write(now, wid, k, Bytes::from(vec![1; 100]))
-            .unwrap();
-        sim.pump(w);
-    }
+    let (w, r) = (0, 1);
     sim.run_for(Duration::from_secs(1));
     assert!(sim.p(w).all_acked(wid));
     assert_eq!(sim.p(w).unacknowledged(wid), vec![]);
 
     // The reader's host goes silent: five more samples are never acknowledged.
     sim.nodes[r].up = false;
-    for k in 5..10u64 {
-        let now = sim.now;
-        sim.p(w)
-            .write(now, wid, k, Bytes::from(vec![1; 100]))
-            .unwrap();
-        sim.pump(w);
-    }
+    write(&mut sim, wid, 5..10);
     sim.run_for(Duration::from_secs(1));
     let owed = sim.p(w).unacknowledged(wid);
     assert_eq!(owed.len(), 1, "{owed:?}");
@@ -73,22 +80,8 @@ fn a_reader_that_leaves_unacknowledged_samples_is_reported() {
 /// it goes).
 #[test]
 fn a_reader_that_leaves_acknowledges_what_it_received() {
-    let mut sim = Sim::new(6, Link::perfect());
-    let w = sim.add_node(0);
-    let r = sim.add_node(0);
-    let now = sim.now;
-    let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
-    let rid = sim.p(r).create_reader(now, info("/t"));
-    sim.pump(w);
-    sim.pump(r);
-    sim.run_for(Duration::from_secs(2));
-    for k in 0..5u64 {
-        let now = sim.now;
-        sim.p(w)
-            .write(now, wid, k, Bytes::from(vec![1; 100]))
-            .unwrap();
-        sim.pump(w);
-    }
+    let (mut sim, wid, rid) = matched_pair(6, |_| {});
+    let (w, r) = (0, 1);
     sim.run_for(Duration::from_millis(30));
     assert_eq!(sim.seqs(r, rid), vec![1, 2, 3, 4, 5]);
     let owed = sim.p(w).unacknowledged(wid);

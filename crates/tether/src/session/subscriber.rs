@@ -2,15 +2,15 @@
 //! callback by the thread that received them.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tether_core::{EntityId, Sample};
 
 use super::RecvError;
-use super::shared::{Deferred, Shared, Signal};
+use super::shared::{Deferred, Inner, Shared, Signal};
 
 /// Receives samples on one topic.
 pub struct Subscriber {
@@ -53,11 +53,7 @@ impl Subscriber {
         loop {
             let now = Instant::now();
             if let Some(s) = g.core.take(now, self.id) {
-                let mut deferred = Deferred::spare();
-                self.shared.drive(&mut g, now, &mut deferred);
-                drop(g);
-                deferred.run(&self.shared);
-                deferred.recycle();
+                self.after_take(g, now);
                 return Ok(s);
             }
             if self.shared.closed.load(Ordering::Relaxed) {
@@ -74,6 +70,16 @@ impl Subscriber {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+
+    /// After a take: what it set going (room for local writers, acknowledgements) is
+    /// driven, then sent with the lock released.
+    fn after_take(&self, mut g: MutexGuard<'_, Inner>, now: Instant) {
+        let mut deferred = Deferred::spare();
+        self.shared.drive(&mut g, now, &mut deferred);
+        drop(g);
+        deferred.run(&self.shared);
+        deferred.recycle();
     }
 
     /// How many writers this subscriber is matched with.
@@ -97,11 +103,7 @@ impl futures_core::Stream for Subscriber {
         let mut g = self.shared.lock();
         let now = Instant::now();
         if let Some(s) = g.core.take(now, self.id) {
-            let mut deferred = Deferred::spare();
-            self.shared.drive(&mut g, now, &mut deferred);
-            drop(g);
-            deferred.run(&self.shared);
-            deferred.recycle();
+            self.after_take(g, now);
             return Poll::Ready(Some(s));
         }
         if self.shared.closed.load(Ordering::Relaxed) {
