@@ -9,6 +9,7 @@ use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
 use crate::event::Guid;
 
 use crate::participant::{Participant, after};
+use crate::writer::state::Writer;
 
 /// How long writers that lost a reader wait for others to leave before moving to a new
 /// epoch (they move before their next seal in any case).
@@ -35,23 +36,17 @@ pub(crate) struct KeyStore {
     pub(crate) rekey_wanted: bool,
 }
 
-impl Participant {
-    /// Moves `writer` to a new epoch before it seals again if a reader left it, or if its
-    /// key has sealed as much as its suite allows.
-    pub(crate) fn rekey_if_due(&mut self, writer: EntityId) {
-        let limit = |s: tether_crypto::Suite| {
-            self.cfg
-                .security
-                .as_ref()
-                .map_or(s.usage_limit(), |sec| sec.limit(s))
-        };
-        if self.writers.get(&writer).is_some_and(|w| {
-            w.rekey_due || w.key.as_ref().is_some_and(|k| w.seals >= limit(k.suite()))
-        }) {
-            self.rekey(writer);
-        }
-    }
+/// Whether writer `w` must move to a new epoch before it seals again: a reader left it, or
+/// its key has sealed as much as its suite (or the realm's setting) allows.
+pub(crate) fn rekey_needed(sec: Option<&crate::Security>, w: &Writer) -> bool {
+    w.rekey_due
+        || w.key.as_ref().is_some_and(|k| {
+            let limit = sec.map_or(k.suite().usage_limit(), |s| s.limit(k.suite()));
+            w.seals >= limit
+        })
+}
 
+impl Participant {
     /// Remote writers' sender keys held (all writers and epochs; at most [`KEPT_EPOCHS`]
     /// per writer).
     pub fn sender_keys_held(&self) -> usize {

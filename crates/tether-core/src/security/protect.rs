@@ -11,6 +11,7 @@ const SEALED_PREFIX_LEN: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIX
 use crate::error::WriteError;
 use crate::event::Stats;
 use crate::participant::{Config, Participant};
+use crate::security::keys::rekey_needed;
 use crate::transmit::{Head, Transmit};
 
 /// A written sample after the protect step.
@@ -104,9 +105,18 @@ impl Participant {
         payload: Bytes,
     ) -> Result<Protected, WriteError> {
         let me = self.cfg.participant;
-        let Some(w) = self.writers.get_mut(&writer) else {
+        let Some(mut w) = self.writers.get_mut(&writer) else {
             return Err(WriteError::UnknownWriter(payload));
         };
+        // A key that a departed reader holds, or that has sealed as much as its suite
+        // allows, is replaced before this seal (rare: the writer is looked up again).
+        if rekey_needed(self.cfg.security.as_deref(), w) {
+            self.rekey(writer);
+            let Some(again) = self.writers.get_mut(&writer) else {
+                return Err(WriteError::UnknownWriter(payload));
+            };
+            w = again;
+        }
         let seq = w.next_seq;
         w.next_seq += 1;
         let (Some(prot), Some(sec)) = (w.prot, self.cfg.security.as_deref()) else {

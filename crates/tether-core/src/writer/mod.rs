@@ -147,8 +147,8 @@ impl Participant {
     /// Publishes one sample: stored in history, sent once to every matched participant,
     /// delivered to matched local readers. Returns its sequence number.
     ///
-    /// The pipeline: room in the history (back-pressure) → protect (seal or sign, once,
-    /// whatever the number of readers) → history → then one of: the sender's queue
+    /// The pipeline: room in the history (back-pressure) → protect (a new epoch first if the
+    /// key is spent or a reader left; then seal or sign, once, whatever the number of readers) → history → then one of: the sender's queue
     /// (asynchronous writers), the batch, or fragment and transmit → local readers.
     pub fn write(
         &mut self,
@@ -158,9 +158,6 @@ impl Participant {
         payload: Bytes,
     ) -> Result<u64, WriteError> {
         self.input += 1;
-        // A key that has sealed as much as its suite allows, or that a departed reader
-        // holds, is replaced first.
-        self.rekey_if_due(writer);
         let payload = self.make_room(now, writer, payload)?;
         let p = self.protect(writer, timestamp_ns, payload)?;
         let seq = p.seq;
