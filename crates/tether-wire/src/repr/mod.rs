@@ -5,6 +5,7 @@
 
 mod data;
 mod discovery;
+mod path;
 mod reliability;
 mod secure;
 
@@ -13,6 +14,7 @@ pub use data::{
     batch_entry_head, push_batch_entry,
 };
 pub use discovery::{EndpointRepr, ParticipantRepr};
+pub use path::{PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
 pub use reliability::{AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr};
 pub use secure::{
     AuthRepr, BatchSigRepr, KeyRepr, KeyRequestRepr, MAX_CREDENTIAL_LEN, SEALED_FIXED_LEN,
@@ -57,6 +59,10 @@ pub enum SubmessageKind {
     Sealed = 0x0F,
     /// One Ed25519 signature for the BATCH that follows (sign modes).
     BatchSig = 0x10,
+    /// A padded datagram that asks to be confirmed (path-MTU probing).
+    Probe = 0x11,
+    /// Confirms a PROBE arrived.
+    ProbeAck = 0x12,
 }
 
 impl SubmessageKind {
@@ -79,6 +85,8 @@ impl SubmessageKind {
             0x0E => Self::KeyRequest,
             0x0F => Self::Sealed,
             0x10 => Self::BatchSig,
+            0x11 => Self::Probe,
+            0x12 => Self::ProbeAck,
             _ => return None,
         })
     }
@@ -247,6 +255,10 @@ pub enum Submessage<'a> {
     Sealed(SealedRepr<'a>),
     /// See [`BatchSigRepr`].
     BatchSig(BatchSigRepr<'a>),
+    /// See [`ProbeRepr`].
+    Probe(ProbeRepr),
+    /// See [`ProbeAckRepr`].
+    ProbeAck(ProbeAckRepr),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -292,6 +304,8 @@ impl<'a> Submessage<'a> {
             Submessage::KeyRequest(_) => SubmessageKind::KeyRequest as u8,
             Submessage::Sealed(_) => SubmessageKind::Sealed as u8,
             Submessage::BatchSig(_) => SubmessageKind::BatchSig as u8,
+            Submessage::Probe(_) => SubmessageKind::Probe as u8,
+            Submessage::ProbeAck(_) => SubmessageKind::ProbeAck as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -335,6 +349,8 @@ impl<'a> Submessage<'a> {
             SubmessageKind::KeyRequest => Submessage::KeyRequest(KeyRequestRepr::parse(c)?),
             SubmessageKind::Sealed => Submessage::Sealed(SealedRepr::parse(c)?),
             SubmessageKind::BatchSig => Submessage::BatchSig(BatchSigRepr::parse(c)?),
+            SubmessageKind::Probe => Submessage::Probe(ProbeRepr::parse(c)?),
+            SubmessageKind::ProbeAck => Submessage::ProbeAck(ProbeAckRepr::parse(c)?),
         };
         c.finish()?;
         Ok(msg)
@@ -362,6 +378,8 @@ impl<'a> Submessage<'a> {
             Submessage::KeyRequest(k) => k.emit(out),
             Submessage::Sealed(x) => x.emit(out),
             Submessage::BatchSig(b) => b.emit(out),
+            Submessage::Probe(p) => p.emit(out),
+            Submessage::ProbeAck(p) => p.emit(out),
             Submessage::Unknown(_) => Ok(()),
         }
     }
