@@ -43,6 +43,10 @@ pub(crate) struct RemoteParticipant {
     pub(crate) auth: Option<crate::security::PeerAuth>,
     /// The multicast group its readers also take data on.
     pub(crate) group: Option<SocketAddr>,
+    /// The path to it: how large a datagram crosses it.
+    pub(crate) path: crate::path::PathMtu,
+    /// The largest datagram sent to it (its path, or its data group's smallest).
+    pub(crate) datagram: usize,
 }
 
 /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
@@ -62,6 +66,8 @@ pub(crate) struct Peers {
     pub(crate) targets: BTreeSet<SocketAddr>,
     pub(crate) next_announce: Instant,
     pub(crate) announce_step: Duration,
+    /// Data groups and the largest datagram all their members take.
+    pub(crate) groups: Vec<(SocketAddr, usize)>,
 }
 
 impl Peers {
@@ -74,6 +80,7 @@ impl Peers {
             targets: BTreeSet::new(),
             next_announce: now,
             announce_step: FIRST_ANNOUNCE,
+            groups: Vec::new(),
         }
     }
 }
@@ -95,8 +102,13 @@ impl Participant {
                     self.peers.remote_at.remove(&p.addr);
                 }
                 p.addr = from;
-                self.peers.fanout_gen += 1;
                 self.peers.remote_at.insert(from, pid);
+                // Another address is another path.
+                let path = self.new_path(&from, now);
+                if let Some(p) = self.peers.remotes.get_mut(&pid) {
+                    p.path = path;
+                }
+                self.resize_paths();
             }
             true
         } else {
@@ -187,7 +199,7 @@ impl Participant {
                 self.peers.grouped =
                     self.peers.grouped + group.is_some() as usize - rp.group.is_some() as usize;
                 rp.group = group;
-                self.peers.fanout_gen += 1;
+                self.resize_paths();
             }
             return true;
         }
@@ -196,7 +208,7 @@ impl Participant {
             return false;
         }
         self.peers.remote_at.insert(from, pid);
-        self.peers.fanout_gen += 1;
+        let path = self.new_path(&from, now);
         self.peers.remotes.insert(
             pid,
             Box::new(RemoteParticipant {
@@ -211,9 +223,12 @@ impl Participant {
                     .as_ref()
                     .map(|_| crate::security::PeerAuth::new(self.random.get())),
                 group,
+                datagram: path.size,
+                path,
             }),
         );
         self.peers.grouped += group.is_some() as usize;
+        self.resize_paths();
         self.send_auth(now, pid);
         self.events.push_back(Event::ParticipantDiscovered {
             participant: pid,
@@ -360,12 +375,14 @@ impl Participant {
                 self.peers.remote_at.remove(&rp.addr);
             }
             self.peers.grouped -= rp.group.is_some() as usize;
+            self.resize_paths();
         }
         self.events
             .push_back(Event::ParticipantLost { participant: pid });
     }
 
     pub(crate) fn housekeeping(&mut self, now: Instant) {
+        self.probe_paths(now);
         let expired: Vec<ParticipantId> = self
             .peers
             .remotes
@@ -457,6 +474,8 @@ impl Participant {
             )
             .filter(|(id, _, _)| only.is_none_or(|o| o == *id));
         let mut tmp = Vec::new();
+        // Announcements go to every participant and discovery target alike: sized for a link.
+        let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram);
         for (id, kind, info) in eps {
             let wire = self.wire_info(info);
             let info = &wire;
@@ -476,7 +495,7 @@ impl Participant {
                 continue;
             }
             let elen = tmp.len() - HEADER_LEN;
-            if buf.len() + elen > self.cfg.max_datagram && count > 0 {
+            if buf.len() + elen > limit && count > 0 {
                 out.push(Bytes::from(std::mem::take(&mut buf)));
                 let mut nb = DatagramBuilder::new(&mut buf, hdr);
                 let _ = nb.push(&part);

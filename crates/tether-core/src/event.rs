@@ -296,6 +296,18 @@ pub struct Stats {
     pub unmatched_reader: u64,
     /// Submessage kinds this version does not know (skipped).
     pub unknown_kind: u64,
+    /// Path-MTU probes sent ([`path`](crate::path)).
+    pub probes_sent: u64,
+    /// Peers' probes answered.
+    pub probes_answered: u64,
+    /// Paths whose datagram size grew after a probe arrived.
+    pub paths_raised: u64,
+    /// Paths whose datagram size was lowered (probes lost, or a send refused as too big).
+    pub paths_lowered: u64,
+    /// Sends the transport refused as larger than the way out carries.
+    pub datagrams_too_big: u64,
+    /// Samples whose reassembly started again because their fragments changed size.
+    pub reassemblies_restarted: u64,
     /// Announcements refused because the participant or endpoint tables are full.
     pub table_full: u64,
     /// Samples accepted by local writers.

@@ -33,6 +33,7 @@ mod error;
 mod event;
 mod matching;
 mod participant;
+pub mod path;
 pub mod qos;
 mod reader;
 mod reliability;

@@ -14,7 +14,7 @@ use crate::qos::{Mismatch, QosPolicy, check_compatible};
 use crate::reader::state::WriterProxy;
 use crate::writer::state::ReaderProxy;
 
-use crate::participant::{DATA_OVERHEAD, HEARTBEAT_LEN, Participant, after};
+use crate::participant::{Participant, after};
 use crate::security::gate::own_history;
 use crate::security::protect::wire_form;
 use crate::writer::packer::Packer;
@@ -205,7 +205,7 @@ impl Participant {
             return;
         };
         let hdr = self.header();
-        let max_dg = self.cfg.max_datagram;
+        let max_dg = self.datagram_size(addr);
         let Some(w) = self.writers.get_mut(&writer) else {
             return;
         };
@@ -235,7 +235,7 @@ impl Participant {
         );
         w.rebuild_dests();
         let secure = w.key.is_some();
-        let single = max_dg.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
+        let single = crate::writer::single_payload(max_dg);
         let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         let mut p = Packer::new(addr, hdr, max_dg);
         if transient {

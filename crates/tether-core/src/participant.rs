@@ -54,8 +54,17 @@ pub struct Config {
     pub announce_period: Duration,
     /// Period of heartbeats while reliable readers have unacknowledged samples.
     pub heartbeat_period: Duration,
-    /// Largest datagram the transport carries.
+    /// Largest datagram the transport carries, and the size used for peers on this host.
+    /// Peers elsewhere start at what `path_mtu` carries and are probed up to this
+    /// ([`path`](crate::path)).
     pub max_datagram: usize,
+    /// MTU assumed of links to other hosts until probes say more (1,500: Ethernet, Wi-Fi).
+    pub path_mtu: usize,
+    /// Probe paths to other hosts for larger (or, on black holes, smaller) datagrams. Needs
+    /// a transport that sets the don't-fragment bit; off otherwise.
+    pub probe_paths: bool,
+    /// This host's own addresses: peers there are on this host and take `max_datagram`.
+    pub local_addrs: Vec<std::net::IpAddr>,
     /// Most remote participants remembered.
     pub max_participants: usize,
     /// Most endpoints remembered per remote participant.
@@ -89,6 +98,9 @@ impl Config {
             announce_period: Duration::from_secs(1),
             heartbeat_period: Duration::from_millis(100),
             max_datagram: 65_000,
+            path_mtu: 1500,
+            probe_paths: true,
+            local_addrs: Vec::new(),
             max_participants: 1024,
             max_endpoints_per_participant: 1024,
             max_sample_size: 256 << 20,
@@ -484,6 +496,8 @@ impl Participant {
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(pid, n),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
+                Submessage::Probe(p) => self.on_probe(from, p, datagram.len()),
+                Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, a),
                 Submessage::Batch(b) => {
                     let g = Guid {
                         participant: pid,
@@ -559,7 +573,6 @@ impl Participant {
             self.flush_batch(now, w);
         }
         let hdr = self.header();
-        let max_dg = self.cfg.max_datagram;
         let hb_period = self.cfg.heartbeat_period;
         let fanout = (
             self.peers.fanout_gen,
@@ -619,7 +632,6 @@ impl Participant {
             }
             self.stats.expired += w.expire(now);
         }
-        let _ = max_dg;
         for r in self.readers.values_mut() {
             if let (Some(t), Some(d)) = (r.deadline_at, r.info.qos.deadline_period()) {
                 if now >= t {

@@ -15,7 +15,7 @@ use crate::event::{Event, Guid, Stats};
 use crate::writer::state::{FanoutKey, Writer};
 
 use crate::discovery::RemoteParticipant;
-use crate::participant::{Config, DATA_OVERHEAD, HEARTBEAT_LEN, Participant};
+use crate::participant::{Config, Participant};
 use crate::reader::note_delivered;
 use crate::security::protect::wire_form;
 use crate::transmit::Transmit;
@@ -328,7 +328,7 @@ impl Participant {
             }
             None => {
                 let hdr = self.header();
-                let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
+                let mut p = Packer::new(addr, hdr, self.datagram_size(addr));
                 p.push(
                     &Submessage::Gap(GapRepr {
                         writer: nf.writer,
@@ -456,10 +456,11 @@ impl Participant {
             participant: self.cfg.participant,
         };
         let before = self.stats.bytes_sent;
+        let size = crate::path::datagram_size(&self.peers, &self.cfg, addr);
         // Sequence numbers the reader should never get (before it matched) or that are gone
         // become GAPs; the rest is re-sent.
         let mut r = Repair {
-            packer: Packer::new(addr, hdr, self.cfg.max_datagram),
+            packer: Packer::new(addr, hdr, size),
             gap: (an.base < start).then_some((an.base, start)),
             out: &mut self.transmits,
             stats: &mut self.stats,
@@ -468,10 +469,7 @@ impl Participant {
         };
         // Samples too large for one datagram are re-sent whole (every fragment) after the
         // small ones; a partly received one is repaired by NACK_FRAG instead.
-        let single = self
-            .cfg
-            .max_datagram
-            .saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
+        let single = crate::writer::single_payload(size);
         let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         for seq in an.missing() {
             if seq > w.last_sent() {
@@ -603,7 +601,7 @@ impl Participant {
                     });
                 }
             }
-            let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
+            let mut p = Packer::new(addr, hdr, self.datagram_size(addr));
             p.push(
                 &Submessage::AckNack(an),
                 &mut self.transmits,

@@ -390,6 +390,13 @@ impl Participant {
                         self.stats.duplicates += 1;
                         continue;
                     }
+                    Err(crate::reader::reassembly::FragError::Resized) => {
+                        // The writer's datagrams to us changed size (its path to us was
+                        // probed up or down): start the sample again from this fragment.
+                        self.stats.reassemblies_restarted += 1;
+                        *ra = crate::reader::reassembly::Reassembly::new(&f, now, &mut wp.spare);
+                        ra.add(&f, now, &mut wp.spare).ok().flatten()
+                    }
                     Err(crate::reader::reassembly::FragError::Inconsistent) => {
                         self.stats.fragments_rejected += 1;
                         continue;

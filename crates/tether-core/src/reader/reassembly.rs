@@ -12,8 +12,11 @@ use tether_wire::DataFragRepr;
 /// Why a fragment was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FragError {
-    /// Its sample size or fragment size differs from the first fragment's.
+    /// Its sample size differs from the first fragment's.
     Inconsistent,
+    /// The same sample cut in fragments of another size: the writer's datagram size for us
+    /// changed. The sample starts again.
+    Resized,
     /// Already received.
     Duplicate,
 }
@@ -78,8 +81,11 @@ impl Reassembly {
         now: Instant,
         spare: &mut BytesMut,
     ) -> Result<Option<Bytes>, FragError> {
-        if f.sample_size != self.sample_size || f.frag_size != self.frag_size {
+        if f.sample_size != self.sample_size {
             return Err(FragError::Inconsistent);
+        }
+        if f.frag_size != self.frag_size {
+            return Err(FragError::Resized);
         }
         let n = f.frag_num;
         if self.has(n) {
@@ -152,6 +158,9 @@ mod tests {
         let mut lie = frag(0, &sample[..10]);
         lie.sample_size = 30;
         assert_eq!(r.add(&lie, now, &mut spare), Err(FragError::Inconsistent));
+        let mut resized = frag(0, &sample[..12]);
+        resized.frag_size = 12;
+        assert_eq!(r.add(&resized, now, &mut spare), Err(FragError::Resized));
         assert_eq!(r.add(&frag(0, &sample[..10]), now, &mut spare), Ok(None));
         assert_eq!(r.missing(0, true).collect::<Vec<_>>(), vec![1]);
         let done = r

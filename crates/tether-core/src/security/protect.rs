@@ -8,6 +8,9 @@ use tether_wire::{DatagramBuilder, EntityId, HEADER_LEN, SEALED_FIXED_LEN, SUBME
 /// header, SEALED submessage header, `to` and `counter`.
 const SEALED_PREFIX_LEN: usize = HEADER_LEN + SUBMESSAGE_HEADER_LEN + SEALED_FIXED_LEN;
 
+/// Bytes sealing a datagram for one peer adds to it.
+pub(crate) const SEAL_OVERHEAD: usize = SEALED_PREFIX_LEN - HEADER_LEN + tether_crypto::TAG_LEN;
+
 use crate::error::WriteError;
 use crate::event::Stats;
 use crate::participant::{Config, Participant};

@@ -41,9 +41,9 @@ impl Participant {
         timestamp_ns: u64,
         payload: &Bytes,
     ) -> Batched {
+        // One batch goes to every matched participant: it fits the smallest datagram.
         let room = self
-            .cfg
-            .max_datagram
+            .writer_datagram(writer)
             .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN)
             // Room for a BATCH_SIG in sign modes.
             .saturating_sub(SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
@@ -192,6 +192,7 @@ impl Participant {
         entries: &Bytes,
     ) {
         let hdr = self.header();
+        let size = self.writer_datagram(writer);
         let Some(w) = self.writers.get(&writer) else {
             return;
         };
@@ -199,7 +200,7 @@ impl Participant {
             return;
         };
         let mut out = VecDeque::new();
-        let mut p = Packer::new(first.addr, hdr, self.cfg.max_datagram);
+        let mut p = Packer::new(first.addr, hdr, size);
         let batch = BatchRepr {
             writer,
             reader: EntityId::ALL,

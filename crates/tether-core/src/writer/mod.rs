@@ -79,13 +79,33 @@ pub(crate) fn fanout_addrs(
     out
 }
 
+/// Bytes of sample in each fragment (all but the last) of datagrams of `datagram` bytes.
+pub(crate) fn frag_size(datagram: usize) -> u16 {
+    let room = datagram
+        .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + DATA_FRAG_FIXED_LEN);
+    room.clamp(1, u16::MAX as usize) as u16
+}
+
+/// Largest payload sent whole, with a heartbeat, in one DATA of a `datagram`-byte datagram.
+pub(crate) fn single_payload(datagram: usize) -> usize {
+    datagram.saturating_sub(crate::participant::DATA_OVERHEAD + HEARTBEAT_LEN)
+}
+
 impl Participant {
-    /// Bytes of sample in each fragment (all but the last).
-    pub(crate) fn frag_size(&self) -> u16 {
-        let room = self.cfg.max_datagram.saturating_sub(
-            HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + DATA_FRAG_FIXED_LEN,
-        );
-        room.clamp(1, u16::MAX as usize) as u16
+    /// The smallest datagram writer `w`'s matched participants take, before sealing is
+    /// taken off (see [`datagram_size`](Self::datagram_size)).
+    pub(crate) fn writer_datagram(&mut self, writer: EntityId) -> usize {
+        let overhead = self.seal_overhead();
+        let remotes = &self.peers.remotes;
+        let generation = self.peers.fanout_gen;
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return self.cfg.max_datagram;
+        };
+        w.smallest_datagram(generation, |p| {
+            remotes.get(&p).map_or(usize::MAX, |r| r.datagram)
+        })
+        .min(self.cfg.max_datagram)
+        .saturating_sub(overhead)
     }
 
     /// Queues one sample for `dest`, addressed to `reader`: one DATA when it fits a datagram,
@@ -103,10 +123,11 @@ impl Participant {
         only: Option<&[u32]>,
         hb: Option<HeartbeatRepr>,
     ) {
+        let size = self.datagram_size(dest);
         let o = Outgoing {
             hdr: self.header(),
-            single: self.max_payload(),
-            frag_size: self.frag_size(),
+            single: single_payload(size),
+            frag_size: frag_size(size),
             dest,
             writer,
             reader,
@@ -298,7 +319,7 @@ impl Participant {
         timestamp_ns: u64,
         payload: &Bytes,
     ) {
-        let single = self.max_payload();
+        let single = single_payload(self.writer_datagram(writer));
         let Some(w) = self.writers.get_mut(&writer) else {
             return;
         };

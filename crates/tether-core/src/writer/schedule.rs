@@ -11,6 +11,7 @@ use crate::participant::{Participant, after};
 use crate::reliability::ack_interval;
 use crate::transmit::Transmit;
 use crate::writer::packer::Outgoing;
+use crate::writer::{frag_size, single_payload};
 
 /// The asynchronous writers' sender: flow controllers and turns by priority class.
 #[derive(Debug, Default)]
@@ -151,8 +152,9 @@ impl Participant {
     /// Releases one datagram of asynchronous writer `id`, if it has one and tokens allow.
     pub(crate) fn release(&mut self, now: Instant, id: EntityId) -> Option<Transmit> {
         let hdr = self.header();
-        let single = self.max_payload();
-        let frag_size = self.frag_size();
+        // The most fragments any destination needs: theirs are smallest.
+        let smallest = self.writer_datagram(id);
+        let overhead = self.seal_overhead();
         let hb_period = self.cfg.heartbeat_period;
         let ack_iv = ack_interval(&self.cfg);
         let w = self.writers.get_mut(&id)?;
@@ -190,29 +192,49 @@ impl Participant {
             a.dest = 0;
             a.hb = None;
         }
-        if a.dest >= w.dests.len() {
-            a.dest = 0;
-            a.frag += 1;
-        }
-        let reliable = w.info.qos.is_reliable();
-        let o = Outgoing {
-            hdr,
-            single,
-            frag_size,
-            dest: self.peers.remotes.get(&w.dests[a.dest]).map(|r| r.addr)?,
-            writer: id,
-            reader: EntityId::ALL,
-            seq: c.seq,
-            timestamp_ns: c.timestamp_ns,
-            payload: &c.payload,
+        let outgoing = |dest: usize| {
+            // Each destination gets fragments of its own path's size.
+            let size = self.peers.remotes.get(&w.dests[dest])?.datagram;
+            let size = size.saturating_sub(overhead);
+            Some(Outgoing {
+                hdr,
+                single: single_payload(size),
+                frag_size: frag_size(size),
+                dest: self.peers.remotes.get(&w.dests[dest]).map(|r| r.addr)?,
+                writer: id,
+                reader: EntityId::ALL,
+                seq: c.seq,
+                timestamp_ns: c.timestamp_ns,
+                payload: &c.payload,
+            })
         };
-        let count = o.frag_count();
+        let most = Outgoing {
+            single: single_payload(smallest),
+            frag_size: frag_size(smallest),
+            ..outgoing(0)?
+        }
+        .frag_count();
+        // Fragment `a.frag` for the next destination that has one (those with larger
+        // datagrams have fewer fragments).
+        let (o, count) = loop {
+            if a.dest >= w.dests.len() {
+                a.dest = 0;
+                a.frag += 1;
+            }
+            let o = outgoing(a.dest)?;
+            let count = o.frag_count();
+            if a.frag < count || a.frag >= most {
+                break (o, count);
+            }
+            a.dest += 1;
+        };
+        let reliable = w.info.qos.is_reliable();
         if a.frag == 0 && a.dest == 0 {
             // A new sample: decide whether its last datagram carries a heartbeat (always
             // for fragmented samples, so readers repair them at once).
             w.since_hb += 1;
             a.hb = None;
-            if reliable && (count > 1 || w.since_hb >= every) {
+            if reliable && (most > 1 || w.since_hb >= every) {
                 w.since_hb = 0;
                 let ask = crate::writer::state::asks_acks(
                     &w.info,
@@ -245,7 +267,7 @@ impl Participant {
             self.sched.buckets[b].spend(t.len());
         }
         a.dest += 1;
-        if a.dest >= w.dests.len() && last_frag {
+        if a.dest >= w.dests.len() && a.frag + 1 >= most {
             // Released once the driver says it has sent it (`scheduled_sent`).
             a.sending = Some(a.seq);
             a.seq += 1;

@@ -114,6 +114,9 @@ pub(crate) struct Writer {
     /// was computed from, so a write does not walk every remote participant: 100 matched
     /// subscribers made that most of a multicast write's cost.
     pub(crate) fanout: Option<(FanoutKey, Vec<(std::net::SocketAddr, bool)>)>,
+    /// The smallest datagram its matched participants take, and the participant's count of
+    /// changes to paths it was computed at.
+    pub(crate) smallest: Option<(u64, usize)>,
     /// A remote reader left: the writer moves to a new epoch before it seals again (or when
     /// the participant's re-key timer fires, whichever comes first).
     pub(crate) rekey_due: bool,
@@ -179,6 +182,7 @@ impl Writer {
             spare: None,
             last_sealed: None,
             fanout: None,
+            smallest: None,
             rekey_due: false,
         }
     }
@@ -376,12 +380,36 @@ impl Writer {
         self.dests = d;
         self.reliable_dests = rel;
         self.fanout = None;
+        self.smallest = None;
         self.locals = self
             .readers
             .iter()
             .filter(|(_, r)| r.local)
             .map(|(g, _)| g.entity)
             .collect();
+    }
+
+    /// The smallest datagram any matched participant takes (a batch, or a DATA shared by all,
+    /// must fit each): kept while `generation` (the participant's count of path and address
+    /// changes) and `dests` are unchanged. `usize::MAX` with no one matched.
+    pub(crate) fn smallest_datagram(
+        &mut self,
+        generation: u64,
+        size: impl Fn(ParticipantId) -> usize,
+    ) -> usize {
+        match self.smallest {
+            Some((g, s)) if g == generation => s,
+            _ => {
+                let s = self
+                    .dests
+                    .iter()
+                    .map(|p| size(*p))
+                    .min()
+                    .unwrap_or(usize::MAX);
+                self.smallest = Some((generation, s));
+                s
+            }
+        }
     }
 
     /// Where a sample goes: the plan kept from an earlier write if `key` (and `dests`)
