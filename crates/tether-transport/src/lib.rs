@@ -19,6 +19,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use socket2::{Domain, Protocol, Socket, Type};
 
+pub mod path;
 mod registry;
 pub use registry::{Registry, default_registry_dir};
 
@@ -65,6 +66,7 @@ pub struct UdpTransport {
     socket: Socket,
     local: SocketAddr,
     max_datagram: usize,
+    dont_fragment: bool,
 }
 
 /// Datagrams up to this size are copied into one buffer before sending; above it, two iovecs
@@ -90,6 +92,7 @@ impl UdpTransport {
             s.set_send_buffer_size(n)
         });
         socket.bind(&opts.bind.into())?;
+        let dont_fragment = path::set_dont_fragment(&socket, opts.bind.is_ipv6());
         if let Some(ifa) = opts.multicast_if {
             socket.set_multicast_if_v4(&ifa)?;
             socket.set_multicast_loop_v4(true)?;
@@ -103,7 +106,14 @@ impl UdpTransport {
             socket,
             local,
             max_datagram: opts.max_datagram,
+            dont_fragment,
         })
+    }
+
+    /// True if datagrams leave with the don't-fragment bit and are never fragmented by this
+    /// host ([`path::set_dont_fragment`]): what path-MTU probing needs.
+    pub fn dont_fragment(&self) -> bool {
+        self.dont_fragment
     }
 
     /// The address other sessions on this host should use: loopback when bound to the

@@ -17,7 +17,12 @@
 //!
 //! [transport]
 //! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
-//! max_datagram = 65000
+//! max_datagram = 65000      # largest datagram: to peers on this host, and what probes
+//!                            # may raise a path to
+//! path_mtu = 1500            # MTU assumed of links to other hosts: datagrams to them start
+//!                            # at 1472 B (IPv4) / 1452 B (IPv6), never IP-fragmented
+//! probe_paths = true         # probe each path for larger datagrams (jumbo frames) and
+//!                            # lower it when probes are lost (tunnels)
 //! recv_buffer = 16777216
 //! send_buffer = 4194304
 //! busy_poll = false          # spin on the socket for the lowest latency (costs a core)
@@ -276,8 +281,14 @@ impl Default for DiscoveryConfig {
 pub struct TransportConfig {
     /// Address to bind.
     pub listen: Option<SocketAddr>,
-    /// Largest datagram.
+    /// Largest datagram: the size for peers on this host, and the most path probing may
+    /// raise a path to another host to.
     pub max_datagram: usize,
+    /// MTU assumed of links to other hosts (datagrams to them start at this less the IP and
+    /// UDP headers).
+    pub path_mtu: usize,
+    /// Probe each path to another host for its datagram size (DPLPMTUD).
+    pub probe_paths: bool,
     /// Kernel receive buffer.
     pub recv_buffer: usize,
     /// Kernel send buffer.
@@ -302,6 +313,8 @@ impl Default for TransportConfig {
         TransportConfig {
             listen: None,
             max_datagram: 65_000,
+            path_mtu: 1500,
+            probe_paths: true,
             recv_buffer: 16 << 20,
             send_buffer: 4 << 20,
             busy_poll: false,
@@ -377,6 +390,7 @@ impl Config {
                 t.max_datagram as u64,
                 1024..=65_507,
             ),
+            ("transport.path_mtu", t.path_mtu as u64, 1280..=65_535),
             (
                 "transport.max_sample_size",
                 t.max_sample_size as u64,

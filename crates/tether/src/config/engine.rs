@@ -24,6 +24,8 @@ pub(crate) struct EngineSettings {
     announce_period: Duration,
     heartbeat_period: Duration,
     max_datagram: usize,
+    path_mtu: usize,
+    probe_paths: bool,
     max_sample_size: usize,
     max_reassembly_bytes: usize,
     reassembly_timeout: Duration,
@@ -89,6 +91,8 @@ impl TryFrom<&Config> for EngineSettings {
             announce_period: c.announce_period(),
             heartbeat_period: Duration::from_millis(c.reliability.heartbeat_period_ms),
             max_datagram: c.transport.max_datagram,
+            path_mtu: c.transport.path_mtu,
+            probe_paths: c.transport.probe_paths,
             max_sample_size: c.transport.max_sample_size,
             max_reassembly_bytes: c.transport.max_reassembly_bytes,
             reassembly_timeout: Duration::from_millis(c.transport.reassembly_timeout_ms),
@@ -113,6 +117,8 @@ impl EngineSettings {
         cc.announce_period = self.announce_period;
         cc.heartbeat_period = self.heartbeat_period;
         cc.max_datagram = self.max_datagram;
+        cc.path_mtu = self.path_mtu;
+        cc.probe_paths = self.probe_paths;
         cc.max_sample_size = self.max_sample_size;
         cc.max_reassembly_bytes = self.max_reassembly_bytes;
         cc.reassembly_timeout = self.reassembly_timeout;

@@ -29,7 +29,12 @@ impl Session {
             Some(policy) => Some(Arc::new(join_realm(policy, now)?)),
             None => None,
         };
-        let mut core = Participant::new(settings.engine_config(id, security), now);
+        let mut cc = settings.engine_config(id, security);
+        // Peers at this host's addresses take large datagrams; probing needs the
+        // don't-fragment bit.
+        cc.local_addrs = tether_transport::path::host_addresses();
+        cc.probe_paths &= transport.dont_fragment();
+        let mut core = Participant::new(cc, now);
         for (name, spec) in &settings.flow_controllers {
             core.set_flow_controller(name, *spec);
         }

@@ -149,8 +149,15 @@ impl Shared {
 
     /// Sends one datagram, counting a failure.
     pub(super) fn send(&self, t: &Transmit) {
-        if self.transport.send(t.dest, &t.head, &t.body).is_err() {
+        if let Err(e) = self.transport.send(t.dest, &t.head, &t.body) {
             self.send_errors.fetch_add(1, Ordering::Relaxed);
+            if tether_transport::path::is_too_big(&e) {
+                // Larger than the way out carries: the engine lowers that path.
+                tracing::debug!(dest = %t.dest, len = t.len(), "datagram too big for the path");
+                self.lock()
+                    .core
+                    .datagram_too_big(Instant::now(), t.dest, t.len());
+            }
         }
     }
 
