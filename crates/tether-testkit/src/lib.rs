@@ -68,6 +68,14 @@ pub struct Link {
     /// socket after its unicast one (another thread, another queue) sees group datagrams
     /// late relative to unicast ones sent after them.
     pub group_delay: Duration,
+    /// `Some(mtu)`: the hosts are on a LAN of this MTU, not one host. They get LAN addresses
+    /// (10.0.0.x, so engines size datagrams to the path and probe it), `loss` applies to
+    /// each Ethernet frame, and a datagram larger than a frame is IP-fragmented and lost if
+    /// any of its frames is, or, when `dont_fragment`, refused at the sender as the kernel
+    /// does (`EMSGSIZE`, reported to its engine). `None`: one host, loss per datagram.
+    pub mtu: Option<usize>,
+    /// The hosts' sockets set the don't-fragment bit (as tether's transport does).
+    pub dont_fragment: bool,
 }
 
 impl Link {
@@ -79,6 +87,8 @@ impl Link {
             delay: Duration::from_millis(1),
             jitter: Duration::ZERO,
             group_delay: Duration::ZERO,
+            mtu: None,
+            dont_fragment: true,
         }
     }
     /// A hostile link: the given loss, 5 % duplication, delay 1–6 ms (reordering).
@@ -89,6 +99,32 @@ impl Link {
             delay: Duration::from_millis(1),
             jitter: Duration::from_millis(5),
             group_delay: Duration::ZERO,
+            mtu: None,
+            dont_fragment: true,
+        }
+    }
+
+    /// A LAN of `mtu` whose frames are lost with probability `loss` (see [`Link::mtu`]),
+    /// delay 1–2 ms.
+    pub fn lan(mtu: usize, loss: f64) -> Self {
+        Link {
+            loss,
+            duplicate: 0.0,
+            delay: Duration::from_millis(1),
+            jitter: Duration::from_millis(1),
+            group_delay: Duration::ZERO,
+            mtu: Some(mtu),
+            dont_fragment: true,
+        }
+    }
+
+    /// Ethernet frames (IPv4) a UDP datagram of `len` bytes takes on this link.
+    pub fn frames(&self, len: usize) -> usize {
+        match self.mtu {
+            None => 1,
+            // Each IP fragment carries a multiple of 8 bytes of the UDP datagram (its
+            // 8-byte header included) after a 20-byte IP header.
+            Some(mtu) => (len + 8).div_ceil((mtu - 20) / 8 * 8).max(1),
         }
     }
 }
@@ -149,6 +185,8 @@ pub struct Sim {
     order: u64,
     /// Datagrams the network dropped.
     pub dropped: u64,
+    /// Datagrams refused at their sender as larger than the link's MTU (don't-fragment).
+    pub too_big: u64,
     /// Most datagrams ever in flight at once.
     pub max_in_flight: usize,
     /// When `Some`, every datagram any node sends is recorded here (before loss).
@@ -169,6 +207,7 @@ impl Sim {
             flights: BinaryHeap::new(),
             order: 0,
             dropped: 0,
+            too_big: 0,
             max_in_flight: 0,
             wire: None,
         }
@@ -188,7 +227,13 @@ impl Sim {
     /// Adds a host, letting `tune` adjust its engine settings.
     pub fn add_node_with(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
         let i = self.nodes.len();
-        let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 20_000 + i as u16));
+        let addr = match self.link.mtu {
+            Some(_) => SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250) as u8 + 1),
+                7400,
+            )),
+            None => SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 20_000 + i as u16)),
+        };
         let mut cfg = Config::new(0, ParticipantId(0x1000 + i as u64 * 7919));
         cfg.name = format!("node{i}");
         tune(&mut cfg);
@@ -274,13 +319,26 @@ impl Sim {
             return;
         }
         let payload = t.contiguous();
+        if let Some(mtu) = self.link.mtu {
+            if self.link.dont_fragment && payload.len() + 28 > mtu {
+                // The kernel refuses it; the driver tells the engine.
+                self.too_big += 1;
+                let now = self.now;
+                self.nodes[i]
+                    .participant
+                    .datagram_too_big(now, t.dest, payload.len());
+                return;
+            }
+        }
+        let frames = self.link.frames(payload.len()) as i32;
         let extra = if self.nodes.iter().any(|n| n.groups.contains(&t.dest)) {
             self.link.group_delay
         } else {
             Duration::ZERO
         };
         for to in targets {
-            if self.rng.chance(self.link.loss) {
+            // Lost if any of its frames is.
+            if self.rng.chance(1.0 - (1.0 - self.link.loss).powi(frames)) {
                 self.dropped += 1;
                 continue;
             }

@@ -262,7 +262,12 @@ impl Namespace {
 
     /// The listing of nftables table `inet NAME` (with its counters).
     pub fn nft_list(&self, table: &str) -> Result<String, NetnsError> {
-        let out = self.run("nft", &["list", "table", "inet", table])?;
+        self.nft_list_family("inet", table)
+    }
+
+    /// The listing of nftables table `FAMILY NAME` (with its counters).
+    pub fn nft_list_family(&self, family: &str, table: &str) -> Result<String, NetnsError> {
+        let out = self.run("nft", &["list", "table", family, table])?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
@@ -320,6 +325,42 @@ impl Host {
     /// count of packets dropped so far.
     pub fn dropped(&self) -> Result<String, NetnsError> {
         self.ns.nft_list("loss")
+    }
+
+    /// Drops `percent` % of the frames arriving on this host's veth, at random, counted:
+    /// table `netdev ingress_loss`, at the device's ingress hook, so each Ethernet frame (an
+    /// IP fragment of a larger datagram) is lost on its own, as on Wi-Fi. Read back with
+    /// [`Host::dropped_incoming`].
+    pub fn drop_incoming(&self, percent: u8) -> Result<(), NetnsError> {
+        self.ns.nft(&format!(
+            "table netdev ingress_loss {{\n  chain in {{\n    type filter hook ingress device \"{}\" priority 0;\n    numgen random mod 100 < {percent} counter drop\n  }}\n}}\n",
+            self.dev
+        ))
+    }
+
+    /// Frames [`Host::drop_incoming`] has dropped so far.
+    pub fn dropped_incoming(&self) -> Result<u64, NetnsError> {
+        let listing = self.ns.nft_list_family("netdev", "ingress_loss")?;
+        Ok(listing
+            .split("counter packets ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Takes this host's veth down (`false`: no frame crosses, as an unplugged cable) or
+    /// up again.
+    pub fn set_link(&self, up: bool) -> Result<(), NetnsError> {
+        self.ns
+            .ip(&[
+                "link",
+                "set",
+                "dev",
+                &self.dev,
+                if up { "up" } else { "down" },
+            ])
+            .map(drop)
     }
 }
 

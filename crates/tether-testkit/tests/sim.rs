@@ -927,6 +927,7 @@ fn batching_best_effort_order() {
             delay: Duration::from_millis(1),
             jitter: Duration::from_micros(100),
             group_delay: Duration::ZERO,
+            ..Link::perfect()
         };
         let mut sim = Sim::new(seed, link);
         let wq = batched(Qos::new().best_effort(), 2000, 16, 1);
