@@ -308,6 +308,9 @@ pub struct Stats {
     pub datagrams_too_big: u64,
     /// Samples whose reassembly started again because their fragments changed size.
     pub reassemblies_restarted: u64,
+    /// ACKNACKs (with their NACK_FRAGs) a reader sent again, unprompted, because what it
+    /// asked for did not come.
+    pub renacks: u64,
     /// Announcements refused because the participant or endpoint tables are full.
     pub table_full: u64,
     /// Samples accepted by local writers.

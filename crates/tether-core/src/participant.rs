@@ -163,6 +163,8 @@ pub struct Participant {
     pub(crate) input: u64,
     /// The asynchronous writers' sender: flow controllers and turns by priority class.
     pub(crate) sched: Scheduler,
+    /// When a reader next asks a writer again for what it misses.
+    pub(crate) next_renack: Option<Instant>,
 }
 
 /// `now + d`, saturating a century ahead: `Instant + Duration` panics on overflow, and a
@@ -203,6 +205,7 @@ impl Participant {
             pending_acks: Vec::new(),
             timers_changed: true,
             input: 0,
+            next_renack: None,
         }
     }
 
@@ -521,7 +524,10 @@ impl Participant {
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.peers.next_announce.min(self.next_housekeeping);
-        if let Some(x) = self.keystore.rekey_at {
+        for x in [self.keystore.rekey_at, self.next_renack]
+            .into_iter()
+            .flatten()
+        {
             t = t.min(x);
         }
         for w in self.writers.values() {
@@ -559,6 +565,7 @@ impl Participant {
             self.housekeeping(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
+        self.renack(now);
         self.schedule_rekeys(now);
         if self.keystore.rekey_at.is_some_and(|t| now >= t) {
             self.rekey_due_writers();

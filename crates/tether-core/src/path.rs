@@ -87,13 +87,29 @@ pub fn link_size(path_mtu: usize, max: usize) -> usize {
         .clamp(MIN_DATAGRAM.min(max), max)
 }
 
-/// One probe in flight.
+/// One probe in flight: each try has its own id, so an answer says which try it answers
+/// (and so the round trip) even after losses.
 #[derive(Debug, Clone, Copy)]
 struct Probe {
-    id: u64,
+    /// Ids and send times of the tries so far (the last is the newest).
+    tries_sent: [(u64, Instant); MAX_PROBES as usize],
     size: usize,
     sent: Instant,
     tries: u8,
+}
+
+impl Probe {
+    fn id(&self) -> u64 {
+        self.tries_sent[self.tries as usize - 1].0
+    }
+
+    /// When the try `id` answers was sent, if it is one of this probe's.
+    fn sent_at(&self, id: u64) -> Option<Instant> {
+        self.tries_sent[..self.tries as usize]
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, t)| *t)
+    }
 }
 
 /// What a path's state asks of its participant now.
@@ -125,6 +141,8 @@ pub(crate) struct PathMtu {
     raise_at: Instant,
     /// IP and UDP header bytes (MTUs of the table less this are datagram sizes).
     overhead: usize,
+    /// Smoothed round trip of answered probes.
+    pub(crate) rtt: Option<Duration>,
 }
 
 impl PathMtu {
@@ -140,6 +158,7 @@ impl PathMtu {
             next: None,
             raise_at: now,
             overhead: 28,
+            rtt: None,
         }
     }
 
@@ -156,6 +175,7 @@ impl PathMtu {
             next: Some(now),
             raise_at: now + RAISE_AFTER,
             overhead,
+            rtt: None,
         }
     }
 
@@ -170,16 +190,18 @@ impl PathMtu {
     /// Advances the search at `now`: a lost probe is sent again or its size fails; a new
     /// probe is chosen when one is due. `id` makes a fresh probe id.
     pub(crate) fn step(&mut self, now: Instant, id: impl FnOnce() -> u64) -> Option<PathStep> {
+        let mut id = Some(id);
         if let Some(mut p) = self.probe {
             if now < p.sent + PROBE_TIMEOUT {
                 return None;
             }
             if p.tries < MAX_PROBES {
+                p.tries_sent[p.tries as usize] = (id.take().map_or(0, |f| f()), now);
                 p.tries += 1;
                 p.sent = now;
                 self.probe = Some(p);
                 return Some(PathStep::Probe {
-                    id: p.id,
+                    id: p.id(),
                     size: p.size,
                 });
             }
@@ -201,9 +223,9 @@ impl PathMtu {
             self.next = Some(now + CONFIRM_EVERY);
             return None;
         };
-        let id = id();
+        let id = id.take().map_or(0, |f| f());
         self.probe = Some(Probe {
-            id,
+            tries_sent: [(id, now); MAX_PROBES as usize],
             size,
             sent: now,
             tries: 1,
@@ -232,10 +254,12 @@ impl PathMtu {
 
     /// A probe's acknowledgment. True if the path's size grew.
     pub(crate) fn acked(&mut self, id: u64, now: Instant) -> bool {
-        let Some(p) = self.probe.filter(|p| p.id == id) else {
+        let Some((p, sent)) = self.probe.and_then(|p| Some((p, p.sent_at(id)?))) else {
             return false;
         };
         self.probe = None;
+        let sample = now.saturating_duration_since(sent);
+        self.rtt = Some(self.rtt.map_or(sample, |r| (r * 7 + sample) / 8));
         self.lo = self.lo.max(p.size);
         self.next = Some(now);
         if p.size > self.size {
@@ -272,7 +296,7 @@ impl PathMtu {
     /// The probe in flight, if any (id and size).
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> Option<(u64, usize)> {
-        self.probe.map(|p| (p.id, p.size))
+        self.probe.map(|p| (p.id(), p.size))
     }
 }
 

@@ -17,6 +17,7 @@ use crate::writer::state::{FanoutKey, Writer};
 use crate::discovery::RemoteParticipant;
 use crate::participant::{Config, Participant};
 use crate::reader::note_delivered;
+use crate::reader::state::renack_interval;
 use crate::security::protect::wire_form;
 use crate::transmit::Transmit;
 use crate::writer::fanout_addrs;
@@ -537,6 +538,41 @@ impl Participant {
         self.charge(an.writer, self.stats.bytes_sent - before);
     }
 
+    /// Readers that asked writers for what they miss and got no answer in time ask again
+    /// (their ACKNACKs and NACK_FRAGs, or the repairs, were lost).
+    pub(crate) fn renack(&mut self, now: Instant) {
+        if self.next_renack.is_none_or(|t| now < t) {
+            return;
+        }
+        self.next_renack = None;
+        let period = self.cfg.heartbeat_period;
+        for r in self.readers.values() {
+            for (g, wp) in &r.writers {
+                let Some(t) = wp.nacked else {
+                    continue;
+                };
+                if !wp.misses() {
+                    continue;
+                }
+                let rtt = self
+                    .peers
+                    .remotes
+                    .get(&g.participant)
+                    .and_then(|p| p.path.rtt);
+                let at = t + renack_interval(rtt, period);
+                if now >= at {
+                    if !self.pending_acks.contains(&(r.id, *g)) {
+                        self.pending_acks.push((r.id, *g));
+                    }
+                } else {
+                    self.next_renack = Some(self.next_renack.map_or(at, |x| x.min(at)));
+                }
+            }
+        }
+        self.stats.renacks += self.pending_acks.len() as u64;
+        self.flush_pending_acks(now);
+    }
+
     pub(crate) fn flush_pending_acks(&mut self, now: Instant) {
         if self.pending_acks.is_empty() {
             return;
@@ -557,9 +593,24 @@ impl Participant {
             let Some(an) = wp.acknack(rid, g.entity) else {
                 continue;
             };
+            // Ask again later if this leaves something missing (the answer, or this, may
+            // be lost), whether or not a heartbeat comes.
+            if wp.misses() {
+                wp.nacked = Some(now);
+                let rtt = self
+                    .peers
+                    .remotes
+                    .get(&g.participant)
+                    .and_then(|p| p.path.rtt);
+                let at = now + renack_interval(rtt, self.cfg.heartbeat_period);
+                self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
+            } else {
+                wp.nacked = None;
+            }
             // Samples in reassembly are repaired by fragment: the overtaken fragments, or all
             // missing ones once the sender has gone quiet on that sample.
             let mut nacks = Vec::new();
+            let announced = wp.hb_last;
             for (&seq, ra) in wp.frags.iter_mut() {
                 // Ask at most once per NACKFRAG_INTERVAL per sample: the writer answers
                 // with a heartbeat that can overtake the fragments it re-sends.
@@ -569,7 +620,10 @@ impl Participant {
                 {
                     continue;
                 }
-                let all = now.saturating_duration_since(ra.last) >= FRAG_QUIET;
+                // Every missing fragment once the writer has announced the sample (its
+                // heartbeat rides on the last fragment) and gone quiet; before, only those
+                // overtaken: a paced writer is still sending the rest.
+                let all = announced >= seq && now.saturating_duration_since(ra.last) >= FRAG_QUIET;
                 if ra.missing(0, all).next().is_some() {
                     ra.nacked = Some(now);
                 }

@@ -92,12 +92,9 @@ fn grouped_readers_get_one_datagram_per_sample_and_loss_is_repaired() {
         // group, whatever the number of grouped readers.
         let first_sends = n - 1 + 3;
         assert_eq!(st.datagrams_multicast, first_sends, "seed {seed}");
-        if loss > 0.0 {
-            assert!(
-                st.heartbeats_multicast > 0,
-                "seed {seed}: heartbeats go to the group too"
-            );
-        }
+        // (Readers ask for what a later sample overtook at once, so at this loss the
+        // repairs need no heartbeat; heartbeats_follow_data_to_the_group_… checks where
+        // heartbeats go.)
         // The same exchange with every reader by unicast sends far more.
         let (uni, _) = run(seed, loss, 0, 8, n);
         let us = uni.nodes[0].participant.stats();

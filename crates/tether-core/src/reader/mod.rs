@@ -276,6 +276,22 @@ impl Participant {
             &mut self.stats,
             &mut self.events,
         );
+        // A sample overtook one still missing: ask for it soon, not at the next heartbeat,
+        // after a quarter of the renack interval in case it was only reordered (then again
+        // each renack interval while it stays missing).
+        if wp.reliable && !wp.local && wp.nacked.is_none() && !wp.pending.is_empty() {
+            let rtt = self
+                .peers
+                .remotes
+                .get(&writer.participant)
+                .and_then(|p| p.path.rtt);
+            let interval = crate::reader::state::renack_interval(rtt, self.cfg.heartbeat_period);
+            let at = now + interval / 4;
+            // As if asked a little earlier: the renack timer asks at `at`.
+            wp.nacked = Some(at.checked_sub(interval).unwrap_or(now));
+            self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
+            self.timers_changed = true;
+        }
         note_delivered(r, d, now, &mut self.stats, &mut self.events);
     }
 

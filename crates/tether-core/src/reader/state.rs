@@ -83,9 +83,36 @@ pub(crate) struct WriterProxy {
     /// The last reassembled sample's buffer, taken back for the next once it is free.
     pub(crate) spare: bytes::BytesMut,
     pub(crate) nackfrag_count: u32,
+    /// When this reader last asked the writer for something it misses (`None`: it misses
+    /// nothing it asked for). It asks again after [`renack_interval`] without waiting for a
+    /// heartbeat: on a lossy link heartbeats are lost too.
+    pub(crate) nacked: Option<Instant>,
 }
 
 impl WriterProxy {
+    /// True if this reader knows of samples or fragments of the writer it does not have:
+    /// announced by a heartbeat or overtaken by later samples (and neither received, in
+    /// reassembly, nor declared gone), or fragments overtaken by later ones, or any missing
+    /// fragment of a sample the writer has finished sending (its heartbeat announced it).
+    pub(crate) fn misses(&self) -> bool {
+        let Some(e) = self.expected.filter(|_| self.reliable) else {
+            return false;
+        };
+        let last = self
+            .hb_last
+            .max(self.pending.keys().next_back().copied().unwrap_or(0));
+        let uncovered = (e..=last).take(MAX_ACKNACK_BITS as usize).any(|seq| {
+            !self.pending.contains_key(&seq)
+                && !self.frags.contains_key(&seq)
+                && !self.gaps.iter().any(|(a, b)| *a <= seq && seq < *b)
+        });
+        uncovered
+            || self
+                .frags
+                .iter()
+                .any(|(&seq, ra)| ra.missing(0, self.hb_last >= seq).next().is_some())
+    }
+
     /// Whether sample `seq` would be a duplicate here: delivered already, or waiting in the
     /// reorder buffer (the same test `accept` applies).
     pub(crate) fn holds(&self, seq: u64) -> bool {
@@ -95,6 +122,18 @@ impl WriterProxy {
             seq <= self.last_delivered
         }
     }
+}
+
+/// How long a reader waits for what it asked a writer for before it asks again: twice the
+/// round trip to the writer's participant when probes have measured it, else a quarter of the
+/// heartbeat period but at most 100 ms; never under 5 ms nor over the heartbeat period.
+pub(crate) fn renack_interval(rtt: Option<Duration>, heartbeat_period: Duration) -> Duration {
+    let floor = Duration::from_millis(5);
+    let want = rtt.map_or(
+        (heartbeat_period / 4).min(Duration::from_millis(100)),
+        |r| r * 2,
+    );
+    want.clamp(floor, heartbeat_period.max(floor))
 }
 
 /// Memory a reassembly is charged for: its sample, and at least 1 KiB of bookkeeping.
@@ -126,6 +165,7 @@ impl WriterProxy {
             frags: BTreeMap::new(),
             spare: bytes::BytesMut::new(),
             nackfrag_count: 0,
+            nacked: None,
         }
     }
 
@@ -230,8 +270,12 @@ impl WriterProxy {
         let base = self.expected?;
         let mut bitmap = [0u32; 8];
         let mut num_bits = 0u16;
-        if self.hb_last >= base {
-            let span = (self.hb_last - base + 1).min(MAX_ACKNACK_BITS as u64) as u16;
+        // What the writer announced, or what later samples that arrived prove it sent.
+        let last = self
+            .hb_last
+            .max(self.pending.keys().next_back().map_or(0, |s| s - 1));
+        if last >= base {
+            let span = (last - base + 1).min(MAX_ACKNACK_BITS as u64) as u16;
             for i in 0..span {
                 let seq = base + i as u64;
                 // A sample in reassembly is repaired fragment by fragment (NACK_FRAG).
