@@ -618,6 +618,14 @@ fn secure_sessions_and_live_revocation() {
         .publisher("/robot/odom", Qos::default().keep_all())
         .unwrap();
     assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    // Names the CA vouches for, not the ones announced; none for the outsider.
+    assert_eq!(a.certified_name(b.id()).as_deref(), Some("viewer"));
+    assert!(wait_for(Duration::from_secs(10), || b
+        .certified_name(a.id())
+        .as_deref()
+        == Some("robot")));
+    assert_eq!(a.certified_name(plain.id()), None);
+    assert_eq!(plain.certified_name(a.id()), None);
     for i in 0..20u32 {
         p.put(i.to_le_bytes().to_vec()).unwrap();
     }
