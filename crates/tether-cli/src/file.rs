@@ -156,6 +156,8 @@ struct Outgoing<'a> {
     progress: Instant,
     /// Samples the pending receivers owed when last looked at.
     owed: u64,
+    /// The end of the transfer is sent.
+    ended: bool,
 }
 
 impl Outgoing<'_> {
@@ -182,9 +184,15 @@ impl Outgoing<'_> {
         if self.progress.elapsed() > self.timeout {
             let t = self.timeout.as_secs_f64();
             let topic = receipt::topic(self.publisher.topic());
+            let ended = self.ended;
             self.tally.give_up(self.publisher, |n| {
                 if n > 0 {
                     format!("stopped acknowledging for {t:.0} s ({n} samples unacknowledged)")
+                } else if !ended {
+                    format!(
+                        "sending stopped before the end: the receivers stopped acknowledging \
+                         for {t:.0} s"
+                    )
                 } else {
                     format!(
                         "no receipt within {t:.0} s (only `tether recv` confirms, and only when \
@@ -277,6 +285,7 @@ impl Outgoing<'_> {
             e.put_slice(&id);
             e.put_slice(sum.as_ref());
             if self.put(e.freeze())?.is_some() {
+                self.ended = true;
                 self.settle();
             }
         }
@@ -367,6 +376,7 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
         pb: bar(size, a.quiet, &format!("send {name}")),
         progress: Instant::now(),
         owed: 0,
+        ended: false,
     };
 
     let t0 = Instant::now();

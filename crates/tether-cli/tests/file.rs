@@ -691,3 +691,47 @@ fn a_receiver_that_may_not_write_fails_send() {
     );
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A receiver that stops (SIGSTOP) mid-file, still within its lease: once no receiver has
+/// made progress for `--timeout`, `send` fails naming it as the one that stopped
+/// acknowledging.
+#[test]
+fn a_stalled_receiver_fails_send_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("scan.bin");
+    std::fs::write(&src, noise(4_000_000, 6)).unwrap();
+    // The default lease (10 s), longer than the sender's --timeout.
+    let cfg = dir.path().join("stuck.toml");
+    std::fs::write(&cfg, "name = \"stuck\"\n").unwrap();
+    let mut r = tether(dir.path());
+    r.arg("--config")
+        .arg(&cfg)
+        .args(["recv", "/files", "--quiet"])
+        .arg(dir.path().join("stuck"));
+    let mut stuck = spawn(r);
+    let mut s = tether(dir.path());
+    s.arg("send").arg(&src).args([
+        "/files",
+        "--rate",
+        "1MB/s",
+        "--chunk",
+        "65536",
+        "--timeout",
+        "3",
+        "-q",
+    ]);
+    let send = spawn(s);
+    wait_exists(&dir.path().join("stuck").join(".scan.bin.part"));
+    signal(&stuck, "-STOP");
+    let o = finish(send, Duration::from_secs(60));
+    signal(&stuck, "-CONT");
+    let _ = stuck.kill();
+    let _ = stuck.wait();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("receiver stuck (")
+            && err.contains("did not confirm scan.bin: stopped acknowledging for 3 s ("),
+        "{err}"
+    );
+}
