@@ -42,10 +42,16 @@ pub(crate) fn topic(topic: &str) -> String {
     format!("{}/receipts", topic.trim_end_matches('/'))
 }
 
-/// The receipts' QoS: reliable; transient-local, so that a sender whose reader matched late
-/// still gets the receipts of the last few transfers.
-fn qos() -> Qos {
+/// The receipt writers' QoS: reliable; transient-local, so that a sender whose reader
+/// matched late still gets the receipts of the last few transfers.
+fn writer_qos() -> Qos {
     Qos::default().keep_last(32).transient_local()
+}
+
+/// The receipt reader's: keep-all, so that a burst of receipts from many receivers between
+/// two looks is never cut to the last few.
+fn reader_qos() -> Qos {
+    Qos::default().keep_all().transient_local()
 }
 
 /// What became of a transfer at one receiver.
@@ -252,7 +258,7 @@ pub(crate) struct Confirmations {
 /// sender then finds it in the same announcement as the reader it speaks for.
 pub(crate) fn publisher(session: &Session, file_topic: &str) -> anyhow::Result<Publisher> {
     let t = topic(file_topic);
-    session.publisher(t.as_str(), qos()).map_err(|e| {
+    session.publisher(t.as_str(), writer_qos()).map_err(|e| {
         anyhow::anyhow!("recv confirms each file to its sender on {t}, and cannot: {e}")
     })
 }
@@ -306,7 +312,7 @@ impl Confirmations {
 /// receiver's receipt writer by the time the receiver can have anything to confirm).
 pub(crate) fn subscriber(session: &Session, file_topic: &str) -> anyhow::Result<Subscriber> {
     let t = topic(file_topic);
-    session.subscriber(t.as_str(), qos()).map_err(|e| {
+    session.subscriber(t.as_str(), reader_qos()).map_err(|e| {
         anyhow::anyhow!("send learns from the receivers' receipts on {t} whether they have the file, and cannot: {e}")
     })
 }
