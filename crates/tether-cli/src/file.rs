@@ -11,7 +11,13 @@
 //!
 //! Samples are reliable and in order, so chunks arrive at increasing offsets; a receiver that
 //! joins mid-transfer skips to the next header.
+//!
+//! Every receiver answers each transfer it ends, written or not, with a receipt on the
+//! topic's receipt topic (`crate::receipt`). `send` succeeds only when every receiver that
+//! was matched when it began has confirmed the file's SHA-256; one that fails, leaves or
+//! falls silent makes it fail, naming the receiver and why.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -25,8 +31,12 @@ use aws_lc_rs::digest;
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tether::{Config, FlowControllerConfig, Priority, Qos, Session, TokenCount, format_rate};
+use tether::{
+    Config, FlowControllerConfig, Priority, Publisher, Qos, Session, Subscriber, TokenCount,
+    format_rate,
+};
 
+use crate::receipt::{self, Confirmations, Outcome, Tally};
 use crate::topic::{human_bytes, secs};
 
 const HEADER: &[u8; 4] = b"TFH1";
@@ -62,7 +72,8 @@ pub(crate) struct SendArgs {
     /// Wait for this many receivers before sending.
     #[arg(long, value_name = "N", default_value_t = 1)]
     wait_matched: usize,
-    /// Give up if no receiver appears, or acknowledgements stop, for this many seconds.
+    /// Give up if no receiver appears, or the receivers stop acknowledging and confirming,
+    /// for this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     timeout: f64,
     /// No progress bar or summary.
@@ -103,7 +114,7 @@ fn bar(total: u64, quiet: bool, what: &str) -> ProgressBar {
     pb
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -129,36 +140,182 @@ fn flow_controller(a: &SendArgs) -> anyhow::Result<(FlowControllerConfig, String
     Ok((fc, spec.to_string()))
 }
 
-/// Waits until every receiver has acknowledged everything, moving the bar as they do.
-/// False (with the error printed) if they stop acknowledging for `timeout`.
-fn wait_acknowledged(
-    publisher: &tether::Publisher,
-    marks: &mut std::collections::VecDeque<(u64, u64)>,
-    pb: &ProgressBar,
+/// A transfer on its way out: the file writer, the receivers it started with and what they
+/// have said, and the progress bar.
+struct Outgoing<'a> {
+    /// The transfer's id.
+    id: [u8; 16],
+    publisher: &'a Publisher,
+    receipts: &'a Subscriber,
+    tally: Tally,
     timeout: Duration,
-) -> bool {
-    let mut last_progress = Instant::now();
-    let mut last_acked = 0;
-    loop {
-        let acked = publisher.acknowledged();
-        while marks.front().is_some_and(|(s, _)| *s <= acked) {
-            let (_, o) = marks.pop_front().unwrap_or_default();
-            pb.set_position(o);
+    /// Sequence number → file bytes up to and including it, for the progress bar.
+    marks: VecDeque<(u64, u64)>,
+    pb: ProgressBar,
+    /// When a receiver last acknowledged, confirmed, failed or left.
+    progress: Instant,
+    /// Samples the pending receivers owed when last looked at.
+    owed: u64,
+    /// The end of the transfer is sent.
+    ended: bool,
+}
+
+impl Outgoing<'_> {
+    /// Notes receipts, departures and acknowledgements, and moves the bar. False when
+    /// sending on is pointless: every receiver it started with has failed or left, or none
+    /// has made progress for `--timeout` (each still pending is then failed, saying so).
+    fn check(&mut self) -> bool {
+        if self.tally.poll(self.receipts, self.publisher) {
+            self.progress = Instant::now();
         }
-        if publisher.wait_for_acknowledgments(Duration::from_millis(50)) {
-            return true;
+        let acked = self.publisher.acknowledged();
+        while self.marks.front().is_some_and(|(s, _)| *s <= acked) {
+            let (_, o) = self.marks.pop_front().unwrap_or_default();
+            self.pb.set_position(o);
         }
-        if acked != last_acked {
-            last_acked = acked;
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > timeout {
-            pb.abandon();
-            eprintln!(
-                "error: the receiver stopped acknowledging for {:.0} s",
-                timeout.as_secs_f64()
-            );
+        let owed = self.tally.outstanding(self.publisher);
+        if owed != self.owed {
+            self.owed = owed;
+            self.progress = Instant::now();
+        }
+        if self.tally.pending() == 0 {
+            return !self.tally.any_failed();
+        }
+        if self.progress.elapsed() > self.timeout {
+            let t = self.timeout.as_secs_f64();
+            let topic = receipt::topic(self.publisher.topic());
+            let ended = self.ended;
+            self.tally.give_up(self.publisher, |n| {
+                if n > 0 {
+                    format!("stopped acknowledging for {t:.0} s ({n} samples unacknowledged)")
+                } else if !ended {
+                    format!(
+                        "sending stopped before the end: the receivers stopped acknowledging \
+                         for {t:.0} s"
+                    )
+                } else {
+                    format!(
+                        "no receipt within {t:.0} s (only `tether recv` confirms, and only when \
+                         granted to publish {topic})"
+                    )
+                }
+            });
             return false;
         }
+        true
+    }
+
+    /// Puts, retrying while the window is full. `None` when sending on is pointless
+    /// ([`check`](Self::check)).
+    fn put(&mut self, mut b: Bytes) -> anyhow::Result<Option<u64>> {
+        loop {
+            match self.publisher.put(b) {
+                Ok(seq) => {
+                    self.progress = Instant::now();
+                    return Ok(self.check().then_some(seq));
+                }
+                Err(tether::PutError::Timeout { payload, .. }) => {
+                    if !self.check() {
+                        return Ok(None);
+                    }
+                    b = payload;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// After the last sample: waits until every receiver has confirmed, failed or left.
+    fn settle(&mut self) {
+        while self.check() && self.tally.pending() > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends the header, the file (`path`, opened as `file`) in chunks of `chunk` bytes and
+    /// the end, then waits for the receipts; stops early when sending on is pointless.
+    /// Returns the file's SHA-256.
+    fn transmit(
+        &mut self,
+        file: &mut File,
+        path: &Path,
+        name: &str,
+        size: u64,
+        chunk: usize,
+    ) -> anyhow::Result<digest::Digest> {
+        let id = self.id;
+        let nlen = name.len().min(u16::MAX as usize);
+        let mut h = BytesMut::with_capacity(34 + nlen);
+        h.put_slice(HEADER);
+        h.put_slice(&id);
+        h.put_u64_le(size);
+        h.put_u32_le(chunk as u32);
+        h.put_u16_le(nlen as u16);
+        h.put_slice(&name.as_bytes()[..nlen]);
+        let mut hash = digest::Context::new(&digest::SHA256);
+        let mut offset = 0u64;
+        let mut going = self.put(h.freeze())?.is_some();
+        while going {
+            let mut buf = BytesMut::with_capacity(28 + chunk);
+            buf.put_slice(CHUNK);
+            buf.put_slice(&id);
+            buf.put_u64_le(offset);
+            let n = read_up_to(file, &mut buf, chunk)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 && offset >= size {
+                break;
+            }
+            if n == 0 {
+                bail!("{} shrank while being sent", path.display());
+            }
+            hash.update(&buf[28..]);
+            offset += n as u64;
+            match self.put(buf.freeze())? {
+                Some(seq) => self.marks.push_back((seq, offset)),
+                None => going = false,
+            }
+            if n < chunk {
+                break;
+            }
+        }
+        let sum = hash.finish();
+        if going {
+            let mut e = BytesMut::with_capacity(52);
+            e.put_slice(END);
+            e.put_slice(&id);
+            e.put_slice(sum.as_ref());
+            if self.put(e.freeze())?.is_some() {
+                self.ended = true;
+                self.settle();
+            }
+        }
+        Ok(sum)
+    }
+
+    /// True if every receiver confirmed `size` bytes with SHA-256 `sum`; otherwise says
+    /// which did not, and why.
+    fn verdict(&self, name: &str, size: u64, sum: &[u8]) -> bool {
+        let failed = self.tally.failures(name, size, sum);
+        let bad = self.tally.bad();
+        if bad > 0 {
+            eprintln!(
+                "warning: {bad} bad receipt{} ignored",
+                if bad == 1 { "" } else { "s" }
+            );
+        }
+        if failed.is_empty() {
+            return true;
+        }
+        self.pb.abandon();
+        for f in &failed {
+            eprintln!("error: {f}");
+        }
+        eprintln!(
+            "error: {name} not delivered: {} of {} receivers did not confirm it",
+            failed.len(),
+            self.tally.len()
+        );
+        false
     }
 }
 
@@ -184,6 +341,8 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
         .context("the file name is not UTF-8")?
         .to_string();
     let session = Session::open(cfg)?;
+    // Before the file writer: see `receipt::subscriber`.
+    let receipts = receipt::subscriber(&session, &a.topic)?;
     let qos = Qos::default()
         .keep_all()
         .max_samples(a.window.max(2))
@@ -205,65 +364,39 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
     }
     let mut id = [0u8; 16];
     getrandom::fill(&mut id).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    // The receivers this transfer is for: those matched now. Later ones are welcome, not
+    // waited for.
+    let mut out = Outgoing {
+        id,
+        publisher: &publisher,
+        receipts: &receipts,
+        tally: Tally::start(&session, &publisher, id),
+        timeout,
+        marks: VecDeque::new(),
+        pb: bar(size, a.quiet, &format!("send {name}")),
+        progress: Instant::now(),
+        owed: 0,
+        ended: false,
+    };
 
-    let mut h = BytesMut::with_capacity(64 + name.len());
-    h.put_slice(HEADER);
-    h.put_slice(&id);
-    h.put_u64_le(size);
-    h.put_u32_le(a.chunk as u32);
-    h.put_u16_le(name.len().min(u16::MAX as usize) as u16);
-    h.put_slice(&name.as_bytes()[..name.len().min(u16::MAX as usize)]);
-    let pb = bar(size, a.quiet, &format!("send {name}"));
     let t0 = Instant::now();
-    put(&publisher, h.freeze(), timeout)?;
-    let mut hash = digest::Context::new(&digest::SHA256);
-    // Sequence number → file bytes up to and including it, for the progress bar.
-    let mut marks: std::collections::VecDeque<(u64, u64)> = Default::default();
-    let mut offset = 0u64;
-    loop {
-        let mut buf = BytesMut::with_capacity(28 + a.chunk);
-        buf.put_slice(CHUNK);
-        buf.put_slice(&id);
-        buf.put_u64_le(offset);
-        let n = read_up_to(&mut file, &mut buf, a.chunk)
-            .with_context(|| format!("reading {}", a.file.display()))?;
-        if n == 0 && offset >= size {
-            break;
-        }
-        if n == 0 {
-            bail!("{} shrank while being sent", a.file.display());
-        }
-        hash.update(&buf[28..]);
-        offset += n as u64;
-        let seq = put(&publisher, buf.freeze(), timeout)?;
-        marks.push_back((seq, offset));
-        let acked = publisher.acknowledged();
-        while marks.front().is_some_and(|(s, _)| *s <= acked) {
-            let (_, o) = marks.pop_front().unwrap_or_default();
-            pb.set_position(o);
-        }
-        if n < a.chunk {
-            break;
-        }
-    }
-    let sum = hash.finish();
-    let mut e = BytesMut::with_capacity(52);
-    e.put_slice(END);
-    e.put_slice(&id);
-    e.put_slice(sum.as_ref());
-    put(&publisher, e.freeze(), timeout)?;
-    // Wait for every receiver to acknowledge everything, moving the bar meanwhile.
-    if !wait_acknowledged(&publisher, &mut marks, &pb, timeout) {
+    let sum = out.transmit(&mut file, &a.file, &name, size, a.chunk)?;
+    if !out.verdict(&name, size, sum.as_ref()) {
         return Ok(ExitCode::from(1));
     }
-    pb.set_position(size);
-    pb.finish_and_clear();
+    out.pb.set_position(size);
+    out.pb.finish_and_clear();
+    if out.tally.len() == 0 {
+        eprintln!("note: no receiver was matched when sending began; none confirmed {name}");
+    }
     let took = t0.elapsed().as_secs_f64();
     if !a.quiet {
         println!(
-            "sent {name} ({}) in {took:.2} s, {} (limit {spec}), sha256 {}",
+            "sent {name} ({}) in {took:.2} s, {} (limit {spec}), confirmed by {} receiver{}, sha256 {}",
             human_bytes(size as f64),
             format_rate(size as f64 / took.max(1e-9)),
+            out.tally.len(),
+            if out.tally.len() == 1 { "" } else { "s" },
             hex(sum.as_ref())
         );
     }
@@ -285,31 +418,6 @@ fn read_up_to(f: &mut File, buf: &mut BytesMut, want: usize) -> std::io::Result<
     }
     buf.truncate(base + n);
     Ok(n)
-}
-
-/// Puts, retrying while the window is full, for as long as acknowledgements keep coming.
-fn put(p: &tether::Publisher, mut b: Bytes, timeout: Duration) -> anyhow::Result<u64> {
-    let mut since = Instant::now();
-    let mut acked = p.acknowledged();
-    loop {
-        match p.put(b) {
-            Ok(seq) => return Ok(seq),
-            Err(tether::PutError::Timeout { payload, .. }) => {
-                let now = p.acknowledged();
-                if now != acked {
-                    acked = now;
-                    since = Instant::now();
-                } else if since.elapsed() > timeout {
-                    bail!(
-                        "the receiver stopped acknowledging for {:.0} s",
-                        timeout.as_secs_f64()
-                    );
-                }
-                b = payload;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 /// A `.part` file being written: removed when dropped, unless it was moved into place.
@@ -375,30 +483,58 @@ impl Signals {
         Ok(s)
     }
 
-    /// The shell's exit code for the signal caught, if one was.
-    fn caught(&self) -> Option<u8> {
+    /// The signal caught, if one was: its name and the shell's exit code for it.
+    fn caught(&self) -> Option<(&'static str, u8)> {
         if self.int.load(Ordering::Relaxed) {
-            Some(130)
+            Some(("SIGINT", 130))
         } else if self.term.load(Ordering::Relaxed) {
-            Some(143)
+            Some(("SIGTERM", 143))
         } else {
             None
         }
     }
 }
 
-/// Why `recv` stops before its files are in.
-fn abandon(c: Option<Incoming>, why: &str) {
-    match c {
-        Some(c) => {
-            c.pb.abandon();
-            eprintln!(
-                "error: {why}: {} not received ({} of {} bytes; the partial file is removed)",
-                c.name, c.got, c.size
-            );
+/// Why a transfer failed at this end: for the receipt, and in words for both ends.
+#[derive(Debug)]
+struct Failure {
+    outcome: Outcome,
+    reason: String,
+}
+
+impl Failure {
+    fn new(outcome: Outcome, reason: impl Into<String>) -> Failure {
+        Failure {
+            outcome,
+            reason: reason.into(),
         }
-        None => eprintln!("error: {why}"),
     }
+
+    /// An I/O error while doing `what` (which names the file).
+    fn io(e: &std::io::Error, what: impl std::fmt::Display) -> Failure {
+        Failure::new(Outcome::of_io(e), format!("{what}: {e}"))
+    }
+
+    /// In words, as both ends print it (`send` from the receipt).
+    fn describe(&self) -> String {
+        format!("{}: {}", self.outcome.label(), self.reason)
+    }
+}
+
+/// Stops receiving `c`: says why on stderr, tells its sender in a receipt, and drops it,
+/// which removes its partial file.
+fn abandon(c: Incoming, confirm: &mut Confirmations, f: &Failure) {
+    confirm.send(&c.id, f.outcome, c.got, [0; 32], &f.reason);
+    gone(c, &f.describe());
+}
+
+/// Says on stderr that `c` was not received, and why; drops it (and its partial file).
+fn gone(c: Incoming, why: &str) {
+    c.pb.abandon();
+    eprintln!(
+        "error: {why}: {} not received ({} of {} bytes; the partial file is removed)",
+        c.name, c.got, c.size
+    );
 }
 
 pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
@@ -411,14 +547,36 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&a.dir)
         .with_context(|| format!("cannot create {}", a.dir.display()))?;
     let session = Session::open(cfg)?;
+    // Before the file reader: see `receipt::publisher`.
+    let receipts = receipt::publisher(&session, &a.topic)?;
     let sub = session.subscriber(a.topic.as_str(), Qos::default().keep_all())?;
+    let mut confirm = Confirmations::new(receipts, sub.guid());
+    let r = receive(&a, &session, &sub, &mut confirm, &signals, idle);
+    // Whatever the outcome, the senders get their receipts before we leave.
+    confirm.settle();
+    r
+}
+
+/// `recv`'s loop: every transfer that ends, well or not, gets a receipt.
+fn receive(
+    a: &RecvArgs,
+    session: &Session,
+    sub: &Subscriber,
+    confirm: &mut Confirmations,
+    signals: &Signals,
+    idle: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
     let mut cur: Option<Incoming> = None;
     let mut done = 0u64;
     let mut skipped = 0u64;
     let mut heard = Instant::now();
     loop {
-        if let Some(code) = signals.caught() {
-            abandon(cur.take(), "interrupted");
+        if let Some((sig, code)) = signals.caught() {
+            let f = Failure::new(Outcome::Interrupted, format!("recv got {sig}"));
+            match cur.take() {
+                Some(c) => abandon(c, confirm, &f),
+                None => eprintln!("error: interrupted ({sig})"),
+            }
             return Ok(ExitCode::from(code));
         }
         let s = match sub.recv_timeout(RECV_TICK) {
@@ -430,15 +588,19 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
                         a.topic,
                         d.as_secs_f64()
                     );
-                    abandon(cur.take(), &why);
+                    match cur.take() {
+                        Some(c) => abandon(c, confirm, &Failure::new(Outcome::TimedOut, why)),
+                        None => eprintln!("error: {why}"),
+                    }
                     return Ok(ExitCode::from(1));
                 }
-                if let Some(c) = &cur {
+                if let Some(c) = cur.take_if(|c| {
                     let writer = c.writer;
-                    if !session.discovered().iter().any(|e| e.guid == writer) {
-                        abandon(cur.take(), "the sender left");
-                        return Ok(ExitCode::from(1));
-                    }
+                    !session.discovered().iter().any(|e| e.guid == writer)
+                }) {
+                    // Nobody left to confirm to.
+                    gone(c, "the sender left");
+                    return Ok(ExitCode::from(1));
                 }
                 continue;
             }
@@ -453,15 +615,18 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
         let (kind, id) = (&p[..4], <[u8; 16]>::try_from(&p[4..20]).unwrap_or_default());
         if kind == HEADER {
             if let Some(c) = cur.take() {
-                c.pb.abandon();
-                eprintln!(
-                    "warning: transfer of {} interrupted by a new one; dropped",
-                    c.name
+                let f = Failure::new(
+                    Outcome::Superseded,
+                    format!("{} began one on {}", s.writer, a.topic),
                 );
+                abandon(c, confirm, &f);
             }
-            match start(&a, &id, s.writer, &p[20..]) {
+            match start(a, &id, s.writer, &p[20..]) {
                 Ok(c) => cur = Some(c),
-                Err(e) => eprintln!("warning: transfer skipped: {e:#}"),
+                Err(f) => {
+                    confirm.send(&id, f.outcome, 0, [0; 32], &f.reason);
+                    eprintln!("warning: transfer skipped: {}", f.describe());
+                }
             }
             continue;
         }
@@ -471,31 +636,25 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
         };
         if kind == CHUNK && p.len() >= 28 {
             let off = u64::from_le_bytes(p[20..28].try_into().unwrap_or_default());
-            let data = &p[28..];
-            if off != c.got || c.got + data.len() as u64 > c.size {
-                bail!(
-                    "chunk of {} at offset {off} does not follow byte {} (of {})",
-                    c.name,
-                    c.got,
-                    c.size
-                );
-            }
-            c.file
-                .write_all(data)
-                .with_context(|| format!("cannot write {} to {}", c.name, a.dir.display()))?;
-            c.hash.update(data);
-            c.got += data.len() as u64;
-            c.pb.set_position(c.got);
-        } else if kind == END && p.len() >= 52 {
-            let Some(c) = cur.take() else { continue };
-            let want = &p[20..52];
-            let (ok, msg) = finish(&a.dir, c, want)?;
-            if !ok {
-                eprintln!("error: {msg}");
+            if let Err(f) = write_chunk(c, &a.dir, off, &p[28..]) {
+                if let Some(c) = cur.take() {
+                    abandon(c, confirm, &f);
+                }
                 return Ok(ExitCode::from(1));
             }
-            if !a.quiet {
-                println!("{msg}");
+        } else if kind == END && p.len() >= 52 {
+            let Some(mut c) = cur.take() else { continue };
+            match finish(&a.dir, &mut c, &p[20..52]) {
+                Ok((msg, sum)) => {
+                    confirm.send(&c.id, Outcome::Written, c.got, sum, "");
+                    if !a.quiet {
+                        println!("{msg}");
+                    }
+                }
+                Err(f) => {
+                    abandon(c, confirm, &f);
+                    return Ok(ExitCode::from(1));
+                }
             }
             done += 1;
             if a.count != 0 && done >= a.count {
@@ -510,25 +669,50 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn start(a: &RecvArgs, id: &[u8; 16], writer: tether::Guid, h: &[u8]) -> anyhow::Result<Incoming> {
-    if h.len() < 14 {
-        bail!("malformed transfer header");
+/// Writes one chunk, which must follow what came before.
+fn write_chunk(c: &mut Incoming, dir: &Path, off: u64, data: &[u8]) -> Result<(), Failure> {
+    if off != c.got || c.got + data.len() as u64 > c.size {
+        return Err(Failure::new(
+            Outcome::Incomplete,
+            format!(
+                "chunk of {} at offset {off} does not follow byte {} (of {})",
+                c.name, c.got, c.size
+            ),
+        ));
     }
-    let size = u64::from_le_bytes(h[..8].try_into()?);
-    let nlen = u16::from_le_bytes(h[12..14].try_into()?) as usize;
-    let raw = h.get(14..14 + nlen).context("malformed transfer header")?;
+    c.file.write_all(data).map_err(|e| {
+        Failure::io(
+            &e,
+            format_args!("cannot write {} to {}", c.name, dir.display()),
+        )
+    })?;
+    c.hash.update(data);
+    c.got += data.len() as u64;
+    c.pb.set_position(c.got);
+    Ok(())
+}
+
+fn start(a: &RecvArgs, id: &[u8; 16], writer: tether::Guid, h: &[u8]) -> Result<Incoming, Failure> {
+    let malformed = || Failure::new(Outcome::Refused, "malformed transfer header");
+    if h.len() < 14 {
+        return Err(malformed());
+    }
+    let size = u64::from_le_bytes(h[..8].try_into().map_err(|_| malformed())?);
+    let nlen = u16::from_le_bytes(h[12..14].try_into().map_err(|_| malformed())?) as usize;
+    let raw = h.get(14..14 + nlen).ok_or_else(malformed)?;
     let name = std::str::from_utf8(raw)
         .ok()
         .and_then(safe_name)
-        .with_context(|| {
-            format!(
-                "refusing unsafe file name {:?}",
-                String::from_utf8_lossy(raw)
+        .ok_or_else(|| {
+            Failure::new(
+                Outcome::Refused,
+                format!("unsafe file name {:?}", String::from_utf8_lossy(raw)),
             )
         })?
         .to_string();
     let path = a.dir.join(format!(".{name}.part"));
-    let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    let file = File::create(&path)
+        .map_err(|e| Failure::io(&e, format_args!("cannot create {}", path.display())))?;
     Ok(Incoming {
         id: *id,
         writer,
@@ -543,42 +727,52 @@ fn start(a: &RecvArgs, id: &[u8; 16], writer: tether::Guid, h: &[u8]) -> anyhow:
     })
 }
 
-/// Checks length and hash; moves the file into place if both hold (else the `.part` file
-/// goes with `c`).
-fn finish(dir: &Path, mut c: Incoming, want: &[u8]) -> anyhow::Result<(bool, String)> {
+/// Flushes the file to disk, checks its length and hash, and moves it into place if both
+/// hold (else the `.part` file goes when `c` is dropped). Returns the line to print and the
+/// SHA-256 of what was written.
+fn finish(dir: &Path, c: &mut Incoming, want: &[u8]) -> Result<(String, [u8; 32]), Failure> {
     let name = c.name.clone();
+    let what = || format!("cannot write {name} to {}", dir.display());
+    // Written means on the disk: a full disk may show only now, when the buffers go out.
+    c.file.flush().map_err(|e| Failure::io(&e, what()))?;
     c.file
-        .flush()
-        .with_context(|| format!("cannot write {name} to {}", dir.display()))?;
+        .get_ref()
+        .sync_all()
+        .map_err(|e| Failure::io(&e, what()))?;
     let sum = std::mem::replace(&mut c.hash, digest::Context::new(&digest::SHA256)).finish();
     if c.got != c.size {
-        c.pb.abandon();
-        return Ok((false, format!("{name}: got {} of {} bytes", c.got, c.size)));
+        return Err(Failure::new(
+            Outcome::Incomplete,
+            format!("{name}: got {} of {} bytes", c.got, c.size),
+        ));
     }
     if sum.as_ref() != want {
-        c.pb.abandon();
-        return Ok((
-            false,
+        return Err(Failure::new(
+            Outcome::ChecksumMismatch,
             format!(
-                "{name}: SHA-256 mismatch: received {}, sender says {}",
+                "{name}: received sha256 {}, the sender's is {}",
                 hex(sum.as_ref()),
                 hex(want)
             ),
         ));
     }
     let dest = dir.join(&name);
-    std::fs::rename(&c.part.path, &dest).with_context(|| {
-        format!(
-            "cannot move {} to {}",
-            c.part.path.display(),
-            dest.display()
+    std::fs::rename(&c.part.path, &dest).map_err(|e| {
+        Failure::io(
+            &e,
+            format_args!(
+                "cannot move {} to {}",
+                c.part.path.display(),
+                dest.display()
+            ),
         )
     })?;
     c.part.kept = true;
     c.pb.finish_and_clear();
     let took = c.t0.elapsed().as_secs_f64();
+    let mut out = [0u8; 32];
+    out.copy_from_slice(sum.as_ref());
     Ok((
-        true,
         format!(
             "received {} ({}) in {took:.2} s, {}, sha256 {} OK",
             dest.display(),
@@ -586,6 +780,7 @@ fn finish(dir: &Path, mut c: Incoming, want: &[u8]) -> anyhow::Result<(bool, Str
             format_rate(c.size as f64 / took.max(1e-9)),
             hex(sum.as_ref())
         ),
+        out,
     ))
 }
 

@@ -10,6 +10,7 @@ use tether::{Config, Qos, Topic};
 mod demo;
 mod file;
 mod keys;
+mod receipt;
 mod topic;
 
 #[derive(Parser, Debug)]
@@ -53,9 +54,11 @@ enum Cmd {
     Hz(topic::RateArgs),
     /// Print the bandwidth of a topic.
     Bw(topic::RateArgs),
-    /// Send a file reliably as a bulk transfer, optionally rate-limited.
+    /// Send a file reliably as a bulk transfer, optionally rate-limited; succeeds only
+    /// when every receiver has confirmed it.
     Send(file::SendArgs),
-    /// Receive files sent with `tether send` into a directory (SHA-256 checked).
+    /// Receive files sent with `tether send` into a directory (SHA-256 checked, and
+    /// confirmed to the sender).
     Recv(file::RecvArgs),
     /// Realm keys: a CA, credentials with topic grants, revocation.
     Keys(keys::KeysArgs),

@@ -200,3 +200,129 @@ fn security_config_errors_are_clear() {
         );
     }
 }
+
+/// `send` and `recv` in a realm. Receipts travel on `/files/receipts`, which grants cover
+/// like any topic: the receiver needs `--pub` there, the sender `--sub`. With them the
+/// transfer is confirmed, and the receiver named by its credential; without them each side
+/// refuses to start, saying which grant it lacks.
+#[test]
+fn send_and_recv_in_a_realm_confirm_with_granted_receipts() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("realm");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .arg("keys")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    };
+    let d = dir.to_str().unwrap();
+    run(&["init", d]);
+    run(&[
+        "issue",
+        d,
+        "station",
+        "--pub",
+        "/files",
+        "--sub",
+        "/files/receipts",
+    ]);
+    run(&[
+        "issue",
+        d,
+        "rover",
+        "--sub",
+        "/files",
+        "--pub",
+        "/files/receipts",
+    ]);
+    run(&["issue", d, "mute", "--sub", "/files"]);
+    run(&["issue", d, "deaf", "--pub", "/files"]);
+    let reg = t.path().join("reg");
+    let src = t.path().join("map.bin");
+    let data: Vec<u8> = (0..1_500_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+
+    let mut r = tether(&reg);
+    r.arg("--keys")
+        .arg(dir.join("rover.key"))
+        .args(["recv", "/files", "--quiet", "--timeout", "30"])
+        .arg(t.path().join("in"));
+    let recv = spawn(r);
+    let mut s = tether(&reg);
+    s.arg("--keys")
+        .arg(dir.join("station.key"))
+        .arg("send")
+        .arg(&src)
+        .args(["/files", "--timeout", "30"]);
+    let so = finish(spawn(s), Duration::from_secs(60));
+    let ro = finish(recv, Duration::from_secs(30));
+    assert!(ro.status.success(), "{}", text(&ro.stderr));
+    assert!(so.status.success(), "{}", text(&so.stderr));
+    assert!(
+        text(&so.stdout).contains("confirmed by 1 receiver,"),
+        "{}",
+        text(&so.stdout)
+    );
+    assert!(std::fs::read(t.path().join("in").join("map.bin")).unwrap() == data);
+
+    // Named by its credential when it fails: rover, stopped mid-file.
+    let mut r = tether(&reg);
+    r.arg("--keys")
+        .arg(dir.join("rover.key"))
+        .args(["recv", "/files", "--quiet"])
+        .arg(t.path().join("in2"));
+    let recv = spawn(r);
+    let mut s = tether(&reg);
+    s.arg("--keys")
+        .arg(dir.join("station.key"))
+        .arg("send")
+        .arg(&src)
+        .args(["/files", "--rate", "200KB/s", "--chunk", "65536", "-q"]);
+    let send = spawn(s);
+    let part = t.path().join("in2").join(".map.bin.part");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while !part.exists() {
+        assert!(std::time::Instant::now() < end, "no partial file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &recv.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let ro = finish(recv, Duration::from_secs(30));
+    assert_eq!(ro.status.code(), Some(143), "{}", text(&ro.stderr));
+    let so = finish(send, Duration::from_secs(30));
+    let err = text(&so.stderr);
+    assert_eq!(so.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("receiver rover (") && err.contains("interrupted: recv got SIGTERM"),
+        "{err}"
+    );
+
+    for (who, cmd, says) in [
+        (
+            "mute",
+            "recv",
+            "recv confirms each file to its sender on /files/receipts, and cannot: our credential (mute) grants no publish on /files/receipts",
+        ),
+        (
+            "deaf",
+            "send",
+            "our credential (deaf) grants no subscribe on /files/receipts",
+        ),
+    ] {
+        let mut c = tether(&reg);
+        c.arg("--keys").arg(dir.join(format!("{who}.key")));
+        if cmd == "recv" {
+            c.args(["recv", "/files"]).arg(t.path().join("x"));
+        } else {
+            c.arg("send").arg(&src).arg("/files");
+        }
+        let o = finish(spawn(c), Duration::from_secs(30));
+        assert_eq!(o.status.code(), Some(2), "{who}");
+        assert!(text(&o.stderr).contains(says), "{who}: {}", text(&o.stderr));
+    }
+}

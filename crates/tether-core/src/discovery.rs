@@ -165,6 +165,17 @@ impl Participant {
             .collect()
     }
 
+    /// The name a remote participant's credential certifies, once it has proved it holds
+    /// that credential (None with security off, or before). Unlike the name it announces,
+    /// which it chooses, this one the realm's CA vouches for.
+    pub fn certified_name(&self, pid: ParticipantId) -> Option<&str> {
+        let auth = self.peers.remotes.get(&pid)?.auth.as_ref()?;
+        auth.verified
+            .then_some(auth.credential.as_ref())
+            .flatten()
+            .map(|c| c.name.as_str())
+    }
+
     pub(crate) fn remote_endpoints_of(&self, kind: EndpointKind) -> Vec<(Guid, RemoteEndpoint)> {
         let mut v = Vec::new();
         for (pid, p) in &self.peers.remotes {

@@ -405,6 +405,14 @@ impl Participant {
         self.readers.get(&id).map_or(0, |r| r.writers.len())
     }
 
+    /// The readers a local writer is matched with now, remote and local (empty for an
+    /// unknown writer).
+    pub fn matched_readers(&self, writer: EntityId) -> Vec<Guid> {
+        self.writers
+            .get(&writer)
+            .map_or_else(Vec::new, |w| w.readers.keys().copied().collect())
+    }
+
     pub(crate) fn alloc_entity(&mut self) -> EntityId {
         let id = EntityId(self.next_entity);
         self.next_entity += 1;

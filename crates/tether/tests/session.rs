@@ -348,6 +348,37 @@ fn large_samples_are_fragmented_and_reassembled() {
     assert!(p.wait_for_acknowledgments(Duration::from_secs(10)));
 }
 
+/// A publisher lists the readers it is matched with by the identity they know themselves
+/// by (and that a sample's `writer` carries the other way); one that leaves drops out.
+#[test]
+fn matched_readers_and_identities() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let c = Session::open(cfg(dir.path())).unwrap();
+    let p = a.publisher("/who", Qos::default()).unwrap();
+    let sb = b.subscriber("/who", Qos::default()).unwrap();
+    let sc = c.subscriber("/who", Qos::default()).unwrap();
+    assert_eq!(sb.guid().participant, b.id());
+    assert_ne!(sb.guid(), sc.guid());
+    let mut want = vec![sb.guid(), sc.guid()];
+    want.sort();
+    assert!(wait_for(Duration::from_secs(10), || {
+        let mut m = p.matched_readers();
+        m.sort();
+        m == want
+    }));
+    p.put(&b"x"[..]).unwrap();
+    assert_eq!(
+        sb.recv_timeout(Duration::from_secs(10)).unwrap().writer,
+        p.guid()
+    );
+    drop(sc);
+    drop(c);
+    assert!(wait_for(Duration::from_secs(10), || p.matched_readers()
+        == vec![sb.guid()]));
+}
+
 #[test]
 fn same_session_pub_and_sub() {
     let dir = tempfile::tempdir().unwrap();
@@ -587,6 +618,14 @@ fn secure_sessions_and_live_revocation() {
         .publisher("/robot/odom", Qos::default().keep_all())
         .unwrap();
     assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    // Names the CA vouches for, not the ones announced; none for the outsider.
+    assert_eq!(a.certified_name(b.id()).as_deref(), Some("viewer"));
+    assert!(wait_for(Duration::from_secs(10), || b
+        .certified_name(a.id())
+        .as_deref()
+        == Some("robot")));
+    assert_eq!(a.certified_name(plain.id()), None);
+    assert_eq!(plain.certified_name(a.id()), None);
     for i in 0..20u32 {
         p.put(i.to_le_bytes().to_vec()).unwrap();
     }

@@ -324,6 +324,17 @@ impl Session {
         self.shared.lock().core.remote_participants()
     }
 
+    /// The name a remote participant's credential certifies, once it has proved it holds it
+    /// (None with security off, or before). In a secure realm, name peers by this rather than
+    /// by the name they announce, which they choose themselves.
+    pub fn certified_name(&self, participant: ParticipantId) -> Option<String> {
+        self.shared
+            .lock()
+            .core
+            .certified_name(participant)
+            .map(str::to_string)
+    }
+
     /// Counters, including every drop of malformed or unwanted input.
     pub fn stats(&self) -> SessionStats {
         let core = self.shared.lock().core.stats().clone();

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tether_core::{EntityId, WriteError};
+use tether_core::{EntityId, Guid, WriteError};
 
 use super::shared::{Deferred, Shared};
 use super::{PutError, wall_ns};
@@ -146,6 +146,22 @@ impl Publisher {
     /// How many readers this publisher is matched with.
     pub fn matched(&self) -> usize {
         self.shared.lock().core.matched_count(self.id)
+    }
+
+    /// The readers this publisher is matched with now (those of this session included).
+    /// With [`Session::participants`](super::Session::participants) they name who is
+    /// listening; a reader that leaves, or whose lease ends, drops out of the list.
+    pub fn matched_readers(&self) -> Vec<Guid> {
+        self.shared.lock().core.matched_readers(self.id)
+    }
+
+    /// This publisher's endpoint identity, as readers see it in [`Sample::writer`](tether_core::Sample::writer).
+    pub fn guid(&self) -> Guid {
+        let g = self.shared.lock();
+        Guid {
+            participant: g.core.id(),
+            entity: self.id,
+        }
     }
 
     /// The topic.

@@ -7,7 +7,7 @@ use std::sync::{Arc, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tether_core::{EntityId, Sample};
+use tether_core::{EntityId, Guid, Sample};
 
 use super::RecvError;
 use super::shared::{Deferred, Inner, Shared, Signal};
@@ -85,6 +85,16 @@ impl Subscriber {
     /// How many writers this subscriber is matched with.
     pub fn matched(&self) -> usize {
         self.shared.lock().core.matched_count(self.id)
+    }
+
+    /// This subscriber's endpoint identity, as writers see it (e.g. in
+    /// [`Publisher::matched_readers`](super::Publisher::matched_readers)).
+    pub fn guid(&self) -> Guid {
+        let g = self.shared.lock();
+        Guid {
+            participant: g.core.id(),
+            entity: self.id,
+        }
     }
 
     /// The topic.
