@@ -236,7 +236,15 @@ fn lan_large_samples_under_real_loss() {
     let Some(lan) = lossy_lan("g", "lan_large_samples_under_real_loss", 20) else {
         return;
     };
+    // Counts IP fragments leaving the sender: datagrams sized to the path make none.
+    let rules = "table inet frags {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" ip frag-off & 0x3fff != 0 counter\n  }\n}\n";
+    lan.b().ns().nft(rules).expect("installing the fragment counter");
     numbered_across(&lan, "/map", 20, 1 << 20, 90);
+    let listing = lan.b().ns().nft_list("frags").expect("listing the counter");
+    assert!(
+        listing.contains("counter packets 0 "),
+        "the sender's datagrams were IP-fragmented: {listing}"
+    );
     let dropped = assert_lost(lan.a(), 1000);
     eprintln!("loss rule dropped {dropped} frames; 20 MiB arrived in order");
 }
