@@ -338,6 +338,15 @@ impl Host {
         ))
     }
 
+    /// Sends `percent` % of the frames leaving this host's veth twice, at random, counted:
+    /// table `netdev egress_dup`, at the device's egress hook.
+    pub fn duplicate_outgoing(&self, percent: u8) -> Result<(), NetnsError> {
+        self.ns.nft(&format!(
+            "table netdev egress_dup {{\n  chain out {{\n    type filter hook egress device \"{0}\" priority 0;\n    numgen random mod 100 < {percent} counter dup to \"{0}\"\n  }}\n}}\n",
+            self.dev
+        ))
+    }
+
     /// Frames [`Host::drop_incoming`] has dropped so far.
     pub fn dropped_incoming(&self) -> Result<u64, NetnsError> {
         let listing = self.ns.nft_list_family("netdev", "ingress_loss")?;
