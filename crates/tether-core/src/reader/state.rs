@@ -252,6 +252,7 @@ impl WriterProxy {
             num_bits,
             bitmap,
             count: self.acknack_count,
+            start_unknown: false,
         })
     }
 }
