@@ -123,12 +123,21 @@ pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
-/// Prints incompatible-QoS reports as one clear line on stderr.
-fn report_incompatible(session: &Session) {
-    session.on_event(|e| {
-        if let Event::IncompatibleQos(q) = e {
-            eprintln!("warning: {q}");
-        }
+/// Prints incompatible-QoS reports and lost samples as one clear line each on stderr.
+fn report_events(session: &Session) {
+    session.on_event(|e| match e {
+        Event::IncompatibleQos(q) => eprintln!("warning: {q}"),
+        Event::SamplesLost {
+            writer,
+            first,
+            last,
+            count,
+            reason,
+            ..
+        } => eprintln!(
+            "warning: lost {count} samples ({first}..={last}) of writer {writer}: {reason}"
+        ),
+        _ => {}
     });
 }
 
@@ -144,7 +153,7 @@ fn payload(data: &str, size: Option<usize>) -> Bytes {
 
 pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
-    report_incompatible(&session);
+    report_events(&session);
     let mut qos = a.qos.qos();
     if a.batch
         || a.coalesce
@@ -268,7 +277,7 @@ pub(crate) fn render(b: &[u8]) -> String {
 
 pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
-    report_incompatible(&session);
+    report_events(&session);
     let sub = session.subscriber(a.qos.topic(&a.topic), a.qos.qos())?;
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + secs("--timeout", t)?),
@@ -308,7 +317,7 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
     let _ = out.flush();
     if a.stats {
         let st = session.stats();
-        eprintln!("received {n} samples");
+        eprintln!("received {n} samples, lost {}", sub.lost());
         eprintln!("{:#?}", st.core);
     }
     if code != ExitCode::SUCCESS {
@@ -394,7 +403,7 @@ pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
-    report_incompatible(&session);
+    report_events(&session);
     #[derive(Default)]
     struct Window {
         stamps: Vec<Instant>,

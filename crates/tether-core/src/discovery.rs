@@ -333,7 +333,9 @@ impl Participant {
                 if let Some(rs) = self.matches.remote_writer_readers.remove(&g) {
                     for r in rs {
                         if let Some(r) = self.readers.get_mut(&r) {
-                            r.writers.remove(&g);
+                            if let Some(wp) = r.writers.remove(&g) {
+                                r.remember(g, &wp);
+                            }
                             self.events.push_back(Event::Unmatched {
                                 local: r.id,
                                 remote: g,

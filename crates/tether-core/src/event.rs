@@ -260,16 +260,58 @@ pub enum Event {
         /// True when alive again, false when its lease ran out.
         alive: bool,
     },
-    /// Samples a reader will never receive (best-effort loss, or evicted from a keep-last
-    /// writer's history before they could be repaired).
+    /// Samples a reader will never deliver to its application: sequence numbers
+    /// `first..=last` of `writer`, and why. Every one is also counted in [`Stats::lost`].
+    /// Consecutive runs of one writer lost for the same reason between two polls come as
+    /// one event.
     SamplesLost {
         /// The reader.
         reader: EntityId,
         /// The writer.
         writer: Guid,
-        /// How many.
+        /// The first sequence number lost.
+        first: u64,
+        /// The last sequence number lost (inclusive).
+        last: u64,
+        /// How many: `last - first + 1`.
         count: u64,
+        /// Why.
+        reason: LossReason,
     },
+}
+
+/// Why samples were lost ([`Event::SamplesLost`]); its `Display` says it in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Best effort: they never arrived (nothing repairs them).
+    NotReceived,
+    /// The writer no longer has them, and said so (a GAP, or a heartbeat whose first
+    /// available sample is past them): its keep-last history replaced them, or their
+    /// lifespan ended.
+    Unavailable,
+    /// This reader's keep-last cache replaced them before the application took them.
+    Overwritten,
+    /// They were written while the reader and the writer had lost each other (a lease
+    /// ran out); found when they matched again.
+    Disconnected,
+    /// This reader's keep-all cache was full when they arrived (best effort: nothing
+    /// repairs them).
+    CacheFull,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotReceived => "they never arrived (best effort)",
+            LossReason::Unavailable => "the writer no longer had them",
+            LossReason::Overwritten => {
+                "the keep-last cache replaced them before the application took them"
+            }
+            LossReason::Disconnected => "they were written while the writer was out of reach",
+            LossReason::CacheFull => "the keep-all cache was full (best effort)",
+        })
+    }
 }
 
 /// Counters kept by the engine. Every drop of bad or unwanted input lands in one of them.
@@ -311,7 +353,11 @@ pub struct Stats {
     pub rejected_full: u64,
     /// Samples dropped because their lifespan expired.
     pub expired: u64,
-    /// Samples readers know they will never receive.
+    /// Samples readers will never deliver (each also raised in an [`Event::SamplesLost`]):
+    /// best-effort samples that never arrived or found a keep-all cache full, reliable ones
+    /// the writer no longer had (its history replaced them),
+    /// ones written while a lease had run out, and ones a keep-last cache replaced before
+    /// the application took them.
     pub lost: u64,
     /// HEARTBEATs sent.
     pub heartbeats_sent: u64,

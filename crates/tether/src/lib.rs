@@ -37,6 +37,6 @@ pub use session::{
 };
 pub use tether_core::{
     Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
-    IncompatibleQos, Priority, Qos, QosPolicy, RateError, Reliability, Sample, Shortfall, Stats,
-    UnknownPriority, format_rate, parse_rate,
+    IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError, Reliability, Sample,
+    Shortfall, Stats, UnknownPriority, format_rate, parse_rate,
 };

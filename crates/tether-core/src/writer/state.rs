@@ -41,6 +41,19 @@ pub(crate) struct ReaderProxy {
 }
 
 impl ReaderProxy {
+    /// A reader to get the samples from `start` on.
+    pub(crate) fn new(reliable: bool, start: u64, local: bool) -> Self {
+        ReaderProxy {
+            reliable,
+            start,
+            acked: if local { u64::MAX } else { 0 },
+            last_count: None,
+            last_nackfrag: None,
+            local,
+            wrapped: None,
+        }
+    }
+
     /// Samples of `[start, next_seq)` this reader has not acknowledged (0 for best-effort
     /// and local readers, which owe no acknowledgement).
     pub(crate) fn unacknowledged(&self, next_seq: u64) -> u64 {
@@ -345,6 +358,17 @@ impl Writer {
         }
     }
 
+    /// [`release_acked`](Self::release_acked), then: a writer that refused a write for
+    /// lack of room and has room now says so (the event to raise).
+    pub(crate) fn release_acked_and_unblock(&mut self) -> Option<crate::event::Event> {
+        self.release_acked();
+        if self.blocked && self.make_room(0) {
+            self.blocked = false;
+            return Some(crate::event::Event::WriterReady { writer: self.id });
+        }
+        None
+    }
+
     pub(crate) fn push_history(&mut self, c: Cached) {
         if !self.keeps_history() {
             if self.prot.is_some() && c.payload.len() <= SPARE_MAX {
@@ -438,6 +462,25 @@ impl Writer {
     ) -> tether_wire::HeartbeatRepr {
         let (id, count, asked) = (self.id, &mut self.hb_count, &mut self.acks_asked);
         next_heartbeat(id, count, asked, now, true, first, last)
+    }
+
+    /// A heartbeat addressed to reader `g` alone, asking it to acknowledge, whose `first`
+    /// is where it stands: the first sample it has not acknowledged, its start if it never
+    /// did (the answer to a reader that does not know where it starts).
+    pub(crate) fn addressed_heartbeat(&mut self, g: Guid) -> Option<tether_wire::HeartbeatRepr> {
+        let last = self.last_sent();
+        let rp = self.readers.get(&g)?;
+        let first = rp.acked.max(rp.start);
+        self.hb_count = self.hb_count.wrapping_add(1);
+        Some(tether_wire::HeartbeatRepr {
+            writer: self.id,
+            reader: g.entity,
+            first,
+            // Nothing before its start is for it (a batch may still hold what precedes).
+            last: last.max(first - 1),
+            count: self.hb_count,
+            final_: false,
+        })
     }
 
     /// Brings the next periodic heartbeat forward to `at` if it is later (or unset);
