@@ -295,6 +295,7 @@ impl Participant {
             EndpointKind::Reader => {
                 for w in self.writers.values_mut() {
                     if let Some(proxy) = w.readers.remove(&g) {
+                        w.inactive -= usize::from(proxy.inactive);
                         // What it never acknowledged will never be: the writer says so.
                         let samples = proxy.unacknowledged(w.next_seq);
                         if samples > 0 && w.departed.len() < MAX_DEPARTED {
@@ -303,6 +304,7 @@ impl Participant {
                                 name: name.clone(),
                                 samples,
                                 departed: true,
+                                inactive: false,
                             });
                         } else {
                             w.departed_more += samples;

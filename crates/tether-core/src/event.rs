@@ -86,10 +86,14 @@ pub struct Shortfall {
     pub reader: Guid,
     /// The name its participant announced.
     pub name: String,
-    /// Samples written while it was matched that it has not acknowledged.
+    /// Samples written while it was matched that it has not acknowledged, and those the
+    /// writer let go of before it did (while it was inactive).
     pub samples: u64,
     /// It is no longer matched (it left, or its lease expired): these will never be.
     pub departed: bool,
+    /// It is matched but inactive ([`Event::ReaderInactive`]): it has acknowledged
+    /// nothing for the writer's inactivity time.
+    pub inactive: bool,
 }
 
 /// Why a remote participant's authentication failed
@@ -278,6 +282,27 @@ pub enum Event {
         /// Why.
         reason: LossReason,
     },
+    /// A reliable reader owed acknowledgements and sent none (no ACKNACK, no NACK_FRAG)
+    /// for the writer's inactivity time ([`Qos::inactive_after`](crate::Qos::inactive_after)):
+    /// the writer no longer keeps its history for it, so it cannot hold up the others. It
+    /// is still matched; when it answers again it resumes from what the writer still has
+    /// ([`Event::ReaderActive`]), and counts what it missed as lost.
+    ReaderInactive {
+        /// The writer.
+        writer: EntityId,
+        /// The reader.
+        reader: Guid,
+    },
+    /// An inactive reader answered again.
+    ReaderActive {
+        /// The writer.
+        writer: EntityId,
+        /// The reader.
+        reader: Guid,
+        /// Samples the writer let go of, while the reader was inactive, before it had
+        /// acknowledged them (in all, since it matched).
+        released: u64,
+    },
 }
 
 /// Why samples were lost ([`Event::SamplesLost`]); its `Display` says it in words.
@@ -287,8 +312,8 @@ pub enum LossReason {
     /// Best effort: they never arrived (nothing repairs them).
     NotReceived,
     /// The writer no longer has them, and said so (a GAP, or a heartbeat whose first
-    /// available sample is past them): its keep-last history replaced them, or their
-    /// lifespan ended.
+    /// available sample is past them): its keep-last history replaced them, their lifespan
+    /// ended, or it let this reader go while it was inactive.
     Unavailable,
     /// This reader's keep-last cache replaced them before the application took them.
     Overwritten,
@@ -355,7 +380,7 @@ pub struct Stats {
     pub expired: u64,
     /// Samples readers will never deliver (each also raised in an [`Event::SamplesLost`]):
     /// best-effort samples that never arrived or found a keep-all cache full, reliable ones
-    /// the writer no longer had (its history replaced them),
+    /// the writer no longer had (its history replaced them, or let an inactive reader go),
     /// ones written while a lease had run out, and ones a keep-last cache replaced before
     /// the application took them.
     pub lost: u64,

@@ -47,8 +47,8 @@ pub use event::{
     AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, LossReason, Right,
     Sample, Shortfall, Stats,
 };
-pub use participant::{Config, DATA_OVERHEAD, MAX_LEASE, Participant};
-pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
+pub use participant::{Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, MAX_LEASE, Participant};
+pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};
 pub use security::keys::KEPT_EPOCHS;
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

@@ -229,7 +229,7 @@ impl Participant {
             w.next_seq
         };
         w.readers
-            .insert(reader, ReaderProxy::new(reliable, start, false));
+            .insert(reader, ReaderProxy::new(reliable, start, false, now));
         w.rebuild_dests();
         let secure = w.key.is_some();
         let single = max_dg.saturating_sub(DATA_OVERHEAD + HEARTBEAT_LEN);
@@ -351,7 +351,7 @@ impl Participant {
                     w.next_seq
                 };
                 w.readers
-                    .insert(rg, ReaderProxy::new(reliable, start, true));
+                    .insert(rg, ReaderProxy::new(reliable, start, true, now));
                 w.rebuild_dests();
                 let backlog = if transient {
                     own_history(me, w)

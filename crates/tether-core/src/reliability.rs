@@ -253,6 +253,7 @@ impl Participant {
                 name: String::from("(others)"),
                 samples: w.departed_more,
                 departed: true,
+                inactive: false,
             });
         }
         for (g, rp) in &w.readers {
@@ -268,6 +269,7 @@ impl Participant {
                     name,
                     samples,
                     departed: false,
+                    inactive: rp.inactive,
                 });
             }
         }
@@ -303,7 +305,7 @@ impl Participant {
         }
     }
 
-    pub(crate) fn on_nack_frag(&mut self, pid: ParticipantId, nf: NackFragRepr) {
+    pub(crate) fn on_nack_frag(&mut self, now: Instant, pid: ParticipantId, nf: NackFragRepr) {
         let rg = Guid {
             participant: pid,
             entity: nf.reader,
@@ -321,6 +323,9 @@ impl Participant {
         }
         if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
+        }
+        if let Some(e) = w.heard_from(rg, now) {
+            self.events.push_back(e);
         }
         let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
             return;
@@ -473,7 +478,7 @@ impl Participant {
             return;
         };
         if an.start_unknown {
-            self.tell_start(an.writer, rg, addr);
+            self.tell_start(now, an.writer, rg, addr);
             return;
         }
         let hdr = Header {
@@ -486,10 +491,13 @@ impl Participant {
         let start = rp.start;
         let base = an.base.min(w.next_seq);
         rp.acked = rp.acked.max(base);
+        if let Some(e) = w.heard_from(rg, now) {
+            self.events.push_back(e);
+        }
         let before = self.stats.bytes_sent;
         // What the reader should never get (before it matched) or is gone becomes one GAP,
         // from its base to the first sample the writer still has for it, however far that
-        // is (a keep-last writer far ahead); the rest of
+        // is (an inactive reader coming back, a keep-last writer far ahead); the rest of
         // what it asks for is re-sent.
         let kept = w.first_available().max(start).min(w.last_sent() + 1);
         let mut r = Repair {
@@ -563,12 +571,15 @@ impl Participant {
 
     /// Reader `rg` of `writer` does not know where it starts (it missed the heartbeat that
     /// said so, or met this writer again after losing it): tells it, and nothing else. Its
-    /// ACKNACK acknowledges nothing, so its count is not taken.
-    fn tell_start(&mut self, writer: EntityId, rg: Guid, addr: SocketAddr) {
+    /// ACKNACK acknowledges nothing, so its count is not taken; it is alive though.
+    fn tell_start(&mut self, now: Instant, writer: EntityId, rg: Guid, addr: SocketAddr) {
         let hdr = self.header();
         let Some(w) = self.writers.get_mut(&writer) else {
             return;
         };
+        if let Some(e) = w.heard_from(rg, now) {
+            self.events.push_back(e);
+        }
         if let Some(hb) = w.addressed_heartbeat(rg) {
             let mut p = Packer::new(addr, hdr, self.cfg.max_datagram);
             p.push(

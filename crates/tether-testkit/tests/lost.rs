@@ -1,12 +1,13 @@
 //! Loss reported honestly: every sample a reader will never deliver is counted in `lost`
 //! and raised as `SamplesLost` with its writer, its sequence numbers and why; a reader
-//! learns where it starts from the writer.
+//! learns where it starts from the writer; a reader that stops acknowledging is let go of
+//! so it cannot hold up the others.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tether_core::{Config, EndpointInfo, EntityId, Event, LossReason, Qos};
+use tether_core::{Config, EndpointInfo, EntityId, Event, Guid, LossReason, Qos, WriteError};
 use tether_testkit::{Link, Sim};
 
 fn info(qos: Qos) -> EndpointInfo {
@@ -88,6 +89,15 @@ fn accounted(sim: &Sim, i: usize, r: EntityId, n: u64, what: &str) -> BTreeSet<u
 /// Delivered plus reported lost, for run_until.
 fn settled(sim: &Sim, i: usize, r: EntityId) -> u64 {
     sim.seqs(i, r).len() as u64 + sim.nodes[i].participant.reader_lost(r)
+}
+
+fn writer_events(sim: &Sim, w: usize, f: impl Fn(&Event) -> bool) -> Vec<Event> {
+    sim.nodes[w]
+        .events
+        .iter()
+        .filter(|e| f(e))
+        .cloned()
+        .collect()
 }
 
 /// A keep-last reader whose application does not take: every sample its cache replaced is
@@ -261,4 +271,284 @@ fn a_link_down_longer_than_the_lease_is_counted() {
             .any(|s| s.departed && s.name == "node1" && s.samples > 0),
         "{owed:?}"
     );
+}
+
+/// A keep-all writer, its history 16 samples, and three keep-all readers on nodes 1 to 3,
+/// matched, 50 samples delivered. `wq`: the writer's QoS on top of keep-all.
+fn three_readers(seed: u64, wq: impl Fn(Qos) -> Qos) -> (Sim, EntityId, Vec<EntityId>) {
+    three_readers_on(seed, Link::perfect(), wq)
+}
+
+/// [`three_readers`] over `link`.
+fn three_readers_on(
+    seed: u64,
+    link: Link,
+    wq: impl Fn(Qos) -> Qos,
+) -> (Sim, EntityId, Vec<EntityId>) {
+    let mut sim = Sim::new(seed, link);
+    sim.add_node(0);
+    for _ in 0..3 {
+        // Leases long enough that only inactivity can let a stalled reader go.
+        sim.add_node_with(|c| c.lease = Duration::from_secs(120));
+    }
+    let now = sim.now;
+    let wid = sim
+        .p(0)
+        .create_writer(now, info(wq(Qos::new().keep_all().max_samples(16))))
+        .unwrap();
+    let rids: Vec<EntityId> = (1..=3)
+        .map(|i| sim.p(i).create_reader(now, info(Qos::new().keep_all())))
+        .collect();
+    for i in 0..=3 {
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[0].participant.matched_count(wid) == 3
+    }));
+    let mut k = 0;
+    write_until(&mut sim, wid, &mut k, 50, Duration::from_secs(10));
+    assert!(sim.run_until(Duration::from_secs(60), |s| {
+        (1..=3).all(|i| s.seqs(i, rids[i - 1]).len() == 50)
+    }));
+    (sim, wid, rids)
+}
+
+/// Writes samples `k + 1..=n` on node 0's writer, stepping the network while it refuses.
+/// False if it stayed refused for `patience` of virtual time.
+fn write_until(sim: &mut Sim, wid: EntityId, k: &mut u64, n: u64, patience: Duration) -> bool {
+    let mut blocked_since = None;
+    while *k < n {
+        let now = sim.now;
+        match sim.p(0).write(now, wid, *k + 1, payload(*k + 1)) {
+            Ok(_) => {
+                *k += 1;
+                blocked_since = None;
+                sim.pump(0);
+                sim.run_for(Duration::from_millis(1));
+            }
+            Err(WriteError::WouldBlock(_)) => {
+                let since = *blocked_since.get_or_insert(now);
+                if now - since >= patience {
+                    return false;
+                }
+                sim.pump(0);
+                assert!(sim.step(), "nothing in flight while blocked");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    true
+}
+
+/// One of three readers stops (its process stopped: it neither answers nor receives).
+/// After 3 s without an acknowledgement the writer marks it inactive and stops keeping its
+/// history for it: the other two get everything. When it comes back it resumes from what
+/// the writer still has, and what it missed is reported lost, by it and by the writer.
+#[test]
+fn a_stalled_reader_does_not_stall_the_others() {
+    let (mut sim, wid, rids) = three_readers(4, |q| q);
+    let stalled = Guid {
+        participant: sim.nodes[3].participant.id(),
+        entity: rids[2],
+    };
+    sim.nodes[3].up = false;
+    let mut k = 50;
+    // The writer fills its history with what the stalled reader holds, then waits for it:
+    // past two heartbeat periods of silence, room is expected when it is let go of.
+    assert!(!write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_millis(500)
+    ));
+    let now = sim.now;
+    let t = sim.p(0).room_expected(now, wid).expect("room expected");
+    assert!(
+        t > now && t <= now + Duration::from_millis(3300),
+        "{:?}",
+        t - now
+    );
+    assert!(write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_secs(5)
+    ));
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        (1..=2).all(|i| s.seqs(i, rids[i - 1]).len() == 400)
+    }));
+    for i in 1..=2 {
+        assert_eq!(sim.seqs(i, rids[i - 1]), (1..=400).collect::<Vec<_>>());
+    }
+    let inactive = writer_events(&sim, 0, |e| matches!(e, Event::ReaderInactive { .. }));
+    assert_eq!(
+        inactive,
+        vec![Event::ReaderInactive {
+            writer: wid,
+            reader: stalled
+        }]
+    );
+    let owed = sim.p(0).unacknowledged(wid);
+    let of_stalled: Vec<_> = owed.iter().filter(|s| s.reader == stalled).collect();
+    assert!(
+        of_stalled.len() == 1 && of_stalled[0].inactive && of_stalled[0].samples >= 400 - 50 - 16,
+        "{owed:?}"
+    );
+    assert!(owed.iter().all(|s| s.reader == stalled || !s.inactive));
+
+    // It comes back: it resumes from what the writer still has.
+    sim.nodes[3].up = true;
+    let ok = sim.run_until(Duration::from_secs(30), |s| settled(s, 3, rids[2]) == 400);
+    if !ok {
+        eprintln!("{:?}", sim.seqs(3, rids[2]));
+        for e in &sim.nodes[3].events {
+            eprintln!("{e:?}");
+        }
+        eprintln!("{:?}", sim.nodes[3].participant.stats());
+        panic!();
+    }
+    let lost = accounted(&sim, 3, rids[2], 400, "stalled reader");
+    assert!(!lost.is_empty());
+    assert!(
+        losses(&sim, 3, rids[2])
+            .iter()
+            .all(|&(_, _, why)| why == LossReason::Unavailable)
+    );
+    assert!(sim.run_until(Duration::from_secs(5), |s| {
+        s.nodes[0].participant.all_acked(wid)
+    }));
+    let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
+    let [
+        Event::ReaderActive {
+            reader, released, ..
+        },
+    ] = back[..]
+    else {
+        panic!("{back:?}");
+    };
+    assert_eq!(reader, stalled);
+    // The writer let go of at least what the reader lost (it may have had a few more it
+    // had not acknowledged yet when it stopped).
+    assert!(released >= lost.len() as u64, "{released} < {}", lost.len());
+    let owed = sim.p(0).unacknowledged(wid);
+    assert!(
+        owed.len() == 1 && owed[0].samples == released && !owed[0].inactive,
+        "{owed:?}"
+    );
+}
+
+/// With strict reliability (inactive_after 0, DDS's behaviour) a stalled reader holds the
+/// writer, and so the others, until it answers again; then nothing is lost.
+#[test]
+fn a_strict_writer_waits_for_a_stalled_reader() {
+    let (mut sim, wid, rids) = three_readers(5, |q| q.inactive_after(Duration::ZERO));
+    sim.nodes[3].up = false;
+    let mut k = 50;
+    assert!(!write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_secs(20)
+    ));
+    let now = sim.now;
+    assert_eq!(sim.p(0).room_expected(now, wid), None);
+    assert!(k < 50 + 16 + 1, "wrote {k} with a stalled reader");
+    for i in 1..=2 {
+        assert_eq!(sim.seqs(i, rids[i - 1]).len() as u64, k);
+    }
+    assert!(writer_events(&sim, 0, |e| matches!(e, Event::ReaderInactive { .. })).is_empty());
+    sim.nodes[3].up = true;
+    assert!(write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_secs(10)
+    ));
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        (1..=3).all(|i| s.seqs(i, rids[i - 1]).len() == 400)
+    }));
+    for i in 1..=3 {
+        accounted(&sim, i, rids[i - 1], 400, "strict");
+        assert_eq!(sim.nodes[i].participant.stats().lost, 0);
+    }
+}
+
+/// A reader that still answers but whose application does not take (a full keep-all
+/// cache) is slow, not stalled: it keeps the writer waiting however long (flow control),
+/// and no room is promised for its sake.
+#[test]
+fn a_slow_reader_is_not_let_go_of() {
+    let (mut sim, wid, rids) = three_readers(6, |q| q);
+    sim.nodes[3].auto_take = false;
+    let mut k = 50;
+    assert!(!write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        10_000,
+        Duration::from_secs(10)
+    ));
+    let now = sim.now;
+    assert_eq!(sim.p(0).room_expected(now, wid), None);
+    assert!(writer_events(&sim, 0, |e| matches!(e, Event::ReaderInactive { .. })).is_empty());
+    sim.take_all(3, rids[2]);
+    let more = k + 100;
+    assert!(write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        more,
+        Duration::from_secs(10)
+    ));
+}
+
+/// The same over a lossy link, many seeds: the GAP or heartbeat that tells a reader coming
+/// back what it missed may be lost, so the writer keeps heartbeating until the reader has
+/// acknowledged past it (before, a writer that had let go of everything the reader owed
+/// stopped heartbeating, and the reader, its GAP lost, never learned of its loss).
+#[test]
+fn a_stalled_reader_comes_back_under_loss() {
+    for seed in 0..12u64 {
+        let (mut sim, wid, rids) = three_readers_on(seed, Link::lossy(0.2), |q| q);
+        sim.nodes[3].up = false;
+        let mut k = 50;
+        assert!(write_until(
+            &mut sim,
+            wid,
+            &mut k,
+            300,
+            Duration::from_secs(10)
+        ));
+        assert!(sim.run_until(Duration::from_secs(60), |s| {
+            (1..=2).all(|i| s.seqs(i, rids[i - 1]).len() == 300)
+        }));
+        sim.nodes[3].up = true;
+        let what = format!("seed {seed}");
+        assert!(
+            sim.run_until(Duration::from_secs(60), |s| settled(s, 3, rids[2]) == 300),
+            "{what}: {} delivered, {} lost",
+            sim.seqs(3, rids[2]).len(),
+            sim.nodes[3].participant.reader_lost(rids[2])
+        );
+        accounted(&sim, 3, rids[2], 300, &what);
+        for i in 1..=2 {
+            assert_eq!(
+                sim.seqs(i, rids[i - 1]),
+                (1..=300).collect::<Vec<_>>(),
+                "{what}"
+            );
+        }
+        assert!(
+            sim.run_until(Duration::from_secs(10), |s| s.nodes[0]
+                .participant
+                .all_acked(wid)),
+            "{what}"
+        );
+        let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
+        assert_eq!(back.len(), 1, "{what}: {back:?}");
+    }
 }

@@ -38,11 +38,22 @@ pub(crate) struct ReaderProxy {
     /// The writer's key as last wrapped for this reader, with its epoch: a KEY_REQUEST is
     /// answered from here, so a reader asking again and again costs no key agreement.
     pub(crate) wrapped: Option<(u32, Vec<u8>)>,
+    /// When it last sent an ACKNACK or a NACK_FRAG (or matched).
+    pub(crate) heard: Instant,
+    /// It owed acknowledgements and sent none for the writer's inactivity time: the writer
+    /// keeps no history for it (`writer/inactive.rs`).
+    pub(crate) inactive: bool,
+    /// Samples a keep-all writer let go of, while this reader was inactive, before it had
+    /// acknowledged them.
+    pub(crate) released: u64,
+    /// Every sample below this one was acknowledged by this reader or counted in
+    /// `released`.
+    pub(crate) released_below: u64,
 }
 
 impl ReaderProxy {
-    /// A reader to get the samples from `start` on.
-    pub(crate) fn new(reliable: bool, start: u64, local: bool) -> Self {
+    /// A reader matched at `now`, to get the samples from `start` on.
+    pub(crate) fn new(reliable: bool, start: u64, local: bool, now: Instant) -> Self {
         ReaderProxy {
             reliable,
             start,
@@ -51,16 +62,29 @@ impl ReaderProxy {
             last_nackfrag: None,
             local,
             wrapped: None,
+            heard: now,
+            inactive: false,
+            released: 0,
+            released_below: 0,
         }
     }
 
-    /// Samples of `[start, next_seq)` this reader has not acknowledged (0 for best-effort
-    /// and local readers, which owe no acknowledgement).
+    /// The first sample this reader owes: every one before it is acknowledged, precedes
+    /// its start, or was let go of while it was inactive.
+    pub(crate) fn settled(&self) -> u64 {
+        self.acked.max(self.start).max(self.released_below)
+    }
+
+    /// Samples of `[start, next_seq)` this reader has not acknowledged, those the writer let
+    /// go of before it did included (0 for best-effort and local readers, which owe no
+    /// acknowledgement).
     pub(crate) fn unacknowledged(&self, next_seq: u64) -> u64 {
         if !self.reliable || self.local {
             return 0;
         }
-        next_seq.saturating_sub(self.acked.max(self.start))
+        next_seq
+            .saturating_sub(self.settled())
+            .saturating_add(self.released)
     }
 }
 
@@ -130,6 +154,8 @@ pub(crate) struct Writer {
     /// A remote reader left: the writer moves to a new epoch before it seals again (or when
     /// the participant's re-key timer fires, whichever comes first).
     pub(crate) rekey_due: bool,
+    /// How many of `readers` are inactive (`writer/inactive.rs`).
+    pub(crate) inactive: usize,
 }
 
 /// What a writer's fan-out plan depends on besides its `dests`: the participant's count
@@ -193,6 +219,7 @@ impl Writer {
             last_sealed: None,
             fanout: None,
             rekey_due: false,
+            inactive: 0,
         }
     }
 
@@ -224,13 +251,14 @@ impl Writer {
         self.history.get(i)
     }
 
-    /// Lowest sequence number some reliable reader, or the asynchronous sender, still needs.
+    /// Lowest sequence number some active reliable reader, or the asynchronous sender,
+    /// still needs (an inactive reader holds nothing).
     fn min_acked(&self) -> u64 {
         let unsent = self.asyncw.as_ref().map_or(u64::MAX, |a| a.released + 1);
         self.readers
             .values()
-            .filter(|r| r.reliable && !r.local)
-            .map(|r| r.acked.max(r.start))
+            .filter(|r| r.reliable && !r.local && !r.inactive)
+            .map(|r| r.settled())
             .min()
             .unwrap_or(u64::MAX)
             .min(unsent)
@@ -254,11 +282,15 @@ impl Writer {
             && self.info.qos.durability_kind() != tether_wire::Durability::TransientLocal
     }
 
+    /// Whether some reliable reader has not acknowledged everything (samples the writer
+    /// let go of included), has never acknowledged, or is inactive: heartbeats go on until
+    /// it has, so one coming back learns what it missed (the GAP answering it may be lost)
+    /// even when the writer has let go of everything it owed.
     pub(crate) fn has_unacked(&self) -> bool {
         self.readers.values().any(|r| {
             r.reliable
                 && !r.local
-                && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
+                && (r.inactive || r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
         })
     }
 
@@ -279,6 +311,16 @@ impl Writer {
     fn pop_front(&mut self) {
         if let Some(c) = self.history.pop_front() {
             self.history_bytes -= c.payload.len() as u64;
+            if self.inactive > 0 && self.info.qos.history() == History::KeepAll {
+                // Let go of before an inactive reader acknowledged it: it will never be.
+                for rp in self.readers.values_mut().filter(|r| r.inactive) {
+                    let from = rp.settled();
+                    if c.seq >= from {
+                        rp.released += c.seq + 1 - from;
+                        rp.released_below = c.seq + 1;
+                    }
+                }
+            }
             // A secure writer's history holds buffers it sealed; one no datagram still
             // refers to comes back for the next seal.
             if self.prot.is_some() && self.spare.is_none() && c.payload.len() <= SPARE_MAX {
