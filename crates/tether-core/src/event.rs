@@ -78,8 +78,8 @@ impl fmt::Display for IncompatibleQos {
     }
 }
 
-/// Samples a reliable reader has not acknowledged ([`Participant::unacknowledged`]
-/// (crate::Participant::unacknowledged)).
+/// Samples a reliable reader has not acknowledged
+/// ([`Participant::unacknowledged`](crate::Participant::unacknowledged)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shortfall {
     /// The reader.

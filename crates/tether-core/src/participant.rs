@@ -76,11 +76,11 @@ pub struct Config {
     /// A writer sends a sample once to a data group when at least this many of its matched
     /// participants take data there (else to each by unicast).
     pub multicast_min: usize,
-    /// Reliable keep-all writers whose QoS does not say otherwise ([`Qos::inactive_after`]
-    /// (crate::Qos::inactive_after)) mark a reader inactive once it has owed
-    /// acknowledgements and sent none for this long, and stop keeping their history for it
-    /// (`writer/inactive.rs`). `None`: DDS's strict behaviour (a stalled reader holds the
-    /// writer until its lease ends).
+    /// Reliable keep-all writers whose QoS does not say otherwise
+    /// ([`Qos::inactive_after`](crate::Qos::inactive_after)) mark a reader inactive once it
+    /// has owed acknowledgements and sent none for this long, and stop keeping their history
+    /// for it (`writer/inactive.rs`). `None`: DDS's strict behaviour (a stalled reader holds
+    /// the writer until its lease ends).
     pub inactive_after: Option<Duration>,
 }
 
