@@ -58,8 +58,25 @@ pub(crate) struct PubArgs {
     /// Longest a sample waits in a batch, in ms (implies --batch).
     #[arg(long, value_name = "MS")]
     batch_delay_ms: Option<u64>,
+    /// Keep-all: a reader that owes acknowledgements and sends none for SECS is let go of
+    /// (the others go on; it resumes from what is left and counts what it lost). "strict"
+    /// or 0: it holds the publisher until its lease ends (DDS). Default: the config's
+    /// reliability.inactive_reader_ms (3 s).
+    #[arg(long, value_name = "SECS|strict", value_parser = inactive_after)]
+    inactive_after: Option<Duration>,
     #[command(flatten)]
     qos: QosArgs,
+}
+
+/// `--inactive-after`: seconds, or `strict` (as 0).
+fn inactive_after(v: &str) -> Result<Duration, String> {
+    if v == "strict" {
+        return Ok(Duration::ZERO);
+    }
+    let s: f64 = v
+        .parse()
+        .map_err(|_| format!("'{v}' is neither a number of seconds nor 'strict'"))?;
+    secs("--inactive-after", s).map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]
@@ -123,12 +140,32 @@ pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
-/// Prints incompatible-QoS reports as one clear line on stderr.
-fn report_incompatible(session: &Session) {
-    session.on_event(|e| {
-        if let Event::IncompatibleQos(q) = e {
-            eprintln!("warning: {q}");
-        }
+/// Prints incompatible-QoS reports, lost samples and readers let go of as one clear line
+/// each on stderr.
+fn report_events(session: &Session) {
+    session.on_event(|e| match e {
+        Event::IncompatibleQos(q) => eprintln!("warning: {q}"),
+        Event::SamplesLost {
+            writer,
+            first,
+            last,
+            count,
+            reason,
+            ..
+        } => eprintln!(
+            "warning: lost {count} samples ({first}..={last}) of writer {writer}: {reason}"
+        ),
+        Event::ReaderInactive { reader, .. } => eprintln!(
+            "warning: reader {reader} is inactive (it acknowledged nothing): the other \
+             readers go on without it"
+        ),
+        Event::ReaderActive {
+            reader, released, ..
+        } => eprintln!(
+            "warning: reader {reader} answers again; {released} samples were let go of before \
+             it acknowledged them"
+        ),
+        _ => {}
     });
 }
 
@@ -144,7 +181,7 @@ fn payload(data: &str, size: Option<usize>) -> Bytes {
 
 pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
-    report_incompatible(&session);
+    report_events(&session);
     let mut qos = a.qos.qos();
     if a.batch
         || a.coalesce
@@ -163,6 +200,9 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         } else {
             qos.batching(b)
         };
+    }
+    if let Some(d) = a.inactive_after {
+        qos = qos.inactive_after(d);
     }
     let p = session.publisher(a.qos.topic(&a.topic), qos)?;
     let linger = secs("--linger", a.linger)?;
@@ -241,6 +281,8 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         let name = if s.name.is_empty() { "?" } else { &s.name };
         let state = if s.departed {
             "left before acknowledging"
+        } else if s.inactive {
+            "is inactive and has not acknowledged"
         } else {
             "has not acknowledged"
         };
@@ -268,7 +310,7 @@ pub(crate) fn render(b: &[u8]) -> String {
 
 pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
-    report_incompatible(&session);
+    report_events(&session);
     let sub = session.subscriber(a.qos.topic(&a.topic), a.qos.qos())?;
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + secs("--timeout", t)?),
@@ -308,7 +350,7 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
     let _ = out.flush();
     if a.stats {
         let st = session.stats();
-        eprintln!("received {n} samples");
+        eprintln!("received {n} samples, lost {}", sub.lost());
         eprintln!("{:#?}", st.core);
     }
     if code != ExitCode::SUCCESS {
@@ -394,7 +436,7 @@ pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<ExitCode> {
     let session = Session::open(cfg)?;
-    report_incompatible(&session);
+    report_events(&session);
     #[derive(Default)]
     struct Window {
         stamps: Vec<Instant>,

@@ -459,6 +459,14 @@ fn bad_durations_and_rates_are_clear_errors() {
             "--linger",
         ),
         (vec!["topics", "--wait=-3"], "--wait"),
+        (
+            vec!["pub", "/x", "--inactive-after", "never", "--count", "1"],
+            "--inactive-after",
+        ),
+        (
+            vec!["pub", "/x", "--inactive-after=-1", "--count", "1"],
+            "--inactive-after",
+        ),
     ] {
         let mut c = tether(dir.path());
         c.args(&args);

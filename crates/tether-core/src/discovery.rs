@@ -321,6 +321,7 @@ impl Participant {
             EndpointKind::Reader => {
                 for w in self.writers.values_mut() {
                     if let Some(proxy) = w.readers.remove(&g) {
+                        w.inactive -= usize::from(proxy.inactive);
                         // What it never acknowledged will never be: the writer says so.
                         let samples = proxy.unacknowledged(w.next_seq);
                         if samples > 0 && w.departed.len() < MAX_DEPARTED {
@@ -329,6 +330,7 @@ impl Participant {
                                 name: name.clone(),
                                 samples,
                                 departed: true,
+                                inactive: false,
                             });
                         } else {
                             w.departed_more += samples;
@@ -359,7 +361,9 @@ impl Participant {
                 if let Some(rs) = self.matches.remote_writer_readers.remove(&g) {
                     for r in rs {
                         if let Some(r) = self.readers.get_mut(&r) {
-                            r.writers.remove(&g);
+                            if let Some(wp) = r.writers.remove(&g) {
+                                r.remember(g, &wp);
+                            }
                             self.events.push_back(Event::Unmatched {
                                 local: r.id,
                                 remote: g,

@@ -78,18 +78,22 @@ impl fmt::Display for IncompatibleQos {
     }
 }
 
-/// Samples a reliable reader has not acknowledged ([`Participant::unacknowledged`]
-/// (crate::Participant::unacknowledged)).
+/// Samples a reliable reader has not acknowledged
+/// ([`Participant::unacknowledged`](crate::Participant::unacknowledged)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shortfall {
     /// The reader.
     pub reader: Guid,
     /// The name its participant announced.
     pub name: String,
-    /// Samples written while it was matched that it has not acknowledged.
+    /// Samples written while it was matched that it has not acknowledged, and those the
+    /// writer let go of before it did (while it was inactive).
     pub samples: u64,
     /// It is no longer matched (it left, or its lease expired): these will never be.
     pub departed: bool,
+    /// It is matched but inactive ([`Event::ReaderInactive`]): it has acknowledged
+    /// nothing for the writer's inactivity time.
+    pub inactive: bool,
 }
 
 /// Why a remote participant's authentication failed
@@ -260,16 +264,79 @@ pub enum Event {
         /// True when alive again, false when its lease ran out.
         alive: bool,
     },
-    /// Samples a reader will never receive (best-effort loss, or evicted from a keep-last
-    /// writer's history before they could be repaired).
+    /// Samples a reader will never deliver to its application: sequence numbers
+    /// `first..=last` of `writer`, and why. Every one is also counted in [`Stats::lost`].
+    /// Consecutive runs of one writer lost for the same reason between two polls come as
+    /// one event.
     SamplesLost {
         /// The reader.
         reader: EntityId,
         /// The writer.
         writer: Guid,
-        /// How many.
+        /// The first sequence number lost.
+        first: u64,
+        /// The last sequence number lost (inclusive).
+        last: u64,
+        /// How many: `last - first + 1`.
         count: u64,
+        /// Why.
+        reason: LossReason,
     },
+    /// A reliable reader owed acknowledgements and sent none (no ACKNACK, no NACK_FRAG)
+    /// for the writer's inactivity time ([`Qos::inactive_after`](crate::Qos::inactive_after)):
+    /// the writer no longer keeps its history for it, so it cannot hold up the others. It
+    /// is still matched; when it answers again it resumes from what the writer still has
+    /// ([`Event::ReaderActive`]), and counts what it missed as lost.
+    ReaderInactive {
+        /// The writer.
+        writer: EntityId,
+        /// The reader.
+        reader: Guid,
+    },
+    /// An inactive reader answered again.
+    ReaderActive {
+        /// The writer.
+        writer: EntityId,
+        /// The reader.
+        reader: Guid,
+        /// Samples the writer let go of, while the reader was inactive, before it had
+        /// acknowledged them (in all, since it matched).
+        released: u64,
+    },
+}
+
+/// Why samples were lost ([`Event::SamplesLost`]); its `Display` says it in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Best effort: they never arrived (nothing repairs them).
+    NotReceived,
+    /// The writer no longer has them, and said so (a GAP, or a heartbeat whose first
+    /// available sample is past them): its keep-last history replaced them, their lifespan
+    /// ended, or it let this reader go while it was inactive.
+    Unavailable,
+    /// This reader's keep-last cache replaced them before the application took them.
+    Overwritten,
+    /// They were written while the reader and the writer had lost each other (a lease
+    /// ran out); found when they matched again.
+    Disconnected,
+    /// This reader's keep-all cache was full when they arrived (best effort: nothing
+    /// repairs them).
+    CacheFull,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotReceived => "they never arrived (best effort)",
+            LossReason::Unavailable => "the writer no longer had them",
+            LossReason::Overwritten => {
+                "the keep-last cache replaced them before the application took them"
+            }
+            LossReason::Disconnected => "they were written while the writer was out of reach",
+            LossReason::CacheFull => "the keep-all cache was full (best effort)",
+        })
+    }
 }
 
 /// Counters kept by the engine. Every drop of bad or unwanted input lands in one of them.
@@ -326,7 +393,11 @@ pub struct Stats {
     pub rejected_full: u64,
     /// Samples dropped because their lifespan expired.
     pub expired: u64,
-    /// Samples readers know they will never receive.
+    /// Samples readers will never deliver (each also raised in an [`Event::SamplesLost`]):
+    /// best-effort samples that never arrived or found a keep-all cache full, reliable ones
+    /// the writer no longer had (its history replaced them, or let an inactive reader go),
+    /// ones written while a lease had run out, and ones a keep-last cache replaced before
+    /// the application took them.
     pub lost: u64,
     /// HEARTBEATs sent.
     pub heartbeats_sent: u64,

@@ -45,11 +45,11 @@ pub use discovery::RemoteEndpoint;
 pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
 pub use event::{
-    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, Right, Sample,
-    Shortfall, Stats,
+    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, LossReason, Right,
+    Sample, Shortfall, Stats,
 };
-pub use participant::{Config, DATA_OVERHEAD, MAX_LEASE, Participant};
-pub use qos::{AsyncPublish, Batching, FlowName, History, Qos, QosPolicy};
+pub use participant::{Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, MAX_LEASE, Participant};
+pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};
 pub use security::keys::KEPT_EPOCHS;
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};

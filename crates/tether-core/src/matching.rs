@@ -168,10 +168,17 @@ impl Participant {
                     if r.writers.contains_key(&remote) {
                         return;
                     }
-                    r.writers.insert(
-                        remote,
-                        WriterProxy::new(reliable, rinfo.qos.liveliness_lease(), now, false),
-                    );
+                    let mut wp =
+                        WriterProxy::new(reliable, rinfo.qos.liveliness_lease(), now, false);
+                    // Met again after losing it: where this reader stood counts, not where
+                    // the writer now starts it (what was written meanwhile is lost).
+                    if let Some(next) = r.recall(remote) {
+                        wp.resume = Some(next);
+                        if !reliable {
+                            wp.last_delivered = next.saturating_sub(1);
+                        }
+                    }
+                    r.writers.insert(remote, wp);
                     if r.deadline_at.is_none() {
                         if let Some(d) = r.info.qos.deadline_period() {
                             r.deadline_at = Some(after(now, d));
@@ -221,18 +228,8 @@ impl Participant {
         } else {
             w.next_seq
         };
-        w.readers.insert(
-            reader,
-            ReaderProxy {
-                reliable,
-                start,
-                acked: 0,
-                last_count: None,
-                last_nackfrag: None,
-                local: false,
-                wrapped: None,
-            },
-        );
+        w.readers
+            .insert(reader, ReaderProxy::new(reliable, start, false, now));
         w.rebuild_dests();
         let secure = w.key.is_some();
         let single = crate::writer::single_payload(max_dg);
@@ -272,7 +269,8 @@ impl Participant {
                     writer,
                     reader: reader.entity,
                     first: start,
-                    last: w.last_sent(),
+                    // Nothing before its start is for it (a batch may hold what precedes).
+                    last: w.last_sent().max(start - 1),
                     count: w.hb_count,
                     final_: false,
                 }),
@@ -352,18 +350,8 @@ impl Participant {
                 } else {
                     w.next_seq
                 };
-                w.readers.insert(
-                    rg,
-                    ReaderProxy {
-                        reliable,
-                        start,
-                        acked: u64::MAX,
-                        last_count: None,
-                        last_nackfrag: None,
-                        local: true,
-                        wrapped: None,
-                    },
-                );
+                w.readers
+                    .insert(rg, ReaderProxy::new(reliable, start, true, now));
                 w.rebuild_dests();
                 let backlog = if transient {
                     own_history(me, w)

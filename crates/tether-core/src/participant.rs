@@ -85,7 +85,21 @@ pub struct Config {
     /// A writer sends a sample once to a data group when at least this many of its matched
     /// participants take data there (else to each by unicast).
     pub multicast_min: usize,
+    /// Reliable keep-all writers whose QoS does not say otherwise
+    /// ([`Qos::inactive_after`](crate::Qos::inactive_after)) mark a reader inactive once it
+    /// has owed acknowledgements and sent none for this long, and stop keeping their history
+    /// for it (`writer/inactive.rs`). `None`: DDS's strict behaviour (a stalled reader holds
+    /// the writer until its lease ends).
+    pub inactive_after: Option<Duration>,
 }
+
+/// The default [`Config::inactive_after`]: well under the lease (10 s), so a stalled reader
+/// stops holding its keep-all writers long before it is forgotten, and long enough that a
+/// live reader is not taken for a stalled one under heavy loss. A keep-all writer asks for
+/// acknowledgements every heartbeat period (100 ms), so a live reader has some thirty
+/// chances to answer first: at 30 % loss each way (a round trip fails 51 % of the time)
+/// all of them fail with a probability of 2·10⁻⁹; at 20 % each way, 10⁻¹³.
+pub const DEFAULT_INACTIVE_AFTER: Duration = Duration::from_secs(3);
 
 impl Config {
     /// Defaults for `domain` with the given participant id.
@@ -109,6 +123,7 @@ impl Config {
             security: None,
             data_group: None,
             multicast_min: 2,
+            inactive_after: Some(DEFAULT_INACTIVE_AFTER),
         }
     }
 }
@@ -505,7 +520,7 @@ impl Participant {
                 Submessage::AckNack(an) => self.on_acknack(now, pid, an),
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
-                Submessage::NackFrag(n) => self.on_nack_frag(pid, n),
+                Submessage::NackFrag(n) => self.on_nack_frag(now, pid, n),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Probe(p) => self.on_probe(from, p, datagram.len()),
                 Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, a),
@@ -571,6 +586,7 @@ impl Participant {
         }
         if now >= self.next_housekeeping {
             self.housekeeping(now);
+            self.check_inactive(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
         self.renack(now);

@@ -94,6 +94,19 @@ pub struct AsyncPublish {
     pub flow: Option<FlowName>,
 }
 
+/// What a reliable writer does about a reader that owes acknowledgements and sends none.
+/// Local to the writer (not announced, not part of matching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Inactivity {
+    /// DDS's strict reliability: the reader holds the writer's history (a keep-all writer
+    /// blocks for it) until it acknowledges or its lease ends.
+    Strict,
+    /// After this long without an acknowledgement while it owes some, the reader is marked
+    /// inactive ([`Event::ReaderInactive`](crate::Event::ReaderInactive)): the writer no
+    /// longer keeps its history for it, and it resumes from what is left when it answers.
+    After(Duration),
+}
+
 /// Longest finite duration a policy holds; longer ones are taken as this (about a century).
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -126,6 +139,8 @@ pub struct Qos {
     /// The batch goes out as coalesced DATA submessages instead of one BATCH.
     coalesce: bool,
     publish: Option<AsyncPublish>,
+    /// `None`: the participant's default (`Config::inactive_after`).
+    inactivity: Option<Inactivity>,
 }
 
 impl Default for Qos {
@@ -142,6 +157,7 @@ impl Default for Qos {
             batch: None,
             coalesce: false,
             publish: None,
+            inactivity: None,
         }
     }
 }
@@ -237,6 +253,24 @@ impl Qos {
             flow: Some(FlowName::new(name)),
         });
         self
+    }
+
+    /// A reliable writer marks a reader inactive once it has owed acknowledgements and
+    /// sent none for `d` (see [`Inactivity::After`]); [`Duration::ZERO`] keeps DDS's strict
+    /// behaviour ([`Inactivity::Strict`]). Unset, the participant's default applies
+    /// (`Config::inactive_after`, 3 s). Local to the writer.
+    pub fn inactive_after(mut self, d: Duration) -> Self {
+        self.inactivity = Some(if d.is_zero() {
+            Inactivity::Strict
+        } else {
+            Inactivity::After(d.min(MAX_DURATION))
+        });
+        self
+    }
+
+    /// The writer's inactivity policy, if set (`None`: the participant's default).
+    pub fn inactivity(&self) -> Option<Inactivity> {
+        self.inactivity
     }
 
     /// The writer's asynchronous publishing, if any.
@@ -352,6 +386,7 @@ impl Qos {
             batch: None,
             coalesce: false,
             publish: None,
+            inactivity: None,
         }
     }
 }

@@ -11,7 +11,8 @@ use tether_wire::{
 };
 
 use crate::event::Shortfall;
-use crate::event::{Event, Guid, Stats};
+use crate::event::{Guid, LossReason, Stats};
+use crate::reader::lost::Losses;
 use crate::writer::state::{FanoutKey, Writer};
 
 use crate::discovery::RemoteParticipant;
@@ -162,6 +163,24 @@ impl Repair<'_> {
         self.stats.samples_retransmitted += 1;
     }
 
+    /// The heartbeat that closes a repair, announcing `first..=last` (count from `hb_count`).
+    fn heartbeat(&mut self, hb_count: &mut u32, first: u64, last: u64) {
+        *hb_count = hb_count.wrapping_add(1);
+        self.packer.push(
+            &Submessage::Heartbeat(HeartbeatRepr {
+                writer: self.writer,
+                reader: self.reader,
+                first,
+                last,
+                count: *hb_count,
+                final_: false,
+            }),
+            self.out,
+            self.stats,
+        );
+        self.stats.heartbeats_sent += 1;
+    }
+
     /// Sample `seq` is no longer available: it joins a GAP.
     fn gone(&mut self, seq: u64) {
         match &mut self.gap {
@@ -235,6 +254,7 @@ impl Participant {
                 name: String::from("(others)"),
                 samples: w.departed_more,
                 departed: true,
+                inactive: false,
             });
         }
         for (g, rp) in &w.readers {
@@ -250,6 +270,7 @@ impl Participant {
                     name,
                     samples,
                     departed: false,
+                    inactive: rp.inactive,
                 });
             }
         }
@@ -266,15 +287,14 @@ impl Participant {
         let hdr = self.header();
         let me = self.cfg.participant;
         for (g, wp) in r.writers.iter_mut() {
-            if g.participant == me || !wp.reliable {
+            // One that was never told where it starts has nothing to acknowledge.
+            if g.participant == me || !wp.reliable || wp.expected.is_none() {
                 continue;
             }
             let Some(addr) = self.peers.remotes.get(&g.participant).map(|p| p.addr) else {
                 continue;
             };
-            let Some(an) = wp.acknack(id, g.entity) else {
-                continue;
-            };
+            let an = wp.acknack(id, g.entity);
             let mut dg = Vec::new();
             if DatagramBuilder::new(&mut dg, hdr)
                 .push(&Submessage::AckNack(an))
@@ -286,7 +306,7 @@ impl Participant {
         }
     }
 
-    pub(crate) fn on_nack_frag(&mut self, pid: ParticipantId, nf: NackFragRepr) {
+    pub(crate) fn on_nack_frag(&mut self, now: Instant, pid: ParticipantId, nf: NackFragRepr) {
         let rg = Guid {
             participant: pid,
             entity: nf.reader,
@@ -304,6 +324,9 @@ impl Participant {
         }
         if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
+        }
+        if let Some(e) = w.heard_from(rg, now) {
+            self.events.push_back(e);
         }
         let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
             return;
@@ -368,24 +391,27 @@ impl Participant {
             }
             wp.hb_last = wp.hb_last.max(hb.last);
             if wp.expected.is_none() {
-                wp.expected = Some(hb.first);
-            }
-            if let Some(e) = wp.expected {
-                if hb.first > e {
-                    // The writer no longer has [e, first): those samples are lost to us.
-                    let missing = wp.missing_in(e, hb.first);
-                    if missing > 0 {
-                        self.stats.lost += missing;
-                        self.events.push_back(Event::SamplesLost {
-                            reader: rid,
-                            writer: g,
-                            count: missing,
-                        });
+                if hb.reader != rid {
+                    // The writer has not told this reader where it starts (its heartbeat
+                    // on matching was lost, or came before this reader knew the writer):
+                    // ask. Nothing is delivered or skipped before it knows.
+                    if !self.pending_acks.contains(&(rid, g)) {
+                        self.pending_acks.push((rid, g));
                     }
-                    wp.gaps.push((e, hb.first));
+                    continue;
                 }
+                wp.start_at(hb.first);
             }
-            let (d, _) = wp.drain(&mut r.cache, now, self.input);
+            // The writer no longer has what precedes `first`: what this reader does not
+            // hold of it is lost.
+            wp.gone_before(hb.first);
+            let mut losses = Losses {
+                reader: rid,
+                stats: &mut self.stats,
+                lost: &mut r.lost,
+                events: &mut self.events,
+            };
+            let d = wp.drain(&mut r.cache, now, self.input, g, &mut losses);
             // A final heartbeat needs no answer from a reader that has everything it
             // announces (received, or declared lost or irrelevant).
             let complete = wp.expected.is_some_and(|e| e > hb.last);
@@ -416,8 +442,14 @@ impl Participant {
             if !wp.reliable {
                 continue;
             }
-            wp.add_gap(gap.start, gap.end);
-            let (d, _) = wp.drain(&mut r.cache, now, self.input);
+            wp.add_gap(gap.start, gap.end, LossReason::Unavailable);
+            let mut losses = Losses {
+                reader: rid,
+                stats: &mut self.stats,
+                lost: &mut r.lost,
+                events: &mut self.events,
+            };
+            let d = wp.drain(&mut r.cache, now, self.input, g, &mut losses);
             note_delivered(r, d, now, &mut self.stats, &mut self.events);
         }
     }
@@ -443,26 +475,36 @@ impl Participant {
         if rp.local || !rp.reliable {
             return;
         }
+        let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
+            return;
+        };
+        if an.start_unknown {
+            self.tell_start(now, an.writer, rg, addr);
+            return;
+        }
+        let hdr = Header {
+            domain: self.cfg.domain,
+            participant: self.cfg.participant,
+        };
         if !newer(&mut rp.last_count, an.count) {
             return;
         }
         let start = rp.start;
         let base = an.base.min(w.next_seq);
         rp.acked = rp.acked.max(base);
-        let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
-            return;
-        };
-        let hdr = Header {
-            domain: self.cfg.domain,
-            participant: self.cfg.participant,
-        };
+        if let Some(e) = w.heard_from(rg, now) {
+            self.events.push_back(e);
+        }
         let before = self.stats.bytes_sent;
         let size = crate::path::datagram_size(&self.peers, &self.cfg, addr);
-        // Sequence numbers the reader should never get (before it matched) or that are gone
-        // become GAPs; the rest is re-sent.
+        // What the reader should never get (before it matched) or is gone becomes one GAP,
+        // from its base to the first sample the writer still has for it, however far that
+        // is (an inactive reader coming back, a keep-last writer far ahead); the rest of
+        // what it asks for is re-sent.
+        let kept = w.first_available().max(start).min(w.last_sent() + 1);
         let mut r = Repair {
             packer: Packer::new(addr, hdr, size),
-            gap: (an.base < start).then_some((an.base, start)),
+            gap: (an.base < kept).then_some((an.base, kept)),
             out: &mut self.transmits,
             stats: &mut self.stats,
             writer: an.writer,
@@ -476,8 +518,10 @@ impl Participant {
             if seq > w.last_sent() {
                 break;
             }
-            let cached = if seq >= start { w.find(seq) } else { None };
-            match cached {
+            if seq < kept {
+                continue; // in the GAP
+            }
+            match w.find(seq) {
                 Some(c) if c.payload.len() > single => {
                     // A young sample's fragments may still be in flight: the reader then
                     // repairs it by NACK_FRAG, so only an old one is re-sent whole.
@@ -511,26 +555,12 @@ impl Participant {
         r.flush_gap();
         // A heartbeat closes every repair, so the reader learns the state at once.
         if an.num_bits > 0 {
-            w.hb_count = w.hb_count.wrapping_add(1);
-            r.packer.push(
-                &Submessage::Heartbeat(HeartbeatRepr {
-                    writer: an.writer,
-                    reader: an.reader,
-                    first: w.first_available().max(start).min(w.last_sent() + 1),
-                    last: w.last_sent(),
-                    count: w.hb_count,
-                    final_: false,
-                }),
-                r.out,
-                r.stats,
-            );
-            r.stats.heartbeats_sent += 1;
+            let last = w.last_sent();
+            r.heartbeat(&mut w.hb_count, kept, last);
         }
         r.packer.finish(r.out, r.stats);
-        w.release_acked();
-        if w.blocked && w.make_room(0) {
-            w.blocked = false;
-            self.events.push_back(Event::WriterReady { writer: w.id });
+        if let Some(e) = w.release_acked_and_unblock() {
+            self.events.push_back(e);
         }
         for (seq, ts, payload) in big {
             self.send_sample(addr, an.writer, an.reader, seq, ts, &payload, None, None);
@@ -573,6 +603,29 @@ impl Participant {
         self.flush_pending_acks(now);
     }
 
+    /// Reader `rg` of `writer` does not know where it starts (it missed the heartbeat that
+    /// said so, or met this writer again after losing it): tells it, and nothing else. Its
+    /// ACKNACK acknowledges nothing, so its count is not taken; it is alive though.
+    fn tell_start(&mut self, now: Instant, writer: EntityId, rg: Guid, addr: SocketAddr) {
+        let hdr = self.header();
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if let Some(e) = w.heard_from(rg, now) {
+            self.events.push_back(e);
+        }
+        if let Some(hb) = w.addressed_heartbeat(rg) {
+            let mut p = Packer::new(addr, hdr, self.datagram_size(addr));
+            p.push(
+                &Submessage::Heartbeat(hb),
+                &mut self.transmits,
+                &mut self.stats,
+            );
+            p.finish(&mut self.transmits, &mut self.stats);
+            self.stats.heartbeats_sent += 1;
+        }
+    }
+
     pub(crate) fn flush_pending_acks(&mut self, now: Instant) {
         if self.pending_acks.is_empty() {
             return;
@@ -590,9 +643,7 @@ impl Participant {
             else {
                 continue;
             };
-            let Some(an) = wp.acknack(rid, g.entity) else {
-                continue;
-            };
+            let an = wp.acknack(rid, g.entity);
             // Ask again later if this leaves something missing (the answer, or this, may
             // be lost), whether or not a heartbeat comes.
             if wp.misses() {
@@ -611,7 +662,13 @@ impl Participant {
             // missing ones once the sender has gone quiet on that sample.
             let mut nacks = Vec::new();
             let announced = wp.hb_last;
-            for (&seq, ra) in wp.frags.iter_mut() {
+            // One that does not know where it starts asks only that.
+            let frags = if an.start_unknown {
+                None
+            } else {
+                Some(wp.frags.iter_mut())
+            };
+            for (&seq, ra) in frags.into_iter().flatten() {
                 // Ask at most once per NACKFRAG_INTERVAL per sample: the writer answers
                 // with a heartbeat that can overtake the fragments it re-sends.
                 if ra

@@ -66,6 +66,7 @@ fn conversation() -> Vec<Vec<u8>> {
         num_bits: 3,
         bitmap,
         count: 1,
+        start_unknown: false,
     });
     let gap = Submessage::Gap(GapRepr {
         writer: EntityId(1),

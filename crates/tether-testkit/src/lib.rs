@@ -151,8 +151,12 @@ pub struct Node {
     pub delivered: BTreeMap<EntityId, Vec<Sample>>,
     /// Take samples as soon as they are available (false: a stalled application).
     pub auto_take: bool,
-    /// While false the node neither sends nor receives (a crashed or unplugged host).
+    /// While false the node neither sends nor receives, nor runs its timers (a crashed or
+    /// stopped host).
     pub up: bool,
+    /// While true the node runs, but nothing it sends and nothing sent to it gets through
+    /// (its cable pulled, its link down): each side's leases run out.
+    pub unplugged: bool,
     /// When its asynchronous writers may next send (tokens permitting).
     sched_at: Option<Instant>,
     /// Multicast groups it has joined: it receives datagrams sent there too (each node's
@@ -251,6 +255,7 @@ impl Sim {
             delivered: BTreeMap::new(),
             auto_take: true,
             up: true,
+            unplugged: false,
             sched_at: None,
             groups: Vec::new(),
         });
@@ -301,7 +306,7 @@ impl Sim {
     }
 
     fn transmit(&mut self, i: usize, t: tether_core::Transmit) {
-        if !self.nodes[i].up {
+        if !self.nodes[i].up || self.nodes[i].unplugged {
             return;
         }
         if let Some(w) = self.wire.as_mut() {
@@ -405,7 +410,7 @@ impl Sim {
                 };
                 self.now = self.now.max(f.at);
                 let now = self.now;
-                if self.nodes[f.to].up {
+                if self.nodes[f.to].up && !self.nodes[f.to].unplugged {
                     self.nodes[f.to]
                         .participant
                         .handle_datagram(now, f.from, &f.payload);

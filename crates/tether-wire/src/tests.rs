@@ -104,12 +104,12 @@ proptest! {
     }
 
     #[test]
-    fn acknack_roundtrip(r in 1u32.., w in 1u32.., base in 1u64..1_000_000_000, bits in 0u16..=256, words in any::<[u32; 8]>(), count in any::<u32>()) {
+    fn acknack_roundtrip(r in 1u32.., w in 1u32.., base in 1u64..1_000_000_000, bits in 0u16..=256, words in any::<[u32; 8]>(), count in any::<u32>(), start_unknown in any::<bool>()) {
         let mut bitmap = [0u32; 8];
         for i in 0..bits as usize {
             if words[i / 32] & (1 << (i % 32)) != 0 { bitmap[i / 32] |= 1 << (i % 32); }
         }
-        let a = AckNackRepr { reader: EntityId(r), writer: EntityId(w), base, num_bits: bits, bitmap, count };
+        let a = AckNackRepr { reader: EntityId(r), writer: EntityId(w), base, num_bits: bits, bitmap, count, start_unknown };
         roundtrip(&[Submessage::AckNack(a)]);
         let want: Vec<u64> = (0..bits as u64).filter(|i| bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0).map(|i| base + i).collect();
         prop_assert_eq!(a.missing().collect::<Vec<_>>(), want);
@@ -645,4 +645,32 @@ fn batch_sig_bad_values() {
         z[at..at + n].fill(0);
         assert!(Submessage::parse(0x10, &z).is_err(), "{what} 0");
     }
+}
+
+/// An ACKNACK of a reader that does not know its start sets flag 0x01 in its submessage
+/// header (docs/wire.md, ACKNACK); any other ACKNACK leaves the flags 0, and the flag
+/// survives a round trip.
+#[test]
+fn acknack_start_unknown_flag() {
+    for (start_unknown, flags) in [(false, 0u8), (true, ACKNACK_START_UNKNOWN)] {
+        let an = AckNackRepr {
+            reader: EntityId(2),
+            writer: EntityId(1),
+            base: 1,
+            num_bits: 0,
+            bitmap: [0; 8],
+            count: 7,
+            start_unknown,
+        };
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, header())
+            .push(&Submessage::AckNack(an))
+            .unwrap();
+        assert_eq!(buf[HEADER_LEN], SubmessageKind::AckNack as u8);
+        assert_eq!(buf[HEADER_LEN + 1], flags);
+        let d = Datagram::parse(&buf).unwrap();
+        let got: Vec<_> = d.submessages().map(|m| m.unwrap()).collect();
+        assert_eq!(got, vec![Submessage::AckNack(an)]);
+    }
+    assert_eq!(ACKNACK_START_UNKNOWN, 0x01);
 }

@@ -36,6 +36,8 @@
 //! [reliability]
 //! heartbeat_period_ms = 100
 //! max_blocking_time_ms = 1000  # how long put() waits for room before failing
+//! inactive_reader_ms = 3000    # a reader of a keep-all writer that owes acknowledgements and
+//!                              # sends none this long is let go of (0 or "strict": never)
 //!
 //! [security]
 //! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
@@ -332,8 +334,43 @@ impl Default for TransportConfig {
 pub struct ReliabilityConfig {
     /// Heartbeat period in ms.
     pub heartbeat_period_ms: u64,
-    /// How long `put` waits for room in a full keep-all history.
+    /// How long `put` waits for room in a full keep-all history (longer if only readers
+    /// that went silent hold it: until they are marked inactive).
     pub max_blocking_time_ms: u64,
+    /// A reliable reader of a keep-all writer that owes acknowledgements and sends none
+    /// for this long is marked inactive: the writer stops keeping its history for it, so it
+    /// cannot hold up the other readers. Publishers whose QoS says otherwise
+    /// (`Qos::inactive_after`) keep theirs. `0` or `"strict"`: DDS's strict behaviour (a
+    /// stalled reader blocks the writer until its lease ends).
+    pub inactive_reader_ms: InactiveAfter,
+}
+
+/// `reliability.inactive_reader_ms`: milliseconds, or the word `strict` (as 0).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum InactiveAfter {
+    /// This many ms (0: strict).
+    Ms(u64),
+    /// The word `strict`.
+    Word(StrictWord),
+}
+
+/// The word `strict`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StrictWord {
+    /// `"strict"`.
+    Strict,
+}
+
+impl InactiveAfter {
+    /// The engine's setting: `None` for strict.
+    pub fn duration(self) -> Option<Duration> {
+        match self {
+            InactiveAfter::Ms(0) | InactiveAfter::Word(StrictWord::Strict) => None,
+            InactiveAfter::Ms(ms) => Some(Duration::from_millis(ms)),
+        }
+    }
 }
 
 impl Default for ReliabilityConfig {
@@ -341,6 +378,9 @@ impl Default for ReliabilityConfig {
         ReliabilityConfig {
             heartbeat_period_ms: 100,
             max_blocking_time_ms: 1000,
+            inactive_reader_ms: InactiveAfter::Ms(
+                tether_core::DEFAULT_INACTIVE_AFTER.as_millis() as u64
+            ),
         }
     }
 }
@@ -445,6 +485,15 @@ impl Config {
                     field,
                     value,
                     allowed: 1..=DAY_MS,
+                });
+            }
+        }
+        if let InactiveAfter::Ms(value) = r.inactive_reader_ms {
+            if value > DAY_MS {
+                return Err(ConfigError::OutOfRange {
+                    field: "reliability.inactive_reader_ms",
+                    value,
+                    allowed: 0..=DAY_MS,
                 });
             }
         }

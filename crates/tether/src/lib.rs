@@ -28,8 +28,9 @@ pub mod keys;
 mod session;
 
 pub use config::{
-    Config, ConfigError, DiscoveryConfig, FlowControllerConfig, ReliabilityConfig, SecurityConfig,
-    SecurityMode, SuiteChoice, TokenCount, TransportConfig, UnknownWord, UnlimitedWord,
+    Config, ConfigError, DiscoveryConfig, FlowControllerConfig, InactiveAfter, ReliabilityConfig,
+    SecurityConfig, SecurityMode, StrictWord, SuiteChoice, TokenCount, TransportConfig,
+    UnknownWord, UnlimitedWord,
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,
@@ -37,6 +38,6 @@ pub use session::{
 };
 pub use tether_core::{
     Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
-    IncompatibleQos, Priority, Qos, QosPolicy, RateError, Reliability, Sample, Shortfall, Stats,
-    UnknownPriority, format_rate, parse_rate,
+    Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError, Reliability,
+    Sample, Shortfall, Stats, UnknownPriority, format_rate, parse_rate,
 };

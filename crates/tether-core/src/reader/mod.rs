@@ -1,5 +1,6 @@
 //! The reader's incoming path: samples into caches, in order, and out to the application.
 
+pub(crate) mod lost;
 pub(crate) mod reassembly;
 pub(crate) mod state;
 
@@ -9,8 +10,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use tether_wire::{BatchRepr, DataFragRepr, EntityId, ParticipantId};
 
-use crate::event::{Event, Guid, Sample, Stats};
+use crate::event::{Event, Guid, LossReason, Sample, Stats};
 use crate::qos::Qos;
+use crate::reader::lost::Losses;
 use crate::reader::state::{Reader, WriterProxy};
 use crate::security::gate::Opened;
 
@@ -61,43 +63,39 @@ pub(crate) fn heard(
 }
 
 /// One sample from `wp` into a reader's cache (best effort: newest only; reliable: in
-/// order, through the reorder buffer). Returns how many samples reached the cache.
-#[allow(clippy::too_many_arguments)]
+/// order, through the reorder buffer). Returns how many samples reached the cache. What
+/// will never be delivered goes to `losses` (whose counters take the duplicates too).
 pub(crate) fn accept(
     cache: &mut crate::reader::state::Cache,
     qos: &Qos,
     wp: &mut WriterProxy,
-    reader: EntityId,
     s: Opened,
     now: Instant,
     input: u64,
-    stats: &mut Stats,
-    events: &mut VecDeque<Event>,
+    losses: &mut Losses<'_>,
 ) -> u64 {
     let s = s.into_sample();
     if !wp.reliable {
         if s.seq <= wp.last_delivered {
-            stats.duplicates += 1;
+            losses.stats.duplicates += 1;
             return 0;
         }
-        let lost = if wp.last_delivered > 0 {
-            s.seq - wp.last_delivered - 1
-        } else {
-            0
+        let (writer, seq) = (s.writer, s.seq);
+        // Skipped numbers never come: best effort repairs nothing. After a match made again,
+        // those written while the two had lost each other.
+        let reason = match wp.resume.take() {
+            Some(_) => LossReason::Disconnected,
+            None => LossReason::NotReceived,
         };
-        if lost > 0 {
-            stats.lost += lost;
-            events.push_back(Event::SamplesLost {
-                reader,
-                writer: s.writer,
-                count: lost,
-            });
+        if wp.last_delivered > 0 {
+            losses.report(writer, wp.last_delivered + 1, seq - 1, reason);
         }
-        wp.last_delivered = s.seq;
-        if cache.push(s, now, input) {
+        wp.last_delivered = seq;
+        if cache.push(s, now, input, losses) {
             1
         } else {
-            stats.rejected_full += 1;
+            losses.stats.rejected_full += 1;
+            losses.report(writer, seq, seq, LossReason::CacheFull);
             0
         }
     } else if wp.expected == Some(s.seq)
@@ -107,11 +105,12 @@ pub(crate) fn accept(
     {
         // In order, nothing waiting: straight into the cache.
         wp.expected = Some(s.seq + 1);
-        cache.push(s, now, input);
+        cache.push(s, now, input, losses);
         1
     } else {
-        wp.buffer(s, qos, stats);
-        wp.drain(cache, now, input).0
+        let writer = s.writer;
+        wp.buffer(s, qos, losses.stats);
+        wp.drain(cache, now, input, writer, losses)
     }
 }
 
@@ -121,6 +120,12 @@ impl Participant {
         self.readers
             .get(&id)
             .map_or(0, |r| r.writers.values().map(|w| w.frag_bytes()).sum())
+    }
+
+    /// Samples `id` will never deliver (its share of [`Stats::lost`]; each also raised in an
+    /// [`Event::SamplesLost`]).
+    pub fn reader_lost(&self, id: EntityId) -> u64 {
+        self.readers.get(&id).map_or(0, |r| r.lost)
     }
 
     /// Samples waiting in a reader (cache plus reorder buffers).
@@ -153,8 +158,14 @@ impl Participant {
             // Room again: pull in-order samples waiting in reorder buffers, and unblock
             // local writers that were refused for this reader's sake.
             let mut delivered = 0;
-            for wp in r.writers.values_mut() {
-                delivered += wp.drain(&mut r.cache, now, self.input).0;
+            let mut losses = Losses {
+                reader,
+                lost: &mut r.lost,
+                stats: &mut self.stats,
+                events: &mut self.events,
+            };
+            for (g, wp) in r.writers.iter_mut() {
+                delivered += wp.drain(&mut r.cache, now, self.input, *g, &mut losses);
             }
             self.stats.samples_delivered += delivered;
             let me = self.cfg.participant;
@@ -197,8 +208,14 @@ impl Participant {
             // Room again: pull in-order samples waiting in reorder buffers (and take them
             // too), and unblock local writers refused for this reader's sake.
             let mut delivered = 0;
-            for wp in r.writers.values_mut() {
-                delivered += wp.drain(&mut r.cache, now, self.input).0;
+            let mut losses = Losses {
+                reader,
+                lost: &mut r.lost,
+                stats: &mut self.stats,
+                events: &mut self.events,
+            };
+            for (g, wp) in r.writers.iter_mut() {
+                delivered += wp.drain(&mut r.cache, now, self.input, *g, &mut losses);
             }
             self.stats.samples_delivered += delivered;
             let me = self.cfg.participant;
@@ -265,16 +282,20 @@ impl Participant {
             return;
         };
         heard(wp, reader, writer, now, &mut self.events);
+        let mut losses = Losses {
+            reader,
+            lost: &mut r.lost,
+            stats: &mut self.stats,
+            events: &mut self.events,
+        };
         let d = accept(
             &mut r.cache,
             &r.info.qos,
             wp,
-            reader,
             s,
             now,
             self.input,
-            &mut self.stats,
-            &mut self.events,
+            &mut losses,
         );
         // A sample overtook one still missing: ask for it soon, not at the next heartbeat,
         // after a quarter of the renack interval in case it was only reordered (then again
@@ -330,6 +351,12 @@ impl Participant {
             };
             heard(wp, reader, g, now, &mut self.events);
             let mut d = 0;
+            let mut losses = Losses {
+                reader,
+                lost: &mut r.lost,
+                stats: &mut self.stats,
+                events: &mut self.events,
+            };
             for (seq, timestamp_ns, payload) in b.samples() {
                 let s = Sample {
                     writer: g,
@@ -341,12 +368,10 @@ impl Participant {
                     &mut r.cache,
                     &r.info.qos,
                     wp,
-                    reader,
                     plain.pass(s),
                     now,
                     self.input,
-                    &mut self.stats,
-                    &mut self.events,
+                    &mut losses,
                 );
             }
             note_delivered(r, d, now, &mut self.stats, &mut self.events);

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use tether_wire::{AckNackRepr, EntityId, MAX_ACKNACK_BITS};
 
 use crate::endpoint::EndpointInfo;
-use crate::event::{Guid, Sample, Stats};
+use crate::event::{Guid, LossReason, Sample, Stats};
 use crate::qos::{History, Qos};
+use crate::reader::lost::Losses;
 
 /// A reader's cache: what the application takes from.
 #[derive(Debug)]
@@ -29,8 +30,15 @@ impl Cache {
     /// Keep-last evicts the oldest samples, but only those of earlier inputs: the samples of
     /// one datagram (a batch) all stay until the application has had a chance to take them,
     /// so a depth smaller than a batch loses nothing to the batching itself. The cache thus
-    /// holds at most the depth plus one datagram's samples.
-    pub(crate) fn push(&mut self, s: Sample, now: Instant, input: u64) -> bool {
+    /// holds at most the depth plus one datagram's samples. Evicted samples are lost: the
+    /// application never had them.
+    pub(crate) fn push(
+        &mut self,
+        s: Sample,
+        now: Instant,
+        input: u64,
+        losses: &mut Losses<'_>,
+    ) -> bool {
         let len = s.payload.len();
         if !self.has_room(len) {
             if self.qos.history() == History::KeepAll {
@@ -43,6 +51,7 @@ impl Cache {
                 }
                 if let Some((old, _, _)) = self.samples.pop_front() {
                     self.bytes -= old.payload.len() as u64;
+                    losses.report(old.writer, old.seq, old.seq, LossReason::Overwritten);
                 }
             }
         }
@@ -62,15 +71,20 @@ impl Cache {
 #[derive(Debug)]
 pub(crate) struct WriterProxy {
     pub(crate) reliable: bool,
-    /// Reliable: the next sequence number to deliver (None until the first heartbeat).
+    /// Reliable: the next sequence number to deliver (None until the writer has said where
+    /// this reader starts, in a heartbeat addressed to it: nothing is delivered or skipped
+    /// before).
     pub(crate) expected: Option<u64>,
+    /// Where this reader stood with the writer before they lost each other (the next
+    /// sequence number it would have delivered), until the match made again starts.
+    pub(crate) resume: Option<u64>,
     /// Best effort: the highest sequence number delivered.
     pub(crate) last_delivered: u64,
     /// Reliable: samples received ahead of `expected`.
     pub(crate) pending: BTreeMap<u64, Sample>,
     pub(crate) pending_bytes: u64,
-    /// Ranges the writer declared irrelevant ahead of `expected`.
-    pub(crate) gaps: Vec<(u64, u64)>,
+    /// Ranges `[start, end)` ahead of `expected` that will never come, and why.
+    pub(crate) gaps: Vec<(u64, u64, LossReason)>,
     pub(crate) hb_count: Option<u32>,
     pub(crate) hb_last: u64,
     pub(crate) acknack_count: u32,
@@ -104,7 +118,7 @@ impl WriterProxy {
         let uncovered = (e..=last).take(MAX_ACKNACK_BITS as usize).any(|seq| {
             !self.pending.contains_key(&seq)
                 && !self.frags.contains_key(&seq)
-                && !self.gaps.iter().any(|(a, b)| *a <= seq && seq < *b)
+                && !self.gaps.iter().any(|(a, b, _)| *a <= seq && seq < *b)
         });
         uncovered
             || self
@@ -151,6 +165,7 @@ impl WriterProxy {
         WriterProxy {
             reliable,
             expected: None,
+            resume: None,
             last_delivered: 0,
             pending: BTreeMap::new(),
             pending_bytes: 0,
@@ -197,35 +212,61 @@ impl WriterProxy {
         self.pending.insert(seq, s);
     }
 
-    pub(crate) fn add_gap(&mut self, start: u64, end: u64) {
+    /// The writer says `[start, end)` will never come (a GAP). Applied at the next drain;
+    /// beyond [`MAX_GAPS`] ranges it is refused, and repaired by a later GAP or heartbeat.
+    pub(crate) fn add_gap(&mut self, start: u64, end: u64, reason: LossReason) {
         let Some(e) = self.expected else { return };
         if end <= e {
             return;
         }
-        if start <= e {
-            // Covers `expected` already: applied at the next drain.
-        }
         if self.gaps.len() < MAX_GAPS {
-            self.gaps.push((start.max(e), end));
+            self.gaps.push((start.max(e), end, reason));
         }
     }
 
-    /// How many sequence numbers of `[start, end)` this reader does not hold in its reorder
-    /// buffer. Counts the held ones, never the range: a heartbeat can announce any range,
-    /// and this runs under the engine's lock.
-    pub(crate) fn missing_in(&self, start: u64, end: u64) -> u64 {
-        if end <= start {
-            return 0;
+    /// The writer no longer has what precedes `first` (its heartbeat said so): what this
+    /// reader does not hold of it is lost, applied at the next drain. One range covering
+    /// `expected` grows rather than another being added.
+    pub(crate) fn gone_before(&mut self, first: u64) {
+        let Some(e) = self.expected else { return };
+        if first <= e {
+            return;
         }
-        (end - start) - self.pending.range(start..end).count() as u64
+        match self.gaps.iter_mut().find(|(a, b, _)| *a <= e && e < *b) {
+            Some(g) => g.1 = g.1.max(first),
+            None => self.gaps.push((e, first, LossReason::Unavailable)),
+        }
     }
 
-    /// Moves in-order samples into the cache. Returns (delivered, skipped-as-lost).
-    pub(crate) fn drain(&mut self, cache: &mut Cache, now: Instant, input: u64) -> (u64, u64) {
-        let Some(mut e) = self.expected else {
-            return (0, 0);
+    /// The writer said where this reader starts: `first`, unless the reader stood further
+    /// on before they lost each other (it has those samples already). Whatever was written
+    /// between where it stood and `first` is lost.
+    pub(crate) fn start_at(&mut self, first: u64) {
+        let e = match self.resume.take() {
+            Some(r) if r < first => {
+                self.gaps.push((r, first, LossReason::Disconnected));
+                r
+            }
+            Some(r) => r,
+            None => first,
         };
-        let (mut delivered, mut skipped) = (0, 0);
+        self.expected = Some(e);
+    }
+
+    /// Moves in-order samples from writer `writer` into the cache, and skips what will
+    /// never come (reported to `losses`). Returns how many entered the cache.
+    pub(crate) fn drain(
+        &mut self,
+        cache: &mut Cache,
+        now: Instant,
+        input: u64,
+        writer: Guid,
+        losses: &mut Losses<'_>,
+    ) -> u64 {
+        let Some(mut e) = self.expected else {
+            return 0;
+        };
+        let mut delivered = 0;
         loop {
             while let Some((&s, _)) = self.pending.first_key_value() {
                 if s >= e {
@@ -246,28 +287,40 @@ impl WriterProxy {
                 }
                 if let Some((_, s)) = self.pending.pop_first() {
                     self.pending_bytes -= s.payload.len() as u64;
-                    cache.push(s, now, input);
+                    cache.push(s, now, input, losses);
                     delivered += 1;
                 }
                 e += 1;
                 continue;
             }
-            if let Some(&(_, end)) = self.gaps.iter().find(|(a, b)| *a <= e && e < *b) {
+            if let Some(&(_, end, why)) = self.gaps.iter().find(|(a, b, _)| *a <= e && e < *b) {
                 let next = end.min(next_pending.unwrap_or(u64::MAX));
-                skipped += next - e;
+                losses.report(writer, e, next - 1, why);
                 e = next;
                 continue;
             }
             break;
         }
-        self.gaps.retain(|&(_, end)| end > e);
+        self.gaps.retain(|&(_, end, _)| end > e);
         self.expected = Some(e);
-        (delivered, skipped)
+        delivered
     }
 
-    /// The ACKNACK answering what this reader knows of the writer.
-    pub(crate) fn acknack(&mut self, reader: EntityId, writer: EntityId) -> Option<AckNackRepr> {
-        let base = self.expected?;
+    /// The ACKNACK answering what this reader knows of the writer; one that asks where it
+    /// starts if the writer has not told it yet.
+    pub(crate) fn acknack(&mut self, reader: EntityId, writer: EntityId) -> AckNackRepr {
+        self.acknack_count = self.acknack_count.wrapping_add(1);
+        let Some(base) = self.expected else {
+            return AckNackRepr {
+                reader,
+                writer,
+                base: 1,
+                num_bits: 0,
+                bitmap: [0; 8],
+                count: self.acknack_count,
+                start_unknown: true,
+            };
+        };
         let mut bitmap = [0u32; 8];
         let mut num_bits = 0u16;
         // What the writer announced, or what later samples that arrived prove it sent.
@@ -281,22 +334,22 @@ impl WriterProxy {
                 // A sample in reassembly is repaired fragment by fragment (NACK_FRAG).
                 let covered = self.pending.contains_key(&seq)
                     || self.frags.contains_key(&seq)
-                    || self.gaps.iter().any(|(a, b)| *a <= seq && seq < *b);
+                    || self.gaps.iter().any(|(a, b, _)| *a <= seq && seq < *b);
                 if !covered {
                     bitmap[(i / 32) as usize] |= 1 << (i % 32);
                     num_bits = i + 1;
                 }
             }
         }
-        self.acknack_count = self.acknack_count.wrapping_add(1);
-        Some(AckNackRepr {
+        AckNackRepr {
             reader,
             writer,
             base,
             num_bits,
             bitmap,
             count: self.acknack_count,
-        })
+            start_unknown: false,
+        }
     }
 }
 
@@ -309,6 +362,11 @@ pub(crate) struct Reader {
     pub(crate) cache: Cache,
     pub(crate) signalled: bool,
     pub(crate) deadline_at: Option<Instant>,
+    /// Writers this reader lost (left, or their lease ran out), with the next sequence
+    /// number it would have delivered from each (see `reader/lost.rs`).
+    pub(crate) left: VecDeque<(Guid, u64)>,
+    /// Samples this reader will never deliver (its share of `Stats::lost`).
+    pub(crate) lost: u64,
 }
 
 impl Reader {
@@ -325,51 +383,72 @@ impl Reader {
             },
             signalled: false,
             deadline_at: None,
+            left: VecDeque::new(),
+            lost: 0,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
     use std::time::{Duration, Instant};
 
     use bytes::Bytes;
     use tether_wire::{EntityId, ParticipantId};
 
-    use super::WriterProxy;
-    use crate::event::{Guid, Sample};
+    use super::{Cache, WriterProxy};
+    use crate::event::{Guid, Sample, Stats};
+    use crate::qos::Qos;
+    use crate::reader::lost::Losses;
 
     /// A heartbeat may announce a range of 2^64 - 2 sequence numbers (a forged one does):
-    /// counting what is missing from it takes the time of what the reader holds, not of the
-    /// range. (Counting the range one by one wedged a reader's whole process.)
+    /// skipping what is missing from it takes the time of what the reader holds, not of the
+    /// range, and the held samples are still delivered. (Counting the range one by one
+    /// wedged a reader's whole process.)
     #[test]
-    fn missing_samples_are_counted_without_walking_the_range() {
-        let mut wp = WriterProxy::new(true, None, Instant::now(), false);
+    fn a_huge_range_gone_is_skipped_without_walking_it() {
+        let now = Instant::now();
+        let writer = Guid {
+            participant: ParticipantId(1),
+            entity: EntityId(1),
+        };
+        let mut wp = WriterProxy::new(true, None, now, false);
+        wp.expected = Some(1);
         for seq in [5, 9, u64::MAX - 3] {
             let s = Sample {
-                writer: Guid {
-                    participant: ParticipantId(1),
-                    entity: EntityId(1),
-                },
+                writer,
                 seq,
                 timestamp_ns: 0,
                 payload: Bytes::from_static(b"x"),
             };
             wp.pending.insert(seq, s);
+            wp.pending_bytes += 1;
         }
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send((
-                wp.missing_in(1, u64::MAX),
-                wp.missing_in(1, 10),
-                wp.missing_in(10, 1),
-            ));
+            let mut cache = Cache {
+                samples: VecDeque::new(),
+                bytes: 0,
+                qos: Qos::new().keep_last(10),
+            };
+            let (mut stats, mut events, mut lost) = (Stats::default(), VecDeque::new(), 0);
+            let mut losses = Losses {
+                reader: EntityId(2),
+                lost: &mut lost,
+                stats: &mut stats,
+                events: &mut events,
+            };
+            wp.gone_before(u64::MAX);
+            let delivered = wp.drain(&mut cache, now, 1, writer, &mut losses);
+            let _ = tx.send((delivered, stats.lost, events.len(), wp.expected));
         });
-        let (huge, small, empty) = rx
+        let (delivered, lost, events, expected) = rx
             .recv_timeout(Duration::from_secs(10))
-            .expect("counting a huge range took over 10 s");
-        assert_eq!(huge, u64::MAX - 1 - 3);
-        assert_eq!(small, 9 - 2);
-        assert_eq!(empty, 0);
+            .expect("skipping a huge range took over 10 s");
+        assert_eq!(delivered, 3);
+        assert_eq!(lost, u64::MAX - 1 - 3);
+        assert_eq!(events, 4, "the runs between the held samples");
+        assert_eq!(expected, Some(u64::MAX));
     }
 }

@@ -2,6 +2,7 @@
 
 mod batch;
 pub(crate) mod flow;
+mod inactive;
 pub(crate) mod packer;
 pub(crate) mod schedule;
 pub(crate) mod state;

@@ -38,16 +38,53 @@ pub(crate) struct ReaderProxy {
     /// The writer's key as last wrapped for this reader, with its epoch: a KEY_REQUEST is
     /// answered from here, so a reader asking again and again costs no key agreement.
     pub(crate) wrapped: Option<(u32, Vec<u8>)>,
+    /// When it last sent an ACKNACK or a NACK_FRAG (or matched).
+    pub(crate) heard: Instant,
+    /// It owed acknowledgements and sent none for the writer's inactivity time: the writer
+    /// keeps no history for it (`writer/inactive.rs`).
+    pub(crate) inactive: bool,
+    /// Samples a keep-all writer let go of, while this reader was inactive, before it had
+    /// acknowledged them.
+    pub(crate) released: u64,
+    /// Every sample below this one was acknowledged by this reader or counted in
+    /// `released`.
+    pub(crate) released_below: u64,
 }
 
 impl ReaderProxy {
-    /// Samples of `[start, next_seq)` this reader has not acknowledged (0 for best-effort
-    /// and local readers, which owe no acknowledgement).
+    /// A reader matched at `now`, to get the samples from `start` on.
+    pub(crate) fn new(reliable: bool, start: u64, local: bool, now: Instant) -> Self {
+        ReaderProxy {
+            reliable,
+            start,
+            acked: if local { u64::MAX } else { 0 },
+            last_count: None,
+            last_nackfrag: None,
+            local,
+            wrapped: None,
+            heard: now,
+            inactive: false,
+            released: 0,
+            released_below: 0,
+        }
+    }
+
+    /// The first sample this reader owes: every one before it is acknowledged, precedes
+    /// its start, or was let go of while it was inactive.
+    pub(crate) fn settled(&self) -> u64 {
+        self.acked.max(self.start).max(self.released_below)
+    }
+
+    /// Samples of `[start, next_seq)` this reader has not acknowledged, those the writer let
+    /// go of before it did included (0 for best-effort and local readers, which owe no
+    /// acknowledgement).
     pub(crate) fn unacknowledged(&self, next_seq: u64) -> u64 {
         if !self.reliable || self.local {
             return 0;
         }
-        next_seq.saturating_sub(self.acked.max(self.start))
+        next_seq
+            .saturating_sub(self.settled())
+            .saturating_add(self.released)
     }
 }
 
@@ -120,6 +157,8 @@ pub(crate) struct Writer {
     /// A remote reader left: the writer moves to a new epoch before it seals again (or when
     /// the participant's re-key timer fires, whichever comes first).
     pub(crate) rekey_due: bool,
+    /// How many of `readers` are inactive (`writer/inactive.rs`).
+    pub(crate) inactive: usize,
 }
 
 /// What a writer's fan-out plan depends on besides its `dests`: the participant's count
@@ -184,6 +223,7 @@ impl Writer {
             fanout: None,
             smallest: None,
             rekey_due: false,
+            inactive: 0,
         }
     }
 
@@ -215,13 +255,14 @@ impl Writer {
         self.history.get(i)
     }
 
-    /// Lowest sequence number some reliable reader, or the asynchronous sender, still needs.
+    /// Lowest sequence number some active reliable reader, or the asynchronous sender,
+    /// still needs (an inactive reader holds nothing).
     fn min_acked(&self) -> u64 {
         let unsent = self.asyncw.as_ref().map_or(u64::MAX, |a| a.released + 1);
         self.readers
             .values()
-            .filter(|r| r.reliable && !r.local)
-            .map(|r| r.acked.max(r.start))
+            .filter(|r| r.reliable && !r.local && !r.inactive)
+            .map(|r| r.settled())
             .min()
             .unwrap_or(u64::MAX)
             .min(unsent)
@@ -245,11 +286,15 @@ impl Writer {
             && self.info.qos.durability_kind() != tether_wire::Durability::TransientLocal
     }
 
+    /// Whether some reliable reader has not acknowledged everything (samples the writer
+    /// let go of included), has never acknowledged, or is inactive: heartbeats go on until
+    /// it has, so one coming back learns what it missed (the GAP answering it may be lost)
+    /// even when the writer has let go of everything it owed.
     pub(crate) fn has_unacked(&self) -> bool {
         self.readers.values().any(|r| {
             r.reliable
                 && !r.local
-                && (r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
+                && (r.inactive || r.acked.max(r.start) < self.next_seq || r.last_count.is_none())
         })
     }
 
@@ -270,6 +315,16 @@ impl Writer {
     fn pop_front(&mut self) {
         if let Some(c) = self.history.pop_front() {
             self.history_bytes -= c.payload.len() as u64;
+            if self.inactive > 0 && self.info.qos.history() == History::KeepAll {
+                // Let go of before an inactive reader acknowledged it: it will never be.
+                for rp in self.readers.values_mut().filter(|r| r.inactive) {
+                    let from = rp.settled();
+                    if c.seq >= from {
+                        rp.released += c.seq + 1 - from;
+                        rp.released_below = c.seq + 1;
+                    }
+                }
+            }
             // A secure writer's history holds buffers it sealed; one no datagram still
             // refers to comes back for the next seal.
             if self.prot.is_some() && self.spare.is_none() && c.payload.len() <= SPARE_MAX {
@@ -347,6 +402,17 @@ impl Writer {
         while self.history.front().is_some_and(|c| c.seq < min_acked) {
             self.pop_front();
         }
+    }
+
+    /// [`release_acked`](Self::release_acked), then: a writer that refused a write for
+    /// lack of room and has room now says so (the event to raise).
+    pub(crate) fn release_acked_and_unblock(&mut self) -> Option<crate::event::Event> {
+        self.release_acked();
+        if self.blocked && self.make_room(0) {
+            self.blocked = false;
+            return Some(crate::event::Event::WriterReady { writer: self.id });
+        }
+        None
     }
 
     pub(crate) fn push_history(&mut self, c: Cached) {
@@ -466,6 +532,25 @@ impl Writer {
     ) -> tether_wire::HeartbeatRepr {
         let (id, count, asked) = (self.id, &mut self.hb_count, &mut self.acks_asked);
         next_heartbeat(id, count, asked, now, true, first, last)
+    }
+
+    /// A heartbeat addressed to reader `g` alone, asking it to acknowledge, whose `first`
+    /// is where it stands: the first sample it has not acknowledged, its start if it never
+    /// did (the answer to a reader that does not know where it starts).
+    pub(crate) fn addressed_heartbeat(&mut self, g: Guid) -> Option<tether_wire::HeartbeatRepr> {
+        let last = self.last_sent();
+        let rp = self.readers.get(&g)?;
+        let first = rp.acked.max(rp.start);
+        self.hb_count = self.hb_count.wrapping_add(1);
+        Some(tether_wire::HeartbeatRepr {
+            writer: self.id,
+            reader: g.entity,
+            first,
+            // Nothing before its start is for it (a batch may still hold what precedes).
+            last: last.max(first - 1),
+            count: self.hb_count,
+            final_: false,
+        })
     }
 
     /// Brings the next periodic heartbeat forward to `at` if it is later (or unset);

@@ -15,7 +15,9 @@ pub use data::{
 };
 pub use discovery::{EndpointRepr, ParticipantRepr};
 pub use path::{PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
-pub use reliability::{AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr};
+pub use reliability::{
+    ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
+};
 pub use secure::{
     AuthRepr, BatchSigRepr, KeyRepr, KeyRequestRepr, MAX_CREDENTIAL_LEN, SEALED_FIXED_LEN,
     SealedRepr, auth_signed_bytes,
@@ -314,6 +316,7 @@ impl<'a> Submessage<'a> {
     pub fn flags(&self) -> u8 {
         match self {
             Submessage::Heartbeat(h) if h.final_ => HEARTBEAT_FINAL,
+            Submessage::AckNack(a) if a.start_unknown => ACKNACK_START_UNKNOWN,
             _ => 0,
         }
     }
@@ -339,7 +342,7 @@ impl<'a> Submessage<'a> {
             SubmessageKind::EndpointBye => Submessage::EndpointBye(c.entity("entity")?),
             SubmessageKind::Data => Submessage::Data(DataRepr::parse(c)?),
             SubmessageKind::Heartbeat => Submessage::Heartbeat(HeartbeatRepr::parse(c, flags)?),
-            SubmessageKind::AckNack => Submessage::AckNack(AckNackRepr::parse(c)?),
+            SubmessageKind::AckNack => Submessage::AckNack(AckNackRepr::parse(c, flags)?),
             SubmessageKind::Gap => Submessage::Gap(GapRepr::parse(c)?),
             SubmessageKind::DataFrag => Submessage::DataFrag(DataFragRepr::parse(c)?),
             SubmessageKind::NackFrag => Submessage::NackFrag(NackFragRepr::parse(c)?),

@@ -26,6 +26,10 @@ pub struct HeartbeatRepr {
 /// The HEARTBEAT submessage flag that makes it final.
 pub const HEARTBEAT_FINAL: u8 = 0x01;
 
+/// The ACKNACK submessage flag of a reader that does not know where it starts with the
+/// writer: it acknowledges nothing, and asks for a heartbeat addressed to it.
+pub const ACKNACK_START_UNKNOWN: u8 = 0x01;
+
 /// A reader's acknowledgement: all below `base` received; bit `i` set = `base + i` missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckNackRepr {
@@ -41,6 +45,10 @@ pub struct AckNackRepr {
     pub bitmap: [u32; 8],
     /// Increases with every ACKNACK of this reader.
     pub count: u32,
+    /// The reader does not know where it starts with this writer (it has not yet had a
+    /// heartbeat addressed to it): it acknowledges nothing (`base` and the bitmap say
+    /// nothing) and asks the writer to tell it. Submessage flag [`ACKNACK_START_UNKNOWN`].
+    pub start_unknown: bool,
 }
 
 impl AckNackRepr {
@@ -98,7 +106,7 @@ impl HeartbeatRepr {
 
 impl AckNackRepr {
     /// Parses the body's fields from `c` (the caller checks that they fill the body).
-    pub(crate) fn parse(c: &mut Cursor<'_>) -> Result<Self, Error> {
+    pub(crate) fn parse(c: &mut Cursor<'_>, flags: u8) -> Result<Self, Error> {
         //= docs/wire.md#acknack
         let reader = c.entity("reader")?;
         let writer = c.entity("writer")?;
@@ -116,6 +124,7 @@ impl AckNackRepr {
             num_bits,
             bitmap,
             count,
+            start_unknown: flags & ACKNACK_START_UNKNOWN != 0,
         })
     }
 

@@ -23,6 +23,7 @@ pub(crate) struct EngineSettings {
     lease: Duration,
     announce_period: Duration,
     heartbeat_period: Duration,
+    inactive_after: Option<Duration>,
     max_datagram: usize,
     path_mtu: usize,
     probe_paths: bool,
@@ -90,6 +91,7 @@ impl TryFrom<&Config> for EngineSettings {
             lease: Duration::from_millis(c.discovery.lease_ms),
             announce_period: c.announce_period(),
             heartbeat_period: Duration::from_millis(c.reliability.heartbeat_period_ms),
+            inactive_after: c.reliability.inactive_reader_ms.duration(),
             max_datagram: c.transport.max_datagram,
             path_mtu: c.transport.path_mtu,
             probe_paths: c.transport.probe_paths,
@@ -116,6 +118,7 @@ impl EngineSettings {
         cc.lease = self.lease;
         cc.announce_period = self.announce_period;
         cc.heartbeat_period = self.heartbeat_period;
+        cc.inactive_after = self.inactive_after;
         cc.max_datagram = self.max_datagram;
         cc.path_mtu = self.path_mtu;
         cc.probe_paths = self.probe_paths;
@@ -137,7 +140,8 @@ mod tests {
     fn maps_every_field() {
         let c = Config::from_toml(
             "domain = 3\nname = \"r\"\n[discovery]\nlease_ms = 5000\nannounce_period_ms = 200\n\
-             [reliability]\nheartbeat_period_ms = 7\n[transport]\nmax_datagram = 1400\n\
+             [reliability]\nheartbeat_period_ms = 7\ninactive_reader_ms = 2500\n\
+             [transport]\nmax_datagram = 1400\n\
              max_sample_size = 9000\nmax_reassembly_bytes = 12345\nreassembly_timeout_ms = 50\n\
              multicast_data = true\n",
         )
@@ -151,6 +155,7 @@ mod tests {
         assert_eq!(cc.lease, Duration::from_secs(5));
         assert_eq!(cc.announce_period, Duration::from_millis(200));
         assert_eq!(cc.heartbeat_period, Duration::from_millis(7));
+        assert_eq!(cc.inactive_after, Some(Duration::from_millis(2500)));
         assert_eq!(
             (cc.max_datagram, cc.max_sample_size, cc.max_reassembly_bytes),
             (1400, 9000, 12345)
@@ -158,6 +163,32 @@ mod tests {
         assert_eq!(cc.reassembly_timeout, Duration::from_millis(50));
         assert_eq!(cc.data_group, Some("239.255.0.1:7403".parse().unwrap()));
         assert!(s.security.is_none());
+    }
+
+    /// A stalled reader is let go of after 3 s by default; 0 and "strict" keep DDS's
+    /// strict behaviour; more than a day, or another word, is refused.
+    #[test]
+    fn inactive_reader_setting() {
+        let engine = |toml: &str| {
+            let c = Config::from_toml(toml).unwrap();
+            let s = EngineSettings::try_from(&c).unwrap();
+            s.engine_config(ParticipantId(1), None).inactive_after
+        };
+        assert_eq!(engine(""), Some(Duration::from_secs(3)));
+        assert_eq!(engine("[reliability]\ninactive_reader_ms = 0\n"), None);
+        assert_eq!(
+            engine("[reliability]\ninactive_reader_ms = \"strict\"\n"),
+            None
+        );
+        assert_eq!(
+            engine("[reliability]\ninactive_reader_ms = 500\n"),
+            Some(Duration::from_millis(500))
+        );
+        let e = Config::from_toml("[reliability]\ninactive_reader_ms = 86400001\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reliability.inactive_reader_ms"), "{e}");
+        assert!(Config::from_toml("[reliability]\ninactive_reader_ms = \"never\"\n").is_err());
     }
 
     #[test]

@@ -31,7 +31,10 @@ impl Publisher {
     ///
     /// A reliable keep-all publisher whose history is full of unacknowledged samples waits
     /// up to `reliability.max_blocking_time_ms` for room, then fails with
-    /// [`PutError::Timeout`], handing the payload back.
+    /// [`PutError::Timeout`], handing the payload back. If by then only readers that have
+    /// gone silent hold the room, it waits on until they are marked inactive
+    /// (`reliability.inactive_reader_ms`, [`Qos::inactive_after`](crate::Qos::inactive_after))
+    /// and let go of, rather than fail for their sake.
     pub fn put(&self, payload: impl Into<Bytes>) -> Result<u64, PutError> {
         self.put_with_timestamp(payload, wall_ns())
     }
@@ -69,14 +72,19 @@ impl Publisher {
                 Ok(seq) => break Ok(seq),
                 Err(WriteError::WouldBlock(p)) => {
                     let waited = start.elapsed();
+                    let mut until = start + self.shared.max_blocking;
                     if waited >= self.shared.max_blocking {
-                        break Err(PutError::Timeout { payload: p, waited });
+                        // Readers that went silent are let go of soon: wait for that.
+                        match g.core.room_expected(Instant::now(), self.id) {
+                            Some(t) if t > Instant::now() => until = t,
+                            _ => break Err(PutError::Timeout { payload: p, waited }),
+                        }
                     }
                     payload = p;
                     drop(g);
                     deferred.run(&self.shared);
                     let g2 = self.shared.lock();
-                    let left = self.shared.max_blocking - waited;
+                    let left = until.saturating_duration_since(Instant::now());
                     let (g3, _) = self
                         .shared
                         .writer_cv

@@ -82,6 +82,15 @@ impl Subscriber {
         deferred.recycle();
     }
 
+    /// Samples this subscriber will never receive: lost on the way (best effort), no longer
+    /// available from their writer, written while a lease had run out, or replaced in a
+    /// keep-last cache before they were taken. Each loss is also an
+    /// [`Event::SamplesLost`](crate::Event::SamplesLost), with the writer, the sequence
+    /// numbers and why, for [`Session::on_event`](crate::Session::on_event) listeners.
+    pub fn lost(&self) -> u64 {
+        self.shared.lock().core.reader_lost(self.id)
+    }
+
     /// How many writers this subscriber is matched with.
     pub fn matched(&self) -> usize {
         self.shared.lock().core.matched_count(self.id)

@@ -1,0 +1,183 @@
+//! A stopped reader among three, as real processes on loopback (`kill -STOP`): it cannot
+//! stall the other two, the publisher hears that it was let go of, and when it is
+//! continued it reports what it lost. With `--inactive-after strict` it holds everyone, as
+//! DDS's strict reliability does. Each test uses its own registry directory.
+
+mod common;
+use common::{Live, lost_ranges, numbers, wait_until};
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn tether(reg: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.arg("--registry-dir").arg(reg);
+    c.env_remove("TETHER_CONFIG");
+    c
+}
+
+/// Three keep-all `echo`s of `/stall` (the third with a small receive buffer, so that what
+/// it misses while stopped is really lost) and a keep-all `pub` of `n` numbered samples at
+/// 2,000 a second, with `pub_args` added. Leases are 30 s, so only inactivity, not the
+/// lease, can let the stopped reader go. The publisher's `max_blocking_time` is 200 ms, far
+/// below the 3 s after which a silent reader is let go of: a put blocked by the stopped
+/// reader alone waits for that instead of failing.
+fn start(dir: &Path, n: u64, pub_args: &[&str]) -> (Vec<Live>, Live) {
+    let reg = dir.join("reg");
+    let long = dir.join("long.toml");
+    let lease = "[discovery]\nlease_ms = 30000\n";
+    std::fs::write(&long, lease).unwrap();
+    let pub_cfg = dir.join("pub.toml");
+    std::fs::write(
+        &pub_cfg,
+        format!("{lease}[reliability]\nmax_blocking_time_ms = 200\n"),
+    )
+    .unwrap();
+    let small = dir.join("small.toml");
+    std::fs::write(
+        &small,
+        format!("{lease}[transport]\nrecv_buffer = 200000\n"),
+    )
+    .unwrap();
+    let echoes: Vec<Live> = (0..3)
+        .map(|i| {
+            let mut e = tether(&reg);
+            e.arg("--config").arg(if i == 2 { &small } else { &long });
+            e.args([
+                "echo",
+                "/stall",
+                "--keep-all",
+                "--count",
+                &n.to_string(),
+                "--timeout",
+                "120",
+            ]);
+            Live::spawn(e)
+        })
+        .collect();
+    let mut p = tether(&reg);
+    p.arg("--config")
+        .arg(&pub_cfg)
+        .args([
+            "pub",
+            "/stall",
+            "x",
+            "--numbered",
+            "--keep-all",
+            "--count",
+            &n.to_string(),
+            "--rate",
+            "2000",
+            "--wait-matched",
+            "3",
+            "--linger",
+            "60",
+            "-q",
+        ])
+        .args(pub_args);
+    (echoes, Live::spawn(p))
+}
+
+/// One of three readers is stopped mid-stream. The publisher lets it go after 3 s of
+/// silence and says so; the other two get every sample, in order. Continued, the stopped
+/// one resumes: every sample is either printed (in order, once) or reported lost with its
+/// range, and the publisher exits 1 naming it, for samples it never acknowledged. (Before,
+/// the stopped reader froze the others, and the publisher failed after its
+/// max_blocking_time.)
+#[test]
+fn a_stopped_reader_does_not_stall_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 16_000u64;
+    let (mut echoes, mut publisher) = start(dir.path(), n, &[]);
+    assert!(
+        wait_until(Duration::from_secs(60), || echoes[2].lines() >= 1000),
+        "the third reader got {} samples: {}",
+        echoes[2].lines(),
+        echoes[2].stderr()
+    );
+    echoes[2].signal("STOP");
+    let stopped_at = echoes[2].lines() as u64;
+
+    for e in &mut echoes[..2] {
+        let code = e.wait(Duration::from_secs(90));
+        assert_eq!(code, Some(0), "{}", e.stderr());
+        let got = numbers(&e.out.lock().unwrap());
+        assert_eq!(got, (1..=n).collect::<Vec<_>>());
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || publisher
+            .stderr()
+            .contains("is inactive")),
+        "the publisher was not told: {}",
+        publisher.stderr()
+    );
+
+    echoes[2].signal("CONT");
+    let code = publisher.wait(Duration::from_secs(90));
+    let perr = publisher.stderr();
+    let name = format!("pid{}", echoes[2].child.id());
+    assert_eq!(code, Some(1), "{perr}");
+    assert!(
+        perr.contains(&format!("of {name} has not acknowledged")),
+        "{perr}"
+    );
+    assert!(perr.contains("answers again"), "{perr}");
+
+    // Every sample is printed or reported lost, once.
+    let third = &echoes[2];
+    let settled = || {
+        let lost: u64 = lost_ranges(&third.stderr())
+            .iter()
+            .map(|(a, b)| b - a + 1)
+            .sum();
+        third.lines() as u64 + lost >= n
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), settled),
+        "{} printed, stderr: {}",
+        third.lines(),
+        third.stderr()
+    );
+    let got = numbers(&third.out.lock().unwrap());
+    assert!(got.windows(2).all(|p| p[0] < p[1]), "out of order or twice");
+    let mut all: Vec<u64> = got.clone();
+    let ranges = lost_ranges(&third.stderr());
+    for (a, b) in &ranges {
+        all.extend(*a..=*b);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=n).collect::<Vec<_>>(), "lost: {ranges:?}");
+    assert!(!ranges.is_empty(), "the stopped reader lost nothing");
+    assert!(got.len() as u64 > stopped_at);
+    eprintln!(
+        "stopped after {stopped_at} samples; then printed {}, lost {} in {} runs",
+        got.len() as u64 - stopped_at,
+        n - got.len() as u64,
+        ranges.len()
+    );
+}
+
+/// `--inactive-after strict`: the stopped reader holds the publisher's history, so the
+/// publisher stalls with it and fails after its max_blocking_time (DDS's behaviour, kept
+/// on request), and the other readers get no further.
+#[test]
+fn a_strict_publisher_waits_for_a_stopped_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 16_000u64;
+    let (echoes, mut publisher) = start(dir.path(), n, &["--inactive-after", "strict"]);
+    assert!(
+        wait_until(Duration::from_secs(60), || echoes[2].lines() >= 1000),
+        "{}",
+        echoes[2].stderr()
+    );
+    echoes[2].signal("STOP");
+    let code = publisher.wait(Duration::from_secs(60));
+    let perr = publisher.stderr();
+    assert_eq!(code, Some(2), "{perr}");
+    assert!(perr.contains("put timed out"), "{perr}");
+    assert!(!perr.contains("is inactive"), "{perr}");
+    for e in &echoes[..2] {
+        assert!(e.lines() < n as usize, "{} samples", e.lines());
+    }
+}

@@ -1,0 +1,554 @@
+//! Loss reported honestly: every sample a reader will never deliver is counted in `lost`
+//! and raised as `SamplesLost` with its writer, its sequence numbers and why; a reader
+//! learns where it starts from the writer; a reader that stops acknowledging is let go of
+//! so it cannot hold up the others.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_core::{Config, EndpointInfo, EntityId, Event, Guid, LossReason, Qos, WriteError};
+use tether_testkit::{Link, Sim};
+
+fn info(qos: Qos) -> EndpointInfo {
+    EndpointInfo {
+        topic: "/t".into(),
+        type_name: "t".into(),
+        partitions: vec![],
+        qos,
+    }
+}
+
+fn payload(k: u64) -> Bytes {
+    Bytes::from(format!("sample-{k}").into_bytes())
+}
+
+/// The runs node `i`'s reader `r` was told it lost: (first, last, reason), in order, each
+/// event checked for a count that matches its range.
+fn losses(sim: &Sim, i: usize, r: EntityId) -> Vec<(u64, u64, LossReason)> {
+    sim.nodes[i]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SamplesLost {
+                reader,
+                first,
+                last,
+                count,
+                reason,
+                ..
+            } if *reader == r => {
+                assert_eq!(*count, last - first + 1, "{e:?}");
+                Some((*first, *last, *reason))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every sequence number of `1..=n` is either delivered (once, in order) or reported lost
+/// (once), never both, never neither; and the reader's counters agree. Returns the lost.
+fn accounted(sim: &Sim, i: usize, r: EntityId, n: u64, what: &str) -> BTreeSet<u64> {
+    let got = sim.seqs(i, r);
+    assert!(
+        got.windows(2).all(|p| p[0] < p[1]),
+        "{what}: delivered out of order or twice: {got:?}"
+    );
+    let mut lost = BTreeSet::new();
+    for (a, b, _) in losses(sim, i, r) {
+        for s in a..=b {
+            assert!(lost.insert(s), "{what}: {s} reported lost twice");
+        }
+    }
+    let delivered: BTreeSet<u64> = got.iter().copied().collect();
+    assert!(
+        delivered.is_disjoint(&lost),
+        "{what}: delivered and lost: {:?}",
+        delivered.intersection(&lost).collect::<Vec<_>>()
+    );
+    let all: BTreeSet<u64> = delivered.union(&lost).copied().collect();
+    assert_eq!(
+        all,
+        (1..=n).collect(),
+        "{what}: neither delivered nor reported lost: {:?}",
+        (1..=n).filter(|s| !all.contains(s)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        sim.nodes[i].participant.stats().lost,
+        lost.len() as u64,
+        "{what}"
+    );
+    assert_eq!(
+        sim.nodes[i].participant.reader_lost(r),
+        lost.len() as u64,
+        "{what}"
+    );
+    lost
+}
+
+/// Delivered plus reported lost, for run_until.
+fn settled(sim: &Sim, i: usize, r: EntityId) -> u64 {
+    sim.seqs(i, r).len() as u64 + sim.nodes[i].participant.reader_lost(r)
+}
+
+fn writer_events(sim: &Sim, w: usize, f: impl Fn(&Event) -> bool) -> Vec<Event> {
+    sim.nodes[w]
+        .events
+        .iter()
+        .filter(|e| f(e))
+        .cloned()
+        .collect()
+}
+
+/// A keep-last reader whose application does not take: every sample its cache replaced is
+/// lost, counted and reported (before, 15 samples overwritten in a row left `lost` at 0).
+#[test]
+fn a_keep_last_overflow_is_counted() {
+    let mut sim = Sim::new(1, Link::perfect());
+    let (w, r) = (sim.add_node(0), sim.add_node(0));
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_all()))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_last(5)));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+    }));
+    sim.nodes[r].auto_take = false;
+    for k in 1..=20 {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, payload(k)).unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(5));
+    }
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.p(r).stats().lost, 15);
+    let l = losses(&sim, r, rid);
+    assert!(
+        l.iter().all(|&(_, _, why)| why == LossReason::Overwritten),
+        "{l:?}"
+    );
+    assert_eq!(sim.take_all(r, rid), 5);
+    assert_eq!(sim.seqs(r, rid), (16..=20).collect::<Vec<_>>());
+    let lost = accounted(&sim, r, rid, 20, "keep-last overflow");
+    assert_eq!(lost, (1..=15).collect());
+}
+
+/// Under heavy loss, a reader learns where it starts from the writer, not from whatever
+/// heartbeat reaches it first. The writer starts writing as soon as it has matched the
+/// reader (`pub --wait-matched 1`); the reader may not know the writer yet, and its first
+/// heartbeat may be a periodic one announcing a history that has already moved on. A
+/// keep-all stream is then delivered whole, its first sample included; a keep-last one
+/// loses only what its writer no longer had, and says so. (Before, the reader started at
+/// the first heartbeat's `first`, and silently skipped what preceded it.)
+#[test]
+fn a_reader_starts_where_its_writer_says_under_loss() {
+    let mut skipped_runs = 0;
+    for seed in 0..80u64 {
+        let loss = [0.2, 0.3][(seed % 2) as usize];
+        let keep_all = seed % 4 < 2;
+        let mut sim = Sim::new(seed, Link::lossy(loss));
+        let (w, r) = (sim.add_node(0), sim.add_node(0));
+        let now = sim.now;
+        let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+        sim.pump(r);
+        sim.run_for(Duration::from_millis(100));
+        let wq = if keep_all {
+            Qos::new().keep_all()
+        } else {
+            Qos::new().keep_last(2)
+        };
+        let now = sim.now;
+        let wid = sim.p(w).create_writer(now, info(wq)).unwrap();
+        sim.pump(w);
+        assert!(sim.run_until(Duration::from_secs(60), |s| {
+            s.nodes[w].participant.matched_count(wid) == 1
+        }));
+        let n = 12;
+        for k in 1..=n {
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, payload(k)).unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(2));
+        }
+        let what = format!("seed {seed}, loss {loss}, keep-all {keep_all}");
+        assert!(
+            sim.run_until(Duration::from_secs(120), |s| settled(s, r, rid) == n),
+            "{what}: {:?} delivered, {} lost",
+            sim.seqs(r, rid),
+            sim.nodes[r].participant.reader_lost(rid)
+        );
+        let lost = accounted(&sim, r, rid, n, &what);
+        if keep_all {
+            assert!(lost.is_empty(), "{what}: lost {lost:?}");
+            assert_eq!(sim.seqs(r, rid).first(), Some(&1), "{what}");
+        } else {
+            skipped_runs += usize::from(!lost.is_empty());
+            assert!(
+                losses(&sim, r, rid)
+                    .iter()
+                    .all(|&(_, _, why)| why == LossReason::Unavailable),
+                "{what}"
+            );
+        }
+    }
+    // Some keep-last runs really lost samples to the writer's history (else the test
+    // proves nothing about them).
+    assert!(skipped_runs > 0, "no keep-last run lost anything");
+}
+
+/// The link between writer and reader goes down for longer than the lease: each side drops
+/// the other, and they meet again when it comes back. The reader remembers where it stood,
+/// so what was written meanwhile is lost and reported (as written while out of reach),
+/// not skipped in silence; the writer reports the reader as having left owing samples.
+#[test]
+fn a_link_down_longer_than_the_lease_is_counted() {
+    let mut sim = Sim::new(3, Link::perfect());
+    let tune = |c: &mut Config| {
+        c.lease = Duration::from_secs(3);
+        c.announce_period = Duration::from_millis(500);
+    };
+    let w = sim.add_node_with(tune);
+    let r = sim.add_node_with(tune);
+    let q = Qos::new().keep_all();
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info(q)).unwrap();
+    let rid = sim.p(r).create_reader(now, info(q));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+    }));
+    let mut k = 0;
+    let mut write_for = |sim: &mut Sim, d: Duration| {
+        let end = sim.now + d;
+        while sim.now < end {
+            k += 1;
+            let now = sim.now;
+            sim.p(w).write(now, wid, k, payload(k)).unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(10));
+        }
+        k
+    };
+    write_for(&mut sim, Duration::from_secs(2));
+    sim.nodes[r].unplugged = true;
+    write_for(&mut sim, Duration::from_secs(5));
+    sim.nodes[r].unplugged = false;
+    let n = write_for(&mut sim, Duration::from_secs(3));
+    assert!(sim.run_until(Duration::from_secs(30), |s| settled(s, r, rid) == n));
+    // Both leases ran out, and they matched again.
+    for (i, other) in [(w, r), (r, w)] {
+        let pid = sim.nodes[other].participant.id();
+        assert!(
+            sim.nodes[i].events.iter().any(
+                |e| matches!(e, Event::ParticipantLost { participant } if *participant == pid)
+            ),
+            "node {i} never lost node {other}"
+        );
+    }
+    assert_eq!(sim.p(w).matched_count(wid), 1);
+    let lost = accounted(&sim, r, rid, n, "link down");
+    assert!(!lost.is_empty());
+    // One run, in the middle, written while the link was down.
+    let l = losses(&sim, r, rid);
+    assert!(
+        l.iter().all(|&(_, _, why)| why == LossReason::Disconnected),
+        "{l:?}"
+    );
+    let (lo, hi) = (*lost.first().unwrap(), *lost.last().unwrap());
+    assert_eq!(lost.len() as u64, hi - lo + 1, "one run: {l:?}");
+    assert!(lo > 150 && hi < n - 150, "{lo}..={hi} of {n}");
+    // The writer says the reader left owing samples.
+    let owed = sim.p(w).unacknowledged(wid);
+    assert!(
+        owed.iter()
+            .any(|s| s.departed && s.name == "node1" && s.samples > 0),
+        "{owed:?}"
+    );
+}
+
+/// A keep-all writer, its history 16 samples, and three keep-all readers on nodes 1 to 3,
+/// matched, 50 samples delivered. `wq`: the writer's QoS on top of keep-all.
+fn three_readers(seed: u64, wq: impl Fn(Qos) -> Qos) -> (Sim, EntityId, Vec<EntityId>) {
+    three_readers_on(seed, Link::perfect(), wq)
+}
+
+/// [`three_readers`] over `link`.
+fn three_readers_on(
+    seed: u64,
+    link: Link,
+    wq: impl Fn(Qos) -> Qos,
+) -> (Sim, EntityId, Vec<EntityId>) {
+    let mut sim = Sim::new(seed, link);
+    sim.add_node(0);
+    for _ in 0..3 {
+        // Leases long enough that only inactivity can let a stalled reader go.
+        sim.add_node_with(|c| c.lease = Duration::from_secs(120));
+    }
+    let now = sim.now;
+    let wid = sim
+        .p(0)
+        .create_writer(now, info(wq(Qos::new().keep_all().max_samples(16))))
+        .unwrap();
+    let rids: Vec<EntityId> = (1..=3)
+        .map(|i| sim.p(i).create_reader(now, info(Qos::new().keep_all())))
+        .collect();
+    for i in 0..=3 {
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[0].participant.matched_count(wid) == 3
+    }));
+    let mut k = 0;
+    write_until(&mut sim, wid, &mut k, 50, Duration::from_secs(10));
+    assert!(sim.run_until(Duration::from_secs(60), |s| {
+        (1..=3).all(|i| s.seqs(i, rids[i - 1]).len() == 50)
+    }));
+    (sim, wid, rids)
+}
+
+/// Writes samples `k + 1..=n` on node 0's writer, stepping the network while it refuses.
+/// False if it stayed refused for `patience` of virtual time.
+fn write_until(sim: &mut Sim, wid: EntityId, k: &mut u64, n: u64, patience: Duration) -> bool {
+    let mut blocked_since = None;
+    while *k < n {
+        let now = sim.now;
+        match sim.p(0).write(now, wid, *k + 1, payload(*k + 1)) {
+            Ok(_) => {
+                *k += 1;
+                blocked_since = None;
+                sim.pump(0);
+                sim.run_for(Duration::from_millis(1));
+            }
+            Err(WriteError::WouldBlock(_)) => {
+                let since = *blocked_since.get_or_insert(now);
+                if now - since >= patience {
+                    return false;
+                }
+                sim.pump(0);
+                assert!(sim.step(), "nothing in flight while blocked");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    true
+}
+
+/// One of three readers stops (its process stopped: it neither answers nor receives).
+/// After 3 s without an acknowledgement the writer marks it inactive and stops keeping its
+/// history for it: the other two get everything. When it comes back it resumes from what
+/// the writer still has, and what it missed is reported lost, by it and by the writer.
+#[test]
+fn a_stalled_reader_does_not_stall_the_others() {
+    let (mut sim, wid, rids) = three_readers(4, |q| q);
+    let stalled = Guid {
+        participant: sim.nodes[3].participant.id(),
+        entity: rids[2],
+    };
+    sim.nodes[3].up = false;
+    let mut k = 50;
+    // The writer fills its history with what the stalled reader holds, then waits for it:
+    // past two heartbeat periods of silence, room is expected when it is let go of.
+    assert!(!write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_millis(500)
+    ));
+    let now = sim.now;
+    let t = sim.p(0).room_expected(now, wid).expect("room expected");
+    assert!(
+        t > now && t <= now + Duration::from_millis(3300),
+        "{:?}",
+        t - now
+    );
+    assert!(write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_secs(5)
+    ));
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        (1..=2).all(|i| s.seqs(i, rids[i - 1]).len() == 400)
+    }));
+    for i in 1..=2 {
+        assert_eq!(sim.seqs(i, rids[i - 1]), (1..=400).collect::<Vec<_>>());
+    }
+    let inactive = writer_events(&sim, 0, |e| matches!(e, Event::ReaderInactive { .. }));
+    assert_eq!(
+        inactive,
+        vec![Event::ReaderInactive {
+            writer: wid,
+            reader: stalled
+        }]
+    );
+    let owed = sim.p(0).unacknowledged(wid);
+    let of_stalled: Vec<_> = owed.iter().filter(|s| s.reader == stalled).collect();
+    assert!(
+        of_stalled.len() == 1 && of_stalled[0].inactive && of_stalled[0].samples >= 400 - 50 - 16,
+        "{owed:?}"
+    );
+    assert!(owed.iter().all(|s| s.reader == stalled || !s.inactive));
+
+    // It comes back: it resumes from what the writer still has.
+    sim.nodes[3].up = true;
+    let ok = sim.run_until(Duration::from_secs(30), |s| settled(s, 3, rids[2]) == 400);
+    if !ok {
+        eprintln!("{:?}", sim.seqs(3, rids[2]));
+        for e in &sim.nodes[3].events {
+            eprintln!("{e:?}");
+        }
+        eprintln!("{:?}", sim.nodes[3].participant.stats());
+        panic!();
+    }
+    let lost = accounted(&sim, 3, rids[2], 400, "stalled reader");
+    assert!(!lost.is_empty());
+    assert!(
+        losses(&sim, 3, rids[2])
+            .iter()
+            .all(|&(_, _, why)| why == LossReason::Unavailable)
+    );
+    assert!(sim.run_until(Duration::from_secs(5), |s| {
+        s.nodes[0].participant.all_acked(wid)
+    }));
+    let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
+    let [
+        Event::ReaderActive {
+            reader, released, ..
+        },
+    ] = back[..]
+    else {
+        panic!("{back:?}");
+    };
+    assert_eq!(reader, stalled);
+    // The writer let go of at least what the reader lost (it may have had a few more it
+    // had not acknowledged yet when it stopped).
+    assert!(released >= lost.len() as u64, "{released} < {}", lost.len());
+    let owed = sim.p(0).unacknowledged(wid);
+    assert!(
+        owed.len() == 1 && owed[0].samples == released && !owed[0].inactive,
+        "{owed:?}"
+    );
+}
+
+/// With strict reliability (inactive_after 0, DDS's behaviour) a stalled reader holds the
+/// writer, and so the others, until it answers again; then nothing is lost.
+#[test]
+fn a_strict_writer_waits_for_a_stalled_reader() {
+    let (mut sim, wid, rids) = three_readers(5, |q| q.inactive_after(Duration::ZERO));
+    sim.nodes[3].up = false;
+    let mut k = 50;
+    assert!(!write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_secs(20)
+    ));
+    let now = sim.now;
+    assert_eq!(sim.p(0).room_expected(now, wid), None);
+    assert!(k < 50 + 16 + 1, "wrote {k} with a stalled reader");
+    for i in 1..=2 {
+        assert_eq!(sim.seqs(i, rids[i - 1]).len() as u64, k);
+    }
+    assert!(writer_events(&sim, 0, |e| matches!(e, Event::ReaderInactive { .. })).is_empty());
+    sim.nodes[3].up = true;
+    assert!(write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        400,
+        Duration::from_secs(10)
+    ));
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        (1..=3).all(|i| s.seqs(i, rids[i - 1]).len() == 400)
+    }));
+    for i in 1..=3 {
+        accounted(&sim, i, rids[i - 1], 400, "strict");
+        assert_eq!(sim.nodes[i].participant.stats().lost, 0);
+    }
+}
+
+/// A reader that still answers but whose application does not take (a full keep-all
+/// cache) is slow, not stalled: it keeps the writer waiting however long (flow control),
+/// and no room is promised for its sake.
+#[test]
+fn a_slow_reader_is_not_let_go_of() {
+    let (mut sim, wid, rids) = three_readers(6, |q| q);
+    sim.nodes[3].auto_take = false;
+    let mut k = 50;
+    assert!(!write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        10_000,
+        Duration::from_secs(10)
+    ));
+    let now = sim.now;
+    assert_eq!(sim.p(0).room_expected(now, wid), None);
+    assert!(writer_events(&sim, 0, |e| matches!(e, Event::ReaderInactive { .. })).is_empty());
+    sim.take_all(3, rids[2]);
+    let more = k + 100;
+    assert!(write_until(
+        &mut sim,
+        wid,
+        &mut k,
+        more,
+        Duration::from_secs(10)
+    ));
+}
+
+/// The same over a lossy link, many seeds: the GAP or heartbeat that tells a reader coming
+/// back what it missed may be lost, so the writer keeps heartbeating until the reader has
+/// acknowledged past it (before, a writer that had let go of everything the reader owed
+/// stopped heartbeating, and the reader, its GAP lost, never learned of its loss).
+#[test]
+fn a_stalled_reader_comes_back_under_loss() {
+    for seed in 0..12u64 {
+        let (mut sim, wid, rids) = three_readers_on(seed, Link::lossy(0.2), |q| q);
+        sim.nodes[3].up = false;
+        let mut k = 50;
+        assert!(write_until(
+            &mut sim,
+            wid,
+            &mut k,
+            300,
+            Duration::from_secs(10)
+        ));
+        assert!(sim.run_until(Duration::from_secs(60), |s| {
+            (1..=2).all(|i| s.seqs(i, rids[i - 1]).len() == 300)
+        }));
+        sim.nodes[3].up = true;
+        let what = format!("seed {seed}");
+        assert!(
+            sim.run_until(Duration::from_secs(60), |s| settled(s, 3, rids[2]) == 300),
+            "{what}: {} delivered, {} lost",
+            sim.seqs(3, rids[2]).len(),
+            sim.nodes[3].participant.reader_lost(rids[2])
+        );
+        accounted(&sim, 3, rids[2], 300, &what);
+        for i in 1..=2 {
+            assert_eq!(
+                sim.seqs(i, rids[i - 1]),
+                (1..=300).collect::<Vec<_>>(),
+                "{what}"
+            );
+        }
+        assert!(
+            sim.run_until(Duration::from_secs(10), |s| s.nodes[0]
+                .participant
+                .all_acked(wid)),
+            "{what}"
+        );
+        let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
+        assert_eq!(back.len(), 1, "{what}: {back:?}");
+    }
+}
