@@ -104,13 +104,16 @@ pub(crate) struct WriterProxy {
 }
 
 impl WriterProxy {
-    /// True if this reader knows of samples or fragments of the writer it does not have:
+    /// True if this reader knows of samples or fragments of the writer it does not have, or
+    /// holds samples but does not know where it starts:
     /// announced by a heartbeat or overtaken by later samples (and neither received, in
     /// reassembly, nor declared gone), or fragments overtaken by later ones, or any missing
     /// fragment of a sample the writer has finished sending (its heartbeat announced it).
     pub(crate) fn misses(&self) -> bool {
         let Some(e) = self.expected.filter(|_| self.reliable) else {
-            return false;
+            // Samples came but the writer has not yet said where this reader starts (that
+            // heartbeat was lost): ask it (a START_UNKNOWN ACKNACK).
+            return self.reliable && (!self.pending.is_empty() || !self.frags.is_empty());
         };
         let last = self
             .hb_last
