@@ -380,4 +380,7 @@ pub struct Stats {
     pub signatures_made: u64,
     /// Batch signatures verified (one per batch received, whatever its size).
     pub signatures_verified: u64,
+    /// Datagrams the driver could not send because they were larger than the path allows
+    /// (reported through [`Participant::handle_datagram_too_large`](crate::Participant::handle_datagram_too_large)).
+    pub datagrams_too_large: u64,
 }

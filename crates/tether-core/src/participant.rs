@@ -412,6 +412,17 @@ impl Participant {
         self.schedule_rekeys(now);
     }
 
+    /// Tells the engine that a datagram of `size` bytes to `dest` was refused as larger
+    /// than the path allows (`EMSGSIZE` with don't-fragment set: larger than the
+    /// interface's MTU). It was not sent; what it carried is repaired as any loss is.
+    ///
+    /// The hook for per-destination datagram sizing: counted in
+    /// [`Stats::datagrams_too_large`] here; the path-MTU logic lowers `dest`'s datagram
+    /// size from it.
+    pub fn handle_datagram_too_large(&mut self, _now: Instant, _dest: SocketAddr, _size: usize) {
+        self.stats.datagrams_too_large += 1;
+    }
+
     /// The submessages of one datagram; `outer`: as received (a SEALED one may open to
     /// another datagram, which may not be sealed again).
     pub(crate) fn process_datagram(
