@@ -169,8 +169,11 @@ impl UdpTransport {
     /// Receives one datagram into `chunk` and splits it off as shared bytes: no copy, and
     /// one allocation per megabyte received rather than one per datagram.
     pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
-        self.batch.count_recv();
-        recv_into(&self.socket, chunk, self.max_datagram)
+        let r = recv_into(&self.socket, chunk, self.max_datagram);
+        if r.is_ok() {
+            self.batch.count_recv();
+        }
+        r
     }
 
     /// Receives every datagram waiting (at least one; blocking as [`recv`](Self::recv)
@@ -349,8 +352,11 @@ impl MulticastReceiver {
 
     /// Receives one datagram (times out after 200 ms with `WouldBlock`/`TimedOut`).
     pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
-        self.batch.count_recv();
-        recv_into(&self.socket, chunk, self.max_datagram)
+        let r = recv_into(&self.socket, chunk, self.max_datagram);
+        if r.is_ok() {
+            self.batch.count_recv();
+        }
+        r
     }
 
     /// Receives every datagram waiting (at least one; blocking as [`recv`](Self::recv)
