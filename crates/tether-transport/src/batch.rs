@@ -326,6 +326,13 @@ impl Batcher {
         s: &mut Scratch,
         report: &mut SendReport,
     ) -> usize {
+        let taken = self.prepare(batch, s);
+        self.submit(socket, batch, one, s, report).unwrap_or(taken)
+    }
+
+    /// Fills `s` with the messages for the first datagrams of `batch` (GSO runs joined);
+    /// returns how many datagrams they carry.
+    fn prepare<T: Outgoing>(&self, batch: &[T], s: &mut Scratch) -> usize {
         let gso = self.gso();
         let mut i = 0;
         // First the iovecs, addresses and control messages, then (below) the headers that
@@ -394,6 +401,20 @@ impl Batcher {
             }
             s.hdrs.push(h);
         }
+        i
+    }
+
+    /// Sends the messages in `s` with `sendmmsg`, again from where the kernel stopped, and
+    /// counts the outcome. `Some(datagram)` if it gave up at that datagram of `batch` and
+    /// the caller should go on from there (GSO or `sendmmsg` just turned off).
+    fn submit<T: Outgoing>(
+        &self,
+        socket: &Socket,
+        batch: &[T],
+        one: &impl Fn(&T) -> io::Result<()>,
+        s: &mut Scratch,
+        report: &mut SendReport,
+    ) -> Option<usize> {
         let mut k = 0;
         while k < s.hdrs.len() {
             self.send_calls.fetch_add(1, Ordering::Relaxed);
@@ -426,12 +447,12 @@ impl Batcher {
                 Some(libc::ENOSYS) => {
                     // No sendmmsg: one call per datagram from here on.
                     self.mmsg.store(false, Ordering::Relaxed);
-                    return sp.start;
+                    return Some(sp.start);
                 }
                 Some(libc::EIO) if sp.n > 1 => {
                     // The device cannot checksum GSO segments: GSO off for this socket.
                     self.gso.store(false, Ordering::Relaxed);
-                    return sp.start;
+                    return Some(sp.start);
                 }
                 code if sp.n > 1 => {
                     // EINVAL (a segment larger than the route's MTU, or a socket or device
@@ -451,7 +472,7 @@ impl Batcher {
             }
             k += 1;
         }
-        i
+        None
     }
 
     /// Receives what is waiting (at least one datagram, or the socket's time-out or
