@@ -32,11 +32,12 @@ pub(crate) struct ThroughputArgs {
     pub(crate) json: bool,
 }
 
-/// Where the sender and the sink run.
+/// Where the sender and the sink run. On two hosts with two CPUs or more, the sender
+/// runs on CPU 0 and the sink on CPU 1 (counted before pinning: a pinned thread sees one).
 #[derive(Clone, Copy)]
 enum Place<'a> {
     Loopback,
-    Veth(&'a Lan),
+    Veth { lan: &'a Lan, two_cpus: bool },
 }
 
 impl Place<'_> {
@@ -44,10 +45,10 @@ impl Place<'_> {
     fn sender<R: Send>(self, f: impl FnOnce() -> anyhow::Result<R> + Send) -> anyhow::Result<R> {
         match self {
             Place::Loopback => f(),
-            Place::Veth(lan) => in_namespace(lan.senders(), || {
-                // The receive side's softirq work runs on CPU 1 (see `Lan`): the sender
-                // stands for another machine's CPU.
-                if cpus() >= 2 {
+            Place::Veth { lan, two_cpus } => in_namespace(lan.senders(), || {
+                // The sink and the receive side's softirq work run on CPU 1 (see `Lan`):
+                // the sender stands for another machine's CPU.
+                if two_cpus {
                     pin(Some(0));
                 }
                 f()
@@ -88,7 +89,7 @@ fn open_pair(
             let peer = Peer::spawn(&bc, role, busy, busy.then_some(1))?;
             Ok((Session::open(bc.base.clone())?, peer, bc))
         }
-        Place::Veth(lan) => {
+        Place::Veth { lan, two_cpus } => {
             let mut mine = bc.base.clone();
             mine.transport.listen = Some(SocketAddr::new(SENDER_IP.into(), 0));
             mine.discovery.registry = false;
@@ -113,7 +114,7 @@ fn open_pair(
             if busy {
                 args.push("--busy-poll".into());
             }
-            if cpus() >= 2 {
+            if two_cpus {
                 args.extend(["--cpu".into(), "1".into()]);
             }
             let peer = Peer::spawn_with(Some(lan.receivers()), crate::PEER_SUBCOMMAND, &args)?;
@@ -137,7 +138,7 @@ fn raw_udp_throughput(
                 Peer::spawn(&bc, "udp-sink", busy, busy.then_some(1))?,
             )
         }
-        Place::Veth(lan) => {
+        Place::Veth { lan, two_cpus } => {
             let mut args = vec![
                 "udp-sink".to_string(),
                 "--ip".into(),
@@ -146,7 +147,7 @@ fn raw_udp_throughput(
             if busy {
                 args.push("--busy-poll".into());
             }
-            if cpus() >= 2 {
+            if two_cpus {
                 args.extend(["--cpu".into(), "1".into()]);
             }
             let p = Peer::spawn_with(Some(lan.receivers()), crate::PEER_SUBCOMMAND, &args)?;
@@ -247,7 +248,9 @@ pub(crate) fn throughput(cfg: Config, a: ThroughputArgs) -> anyhow::Result<()> {
         HostsArg::Loopback => None,
         HostsArg::Veth => Some(Lan::create()?),
     };
-    let place = lan.as_ref().map_or(Place::Loopback, Place::Veth);
+    let place = lan
+        .as_ref()
+        .map_or(Place::Loopback, |lan| Place::Veth { lan, two_cpus: two });
     let (blocking, busy_poll) = receive_modes(a.mode);
     let mut modes = Vec::new();
     if blocking {
