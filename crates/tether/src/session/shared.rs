@@ -216,6 +216,13 @@ impl Shared {
     /// wakes the threads waiting on its events. Called with the lock held; `out` is run
     /// after it is released.
     pub(super) fn drive(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
+        self.collect(inner, now, out);
+        self.rearm(inner, out);
+    }
+
+    /// [`drive`](Self::drive) without re-arming the receive thread: for the receive thread
+    /// itself, which reads the engine's timers after each batch of datagrams.
+    pub(super) fn collect(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
         out.transmits
             .extend(std::iter::from_fn(|| inner.core.poll_transmit()).map(Out));
         while let Some(e) = inner.core.poll_event() {
@@ -245,7 +252,6 @@ impl Shared {
         // Taking may have freed room for local writers and produced transmits.
         out.transmits
             .extend(std::iter::from_fn(|| inner.core.poll_transmit()).map(Out));
-        self.rearm(inner, out);
     }
 
     /// Has the receive thread woken (when `out` runs) if the engine now wants to run earlier

@@ -88,9 +88,11 @@ pub(super) fn recv_loop(shared: &Shared) {
                     for (d, from) in batch.drain(..) {
                         if !d.is_empty() {
                             g.core.handle_datagram(now, from, &d);
-                            shared.drive(&mut g, now, &mut deferred);
+                            shared.collect(&mut g, now, &mut deferred);
                         }
                     }
+                    // This thread reads the timers itself: no need to wake it.
+                    let _ = g.core.take_timers_changed();
                     if let Some(t) = g.core.poll_timeout() {
                         next_timer = t;
                     }
