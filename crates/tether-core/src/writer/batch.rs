@@ -132,6 +132,8 @@ impl Participant {
         // sends as one GSO message per destination).
         let room = self.batch_room();
         let mut parts: Vec<(Head, Bytes)> = Vec::new();
+        // One buffer for every head of this batch (each is copied into its Head).
+        let mut scratch = Vec::with_capacity(96 + SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
         let mut start = 0;
         let mut seq = first_seq;
         while start < entries.len() {
@@ -140,7 +142,7 @@ impl Participant {
             let body = entries.slice(start..end);
             let hb = if last { hb } else { None };
             if n > 0 {
-                if let Some(head) = self.batch_head(hdr, writer, seq, n, &body, hb) {
+                if let Some(head) = self.batch_head(&mut scratch, hdr, writer, seq, n, &body, hb) {
                     parts.push((head, body));
                 }
             }
@@ -170,8 +172,10 @@ impl Participant {
 
     /// The head of one batch datagram: header, BATCH_SIG over its entries (sign modes),
     /// the BATCH head; the heartbeat first when `hb`.
+    #[allow(clippy::too_many_arguments)]
     fn batch_head(
         &mut self,
+        head: &mut Vec<u8>,
         hdr: tether_wire::Header,
         writer: EntityId,
         first_seq: u64,
@@ -199,8 +203,8 @@ impl Participant {
             }
             _ => None,
         };
-        let mut head = Vec::with_capacity(96 + if sig.is_some() { 84 } else { 0 });
-        let mut b = DatagramBuilder::new(&mut head, hdr);
+        head.clear();
+        let mut b = DatagramBuilder::new(head, hdr);
         if let Some(hb) = &hb {
             let _ = b.push(&Submessage::Heartbeat(*hb));
         }
@@ -220,7 +224,7 @@ impl Participant {
             entries: &[],
         };
         b.push_batch_head(&batch, entries.len()).ok()?;
-        Some(Head::copy_from_slice(&head))
+        Some(Head::copy_from_slice(head))
     }
 
     /// A coalescing writer's batch: one DATA per sample, as many per datagram as fit, the
