@@ -131,10 +131,49 @@ enum Which {
         /// Receiver modes to measure.
         #[arg(long, value_enum, default_value = "both")]
         mode: ModeArg,
+        /// The rows to measure (default: all five).
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "raw,best-effort,reliable,best-effort-batched,reliable-batched"
+        )]
+        qos: Vec<ShapeArg>,
+        /// Where the two processes run: on loopback, or on two hosts (network namespaces
+        /// joined by a veth pair, MTU 1500; root only).
+        #[arg(long, value_enum, default_value = "loopback")]
+        hosts: HostsArg,
+        /// `transport.max_datagram` of both sessions (default: the configuration's).
+        #[arg(long)]
+        max_datagram: Option<usize>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A row of `tether bench throughput`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum ShapeArg {
+    /// Raw UDP `send_to`, one datagram per sample.
+    Raw,
+    /// Best effort, one datagram per sample.
+    BestEffort,
+    /// Reliable keep-all, one datagram per sample.
+    Reliable,
+    /// Best effort with `Qos::batching`.
+    BestEffortBatched,
+    /// Reliable keep-all with `Qos::batching`.
+    ReliableBatched,
+}
+
+/// Where a two-process bench runs.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum HostsArg {
+    /// Both processes on this host's loopback.
+    Loopback,
+    /// Two network namespaces joined by a veth pair (MTU 1500).
+    Veth,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -155,6 +194,9 @@ pub struct PeerArgs {
     /// Pin the process to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
+    /// The address raw UDP peers bind (default 127.0.0.1).
+    #[arg(long)]
+    ip: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -245,7 +287,26 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
             sizes,
             json,
             mode,
-        } => loopback::throughput(cfg, duration, &sizes, mode, json),
+            qos,
+            hosts,
+            max_datagram,
+        } => {
+            let mut cfg = cfg;
+            if let Some(m) = max_datagram {
+                cfg.transport.max_datagram = m;
+            }
+            loopback::throughput(
+                cfg,
+                loopback::ThroughputArgs {
+                    duration,
+                    sizes,
+                    mode,
+                    shapes: qos,
+                    hosts,
+                    json,
+                },
+            )
+        }
     }
 }
 
@@ -259,7 +320,7 @@ pub fn peer(mut cfg: Config, args: PeerArgs) -> anyhow::Result<()> {
     match args.role {
         Role::UdpEcho => loopback::udp_echo(args.busy_poll),
         Role::Pong => loopback::pong(cfg),
-        Role::UdpSink => loopback::udp_sink(args.busy_poll),
+        Role::UdpSink => loopback::udp_sink(args.busy_poll, args.ip),
         Role::Ack => paper::ack_peer(cfg),
         Role::BulkSink => bulk::sink(cfg),
         Role::Sink => loopback::sink(cfg, false),

@@ -20,7 +20,8 @@ pub enum History {
 /// writer is flushed. Local to the writer (not announced, not part of matching).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Batching {
-    /// Flush once the batch holds this many bytes (capped at one datagram).
+    /// Flush once the batch holds this many bytes. A batch larger than one datagram
+    /// leaves as several (whole samples in each), back to back.
     pub max_bytes: usize,
     /// Flush once the batch holds this many samples.
     pub max_samples: u32,

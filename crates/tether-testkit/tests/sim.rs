@@ -916,6 +916,57 @@ fn batching_reliable_under_loss() {
     }
 }
 
+/// With path-sized datagrams a batch larger than one datagram leaves as several, back to
+/// back, each with whole samples (a BATCH of its own), the heartbeat in the last: reliable
+/// keep-all under loss delivers every sample once, in order, intact.
+#[test]
+fn batch_spans_path_sized_datagrams() {
+    for seed in 0..6u64 {
+        let loss = [0.0, 0.1][(seed % 2) as usize];
+        let mut sim = Sim::new(seed, Link::lossy(loss));
+        for _ in 0..2 {
+            sim.add_node_with(|c| c.max_datagram = 1472);
+        }
+        let wq = batched(Qos::new().keep_all().max_samples(512), 60_000, 1024, 5);
+        let now = sim.now;
+        let w = sim.p(0).create_writer(now, info("/t", wq)).unwrap();
+        let r = sim
+            .p(1)
+            .create_reader(now, info("/t", Qos::new().keep_all().max_samples(512)));
+        sim.pump(0);
+        sim.pump(1);
+        assert!(sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[0].participant.matched_count(w) == 1
+                && s.nodes[1].participant.matched_count(r) == 1
+        }));
+        // 1 KB samples: one per datagram; 300 B ones: four.
+        let size = |i: u64| if i <= 50 { 1000 } else { 300 };
+        let before = sim.nodes[0].participant.stats().datagrams_sent;
+        for i in 1..=100u64 {
+            let now = sim.now;
+            sim.p(0).write(now, w, i, sample_bytes(i, size(i))).unwrap();
+        }
+        // The batch holds 60 KB, not one datagram: the 81st sample overflowed it and sent
+        // the first 80 (50 datagrams of one 1 KB sample, 8 of up to four 300 B ones).
+        let waiting = sim.nodes[0].participant.stats().datagrams_sent - before;
+        assert_eq!(waiting, 58, "seed {seed}");
+        let now = sim.now;
+        sim.p(0).flush(now, w);
+        let flushed = sim.nodes[0].participant.stats().datagrams_sent - before;
+        assert_eq!(flushed, 63, "seed {seed}");
+        sim.pump(0);
+        assert!(
+            sim.run_until(Duration::from_secs(120), |s| s.seqs(1, r).len() == 100),
+            "seed {seed}: {} of 100",
+            sim.seqs(1, r).len()
+        );
+        assert_eq!(sim.seqs(1, r), (1..=100).collect::<Vec<_>>(), "seed {seed}");
+        for s in &sim.nodes[1].delivered[&r] {
+            assert_eq!(s.payload, sample_bytes(s.seq, size(s.seq)), "seed {seed}");
+        }
+    }
+}
+
 /// Best-effort batching over duplication and reordering never duplicates or goes backwards.
 #[test]
 fn batching_best_effort_order() {

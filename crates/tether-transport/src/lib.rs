@@ -4,8 +4,9 @@
 //! What is here:
 //! - [`UdpTransport`]: one unicast UDP socket per session, used for everything the session
 //!   sends (so a peer's address as seen by others is the address it can be reached at),
-//!   with large kernel buffers, an optional busy-poll receive mode and zero-copy receive into
-//!   shared [`bytes::Bytes`] chunks;
+//!   with large kernel buffers, an optional busy-poll receive mode, zero-copy receive into
+//!   shared [`bytes::Bytes`] chunks, and batched system calls ([`BatchIo`]: `sendmmsg` and
+//!   `recvmmsg` with UDP GSO and GRO, so path-sized datagrams do not cost a call each);
 //! - [`MulticastReceiver`]: LAN discovery on a multicast group and interface;
 //! - [`Registry`]: same-host discovery without multicast, a per-domain directory of the
 //!   sessions' addresses (loopback has no multicast flag on many hosts).
@@ -19,14 +20,38 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use socket2::{Domain, Protocol, Socket, Type};
 
+mod batch;
 pub mod path;
 mod registry;
+use batch::Batcher;
+pub use batch::{BatchIo, IoStats, Outgoing, SendReport};
 pub use registry::{Registry, default_registry_dir};
 
 /// Something that carries datagrams to addresses.
 pub trait Transport: Send + Sync {
     /// Sends one datagram, `head` followed by `body`, to `dest` without joining them first.
     fn send(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()>;
+    /// Sends `batch` in order, each datagram as [`send`](Self::send) would, in as few
+    /// system calls as the transport can; says what failed.
+    fn send_batch<T: Outgoing>(&self, batch: &[T]) -> SendReport
+    where
+        Self: Sized,
+    {
+        let mut r = SendReport::default();
+        for d in batch {
+            match self.send(d.dest(), d.head(), d.body()) {
+                Ok(()) => r.sent += 1,
+                Err(e) => {
+                    r.failed += 1;
+                    if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                        r.too_large
+                            .push((d.dest(), d.head().len() + d.body().len()));
+                    }
+                }
+            }
+        }
+        r
+    }
     /// Largest datagram this transport carries.
     fn max_datagram(&self) -> usize;
     /// Where others reach us.
@@ -46,6 +71,12 @@ pub struct UdpOptions {
     pub max_datagram: usize,
     /// Interface address for multicast sends.
     pub multicast_if: Option<Ipv4Addr>,
+    /// How system calls are batched.
+    pub batch_io: BatchIo,
+    /// Set don't-fragment on every datagram (`IP_PMTUDISC_PROBE`): a datagram larger than
+    /// the interface's MTU then fails with `EMSGSIZE` ([`SendReport::too_large`]) instead
+    /// of leaving as IP fragments. For path-sized datagrams.
+    pub dont_fragment: bool,
 }
 
 impl Default for UdpOptions {
@@ -56,6 +87,8 @@ impl Default for UdpOptions {
             send_buffer: 4 << 20,
             max_datagram: 65_000,
             multicast_if: None,
+            batch_io: BatchIo::Offload,
+            dont_fragment: true,
         }
     }
 }
@@ -67,6 +100,7 @@ pub struct UdpTransport {
     local: SocketAddr,
     max_datagram: usize,
     dont_fragment: bool,
+    batch: Batcher,
 }
 
 /// Datagrams up to this size are copied into one buffer before sending; above it, two iovecs
@@ -74,7 +108,7 @@ pub struct UdpTransport {
 const SMALL: usize = 256;
 
 /// Size of the chunks received datagrams are carved from.
-const CHUNK: usize = 1 << 20;
+pub(crate) const CHUNK: usize = 1 << 20;
 
 impl UdpTransport {
     /// Binds a socket with the given options.
@@ -92,7 +126,9 @@ impl UdpTransport {
             s.set_send_buffer_size(n)
         });
         socket.bind(&opts.bind.into())?;
-        let dont_fragment = path::set_dont_fragment(&socket, opts.bind.is_ipv6());
+        let dont_fragment =
+            opts.dont_fragment && path::set_dont_fragment(&socket, opts.bind.is_ipv6());
+        let batch = Batcher::new(&socket, domain, opts.batch_io);
         if let Some(ifa) = opts.multicast_if {
             socket.set_multicast_if_v4(&ifa)?;
             socket.set_multicast_loop_v4(true)?;
@@ -107,6 +143,7 @@ impl UdpTransport {
             local,
             max_datagram: opts.max_datagram,
             dont_fragment,
+            batch,
         })
     }
 
@@ -140,7 +177,46 @@ impl UdpTransport {
     /// Receives one datagram into `chunk` and splits it off as shared bytes: no copy, and
     /// one allocation per megabyte received rather than one per datagram.
     pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
-        recv_into(&self.socket, chunk, self.max_datagram)
+        let r = recv_into(&self.socket, chunk, self.max_datagram);
+        if r.is_ok() {
+            self.batch.count_recv();
+        }
+        r
+    }
+
+    /// Receives every datagram waiting (at least one; blocking as [`recv`](Self::recv)
+    /// does) into `chunk`, appending each with its source to `out`, in the order they
+    /// arrived: one `recvmmsg`, each GRO message split into the datagrams it joined.
+    /// Returns how many were appended (0 if every one was dropped as truncated).
+    pub fn recv_batch(
+        &self,
+        chunk: &mut BytesMut,
+        out: &mut Vec<(Bytes, SocketAddr)>,
+    ) -> io::Result<usize> {
+        if self.batch.mmsg() {
+            match self.batch.recv(&self.socket, chunk, self.max_datagram, out) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+                r => return r,
+            }
+        }
+        out.push(self.recv(chunk)?);
+        Ok(1)
+    }
+
+    /// Counters of this socket's system calls.
+    pub fn io_stats(&self) -> IoStats {
+        self.batch.stats()
+    }
+
+    /// True while sends use UDP GSO (off with [`BatchIo`] other than `Offload`, on kernels
+    /// without it, and after a device refused it).
+    pub fn gso(&self) -> bool {
+        self.batch.gso()
+    }
+
+    /// True if receives use UDP GRO.
+    pub fn gro(&self) -> bool {
+        self.batch.gro()
     }
 
     /// Wakes a thread blocked in [`recv`](Self::recv) on this socket (an empty datagram to
@@ -192,8 +268,9 @@ fn recv_into(socket: &Socket, chunk: &mut BytesMut, max: usize) -> io::Result<(B
     Ok((chunk.split().freeze(), from))
 }
 
-impl Transport for UdpTransport {
-    fn send(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()> {
+impl UdpTransport {
+    /// One datagram, one system call.
+    fn send_one(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()> {
         let addr = dest.into();
         if body.is_empty() {
             self.socket.send_to(head, &addr).map(|_| ())
@@ -215,6 +292,32 @@ impl Transport for UdpTransport {
             self.socket.send_to_vectored(&iov, &addr).map(|_| ())
         }
     }
+}
+
+impl std::os::fd::AsFd for UdpTransport {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl Transport for UdpTransport {
+    fn send(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()> {
+        self.batch.count_send();
+        self.send_one(dest, head, body)
+    }
+    /// Groups consecutive datagrams to one destination into GSO messages (equal sizes, the
+    /// last may be shorter) and sends up to 64 messages per `sendmmsg`; falls back to one
+    /// call per datagram as [`BatchIo`] and the kernel say.
+    fn send_batch<T: Outgoing>(&self, batch: &[T]) -> SendReport {
+        let mut r = SendReport::default();
+        self.batch.send(
+            &self.socket,
+            batch,
+            |d| self.send_one(d.dest(), d.head(), d.body()),
+            &mut r,
+        );
+        r
+    }
     fn max_datagram(&self) -> usize {
         self.max_datagram
     }
@@ -229,6 +332,7 @@ impl Transport for UdpTransport {
 pub struct MulticastReceiver {
     socket: Socket,
     max_datagram: usize,
+    batch: Batcher,
 }
 
 impl MulticastReceiver {
@@ -246,15 +350,56 @@ impl MulticastReceiver {
         socket.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())?;
         socket.join_multicast_v4(&group, &iface)?;
         socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let batch = Batcher::new(&socket, Domain::IPV4, BatchIo::Mmsg);
         Ok(MulticastReceiver {
             socket,
             max_datagram: 65_507,
+            batch,
         })
     }
 
     /// Receives one datagram (times out after 200 ms with `WouldBlock`/`TimedOut`).
     pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
-        recv_into(&self.socket, chunk, self.max_datagram)
+        let r = recv_into(&self.socket, chunk, self.max_datagram);
+        if r.is_ok() {
+            self.batch.count_recv();
+        }
+        r
+    }
+
+    /// Receives every datagram waiting (at least one; blocking as [`recv`](Self::recv)
+    /// does) into `chunk`, appending each with its source to `out`, in the order they
+    /// arrived: one `recvmmsg`, each GRO message split into the datagrams it joined.
+    /// Returns how many were appended (0 if every one was dropped as truncated).
+    pub fn recv_batch(
+        &self,
+        chunk: &mut BytesMut,
+        out: &mut Vec<(Bytes, SocketAddr)>,
+    ) -> io::Result<usize> {
+        if self.batch.mmsg() {
+            match self.batch.recv(&self.socket, chunk, self.max_datagram, out) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+                r => return r,
+            }
+        }
+        out.push(self.recv(chunk)?);
+        Ok(1)
+    }
+
+    /// Counters of this socket's system calls.
+    pub fn io_stats(&self) -> IoStats {
+        self.batch.stats()
+    }
+
+    /// True while sends use UDP GSO (off with [`BatchIo`] other than `Offload`, on kernels
+    /// without it, and after a device refused it).
+    pub fn gso(&self) -> bool {
+        self.batch.gso()
+    }
+
+    /// True if receives use UDP GRO.
+    pub fn gro(&self) -> bool {
+        self.batch.gro()
     }
 }
 

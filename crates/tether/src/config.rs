@@ -29,6 +29,11 @@
 //! multicast_data = false     # readers also take data on the discovery multicast group
 //!                            # (group, port, interface from [discovery]), so a writer
 //!                            # sends one datagram for all of them
+//! batch_io = "offload"       # system calls: "offload" (sendmmsg/recvmmsg with UDP GSO
+//!                            # and GRO where the kernel has them), "mmsg" (without GSO
+//!                            # and GRO), "single" (one call per datagram)
+//! dont_fragment = true       # DF on every datagram, never IP-fragmented (path probing
+//!                            # needs it; false: no probing, paths stay at path_mtu)
 //! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
 //! max_reassembly_bytes = 268435456  # per reader, in samples being reassembled
 //! reassembly_timeout_ms = 10000     # an incomplete sample quiet this long is dropped
@@ -308,6 +313,36 @@ pub struct TransportConfig {
     /// elsewhere then sends each sample once to the group for all such participants,
     /// instead of once to each. Works with or without multicast discovery.
     pub multicast_data: bool,
+    /// How the socket batches its system calls.
+    pub batch_io: BatchIoMode,
+    /// Set don't-fragment on every datagram (the default): one larger than the interface's
+    /// MTU is refused and counted ([`SessionStats::too_large`](crate::SessionStats::too_large)),
+    /// and the engine lowers that path, rather than it leaving as IP fragments (which all
+    /// must arrive). Path probing needs it: off, paths stay at `path_mtu`'s size.
+    pub dont_fragment: bool,
+}
+
+/// `transport.batch_io`: how the socket batches its system calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchIoMode {
+    /// `sendmmsg`/`recvmmsg`, with UDP GSO and GRO where the kernel has them (default).
+    #[default]
+    Offload,
+    /// `sendmmsg`/`recvmmsg` without GSO or GRO.
+    Mmsg,
+    /// One system call per datagram.
+    Single,
+}
+
+impl From<BatchIoMode> for tether_transport::BatchIo {
+    fn from(m: BatchIoMode) -> Self {
+        match m {
+            BatchIoMode::Offload => tether_transport::BatchIo::Offload,
+            BatchIoMode::Mmsg => tether_transport::BatchIo::Mmsg,
+            BatchIoMode::Single => tether_transport::BatchIo::Single,
+        }
+    }
 }
 
 impl Default for TransportConfig {
@@ -324,6 +359,8 @@ impl Default for TransportConfig {
             max_reassembly_bytes: 256 << 20,
             reassembly_timeout_ms: 10_000,
             multicast_data: false,
+            batch_io: BatchIoMode::Offload,
+            dont_fragment: true,
         }
     }
 }
@@ -682,5 +719,19 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("heartbeat_period_ms"), "{e}");
         assert!(Config::from_toml("[reliability]\nmax_blocking_time_ms = 0\n").is_err());
+    }
+
+    #[test]
+    fn batch_io_words_are_typed() {
+        let c =
+            Config::from_toml("[transport]\nbatch_io = \"mmsg\"\ndont_fragment = false\n").unwrap();
+        assert_eq!(c.transport.batch_io, BatchIoMode::Mmsg);
+        assert!(!c.transport.dont_fragment);
+        let c = Config::from_toml("[transport]\nbatch_io = \"single\"\n").unwrap();
+        assert_eq!(c.transport.batch_io, BatchIoMode::Single);
+        assert_eq!(Config::default().transport.batch_io, BatchIoMode::Offload);
+        assert!(Config::default().transport.dont_fragment);
+        let e = Config::from_toml("[transport]\nbatch_io = \"gso\"\n").unwrap_err();
+        assert!(e.to_string().contains("batch_io"), "{e}");
     }
 }

@@ -71,3 +71,27 @@ impl Lan {
         self.net.b().ns()
     }
 }
+
+/// Runs `f` on a thread inside namespace `ns` (threads it starts are there too), and
+/// returns what it returns.
+pub(crate) fn in_namespace<R: Send>(
+    ns: &Namespace,
+    f: impl FnOnce() -> anyhow::Result<R> + Send,
+) -> anyhow::Result<R> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{}", ns.name());
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns on a valid namespace file descriptor; it moves only the calling
+            // thread, which this closure owns until it returns.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("entering network namespace {}", ns.name()));
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| bail!("the thread in namespace {} panicked", ns.name()))
+    })
+}

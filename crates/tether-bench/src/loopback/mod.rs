@@ -8,7 +8,7 @@ mod throughput;
 
 pub(crate) use latency::latency;
 pub(crate) use peers::{pong, sink, udp_echo, udp_sink};
-pub(crate) use throughput::throughput;
+pub(crate) use throughput::{ThroughputArgs, throughput};
 
 /// The latency bench's pings, echoed by the `pong` peer on [`PONG`].
 const PING: &str = "/bench/ping";

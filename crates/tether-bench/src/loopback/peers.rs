@@ -53,9 +53,11 @@ pub(crate) fn pong(cfg: Config) -> anyhow::Result<()> {
     serve_commands(|on| session.set_busy_poll(on))
 }
 
-/// `udp-sink`: counts raw UDP datagrams; prints its port; answers `report` lines.
-pub(crate) fn udp_sink(busy: bool) -> anyhow::Result<()> {
-    let sock = UdpSocket::bind("127.0.0.1:0")?;
+/// `udp-sink`: counts raw UDP datagrams on `ip` (default loopback); prints its port;
+/// answers `report` lines.
+pub(crate) fn udp_sink(busy: bool, ip: Option<std::net::IpAddr>) -> anyhow::Result<()> {
+    let ip = ip.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+    let sock = UdpSocket::bind((ip, 0))?;
     socket_rcvbuf(&sock, 16 << 20);
     println!("{}", sock.local_addr()?.port());
     std::io::stdout().flush()?;

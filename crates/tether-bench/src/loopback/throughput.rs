@@ -1,7 +1,8 @@
 //! `tether bench throughput`: samples per second from one process to another, best effort
-//! and reliable keep-all, each unbatched and batched, beside raw UDP.
+//! and reliable keep-all, each unbatched and batched, beside raw UDP; on loopback, or
+//! between two hosts (network namespaces joined by a veth pair).
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -10,9 +11,51 @@ use serde_json::json;
 use tether::{Config, Qos, Session};
 
 use super::{THR, receive_modes};
-use crate::command::ModeArg;
+use crate::command::{HostsArg, ModeArg, ShapeArg};
 use crate::harness::cpu::{cpus, pin};
-use crate::harness::{Peer, bench_cfg, machine, secs, wait_matched};
+use crate::harness::lan::{Lan, RECEIVER_IP, SENDER_IP, in_namespace};
+use crate::harness::{BenchCfg, Peer, bench_cfg, machine, secs, wait_matched};
+
+/// The settings of one `tether bench throughput`.
+pub(crate) struct ThroughputArgs {
+    /// Seconds per row.
+    pub(crate) duration: f64,
+    /// Sample sizes.
+    pub(crate) sizes: Vec<usize>,
+    /// Receive modes.
+    pub(crate) mode: ModeArg,
+    /// The rows.
+    pub(crate) shapes: Vec<ShapeArg>,
+    /// Loopback or two hosts.
+    pub(crate) hosts: HostsArg,
+    /// Print JSON.
+    pub(crate) json: bool,
+}
+
+/// Where the sender and the sink run. On two hosts with two CPUs or more, the sender
+/// runs on CPU 0 and the sink on CPU 1 (counted before pinning: a pinned thread sees one).
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    Loopback,
+    Veth { lan: &'a Lan, two_cpus: bool },
+}
+
+impl Place<'_> {
+    /// Runs `f` where the sender lives.
+    fn sender<R: Send>(self, f: impl FnOnce() -> anyhow::Result<R> + Send) -> anyhow::Result<R> {
+        match self {
+            Place::Loopback => f(),
+            Place::Veth { lan, two_cpus } => in_namespace(lan.senders(), || {
+                // The sink and the receive side's softirq work run on CPU 1 (see `Lan`):
+                // the sender stands for another machine's CPU.
+                if two_cpus {
+                    pin(Some(0));
+                }
+                f()
+            }),
+        }
+    }
+}
 
 /// What one measurement counted: sent, seconds sending, received, seconds receiving.
 type Counts = (u64, f64, u64, f64);
@@ -30,19 +73,104 @@ fn sink_report(peer: &mut Peer) -> anyhow::Result<(u64, f64)> {
     ))
 }
 
+/// The sender's session and the sink peer of a tether row: on loopback, both in a private
+/// domain and registry; on two hosts, the sink in the receivers' namespace with the
+/// sender's address as its static peer. The directory lives as long as the returned
+/// [`BenchCfg`].
+fn open_pair(
+    place: Place<'_>,
+    cfg: &Config,
+    role: &str,
+    busy: bool,
+) -> anyhow::Result<(Session, Peer, BenchCfg)> {
+    let bc = bench_cfg(cfg.clone())?;
+    match place {
+        Place::Loopback => {
+            let peer = Peer::spawn(&bc, role, busy, busy.then_some(1))?;
+            Ok((Session::open(bc.base.clone())?, peer, bc))
+        }
+        Place::Veth { lan, two_cpus } => {
+            let mut mine = bc.base.clone();
+            mine.transport.listen = Some(SocketAddr::new(SENDER_IP.into(), 0));
+            mine.discovery.registry = false;
+            let session = Session::open(mine)?;
+            let path = bc.dir().join("sink.toml");
+            std::fs::write(
+                &path,
+                format!(
+                    "[transport]\nlisten = \"{RECEIVER_IP}:0\"\nmax_datagram = {}\n\
+                     [discovery]\nregistry = false\npeers = [\"{}\"]\n",
+                    cfg.transport.max_datagram,
+                    session.local_addr()
+                ),
+            )?;
+            let mut args = vec![
+                role.to_string(),
+                "--domain".into(),
+                bc.domain().to_string(),
+                "--config".into(),
+                path.display().to_string(),
+            ];
+            if busy {
+                args.push("--busy-poll".into());
+            }
+            if two_cpus {
+                args.extend(["--cpu".into(), "1".into()]);
+            }
+            let peer = Peer::spawn_with(Some(lan.receivers()), crate::PEER_SUBCOMMAND, &args)?;
+            Ok((session, peer, bc))
+        }
+    }
+}
+
 /// The kernel's ceiling: a raw UDP sendto loop to a counting process, same sizes.
 fn raw_udp_throughput(
-    cfg: &Config,
+    place: Place<'_>,
     duration: f64,
     size: usize,
     busy: bool,
 ) -> anyhow::Result<Counts> {
-    let bc = bench_cfg(cfg.clone())?;
-    let mut peer = Peer::spawn(&bc, "udp-sink", busy, busy.then_some(1))?;
+    let (ip, mut peer): (IpAddr, Peer) = match place {
+        Place::Loopback => {
+            let bc = bench_cfg(Config::default())?;
+            (
+                [127, 0, 0, 1].into(),
+                Peer::spawn(&bc, "udp-sink", busy, busy.then_some(1))?,
+            )
+        }
+        Place::Veth { lan, two_cpus } => {
+            let mut args = vec![
+                "udp-sink".to_string(),
+                "--ip".into(),
+                RECEIVER_IP.to_string(),
+            ];
+            if busy {
+                args.push("--busy-poll".into());
+            }
+            if two_cpus {
+                args.extend(["--cpu".into(), "1".into()]);
+            }
+            let p = Peer::spawn_with(Some(lan.receivers()), crate::PEER_SUBCOMMAND, &args)?;
+            (RECEIVER_IP.into(), p)
+        }
+    };
     let port: u16 = peer.line()?.parse().context("udp-sink port")?;
+    let (sent, secs) = place.sender(|| raw_send(ip, port, duration, size))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let (count, rsecs) = sink_report(&mut peer)?;
+    Ok((sent, secs, count, rsecs))
+}
+
+/// A `send_to` loop for `duration` seconds: datagrams sent, seconds.
+fn raw_send(ip: IpAddr, port: u16, duration: f64, size: usize) -> anyhow::Result<(u64, f64)> {
     // Unconnected, like tether's socket.
-    let sock = UdpSocket::bind("127.0.0.1:0")?;
-    let dest: SocketAddr = ([127, 0, 0, 1], port).into();
+    let local: IpAddr = if ip.is_loopback() {
+        ip
+    } else {
+        SENDER_IP.into()
+    };
+    let sock = UdpSocket::bind((local, 0))?;
+    let dest = SocketAddr::new(ip, port);
     let buf = vec![0x5au8; size];
     let t0 = Instant::now();
     let d = secs("--duration", duration)?;
@@ -54,28 +182,33 @@ fn raw_udp_throughput(
             }
         }
     }
-    let secs = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(300));
-    let (count, rsecs) = sink_report(&mut peer)?;
-    Ok((sent, secs, count, rsecs))
+    Ok((sent, t0.elapsed().as_secs_f64()))
 }
 
 /// tether from this process to a sink peer, for `duration` seconds.
 fn tether_throughput(
+    place: Place<'_>,
     cfg: &Config,
     duration: f64,
     size: usize,
     busy: bool,
+    shape: (bool, bool),
+) -> anyhow::Result<Counts> {
+    place.sender(|| {
+        let role = if shape.0 { "sink-reliable" } else { "sink" };
+        let (session, mut peer, _bc) = open_pair(place, cfg, role, busy)?;
+        put_loop(&session, &mut peer, duration, size, shape)
+    })
+}
+
+/// Puts for `duration` seconds, then asks the sink what arrived.
+fn put_loop(
+    session: &Session,
+    peer: &mut Peer,
+    duration: f64,
+    size: usize,
     (reliable, batched): (bool, bool),
 ) -> anyhow::Result<Counts> {
-    let bc = bench_cfg(cfg.clone())?;
-    let mut peer = Peer::spawn(
-        &bc,
-        if reliable { "sink-reliable" } else { "sink" },
-        busy,
-        busy.then_some(1),
-    )?;
-    let session = Session::open(bc.base.clone())?;
     let mut qos = if reliable {
         Qos::default().keep_all()
     } else {
@@ -103,21 +236,22 @@ fn tether_throughput(
     } else {
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (count, secs) = sink_report(&mut peer)?;
+    let (count, secs) = sink_report(peer)?;
     Ok((sent, send_secs, count, secs))
 }
 
 /// `tether bench throughput`.
-pub(crate) fn throughput(
-    cfg: Config,
-    duration: f64,
-    sizes: &[usize],
-    mode: ModeArg,
-    json: bool,
-) -> anyhow::Result<()> {
+pub(crate) fn throughput(cfg: Config, a: ThroughputArgs) -> anyhow::Result<()> {
     let machine = machine();
     let two = cpus() >= 2;
-    let (blocking, busy_poll) = receive_modes(mode);
+    let lan = match a.hosts {
+        HostsArg::Loopback => None,
+        HostsArg::Veth => Some(Lan::create()?),
+    };
+    let place = lan
+        .as_ref()
+        .map_or(Place::Loopback, |lan| Place::Veth { lan, two_cpus: two });
+    let (blocking, busy_poll) = receive_modes(a.mode);
     let mut modes = Vec::new();
     if blocking {
         modes.push(false);
@@ -129,33 +263,42 @@ pub(crate) fn throughput(
     for &busy in &modes {
         // A spinning receiver must not share the sender's CPU.
         pin(busy.then_some(0));
-        for &size in sizes {
-            let (sent, ss, count, secs) = raw_udp_throughput(&cfg, duration, size, busy)?;
-            rows.push((busy, "raw UDP", size, sent, ss, count, secs));
+        if a.shapes.contains(&ShapeArg::Raw) {
+            for &size in &a.sizes {
+                let (sent, ss, count, secs) = raw_udp_throughput(place, a.duration, size, busy)?;
+                rows.push((busy, "raw UDP", size, sent, ss, count, secs));
+            }
         }
-        for shape in [(false, false), (true, false), (false, true), (true, true)] {
-            for &size in sizes {
-                let (sent, ss, count, secs) = tether_throughput(&cfg, duration, size, busy, shape)?;
-                let qos = match shape {
-                    (false, false) => "best_effort",
-                    (true, false) => "reliable keep_all",
-                    (false, true) => "best_effort batched",
-                    (true, true) => "reliable batched",
-                };
+        for shape in &a.shapes {
+            let (qos, flags) = match shape {
+                ShapeArg::Raw => continue,
+                ShapeArg::BestEffort => ("best_effort", (false, false)),
+                ShapeArg::Reliable => ("reliable keep_all", (true, false)),
+                ShapeArg::BestEffortBatched => ("best_effort batched", (false, true)),
+                ShapeArg::ReliableBatched => ("reliable batched", (true, true)),
+            };
+            for &size in &a.sizes {
+                let (sent, ss, count, secs) =
+                    tether_throughput(place, &cfg, a.duration, size, busy, flags)?;
                 rows.push((busy, qos, size, sent, ss, count, secs));
             }
         }
     }
     pin(None);
-    if json {
-        print_json(&machine, &rows)
+    let hosts = match a.hosts {
+        HostsArg::Loopback => "two processes on loopback",
+        HostsArg::Veth => "two hosts (network namespaces, veth, MTU 1500)",
+    };
+    let max_datagram = cfg.transport.max_datagram;
+    if a.json {
+        print_json(&machine, hosts, max_datagram, &rows)
     } else {
-        print_table(&machine, duration, &rows);
+        print_table(&machine, hosts, max_datagram, a.duration, &rows);
         Ok(())
     }
 }
 
-fn print_json(machine: &str, rows: &[Row]) -> anyhow::Result<()> {
+fn print_json(machine: &str, hosts: &str, max_datagram: usize, rows: &[Row]) -> anyhow::Result<()> {
     let v: Vec<_> = rows
         .iter()
         .map(|(busy, qos, size, sent, ss, count, secs)| {
@@ -171,15 +314,17 @@ fn print_json(machine: &str, rows: &[Row]) -> anyhow::Result<()> {
     println!(
         "{}",
         serde_json::to_string_pretty(
-            &json!({"bench": "throughput", "machine": machine, "results": v})
+            &json!({"bench": "throughput", "machine": machine, "hosts": hosts,
+                "max_datagram": max_datagram, "results": v})
         )?
     );
     Ok(())
 }
 
-fn print_table(machine: &str, duration: f64, rows: &[Row]) {
+fn print_table(machine: &str, hosts: &str, max_datagram: usize, duration: f64, rows: &[Row]) {
     println!(
-        "tether bench throughput — two processes on loopback, {duration} s per row, {machine}"
+        "tether bench throughput — {hosts}, max_datagram {max_datagram}, {duration} s per row, \
+         {machine}"
     );
     println!(
         "{:<10} {:<18} {:>6} {:>12} {:>12} {:>10}",

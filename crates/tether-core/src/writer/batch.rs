@@ -41,21 +41,15 @@ impl Participant {
         timestamp_ns: u64,
         payload: &Bytes,
     ) -> Batched {
-        // One batch goes to every matched participant: it fits the smallest datagram.
-        let room = self
-            .writer_datagram(writer)
-            .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN)
-            // Room for a BATCH_SIG in sign modes.
-            .saturating_sub(SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
-        let cap = b
-            .max_bytes
-            .min(room)
-            .min(u16::MAX as usize - BATCH_FIXED_LEN);
+        // The batch holds up to `max_bytes`; it leaves as datagrams of whole entries, each
+        // within one datagram's room (see `flush_batch`).
+        let room = self.batch_room(writer);
+        let cap = b.max_bytes.max(1);
         let entry = BATCH_ENTRY_OVERHEAD + payload.len();
         let Some(w) = self.writers.get_mut(&writer) else {
             return Batched::Joined;
         };
-        if entry > cap {
+        if entry > cap.min(room) {
             if w.batch_count > 0 {
                 self.flush_batch(now, writer);
             }
@@ -85,6 +79,17 @@ impl Participant {
             self.flush_batch(now, writer);
         }
         Batched::Joined
+    }
+
+    /// Bytes of entries one batch datagram carries: a datagram less its header, a
+    /// heartbeat, the BATCH head and a BATCH_SIG (sign modes).
+    /// Room for entries in one datagram of `writer`'s batch: it goes to every matched
+    /// participant, so it fits the smallest datagram any of them takes.
+    fn batch_room(&mut self, writer: EntityId) -> usize {
+        self.writer_datagram(writer)
+            .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN)
+            .saturating_sub(SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN)
+            .min(u16::MAX as usize - BATCH_FIXED_LEN)
     }
 
     /// Sends `writer`'s batch now, if it holds anything.
@@ -123,8 +128,64 @@ impl Participant {
             self.send_coalesced(writer, hb, first_seq, count, &entries);
             return;
         }
-        // Batch-signed entries (sign modes): one signature for the whole batch, in a
-        // BATCH_SIG right before it.
+        // Whole entries, as many per datagram as fit: one BATCH each (a batch of path-sized
+        // datagrams leaves as several, to one destination after another, which the driver
+        // sends as one GSO message per destination).
+        let room = self.batch_room(writer);
+        let mut parts: Vec<(Head, Bytes)> = Vec::new();
+        // One buffer for every head of this batch (each is copied into its Head).
+        let mut scratch = Vec::with_capacity(96 + SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
+        let mut start = 0;
+        let mut seq = first_seq;
+        while start < entries.len() {
+            let (end, n) = entries_within(&entries, start, room);
+            let last = end >= entries.len();
+            let body = entries.slice(start..end);
+            let hb = if last { hb } else { None };
+            if n > 0 {
+                if let Some(head) = self.batch_head(&mut scratch, hdr, writer, seq, n, &body, hb) {
+                    parts.push((head, body));
+                }
+            }
+            seq += n as u64;
+            start = end;
+        }
+        let Some(w) = self.writers.get(&writer) else {
+            return;
+        };
+        if hb.is_some() {
+            self.stats.heartbeats_sent += w.dests.len() as u64;
+        }
+        for p in &w.dests {
+            if let Some(rp) = self.peers.remotes.get(p) {
+                for (head, body) in &parts {
+                    self.stats.datagrams_sent += 1;
+                    self.stats.bytes_sent += (head.len() + body.len()) as u64;
+                    self.transmits.push_back(Transmit {
+                        dest: rp.addr,
+                        head: head.clone(),
+                        body: body.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The head of one batch datagram: header, BATCH_SIG over its entries (sign modes),
+    /// the BATCH head; the heartbeat first when `hb`.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_head(
+        &mut self,
+        head: &mut Vec<u8>,
+        hdr: tether_wire::Header,
+        writer: EntityId,
+        first_seq: u64,
+        count: u32,
+        entries: &Bytes,
+        hb: Option<HeartbeatRepr>,
+    ) -> Option<Head> {
+        // Batch-signed entries (sign modes): one signature for the entries of this
+        // datagram, in a BATCH_SIG right before them.
         let sig = match self.cfg.security.as_deref() {
             Some(sec)
                 if entries
@@ -138,16 +199,15 @@ impl Participant {
                     &wid,
                     first_seq,
                     count,
-                    &entries,
+                    entries,
                 ))
             }
             _ => None,
         };
-        let mut head = Vec::with_capacity(96 + if sig.is_some() { 84 } else { 0 });
-        let mut b = DatagramBuilder::new(&mut head, hdr);
+        head.clear();
+        let mut b = DatagramBuilder::new(head, hdr);
         if let Some(hb) = &hb {
             let _ = b.push(&Submessage::Heartbeat(*hb));
-            self.stats.heartbeats_sent += w.dests.len() as u64;
         }
         if let Some(signature) = &sig {
             let _ = b.push(&Submessage::BatchSig(tether_wire::BatchSigRepr {
@@ -164,21 +224,8 @@ impl Participant {
             count,
             entries: &[],
         };
-        if b.push_batch_head(&batch, entries.len()).is_err() {
-            return;
-        }
-        let head = Head::copy_from_slice(&head);
-        for p in &w.dests {
-            if let Some(rp) = self.peers.remotes.get(p) {
-                self.stats.datagrams_sent += 1;
-                self.stats.bytes_sent += (head.len() + entries.len()) as u64;
-                self.transmits.push_back(Transmit {
-                    dest: rp.addr,
-                    head: head.clone(),
-                    body: entries.clone(),
-                });
-            }
-        }
+        b.push_batch_head(&batch, entries.len()).ok()?;
+        Some(Head::copy_from_slice(head))
     }
 
     /// A coalescing writer's batch: one DATA per sample, as many per datagram as fit, the
@@ -241,4 +288,29 @@ impl Participant {
             }
         }
     }
+}
+
+/// The end of the entries from `start` that fit in `room` bytes (at least one entry), and
+/// how many they are. Entries are `timestamp (8) | length (4, LE) | payload`.
+fn entries_within(entries: &[u8], start: usize, room: usize) -> (usize, u32) {
+    let mut end = start;
+    let mut n = 0u32;
+    while end + BATCH_ENTRY_OVERHEAD <= entries.len() {
+        let len = u32::from_le_bytes(
+            entries[end + 8..end + BATCH_ENTRY_OVERHEAD]
+                .try_into()
+                .expect("4 bytes"),
+        ) as usize;
+        let next = end + BATCH_ENTRY_OVERHEAD + len;
+        if next > entries.len() || (n > 0 && next - start > room) {
+            break;
+        }
+        end = next;
+        n += 1;
+    }
+    if n == 0 {
+        // Not an entry (never: the writer wrote them): nothing more to send.
+        return (entries.len(), 0);
+    }
+    (end, n)
 }

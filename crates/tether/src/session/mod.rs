@@ -1,8 +1,10 @@
 //! The driver: pumps `tether-core` over `tether-transport`.
 //!
 //! Threads: one receive thread per session blocks on (or, in busy-poll mode, spins on) the
-//! unicast socket; it hands each datagram to the engine and runs subscriber callbacks itself,
-//! so a sample crosses no thread between the socket and the callback. A `put` runs the
+//! unicast socket; it takes every datagram waiting with one call (`recvmmsg`, GRO messages
+//! split into their datagrams), hands each to the engine under one lock, and runs
+//! subscriber callbacks itself, so a sample crosses no thread between the socket and the
+//! callback. A `put` runs the
 //! engine and sends on the caller's thread. A discovery thread scans the registry directory
 //! and receives multicast announcements; it is off the data path.
 
@@ -103,10 +105,18 @@ pub struct DiscoveredEndpoint {
 pub struct SessionStats {
     /// The engine's counters (drops of malformed input included).
     pub core: Stats,
-    /// Datagrams the socket refused to send.
+    /// Datagrams the socket refused to send ([`too_large`](Self::too_large) included).
     pub send_errors: u64,
+    /// Datagrams refused as larger than the path allows (`EMSGSIZE` with
+    /// `transport.dont_fragment`: larger than the interface's MTU); each is also logged
+    /// (a warning at most once a second) and told to the engine.
+    pub too_large: u64,
     /// Receive errors other than time-outs.
     pub recv_errors: u64,
+    /// Send system calls made (several datagrams each when batched: `transport.batch_io`).
+    pub send_calls: u64,
+    /// Receive system calls that returned datagrams.
+    pub recv_calls: u64,
 }
 
 /// A tether session: one participant in a domain, with its sockets and threads.
@@ -338,10 +348,14 @@ impl Session {
     /// Counters, including every drop of malformed or unwanted input.
     pub fn stats(&self) -> SessionStats {
         let core = self.shared.lock().core.stats().clone();
+        let io = self.shared.transport.io_stats();
         SessionStats {
             core,
             send_errors: self.shared.send_errors.load(Ordering::Relaxed),
+            too_large: self.shared.too_large.load(Ordering::Relaxed),
             recv_errors: self.shared.recv_errors.load(Ordering::Relaxed),
+            send_calls: io.send_calls,
+            recv_calls: io.recv_calls,
         }
     }
 

@@ -70,6 +70,8 @@ impl Session {
             busy_poll: AtomicBool::new(config.transport.busy_poll),
             send_errors: AtomicU64::new(0),
             recv_errors: AtomicU64::new(0),
+            too_large: AtomicU64::new(0),
+            too_large_warned: Mutex::new(None),
         });
         // The first announcements.
         shared.with_core(|_, _| ());
@@ -105,6 +107,8 @@ fn bind(config: &Config) -> Result<(UdpTransport, Option<Ipv4Addr>), OpenError> 
         send_buffer: config.transport.send_buffer,
         max_datagram: config.transport.max_datagram,
         multicast_if,
+        batch_io: config.transport.batch_io.into(),
+        dont_fragment: config.transport.dont_fragment,
     })
     .map_err(|source| OpenError::Bind { addr, source })?;
     Ok((transport, multicast_if))

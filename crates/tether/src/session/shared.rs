@@ -7,17 +7,20 @@
 //! the subscriber callbacks and event listeners to call. After the lock is released,
 //! [`Deferred::run`] sends the datagrams, in the order the engine produced them, then calls
 //! the callbacks. No socket call and no user code runs under the lock, so one thread's
-//! `sendmsg` never holds up another's use of the engine.
+//! `sendmsg` never holds up another's use of the engine. The datagrams of one run go to the
+//! transport as one batch: consecutive ones to one destination leave as one GSO message,
+//! and up to 64 messages per `sendmmsg`.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use tether_core::{EntityId, Event, Participant, Sample, Transmit};
-use tether_transport::{Transport, UdpTransport};
+use tether_transport::{Outgoing, Transport, UdpTransport};
 
 use super::{Callback, Listener};
 
@@ -66,6 +69,25 @@ pub(super) struct Shared {
     pub(super) busy_poll: AtomicBool,
     pub(super) send_errors: AtomicU64,
     pub(super) recv_errors: AtomicU64,
+    /// Datagrams refused as larger than the path allows (EMSGSIZE).
+    pub(super) too_large: AtomicU64,
+    /// When the last warning about a too-large datagram was logged (at most one a second).
+    pub(super) too_large_warned: Mutex<Option<Instant>>,
+}
+
+/// An engine [`Transmit`] as the transport takes it (head and shared body, not joined).
+pub(super) struct Out(pub(super) Transmit);
+
+impl Outgoing for Out {
+    fn dest(&self) -> SocketAddr {
+        self.0.dest
+    }
+    fn head(&self) -> &[u8] {
+        &self.0.head
+    }
+    fn body(&self) -> &[u8] {
+        &self.0.body
+    }
 }
 
 /// Work to do after the engine's lock is released: datagrams to send, then callbacks and
@@ -77,7 +99,7 @@ pub(super) struct Shared {
 #[derive(Default)]
 pub(super) struct Deferred {
     /// Datagrams in the order the engine produced them.
-    transmits: Vec<Transmit>,
+    transmits: Vec<Out>,
     /// The receive thread must re-read the engine's timers.
     wake: bool,
     callbacks: Vec<Callback>,
@@ -111,8 +133,9 @@ impl Deferred {
 
     /// Sends the datagrams, then calls the callbacks and listeners. Call without the lock.
     pub(super) fn run(&mut self, shared: &Shared) {
-        for t in self.transmits.drain(..) {
-            shared.send(&t);
+        if !self.transmits.is_empty() {
+            shared.send_all(&self.transmits);
+            self.transmits.clear();
         }
         if std::mem::take(&mut self.wake) {
             shared.transport.wake();
@@ -147,17 +170,47 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sends one datagram, counting a failure.
-    pub(super) fn send(&self, t: &Transmit) {
-        if let Err(e) = self.transport.send(t.dest, &t.head, &t.body) {
-            self.send_errors.fetch_add(1, Ordering::Relaxed);
-            if tether_transport::path::is_too_big(&e) {
-                // Larger than the way out carries: the engine lowers that path.
-                tracing::debug!(dest = %t.dest, len = t.len(), "datagram too big for the path");
-                self.lock()
-                    .core
-                    .datagram_too_big(Instant::now(), t.dest, t.len());
+    /// Sends datagrams in one batch (see the module's doc), counting failures. Call
+    /// without the lock.
+    pub(super) fn send_all(&self, ts: &[Out]) {
+        let r = self.transport.send_batch(ts);
+        if r.failed > 0 {
+            self.send_errors
+                .fetch_add(r.failed as u64, Ordering::Relaxed);
+        }
+        if !r.too_large.is_empty() {
+            self.refused_too_large(&r.too_large);
+        }
+    }
+
+    /// Datagrams the socket refused as larger than the path allows: counted, warned about
+    /// (at most once a second), and told to the engine, which owns datagram sizes.
+    fn refused_too_large(&self, refused: &[(SocketAddr, usize)]) {
+        self.too_large
+            .fetch_add(refused.len() as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        {
+            let mut w = self
+                .too_large_warned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if w.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+                *w = Some(now);
+                let (dest, size) = refused[0];
+                // Path probes larger than the interface are refused by design: that is
+                // how a probe fails at once. The engine lowers a path whose datagrams in
+                // use are refused (`paths_lowered`).
+                tracing::debug!(
+                    %dest,
+                    size,
+                    refused = refused.len(),
+                    "datagram larger than the way out carries (EMSGSIZE, don't-fragment set)"
+                );
             }
+        }
+        let mut g = self.lock();
+        for &(dest, size) in refused {
+            g.core.datagram_too_big(now, dest, size);
         }
     }
 
@@ -165,8 +218,15 @@ impl Shared {
     /// wakes the threads waiting on its events. Called with the lock held; `out` is run
     /// after it is released.
     pub(super) fn drive(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
+        self.collect(inner, now, out);
+        self.rearm(inner, out);
+    }
+
+    /// [`drive`](Self::drive) without re-arming the receive thread: for the receive thread
+    /// itself, which reads the engine's timers after each batch of datagrams.
+    pub(super) fn collect(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
         out.transmits
-            .extend(std::iter::from_fn(|| inner.core.poll_transmit()));
+            .extend(std::iter::from_fn(|| inner.core.poll_transmit()).map(Out));
         while let Some(e) = inner.core.poll_event() {
             match &e {
                 Event::DataAvailable { reader } => match inner.subs.get(reader) {
@@ -193,8 +253,7 @@ impl Shared {
         }
         // Taking may have freed room for local writers and produced transmits.
         out.transmits
-            .extend(std::iter::from_fn(|| inner.core.poll_transmit()));
-        self.rearm(inner, out);
+            .extend(std::iter::from_fn(|| inner.core.poll_transmit()).map(Out));
     }
 
     /// Has the receive thread woken (when `out` runs) if the engine now wants to run earlier

@@ -7,16 +7,18 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tether_core::Priority;
 use tether_transport::MulticastReceiver;
 
-use super::shared::{Deferred, Inner, Shared};
+use super::shared::{Deferred, Inner, Out, Shared};
 
-/// The receive thread: hands each datagram to the engine and runs the engine's timers,
-/// then sends and calls back with the lock released.
+/// The receive thread: takes every datagram waiting, hands each to the engine (one lock for
+/// them all) and runs the engine's timers, then sends and calls back with the lock
+/// released.
 pub(super) fn recv_loop(shared: &Shared) {
     let mut chunk = BytesMut::new();
+    let mut batch: Vec<(Bytes, SocketAddr)> = Vec::with_capacity(64);
     let mut deferred = Deferred::default();
     let mut next_timer = Instant::now();
     let mut armed: Option<Instant> = None;
@@ -62,20 +64,35 @@ pub(super) fn recv_loop(shared: &Shared) {
                 published = armed;
             }
         }
-        match shared.transport.recv(&mut chunk) {
-            Ok((d, from)) => {
-                if d.is_empty() {
-                    // A wake-up: re-read the timers.
+        match shared.transport.recv_batch(&mut chunk, &mut batch) {
+            Ok(_) => {
+                // An empty datagram is a wake-up: re-read the timers.
+                let woke = batch.iter().any(|(d, _)| d.is_empty());
+                if woke {
+                    armed = None;
+                }
+                if batch.iter().all(|(d, _)| d.is_empty()) {
+                    batch.clear();
                     let g = shared.lock();
                     next_timer = g.core.poll_timeout().unwrap_or(next_timer);
-                    armed = None;
                     continue;
                 }
                 {
                     let mut g = shared.lock();
                     let now = Instant::now();
-                    g.core.handle_datagram(now, from, &d);
-                    shared.drive(&mut g, now, &mut deferred);
+                    // Each datagram as if received alone: driven before the next, so a
+                    // callback subscriber takes its samples before the next datagram
+                    // could overwrite them (keep-last). The sends and callbacks run
+                    // together after the lock; the batch's Bytes go once handled, so the
+                    // chunk can be reclaimed.
+                    for (d, from) in batch.drain(..) {
+                        if !d.is_empty() {
+                            g.core.handle_datagram(now, from, &d);
+                            shared.collect(&mut g, now, &mut deferred);
+                        }
+                    }
+                    // This thread reads the timers itself: no need to wake it.
+                    let _ = g.core.take_timers_changed();
                     if let Some(t) = g.core.poll_timeout() {
                         next_timer = t;
                     }
@@ -127,7 +144,7 @@ pub(super) fn sender_loop(
                 drop(g);
                 // What the engine produced before the scheduled datagram goes first.
                 deferred.run(shared);
-                shared.send(&t);
+                shared.send_all(std::slice::from_ref(&Out(t)));
                 g = shared.lock();
                 g.core.scheduled_sent(classes);
             }
@@ -175,6 +192,7 @@ pub(super) fn discovery_loop(
     });
     let mut known: BTreeSet<SocketAddr> = BTreeSet::new();
     let mut chunk = BytesMut::new();
+    let mut batch: Vec<(Bytes, SocketAddr)> = Vec::new();
     let mut last_scan = Instant::now() - Duration::from_secs(1);
     let mut scan_every = Duration::from_millis(50);
     while !shared.closed.load(Ordering::Relaxed) {
@@ -199,12 +217,16 @@ pub(super) fn discovery_loop(
             }
         }
         match &mcast {
-            Some(rx) => match rx.recv(&mut chunk) {
-                Ok((d, from)) if !d.is_empty() => {
-                    shared.with_core(|i, now| i.core.handle_datagram(now, from, &d));
+            Some(rx) => {
+                if rx.recv_batch(&mut chunk, &mut batch).is_ok() {
+                    for (d, from) in batch.drain(..) {
+                        if !d.is_empty() {
+                            shared.with_core(|i, now| i.core.handle_datagram(now, from, &d));
+                        }
+                    }
                 }
-                _ => {}
-            },
+                batch.clear();
+            }
             None => std::thread::park_timeout(Duration::from_millis(50)),
         }
     }
