@@ -475,6 +475,10 @@ impl LanBuilder {
         if let Some(mtu) = self.mtu {
             h.ns.ip(&["link", "set", &h.dev, "mtu", &mtu.to_string()])?;
         }
+        // Every datagram (and TCP segment) crosses as its own frame, as on a wire: a veth
+        // passes a GSO super-packet of up to 64 KB whole, so the receiver's ingress hook
+        // would see, and a loss rule drop, 44 frames at once.
+        h.ns.ip(&["link", "set", &h.dev, "gso_max_segs", "1"])?;
         let mc = if self.multicast { "on" } else { "off" };
         h.ns.ip(&["link", "set", &h.dev, "up", "multicast", mc])?;
         if self.multicast {
