@@ -29,6 +29,7 @@ fn lan(tag: &str) -> Result<Lan, NetnsError> {
             [Ipv4Addr::new(10, 199, 7, 1), Ipv4Addr::new(10, 199, 7, 2)],
             24,
         )
+        .one_frame_per_datagram()
         .create()?;
     let dir = tempfile::tempdir().expect("a temporary directory");
     for dev in ["vta", "vtb"] {
