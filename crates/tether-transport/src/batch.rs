@@ -493,9 +493,10 @@ impl Batcher {
     }
 
     /// Receives what is waiting (at least one datagram, or the socket's time-out or
-    /// would-block error) with one `recvmmsg`, into `chunk`, appending each datagram and
-    /// its source to `out`; a GRO message is split into its datagrams. Datagrams stay
-    /// where the kernel put them but for closing the gaps between messages.
+    /// would-block error) with one `recvmmsg` (one message, or several in bursts: see
+    /// below), into `chunk`, appending each datagram and its source to `out`; a GRO
+    /// message is split into its datagrams. Datagrams stay where the kernel put them but
+    /// for closing the gaps between messages.
     pub(crate) fn recv(
         &self,
         socket: &Socket,
