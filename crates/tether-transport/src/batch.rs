@@ -581,60 +581,76 @@ impl Batcher {
                 (false, _) => mode.saturating_add(1),
             };
             self.recv_mode.store(next, Ordering::Relaxed);
-            // Message k lies at k * slot. Either it moves down to right after message k-1,
-            // or the gap before it is zeroed (so every byte up to it is initialised) and
-            // skipped: whichever writes fewer bytes (a small datagram moves; a large one,
-            // nearly a slot long, stays).
-            let mut filled = 0;
-            for k in 0..rc {
-                let h = &s.hdrs[k];
-                let n = h.msg_len as usize;
-                if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                    self.truncated.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let Some(from) = from_sockaddr(&s.names[k], h.msg_hdr.msg_namelen) else {
-                    continue;
-                };
-                let src = k * slot;
-                let start = if src == filled {
-                    src
-                } else if n <= src - filled {
-                    // SAFETY: both ranges lie in the spare capacity; copy handles overlap.
-                    unsafe { std::ptr::copy(base.add(src), base.add(filled), n) };
-                    filled
-                } else {
-                    // SAFETY: filled..src lies in the spare capacity.
-                    unsafe { std::ptr::write_bytes(base.add(filled), 0, src - filled) };
-                    src
-                };
-                let stride = if self.gro { gro_size(h) } else { None };
-                s.got.push((start, n, stride, from));
-                filled = start + n;
-            }
-            // SAFETY: the first `filled` bytes of the spare capacity were written by the
-            // kernel, moved down or zeroed above.
-            unsafe { chunk.set_len(chunk.len() + filled) };
-            let before = out.len();
-            let mut whole = chunk.split_to(filled);
-            let mut at = 0;
-            for &(start, n, stride, from) in &s.got {
-                whole.advance(start - at);
-                let mut msg = whole.split_to(n);
-                at = start + n;
-                match stride {
-                    Some(st) if st > 0 && st < n => {
-                        self.gro_messages.fetch_add(1, Ordering::Relaxed);
-                        while msg.len() > st {
-                            out.push((msg.split_to(st).freeze(), from));
-                        }
-                        out.push((msg.freeze(), from));
-                    }
-                    _ => out.push((msg.freeze(), from)),
-                }
-            }
-            Ok(out.len() - before)
+            Ok(self.hand_out(s, chunk, slot, rc, out))
         })
+    }
+
+    /// After a `recvmmsg` of `rc` messages into `chunk`'s spare capacity, message k at
+    /// k × `slot` (the caller reserved at least `rc` × `slot` bytes there): makes the bytes
+    /// a run (see below), moves them into `chunk` and appends each datagram to `out`;
+    /// returns how many.
+    fn hand_out(
+        &self,
+        s: &mut Scratch,
+        chunk: &mut BytesMut,
+        slot: usize,
+        rc: usize,
+        out: &mut Vec<(Bytes, SocketAddr)>,
+    ) -> usize {
+        let base = chunk.spare_capacity_mut().as_mut_ptr();
+        // Message k lies at k * slot. Either it moves down to right after message k-1,
+        // or the gap before it is zeroed (so every byte up to it is initialised) and
+        // skipped: whichever writes fewer bytes (a small datagram moves; a large one,
+        // nearly a slot long, stays).
+        let mut filled = 0;
+        for k in 0..rc {
+            let h = &s.hdrs[k];
+            let n = h.msg_len as usize;
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.truncated.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some(from) = from_sockaddr(&s.names[k], h.msg_hdr.msg_namelen) else {
+                continue;
+            };
+            let src = k * slot;
+            let start = if src == filled {
+                src
+            } else if n <= src - filled {
+                // SAFETY: both ranges lie in the spare capacity; copy handles overlap.
+                unsafe { std::ptr::copy(base.add(src), base.add(filled), n) };
+                filled
+            } else {
+                // SAFETY: filled..src lies in the spare capacity.
+                unsafe { std::ptr::write_bytes(base.add(filled), 0, src - filled) };
+                src
+            };
+            let stride = if self.gro { gro_size(h) } else { None };
+            s.got.push((start, n, stride, from));
+            filled = start + n;
+        }
+        // SAFETY: the first `filled` bytes of the spare capacity were written by the
+        // kernel, moved down or zeroed above.
+        unsafe { chunk.set_len(chunk.len() + filled) };
+        let before = out.len();
+        let mut whole = chunk.split_to(filled);
+        let mut at = 0;
+        for &(start, n, stride, from) in &s.got {
+            whole.advance(start - at);
+            let mut msg = whole.split_to(n);
+            at = start + n;
+            match stride {
+                Some(st) if st > 0 && st < n => {
+                    self.gro_messages.fetch_add(1, Ordering::Relaxed);
+                    while msg.len() > st {
+                        out.push((msg.split_to(st).freeze(), from));
+                    }
+                    out.push((msg.freeze(), from));
+                }
+                _ => out.push((msg.freeze(), from)),
+            }
+        }
+        out.len() - before
     }
 }
 
