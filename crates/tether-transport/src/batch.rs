@@ -2,13 +2,16 @@
 //! `recvmmsg` with UDP GRO (`UDP_GRO`) on the way in, and a fallback to one call per
 //! datagram where the kernel lacks them or a device refuses them.
 //!
-//! Why not quinn-udp: it sends one `sendmsg` per call from one contiguous buffer, so
-//! tether's head + shared body would be copied into it, and a fan-out of one datagram to
-//! several readers would cost a call each; its receive wants initialised buffers, where
+//! Why not quinn-udp: its send takes one contiguous buffer per call, so tether's head +
+//! shared body would be copied into it, and a fan-out of one datagram to several readers
+//! costs a call each (it has no `sendmmsg`); its receive wants initialised buffers, where
 //! ours lands datagrams straight in the chunk the engine's samples then share. The kernel
 //! takes a GSO payload from any number of iovecs (it splits the byte stream at the segment
-//! size), so here each datagram stays two iovecs (head, body) with no copy, and one
-//! `sendmmsg` carries GSO runs and single datagrams to any mix of destinations. What
+//! size), so here each datagram stays two iovecs (head, body), and one `sendmmsg` carries
+//! GSO runs and single datagrams to any mix of destinations. Measured (docs/benchmarks.md,
+//! issue 16): a GSO run costs the same either way (128–151 ns per 1,472 B datagram copied
+//! for quinn-udp, 145–149 ns as iovecs here), a fan-out to 8 destinations 17 % less here
+//! (1.95–2.06 µs per datagram against 2.40–2.45). What
 //! quinn-udp learned is kept: GSO is probed on a throw-away socket; `EIO` from a GSO send
 //! (a device without checksum offload, before Linux 6.11; an IPsec route) turns GSO off
 //! for the socket and the datagrams go again one by one; `EINVAL` sends that run one by
@@ -21,7 +24,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use socket2::{SockAddr, Socket};
 
 /// How a [`UdpTransport`](crate::UdpTransport) groups its system calls.
@@ -83,6 +86,9 @@ pub struct IoStats {
     pub gso_messages: u64,
     /// Receive system calls that returned data.
     pub recv_calls: u64,
+    /// Of those, the ones that asked for several messages (the others asked for one: a
+    /// receive asks for several while datagrams come in bursts, and now and then to see).
+    pub recv_multi_calls: u64,
     /// Received GRO messages (each several datagrams).
     pub gro_messages: u64,
     /// Datagrams dropped as truncated (larger than the receive buffer).
@@ -104,6 +110,10 @@ const GRO_BUF: usize = 1 << 16;
 const RECV_BUDGET: usize = 256 << 10;
 /// Room for one `UDP_SEGMENT`/`UDP_GRO` control message (a u16 or an int).
 const CMSG_LEN: usize = 32;
+/// Single-message receives between two that look for more (see [`Batcher::recv`]).
+const PROBE_EVERY: u32 = 8;
+/// [`Batcher::recv_mode`] while datagrams come in bursts.
+const BURST: u32 = u32::MAX;
 
 /// The batching state of one socket.
 #[derive(Debug)]
@@ -117,8 +127,11 @@ pub(crate) struct Batcher {
     send_calls: AtomicU64,
     gso_messages: AtomicU64,
     recv_calls: AtomicU64,
+    recv_multi_calls: AtomicU64,
     gro_messages: AtomicU64,
     truncated: AtomicU64,
+    /// Receives since the last that asked for several messages, or [`BURST`].
+    recv_mode: std::sync::atomic::AtomicU32,
 }
 
 /// One message of a `sendmmsg`: datagrams `start..start + n` of the batch, in `iovs`
@@ -131,8 +144,9 @@ struct Span {
     seg: usize,
 }
 
-/// A received message: its length, its GRO segment size, its source.
-type Got = (usize, Option<usize>, SocketAddr);
+/// A received message: where it lies in the chunk, its length, its GRO segment size, its
+/// source.
+type Got = (usize, usize, Option<usize>, SocketAddr);
 
 /// Scratch space for one `sendmmsg`/`recvmmsg`, kept by each thread. The headers point
 /// into the other vectors, so those are filled first and never grow while the headers
@@ -219,8 +233,10 @@ impl Batcher {
             send_calls: AtomicU64::new(0),
             gso_messages: AtomicU64::new(0),
             recv_calls: AtomicU64::new(0),
+            recv_multi_calls: AtomicU64::new(0),
             gro_messages: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
+            recv_mode: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -244,6 +260,7 @@ impl Batcher {
             send_calls: self.send_calls.load(Ordering::Relaxed),
             gso_messages: self.gso_messages.load(Ordering::Relaxed),
             recv_calls: self.recv_calls.load(Ordering::Relaxed),
+            recv_multi_calls: self.recv_multi_calls.load(Ordering::Relaxed),
             gro_messages: self.gro_messages.load(Ordering::Relaxed),
             truncated: self.truncated.load(Ordering::Relaxed),
         }
@@ -441,9 +458,10 @@ impl Batcher {
     }
 
     /// Receives what is waiting (at least one datagram, or the socket's time-out or
-    /// would-block error) with one `recvmmsg`, into `chunk`, appending each datagram and
-    /// its source to `out`; a GRO message is split into its datagrams. Datagrams stay
-    /// where the kernel put them but for closing the gaps between messages.
+    /// would-block error) with one `recvmmsg` (one message, or several in bursts: see
+    /// below), into `chunk`, appending each datagram and its source to `out`; a GRO
+    /// message is split into its datagrams. Datagrams stay where the kernel put them but
+    /// for closing the gaps between messages.
     pub(crate) fn recv(
         &self,
         socket: &Socket,
@@ -456,7 +474,17 @@ impl Batcher {
         } else {
             max_datagram.max(1)
         };
-        let msgs = (RECV_BUDGET / slot).clamp(1, MAX_MSGS);
+        // Asking for several messages costs one more look at an empty queue when only one
+        // was waiting (about half a microsecond: a tenth of a busy-polled round trip). So
+        // ask for one (a GRO message still brings many datagrams), and for several while
+        // they come in bursts, or every PROBE_EVERY-th receive to find out.
+        let mode = self.recv_mode.load(Ordering::Relaxed);
+        let many = mode == BURST || mode >= PROBE_EVERY;
+        let msgs = if many {
+            (RECV_BUDGET / slot).clamp(1, MAX_MSGS)
+        } else {
+            1
+        };
         let need = slot * msgs;
         // Reclaims the whole chunk when every datagram carved from it has been dropped
         // (memory stays hot), else takes a new one.
@@ -509,46 +537,85 @@ impl Batcher {
             }
             let rc = rc as usize;
             self.recv_calls.fetch_add(1, Ordering::Relaxed);
-            // Close the gaps: message k moves down to right after message k-1.
-            let mut filled = 0;
-            for k in 0..rc {
-                let h = &s.hdrs[k];
-                let n = h.msg_len as usize;
-                if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                    self.truncated.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let Some(from) = from_sockaddr(&s.names[k], h.msg_hdr.msg_namelen) else {
-                    continue;
-                };
-                if filled != k * slot {
-                    // SAFETY: both ranges lie in the spare capacity; copy handles overlap.
-                    unsafe { std::ptr::copy(base.add(k * slot), base.add(filled), n) };
-                }
-                let stride = if self.gro { gro_size(h) } else { None };
-                s.got.push((n, stride, from));
-                filled += n;
+            if many {
+                self.recv_multi_calls.fetch_add(1, Ordering::Relaxed);
             }
-            // SAFETY: the first `filled` bytes of the spare capacity were written by the
-            // kernel (and moved down above).
-            unsafe { chunk.set_len(chunk.len() + filled) };
-            let before = out.len();
-            let mut whole = chunk.split_to(filled);
-            for &(n, stride, from) in &s.got {
-                let mut msg = whole.split_to(n);
-                match stride {
-                    Some(st) if st > 0 && st < n => {
-                        self.gro_messages.fetch_add(1, Ordering::Relaxed);
-                        while msg.len() > st {
-                            out.push((msg.split_to(st).freeze(), from));
-                        }
-                        out.push((msg.freeze(), from));
-                    }
-                    _ => out.push((msg.freeze(), from)),
-                }
-            }
-            Ok(out.len() - before)
+            let next = match (many, rc) {
+                (true, 2..) => BURST,
+                (true, _) => 0,
+                (false, _) => mode.saturating_add(1),
+            };
+            self.recv_mode.store(next, Ordering::Relaxed);
+            Ok(self.hand_out(s, chunk, slot, rc, out))
         })
+    }
+
+    /// After a `recvmmsg` of `rc` messages into `chunk`'s spare capacity, message k at
+    /// k × `slot` (the caller reserved at least `rc` × `slot` bytes there): makes the bytes
+    /// a run (see below), moves them into `chunk` and appends each datagram to `out`;
+    /// returns how many.
+    fn hand_out(
+        &self,
+        s: &mut Scratch,
+        chunk: &mut BytesMut,
+        slot: usize,
+        rc: usize,
+        out: &mut Vec<(Bytes, SocketAddr)>,
+    ) -> usize {
+        let base = chunk.spare_capacity_mut().as_mut_ptr();
+        // Message k lies at k * slot. Either it moves down to right after message k-1,
+        // or the gap before it is zeroed (so every byte up to it is initialised) and
+        // skipped: whichever writes fewer bytes (a small datagram moves; a large one,
+        // nearly a slot long, stays).
+        let mut filled = 0;
+        for k in 0..rc {
+            let h = &s.hdrs[k];
+            let n = h.msg_len as usize;
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.truncated.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some(from) = from_sockaddr(&s.names[k], h.msg_hdr.msg_namelen) else {
+                continue;
+            };
+            let src = k * slot;
+            let start = if src == filled {
+                src
+            } else if n <= src - filled {
+                // SAFETY: both ranges lie in the spare capacity; copy handles overlap.
+                unsafe { std::ptr::copy(base.add(src), base.add(filled), n) };
+                filled
+            } else {
+                // SAFETY: filled..src lies in the spare capacity.
+                unsafe { std::ptr::write_bytes(base.add(filled), 0, src - filled) };
+                src
+            };
+            let stride = if self.gro { gro_size(h) } else { None };
+            s.got.push((start, n, stride, from));
+            filled = start + n;
+        }
+        // SAFETY: the first `filled` bytes of the spare capacity were written by the
+        // kernel, moved down or zeroed above.
+        unsafe { chunk.set_len(chunk.len() + filled) };
+        let before = out.len();
+        let mut whole = chunk.split_to(filled);
+        let mut at = 0;
+        for &(start, n, stride, from) in &s.got {
+            whole.advance(start - at);
+            let mut msg = whole.split_to(n);
+            at = start + n;
+            match stride {
+                Some(st) if st > 0 && st < n => {
+                    self.gro_messages.fetch_add(1, Ordering::Relaxed);
+                    while msg.len() > st {
+                        out.push((msg.split_to(st).freeze(), from));
+                    }
+                    out.push((msg.freeze(), from));
+                }
+                _ => out.push((msg.freeze(), from)),
+            }
+        }
+        out.len() - before
     }
 }
 

@@ -184,10 +184,11 @@ impl UdpTransport {
         r
     }
 
-    /// Receives every datagram waiting (at least one; blocking as [`recv`](Self::recv)
+    /// Receives what is waiting (at least one datagram; blocking as [`recv`](Self::recv)
     /// does) into `chunk`, appending each with its source to `out`, in the order they
-    /// arrived: one `recvmmsg`, each GRO message split into the datagrams it joined.
-    /// Returns how many were appended (0 if every one was dropped as truncated).
+    /// arrived: one `recvmmsg` for one message while datagrams come one at a time, for up
+    /// to 64 while they come in bursts; each GRO message split into the datagrams it
+    /// joined. Returns how many were appended (0 if every one was dropped as truncated).
     pub fn recv_batch(
         &self,
         chunk: &mut BytesMut,
@@ -367,10 +368,11 @@ impl MulticastReceiver {
         r
     }
 
-    /// Receives every datagram waiting (at least one; blocking as [`recv`](Self::recv)
+    /// Receives what is waiting (at least one datagram; blocking as [`recv`](Self::recv)
     /// does) into `chunk`, appending each with its source to `out`, in the order they
-    /// arrived: one `recvmmsg`, each GRO message split into the datagrams it joined.
-    /// Returns how many were appended (0 if every one was dropped as truncated).
+    /// arrived: one `recvmmsg` for one message while datagrams come one at a time, for up
+    /// to 64 while they come in bursts; each GRO message split into the datagrams it
+    /// joined. Returns how many were appended (0 if every one was dropped as truncated).
     pub fn recv_batch(
         &self,
         chunk: &mut BytesMut,

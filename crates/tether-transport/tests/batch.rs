@@ -237,6 +237,68 @@ fn gso_refused_falls_back_to_single_datagrams() {
     assert_eq!(got, want);
 }
 
+/// Datagrams that come one at a time are received with single-message calls (asking for
+/// several would cost one more look at an empty queue each time), bar a look every few;
+/// a burst that queues up is then taken several per call.
+#[test]
+fn lone_datagrams_single_calls_bursts_batched() {
+    let (a, b) = (
+        bind(BatchIo::Mmsg, "127.0.0.1"),
+        bind(BatchIo::Mmsg, "127.0.0.1"),
+    );
+    let one = |i| Dgram {
+        dest: b.local_addr(),
+        bytes: payload(i, 100),
+    };
+    for i in 0..20 {
+        all_sent(&a.send_batch(&[one(i)]), 1);
+        let got = recv_n(&b, 1);
+        assert_eq!(&got[0].0[..], &one(i).bytes[..]);
+    }
+    let lone = b.io_stats();
+    assert_eq!(lone.recv_calls, 20);
+    assert!(
+        (1..=3).contains(&lone.recv_multi_calls),
+        "{lone:?}: single-message calls, bar a look every 8"
+    );
+    let burst: Vec<Dgram> = (100..200).map(one).collect();
+    all_sent(&a.send_batch(&burst), 100);
+    let got = recv_n(&b, 100);
+    assert_eq!(got.len(), 100);
+    let st = b.io_stats();
+    let calls = st.recv_calls - lone.recv_calls;
+    assert!(calls <= 45, "{calls} calls for a burst of 100: {st:?}");
+}
+
+/// Several messages per call, large and small mixed: small ones move down to close the
+/// gap before them, large ones stay where the kernel put them; every datagram comes out
+/// whole and in order.
+#[test]
+fn large_and_small_datagrams_in_one_receive() {
+    let (a, b) = (
+        bind(BatchIo::Mmsg, "127.0.0.1"),
+        bind(BatchIo::Mmsg, "127.0.0.1"),
+    );
+    let sizes = |i: u32| match i % 3 {
+        0 => 40_000,
+        1 => 500,
+        _ => 64_000,
+    };
+    let batch: Vec<Dgram> = (0..60)
+        .map(|i| Dgram {
+            dest: b.local_addr(),
+            bytes: payload(i, sizes(i)),
+        })
+        .collect();
+    all_sent(&a.send_batch(&batch), 60);
+    let got = recv_n(&b, 60);
+    assert_eq!(got.len(), 60);
+    for (i, (d, _)) in got.iter().enumerate() {
+        assert!(d[..] == batch[i].bytes[..], "datagram {i} ({} B)", d.len());
+    }
+    assert!(b.io_stats().recv_multi_calls >= 5, "{:?}", b.io_stats());
+}
+
 /// IPv6 batches work the same way.
 #[test]
 fn ipv6_batches() {

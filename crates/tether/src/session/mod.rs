@@ -1,8 +1,9 @@
 //! The driver: pumps `tether-core` over `tether-transport`.
 //!
 //! Threads: one receive thread per session blocks on (or, in busy-poll mode, spins on) the
-//! unicast socket; it takes every datagram waiting with one call (`recvmmsg`, GRO messages
-//! split into their datagrams), hands each to the engine under one lock, and runs
+//! unicast socket; it takes what is waiting with one call (`recvmmsg`: several datagrams
+//! per call in bursts, GRO messages split into their datagrams), hands each to the engine
+//! under one lock, and runs
 //! subscriber callbacks itself, so a sample crosses no thread between the socket and the
 //! callback. A `put` runs the
 //! engine and sends on the caller's thread. A discovery thread scans the registry directory

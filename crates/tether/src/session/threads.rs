@@ -13,9 +13,9 @@ use tether_transport::MulticastReceiver;
 
 use super::shared::{Deferred, Inner, Out, Shared};
 
-/// The receive thread: takes every datagram waiting, hands each to the engine (one lock for
-/// them all) and runs the engine's timers, then sends and calls back with the lock
-/// released.
+/// The receive thread: takes the datagrams waiting (several per call in bursts), hands each
+/// to the engine (one lock for them all) and runs the engine's timers, then sends and calls
+/// back with the lock released.
 pub(super) fn recv_loop(shared: &Shared) {
     let mut chunk = BytesMut::new();
     let mut batch: Vec<(Bytes, SocketAddr)> = Vec::with_capacity(64);
