@@ -51,9 +51,9 @@ pub use repr::{
     ACKNACK_START_UNKNOWN, AckNackRepr, AuthRepr, BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr,
     BatchSigRepr, DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, EndpointKind,
     EndpointRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr,
-    Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr,
-    ProbeRepr, QosRepr, Reliability, SEALED_FIXED_LEN, SealedRepr, StrList, Submessage,
-    SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry,
+    Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr, PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr,
+    ProbeAckRepr, ProbeRepr, QosRepr, Reliability, SEALED_FIXED_LEN, SealedRepr, StrList,
+    Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry,
 };
 pub use sample::{
     ProtectedSample, ProtectedSampleRepr, SAMPLE_TAG_LEN, SEALED_EPOCH_LEN, SIGNATURE_LEN,
@@ -61,7 +61,10 @@ pub use sample::{
     lay_out_sealed, sample_aad, sample_signed_bytes, sender_key_aad, sender_key_nonce,
     set_protection,
 };
-pub use view::{DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, encode_data_head};
+pub use view::{
+    DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, counts_as_received, encode_data_head,
+    leading_probe_id, writer_stream,
+};
 
 /// The four bytes every tether datagram starts with.
 pub const MAGIC: [u8; 4] = *b"TTHR";

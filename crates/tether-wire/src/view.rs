@@ -1,8 +1,8 @@
 //! The datagram view (header + submessage iterator) and the builder that emits datagrams.
 
 use crate::{
-    Cursor, Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId, SUBMESSAGE_HEADER_LEN,
-    Submessage, VERSION,
+    Cursor, EntityId, Error, HEADER_LEN, Header, MAGIC, MAX_BODY_LEN, ParticipantId,
+    SUBMESSAGE_HEADER_LEN, Submessage, SubmessageKind, VERSION,
 };
 
 mod field {
@@ -282,4 +282,76 @@ impl Fixed<'_> {
         self.out[self.at..self.at + b.len()].copy_from_slice(b);
         self.at += b.len();
     }
+}
+
+/// Whether a datagram counts toward what its receiver reports in a PROBE_ACK's `received`
+/// (`docs/wire.md#received`): every datagram except those whose first submessage is
+/// discovery (PARTICIPANT, PARTICIPANT_BYE, ENDPOINT, ENDPOINT_BYE, which may travel to a
+/// discovery group) or path probing (PROBE, PROBE_ACK). Sender and receiver both apply it to
+/// the datagram as built, before any pairwise sealing (`docs/wire.md#sealed`). Reads only
+/// the first submessage's kind: `bytes` need not be valid otherwise.
+pub fn counts_as_received(bytes: &[u8]) -> bool {
+    //= docs/wire.md#received
+    match bytes
+        .get(HEADER_LEN)
+        .copied()
+        .and_then(SubmessageKind::from_u8)
+    {
+        Some(
+            SubmessageKind::Participant
+            | SubmessageKind::ParticipantBye
+            | SubmessageKind::Endpoint
+            | SubmessageKind::EndpointBye
+            | SubmessageKind::Probe
+            | SubmessageKind::ProbeAck,
+        ) => false,
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// The id of the PROBE that a datagram starts with, if it starts with one (after its
+/// header); `None` for anything else.
+pub fn leading_probe_id(bytes: &[u8]) -> Option<u64> {
+    if bytes.get(HEADER_LEN).copied() != Some(SubmessageKind::Probe as u8) {
+        return None;
+    }
+    let at = HEADER_LEN + SUBMESSAGE_HEADER_LEN;
+    let id = bytes.get(at..at + 8)?;
+    Some(u64::from_le_bytes(id.try_into().ok()?))
+}
+
+/// The writer of a datagram from a writer's stream (its first submessage is a DATA,
+/// DATA_FRAG, BATCH, BATCH_SIG, HEARTBEAT or GAP, each of which begins with the writer's
+/// entity id), and whether it carries samples (any DATA, DATA_FRAG or BATCH among its
+/// submessages). `None` for any other datagram. Reads only submessage headers and that id:
+/// `bytes` (a datagram as built, before any pairwise sealing) need not be valid otherwise.
+pub fn writer_stream(bytes: &[u8]) -> Option<(EntityId, bool)> {
+    let first = SubmessageKind::from_u8(*bytes.get(HEADER_LEN)?)?;
+    let stream = matches!(
+        first,
+        SubmessageKind::Data
+            | SubmessageKind::DataFrag
+            | SubmessageKind::Batch
+            | SubmessageKind::BatchSig
+            | SubmessageKind::Heartbeat
+            | SubmessageKind::Gap
+    );
+    if !stream {
+        return None;
+    }
+    let at = HEADER_LEN + SUBMESSAGE_HEADER_LEN;
+    let writer = EntityId(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let mut i = HEADER_LEN;
+    let mut samples = false;
+    while let Some(h) = bytes.get(i..i + SUBMESSAGE_HEADER_LEN) {
+        let kind = SubmessageKind::from_u8(h[0]);
+        samples |= matches!(
+            kind,
+            Some(SubmessageKind::Data | SubmessageKind::DataFrag | SubmessageKind::Batch)
+        );
+        let len = u16::from_le_bytes([h[2], h[3]]) as usize;
+        i += SUBMESSAGE_HEADER_LEN + len;
+    }
+    Some((writer, samples))
 }

@@ -14,7 +14,7 @@ pub use data::{
     batch_entry_head, push_batch_entry,
 };
 pub use discovery::{EndpointRepr, ParticipantRepr};
-pub use path::{PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
+pub use path::{PROBE_ACK_LEN, PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
 pub use reliability::{
     ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
 };
@@ -65,6 +65,8 @@ pub enum SubmessageKind {
     Probe = 0x11,
     /// Confirms a PROBE arrived.
     ProbeAck = 0x12,
+    /// A reader requests samples beyond its ACKNACK's bitmap; acknowledges nothing.
+    Nack = 0x13,
 }
 
 impl SubmessageKind {
@@ -89,6 +91,7 @@ impl SubmessageKind {
             0x10 => Self::BatchSig,
             0x11 => Self::Probe,
             0x12 => Self::ProbeAck,
+            0x13 => Self::Nack,
             _ => return None,
         })
     }
@@ -261,6 +264,9 @@ pub enum Submessage<'a> {
     Probe(ProbeRepr),
     /// See [`ProbeAckRepr`].
     ProbeAck(ProbeAckRepr),
+    /// Samples requested beyond an ACKNACK's 256 bits: the ACKNACK layout, but `base`
+    /// acknowledges nothing (`docs/wire.md#nack`); `start_unknown` is always false.
+    Nack(AckNackRepr),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -308,6 +314,7 @@ impl<'a> Submessage<'a> {
             Submessage::BatchSig(_) => SubmessageKind::BatchSig as u8,
             Submessage::Probe(_) => SubmessageKind::Probe as u8,
             Submessage::ProbeAck(_) => SubmessageKind::ProbeAck as u8,
+            Submessage::Nack(_) => SubmessageKind::Nack as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -354,6 +361,8 @@ impl<'a> Submessage<'a> {
             SubmessageKind::BatchSig => Submessage::BatchSig(BatchSigRepr::parse(c)?),
             SubmessageKind::Probe => Submessage::Probe(ProbeRepr::parse(c)?),
             SubmessageKind::ProbeAck => Submessage::ProbeAck(ProbeAckRepr::parse(c)?),
+            //= docs/wire.md#nack
+            SubmessageKind::Nack => Submessage::Nack(AckNackRepr::parse(c, 0)?),
         };
         c.finish()?;
         Ok(msg)
@@ -383,6 +392,7 @@ impl<'a> Submessage<'a> {
             Submessage::BatchSig(b) => b.emit(out),
             Submessage::Probe(p) => p.emit(out),
             Submessage::ProbeAck(p) => p.emit(out),
+            Submessage::Nack(n) => n.emit(out),
             Submessage::Unknown(_) => Ok(()),
         }
     }

@@ -15,14 +15,22 @@ pub struct ProbeRepr {
     pub padding: u16,
 }
 
-/// The answer to a PROBE: its id and the length of the datagram that carried it.
+/// The answer to a PROBE: its id, the length of the datagram that carried it, and how much
+/// the answering participant has received from the prober.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeAckRepr {
     /// The probe's id.
     pub id: u64,
     /// Length in bytes of the datagram the probe arrived in.
     pub size: u32,
+    /// Bytes of counted datagrams (`docs/wire.md#received`) the answering participant has
+    /// received from the prober's participant, the probe's own datagram excluded, modulo
+    /// 2^64. `None`: absent (a 12-byte body).
+    pub received: Option<u64>,
 }
+
+/// Length of a PROBE_ACK body with its `received` field.
+pub const PROBE_ACK_LEN: usize = 20;
 
 impl ProbeRepr {
     /// Parses the body's fields from `c` (the padding is the rest of the body).
@@ -50,13 +58,17 @@ impl ProbeAckRepr {
         //= docs/wire.md#probe
         let id = c.u64()?;
         let size = c.u32()?;
-        Ok(ProbeAckRepr { id, size })
+        let received = if c.is_empty() { None } else { Some(c.u64()?) };
+        Ok(ProbeAckRepr { id, size, received })
     }
 
     /// Appends the body.
     pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
         out.extend_from_slice(&self.id.to_le_bytes());
         out.extend_from_slice(&self.size.to_le_bytes());
+        if let Some(r) = self.received {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
         Ok(())
     }
 }
