@@ -5,7 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use tether::Config;
 
 use crate::harness::{cpu, secs};
-use crate::{bulk, cipher, fanout, loopback, paper};
+use crate::{bulk, cipher, fanout, loopback, lossy, paper};
 
 /// `tether bench`: which experiment, and its settings.
 #[derive(Args, Debug)]
@@ -104,6 +104,11 @@ enum Which {
     /// sender keys (`group`) and SROS2-like per-destination sealing (`pairwise`);
     /// communication time and the publisher's CPU per sample.
     Fanout(fanout::FanoutArgs),
+    /// Reliable delivery across a link that loses frames (two network namespaces, veth, MTU
+    /// 1500, loss at the receiver's ingress; root only): goodput of a reliable keep-all
+    /// writer publishing as fast as allowed, and the time a 4 MiB sample takes, at each
+    /// loss rate beside the lossless figure.
+    Lossy(lossy::LossyArgs),
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
@@ -215,6 +220,8 @@ enum Role {
     Ack,
     /// Count bulk bytes and time the realtime topic (`bench bulk`).
     BulkSink,
+    /// Count the lossy topic, checking order (`bench lossy`).
+    LossySink,
 }
 
 /// Runs the experiment `args` names, printing its report (a table, or JSON with
@@ -276,6 +283,7 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
             json,
         } => cipher::run(&sizes, millis, json),
         Which::Fanout(a) => fanout::run(cfg, a),
+        Which::Lossy(a) => lossy::run(cfg, a),
         Which::Latency {
             samples,
             sizes,
@@ -323,6 +331,7 @@ pub fn peer(mut cfg: Config, args: PeerArgs) -> anyhow::Result<()> {
         Role::UdpSink => loopback::udp_sink(args.busy_poll, args.ip),
         Role::Ack => paper::ack_peer(cfg),
         Role::BulkSink => bulk::sink(cfg),
+        Role::LossySink => lossy::sink(cfg),
         Role::Sink => loopback::sink(cfg, false),
         Role::SinkReliable => loopback::sink(cfg, true),
     }

@@ -29,6 +29,7 @@ mod command;
 mod fanout;
 mod harness;
 mod loopback;
+mod lossy;
 mod paper;
 
 pub use command::{BenchArgs, PeerArgs, peer, run};

@@ -338,6 +338,19 @@ impl Host {
         ))
     }
 
+    /// Replaces the loss rule of [`Host::drop_incoming`] by one dropping `percent` % (none
+    /// for 0), starting its count again: a benchmark steps through loss rates on one link.
+    pub fn set_incoming_loss(&self, percent: u8) -> Result<(), NetnsError> {
+        // Absent the first time: nothing to delete.
+        let _ = self
+            .ns
+            .run("nft", &["delete", "table", "netdev", "ingress_loss"]);
+        if percent == 0 {
+            return Ok(());
+        }
+        self.drop_incoming(percent)
+    }
+
     /// Sends `percent` % of the frames leaving this host's veth twice, at random, counted:
     /// table `netdev egress_dup`, at the device's egress hook.
     pub fn duplicate_outgoing(&self, percent: u8) -> Result<(), NetnsError> {

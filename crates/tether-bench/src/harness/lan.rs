@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use tether_testkit::netns::{self, Namespace};
 
 use super::cpu::{cpus, is_root};
+use super::{BenchCfg, Peer};
 
 /// The senders' address.
 pub(crate) const SENDER_IP: Ipv4Addr = Ipv4Addr::new(10, 199, 9, 1);
@@ -27,8 +28,16 @@ pub(crate) struct Lan {
 
 impl Lan {
     /// Creates the hosts (root only), first deleting those of earlier runs that were
-    /// killed before they could.
+    /// killed before they could. The veth passes GSO super-packets whole, as the
+    /// throughput figures were measured.
     pub(crate) fn create() -> anyhow::Result<Lan> {
+        Self::create_with(false)
+    }
+
+    /// [`create`](Self::create), with every datagram (and TCP segment) crossing as its own
+    /// frame if `one_frame_per_datagram`, so a loss rule drops frames as a wire loses
+    /// them (see `tether_testkit::netns::LanBuilder::one_frame_per_datagram`).
+    pub(crate) fn create_with(one_frame_per_datagram: bool) -> anyhow::Result<Lan> {
         if !is_root() {
             bail!("creating network namespaces needs root");
         }
@@ -36,7 +45,7 @@ impl Lan {
         let id = std::process::id();
         let (vp, vs) = (format!("vfp{id}"), format!("vfs{id}"));
         let (vp, vs) = (&vp[..vp.len().min(15)], &vs[..vs.len().min(15)]);
-        let net = netns::Lan::builder(
+        let mut builder = netns::Lan::builder(
             [
                 &format!("{}{id}", PREFIXES[0]),
                 &format!("{}{id}", PREFIXES[1]),
@@ -44,8 +53,11 @@ impl Lan {
             [vp, vs],
         )
         .addrs([SENDER_IP, RECEIVER_IP], 24)
-        .multicast(true)
-        .create()?;
+        .multicast(true);
+        if one_frame_per_datagram {
+            builder = builder.one_frame_per_datagram();
+        }
+        let net = builder.create()?;
         if cpus() >= 2 {
             net.b()
                 .ns()
@@ -69,6 +81,20 @@ impl Lan {
     /// The receivers' namespace.
     pub(crate) fn receivers(&self) -> &Namespace {
         self.net.b().ns()
+    }
+
+    /// Drops `percent` % of the frames arriving at the receivers' host (0: none), at its
+    /// veth's ingress, replacing the rule set before.
+    pub(crate) fn set_receiver_loss(&self, percent: u8) -> anyhow::Result<()> {
+        self.net
+            .b()
+            .set_incoming_loss(percent)
+            .with_context(|| format!("setting {percent} % loss at the receivers' ingress"))
+    }
+
+    /// Frames the receivers' loss rule has dropped since it was set.
+    pub(crate) fn receiver_dropped(&self) -> u64 {
+        self.net.b().dropped_incoming().unwrap_or(0)
     }
 }
 
@@ -94,4 +120,46 @@ pub(crate) fn in_namespace<R: Send>(
         .join()
         .unwrap_or_else(|_| bail!("the thread in namespace {} panicked", ns.name()))
     })
+}
+
+/// A session for this process on the senders' host (call it from a thread in that
+/// namespace, see [`in_namespace`]), and a `tether bench-peer ROLE` on the receivers' host
+/// with that session as its static peer and the same `max_datagram`, pinned to CPU 1 if
+/// `cpu1`. The sink's configuration file lives in `bc`'s directory.
+pub(crate) fn sender_and_sink(
+    lan: &Lan,
+    bc: &BenchCfg,
+    role: &str,
+    busy: bool,
+    cpu1: bool,
+) -> anyhow::Result<(tether::Session, Peer)> {
+    let mut mine = bc.base.clone();
+    mine.transport.listen = Some(std::net::SocketAddr::new(SENDER_IP.into(), 0));
+    mine.discovery.registry = false;
+    let session = tether::Session::open(mine)?;
+    let path = bc.dir().join("sink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[transport]\nlisten = \"{RECEIVER_IP}:0\"\nmax_datagram = {}\n\
+             [discovery]\nregistry = false\npeers = [\"{}\"]\n",
+            bc.base.transport.max_datagram,
+            session.local_addr()
+        ),
+    )?;
+    let mut args = vec![
+        role.to_string(),
+        "--domain".into(),
+        bc.domain().to_string(),
+        "--config".into(),
+        path.display().to_string(),
+    ];
+    if busy {
+        args.push("--busy-poll".into());
+    }
+    if cpu1 {
+        args.extend(["--cpu".into(), "1".into()]);
+    }
+    let peer = Peer::spawn_with(Some(lan.receivers()), crate::PEER_SUBCOMMAND, &args)?;
+    Ok((session, peer))
 }

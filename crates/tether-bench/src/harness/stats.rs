@@ -12,6 +12,17 @@ pub(crate) fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
         .copied()
 }
 
+/// The median of `v` (the mean of the middle two for an even count); None when empty.
+pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// Mean, min, max and standard deviation of times in ms.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Summary {

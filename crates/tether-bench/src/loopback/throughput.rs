@@ -13,7 +13,7 @@ use tether::{Config, Qos, Session};
 use super::{THR, receive_modes};
 use crate::command::{HostsArg, ModeArg, ShapeArg};
 use crate::harness::cpu::{cpus, pin};
-use crate::harness::lan::{Lan, RECEIVER_IP, SENDER_IP, in_namespace};
+use crate::harness::lan::{Lan, RECEIVER_IP, SENDER_IP, in_namespace, sender_and_sink};
 use crate::harness::{BenchCfg, Peer, bench_cfg, machine, secs, wait_matched};
 
 /// The settings of one `tether bench throughput`.
@@ -90,34 +90,7 @@ fn open_pair(
             Ok((Session::open(bc.base.clone())?, peer, bc))
         }
         Place::Veth { lan, two_cpus } => {
-            let mut mine = bc.base.clone();
-            mine.transport.listen = Some(SocketAddr::new(SENDER_IP.into(), 0));
-            mine.discovery.registry = false;
-            let session = Session::open(mine)?;
-            let path = bc.dir().join("sink.toml");
-            std::fs::write(
-                &path,
-                format!(
-                    "[transport]\nlisten = \"{RECEIVER_IP}:0\"\nmax_datagram = {}\n\
-                     [discovery]\nregistry = false\npeers = [\"{}\"]\n",
-                    cfg.transport.max_datagram,
-                    session.local_addr()
-                ),
-            )?;
-            let mut args = vec![
-                role.to_string(),
-                "--domain".into(),
-                bc.domain().to_string(),
-                "--config".into(),
-                path.display().to_string(),
-            ];
-            if busy {
-                args.push("--busy-poll".into());
-            }
-            if two_cpus {
-                args.extend(["--cpu".into(), "1".into()]);
-            }
-            let peer = Peer::spawn_with(Some(lan.receivers()), crate::PEER_SUBCOMMAND, &args)?;
+            let (session, peer) = sender_and_sink(lan, &bc, role, busy, two_cpus)?;
             Ok((session, peer, bc))
         }
     }
