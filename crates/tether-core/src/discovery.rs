@@ -47,6 +47,10 @@ pub(crate) struct RemoteParticipant {
     pub(crate) path: crate::path::PathMtu,
     /// The largest datagram sent to it (its path, or its data group's smallest).
     pub(crate) datagram: usize,
+    /// How much may be in flight to it (`None`: a path on this host, or control off).
+    pub(crate) cc: Option<Box<crate::congestion::Congestion>>,
+    /// Counted bytes received from it (`docs/wire.md#received`), reported in PROBE_ACKs.
+    pub(crate) received: u64,
 }
 
 /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
@@ -68,6 +72,10 @@ pub(crate) struct Peers {
     pub(crate) announce_step: Duration,
     /// Data groups and the largest datagram all their members take.
     pub(crate) groups: Vec<(SocketAddr, usize)>,
+    /// Counted bytes sent to each data group (its members' paths count them).
+    pub(crate) group_sent: Vec<(SocketAddr, u64)>,
+    /// Some remote participant's path is congestion controlled: sends are counted.
+    pub(crate) controlled: bool,
 }
 
 impl Peers {
@@ -81,8 +89,16 @@ impl Peers {
             next_announce: now,
             announce_step: FIRST_ANNOUNCE,
             groups: Vec::new(),
+            group_sent: Vec::new(),
+            controlled: false,
         }
     }
+}
+
+/// Counted bytes sent to data group `g` so far, from `counts` (0 for none).
+pub(crate) fn group_sent(counts: &[(SocketAddr, u64)], g: Option<SocketAddr>) -> u64 {
+    g.and_then(|g| counts.iter().find(|(a, _)| *a == g))
+        .map_or(0, |(_, n)| *n)
 }
 
 impl Participant {
@@ -105,8 +121,10 @@ impl Participant {
                 self.peers.remote_at.insert(from, pid);
                 // Another address is another path.
                 let path = self.new_path(&from, now);
+                let cc = self.new_congestion(&from, now);
                 if let Some(p) = self.peers.remotes.get_mut(&pid) {
                     p.path = path;
+                    p.cc = cc;
                 }
                 self.resize_paths();
             }
@@ -220,6 +238,7 @@ impl Participant {
         }
         self.peers.remote_at.insert(from, pid);
         let path = self.new_path(&from, now);
+        let cc = self.new_congestion(&from, now);
         self.peers.remotes.insert(
             pid,
             Box::new(RemoteParticipant {
@@ -236,6 +255,8 @@ impl Participant {
                 group,
                 datagram: path.size,
                 path,
+                cc,
+                received: 0,
             }),
         );
         self.peers.grouped += group.is_some() as usize;

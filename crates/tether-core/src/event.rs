@@ -367,6 +367,22 @@ pub struct Stats {
     pub probes_sent: u64,
     /// Peers' probes answered.
     pub probes_answered: u64,
+    /// Probes sent by congestion controllers (round trip and delivery rate).
+    pub rtt_probes_sent: u64,
+    /// Of those, answered.
+    pub rtt_probes_answered: u64,
+    /// Answers that showed congestion (loss together with a queue): a window was capped.
+    pub congestion_events: u64,
+    /// Datagrams of keep-all writers that waited in a path's queue for room in its window.
+    pub datagrams_queued: u64,
+    /// Requests for samples a writer had re-sent too recently to have arrived (they were on
+    /// their way): not answered twice.
+    pub resends_suppressed: u64,
+    /// NACKs sent: requests for samples beyond an ACKNACK's 256 bits.
+    pub nacks_sent: u64,
+    /// Writes refused because a path to a reader had no room in its window (the writer
+    /// waits, as for a full history).
+    pub window_full: u64,
     /// Paths whose datagram size grew after a probe arrived.
     pub paths_raised: u64,
     /// Paths whose datagram size was lowered (probes lost, or a send refused as too big).

@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod congestion;
 mod discovery;
 mod endpoint;
 mod error;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_wire::{
     DATA_FIXED_LEN, DatagramBuilder, EndpointKind, EntityId, HEADER_LEN, Header, ParticipantId,
-    SUBMESSAGE_HEADER_LEN, Submessage,
+    SUBMESSAGE_HEADER_LEN, Submessage, SubmessageKind,
 };
 
 use crate::endpoint::EndpointInfo;
@@ -91,6 +91,10 @@ pub struct Config {
     /// for it (`writer/inactive.rs`). `None`: DDS's strict behaviour (a stalled reader holds
     /// the writer until its lease ends).
     pub inactive_after: Option<Duration>,
+    /// Control how much is in flight on each path to another host, from what it delivers
+    /// ([`congestion`](crate::congestion)); off: writers send as fast as they are given
+    /// samples.
+    pub congestion_control: bool,
 }
 
 /// The default [`Config::inactive_after`]: well under the lease (10 s), so a stalled reader
@@ -124,6 +128,7 @@ impl Config {
             data_group: None,
             multicast_min: 2,
             inactive_after: Some(DEFAULT_INACTIVE_AFTER),
+            congestion_control: true,
         }
     }
 }
@@ -180,6 +185,12 @@ pub struct Participant {
     pub(crate) sched: Scheduler,
     /// When a reader next asks a writer again for what it misses.
     pub(crate) next_renack: Option<Instant>,
+    /// When a path's congestion controller next wants to probe (`None`: none does).
+    pub(crate) next_cc_probe: Option<Instant>,
+    /// Remote participants whose path holds datagrams waiting for room in its window.
+    pub(crate) queued_paths: Vec<ParticipantId>,
+    /// The latest time the engine was given (`poll_transmit` takes none).
+    pub(crate) clock: Instant,
 }
 
 /// `now + d`, saturating a century ahead: `Instant + Duration` panics on overflow, and a
@@ -221,6 +232,9 @@ impl Participant {
             timers_changed: true,
             input: 0,
             next_renack: None,
+            next_cc_probe: None,
+            queued_paths: Vec::new(),
+            clock: now,
         }
     }
 
@@ -436,18 +450,20 @@ impl Participant {
 
     /// True if events or immediate transmits are waiting to be polled.
     pub fn has_output(&self) -> bool {
-        !self.transmits.is_empty() || !self.events.is_empty()
+        !self.transmits.is_empty() || !self.events.is_empty() || self.queued_releasable()
     }
 
     /// Processes one received datagram. `datagram` is kept by reference: delivered payloads
     /// are slices of it.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes) {
+        self.clock = self.clock.max(now);
         self.timers_changed = true;
         self.input += 1;
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         self.process_datagram(now, from, datagram, true);
         self.schedule_rekeys(now);
+        self.congestion_tick(now);
     }
 
     /// The submessages of one datagram; `outer`: as received (a SEALED one may open to
@@ -465,6 +481,10 @@ impl Participant {
         let d = admitted.datagram();
         let pid = d.header().participant;
         let mut known = self.heard_from(now, pid, from);
+        // What a sealed datagram opens to is counted, as its sender counted it.
+        if known && (!outer || datagram.get(HEADER_LEN) != Some(&(SubmessageKind::Sealed as u8))) {
+            self.count_received(pid, datagram);
+        }
         // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
         let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {
@@ -517,12 +537,13 @@ impl Participant {
                 Submessage::Key(k) => self.on_key(pid, k),
                 Submessage::KeyRequest(k) => self.on_key_request(pid, k),
                 Submessage::Heartbeat(hb) => self.on_heartbeat(now, pid, hb),
-                Submessage::AckNack(an) => self.on_acknack(now, pid, an),
+                Submessage::AckNack(an) => self.on_acknack(now, pid, an, true),
+                Submessage::Nack(n) => self.on_acknack(now, pid, n, false),
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(now, pid, n),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
-                Submessage::Probe(p) => self.on_probe(from, p, datagram.len()),
+                Submessage::Probe(p) => self.on_probe(from, pid, p, datagram.len()),
                 Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, a),
                 Submessage::Batch(b) => {
                     let g = Guid {
@@ -547,9 +568,14 @@ impl Participant {
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.peers.next_announce.min(self.next_housekeeping);
-        for x in [self.keystore.rekey_at, self.next_renack]
-            .into_iter()
-            .flatten()
+        for x in [
+            self.keystore.rekey_at,
+            self.next_renack,
+            self.next_cc_probe,
+            self.next_release(),
+        ]
+        .into_iter()
+        .flatten()
         {
             t = t.min(x);
         }
@@ -571,6 +597,7 @@ impl Participant {
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.clock = self.clock.max(now);
         self.timers_changed = true;
         if now >= self.peers.next_announce {
             let dgrams = self.announcement(None);
@@ -590,6 +617,7 @@ impl Participant {
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
         self.renack(now);
+        self.congestion_tick(now);
         self.schedule_rekeys(now);
         if self.keystore.rekey_at.is_some_and(|t| now >= t) {
             self.rekey_due_writers();
@@ -679,8 +707,19 @@ impl Participant {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.transmits.pop_front()?;
-        Some(self.seal_for_peer(t))
+        loop {
+            let t = match self.transmits.pop_front() {
+                // A keep-all writer's samples to a path without room in its window wait in
+                // that path's queue (`congestion`).
+                Some(t) => match self.route(t) {
+                    Some(t) => t,
+                    None => continue,
+                },
+                None => self.release_queued()?,
+            };
+            self.count_sent(&t);
+            return Some(self.seal_for_peer(t));
+        }
     }
 
     /// The next event.

@@ -15,7 +15,7 @@ use crate::event::{Guid, LossReason, Stats};
 use crate::reader::lost::Losses;
 use crate::writer::state::{FanoutKey, Writer};
 
-use crate::discovery::RemoteParticipant;
+use crate::discovery::{Peers, RemoteParticipant};
 use crate::participant::{Config, Participant};
 use crate::reader::note_delivered;
 use crate::reader::state::renack_interval;
@@ -33,15 +33,34 @@ pub(crate) fn ack_interval(cfg: &Config) -> Duration {
     cfg.heartbeat_period.saturating_mul(ACK_EVERY_HEARTBEATS)
 }
 
-/// A reassembly that has received nothing for this long asks for every missing fragment,
-/// not only the overtaken ones (the writer has finished sending it).
+/// A reassembly that has received nothing for this long (or for half the repair wait, if
+/// less) asks for every missing fragment of a sample its writer has announced, not only the
+/// overtaken ones: the writer has finished sending it.
 pub(crate) const FRAG_QUIET: Duration = Duration::from_millis(20);
 
-/// Least time between two NACK_FRAGs for one sample.
-pub(crate) const NACKFRAG_INTERVAL: Duration = Duration::from_millis(50);
+/// Most NACK_FRAG windows (256 fragments each) a reader sends per sample per request: 16
+/// name up to 4,096 fragments (6 MB in path-sized datagrams) and fill a fifth of one.
+pub(crate) const NACKFRAG_WINDOWS: usize = 16;
 
-/// Most NACK_FRAG windows (256 fragments each) a reader sends per sample per heartbeat.
-pub(crate) const NACKFRAG_WINDOWS: usize = 4;
+/// The shortest time a reader waits for a repair before asking again, when the round
+/// trip is measured.
+pub(crate) const MIN_REPAIR_WAIT: Duration = Duration::from_millis(1);
+
+/// How long a reader waits for what it asked participant `p` for before it asks again:
+/// what its path's congestion controller says an answer takes (round trip and its
+/// variation), at least [`MIN_REPAIR_WAIT`]; without that measurement, [`renack_interval`]
+/// from path-size probes. Never over the heartbeat period.
+pub(crate) fn repair_wait(peers: &Peers, cfg: &Config, p: ParticipantId) -> Duration {
+    let period = cfg.heartbeat_period.max(MIN_REPAIR_WAIT);
+    let r = peers.remotes.get(&p);
+    match r
+        .and_then(|r| r.cc.as_ref())
+        .and_then(|cc| cc.answer_within())
+    {
+        Some(d) => d.clamp(MIN_REPAIR_WAIT, period),
+        None => renack_interval(r.and_then(|r| r.path.rtt), cfg.heartbeat_period),
+    }
+}
 
 /// Records `count` from a HEARTBEAT, ACKNACK or NACK_FRAG if it is newer than the last one
 /// seen (serial-number order, so the counter may wrap); false for a stale or repeated one.
@@ -294,7 +313,7 @@ impl Participant {
             let Some(addr) = self.peers.remotes.get(&g.participant).map(|p| p.addr) else {
                 continue;
             };
-            let an = wp.acknack(id, g.entity);
+            let an = wp.acknack(id, g.entity, None, &mut Vec::new());
             let mut dg = Vec::new();
             if DatagramBuilder::new(&mut dg, hdr)
                 .push(&Submessage::AckNack(an))
@@ -325,6 +344,7 @@ impl Participant {
         if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
         }
+        let start = rp.start;
         if let Some(e) = w.heard_from(rg, now) {
             self.events.push_back(e);
         }
@@ -333,10 +353,23 @@ impl Participant {
         };
         match w.find(nf.seq).map(|c| (c.timestamp_ns, c.payload.clone())) {
             Some((ts, payload)) => {
+                // The repair ends with a heartbeat to the reader, on its last fragment: it
+                // learns the sample is all sent (if the original last fragment, which carried
+                // one, was lost) and asks for what is still missing.
+                w.hb_count = w.hb_count.wrapping_add(1);
+                let hb = HeartbeatRepr {
+                    writer: nf.writer,
+                    reader: nf.reader,
+                    first: w.first_available().max(start).min(w.last_sent() + 1),
+                    last: w.last_sent(),
+                    count: w.hb_count,
+                    final_: true,
+                };
                 let payload =
                     wire_form(&self.cfg, &mut self.stats, nf.writer, nf.seq, ts, &payload);
                 let frags: Vec<u32> = nf.missing().collect();
                 self.stats.fragments_retransmitted += frags.len() as u64;
+                self.stats.heartbeats_sent += 1;
                 let before = self.stats.bytes_sent;
                 self.send_sample(
                     addr,
@@ -346,7 +379,7 @@ impl Participant {
                     ts,
                     &payload,
                     Some(&frags),
-                    None,
+                    Some(hb),
                 );
                 self.charge(nf.writer, self.stats.bytes_sent - before);
             }
@@ -454,11 +487,14 @@ impl Participant {
         }
     }
 
+    /// An ACKNACK (`acknowledges`: everything below its base is received), or a NACK (it
+    /// only requests): re-sends what it requests, and GAPs for what is gone.
     pub(crate) fn on_acknack(
         &mut self,
         now: Instant,
         pid: ParticipantId,
         an: tether_wire::AckNackRepr,
+        acknowledges: bool,
     ) {
         let rg = Guid {
             participant: pid,
@@ -478,7 +514,7 @@ impl Participant {
         let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
             return;
         };
-        if an.start_unknown {
+        if an.start_unknown && acknowledges {
             self.tell_start(now, an.writer, rg, addr);
             return;
         }
@@ -490,13 +526,17 @@ impl Participant {
             return;
         }
         let start = rp.start;
-        let base = an.base.min(w.next_seq);
-        rp.acked = rp.acked.max(base);
+        if acknowledges {
+            let base = an.base.min(w.next_seq);
+            rp.acked = rp.acked.max(base);
+            rp.prune_resent();
+        }
         if let Some(e) = w.heard_from(rg, now) {
             self.events.push_back(e);
         }
         let before = self.stats.bytes_sent;
         let size = crate::path::datagram_size(&self.peers, &self.cfg, addr);
+        let resend_wait = crate::congestion::resend_wait(&self.peers, pid, now);
         // What the reader should never get (before it matched) or is gone becomes one GAP,
         // from its base to the first sample the writer still has for it, however far that
         // is (an inactive reader coming back, a keep-last writer far ahead); the rest of
@@ -520,6 +560,14 @@ impl Participant {
             }
             if seq < kept {
                 continue; // in the GAP
+            }
+            // Asked again before the last repair could have arrived: it is on its way.
+            let Some(rp) = w.readers.get_mut(&rg) else {
+                break;
+            };
+            if !rp.may_resend(seq, now, resend_wait) {
+                r.stats.resends_suppressed += 1;
+                continue;
             }
             match w.find(seq) {
                 Some(c) if c.payload.len() > single => {
@@ -553,8 +601,9 @@ impl Participant {
             }
         }
         r.flush_gap();
-        // A heartbeat closes every repair, so the reader learns the state at once.
-        if an.num_bits > 0 {
+        // A heartbeat closes every repair, so the reader learns the state at once (a
+        // NACK's repair follows its ACKNACK's, which has one).
+        if an.num_bits > 0 && acknowledges {
             let last = w.last_sent();
             r.heartbeat(&mut w.hb_count, kept, last);
         }
@@ -575,21 +624,14 @@ impl Participant {
             return;
         }
         self.next_renack = None;
-        let period = self.cfg.heartbeat_period;
         for r in self.readers.values() {
             for (g, wp) in &r.writers {
-                let Some(t) = wp.nacked else {
+                let Some(at) = wp.renack_at else {
                     continue;
                 };
                 if !wp.misses() {
                     continue;
                 }
-                let rtt = self
-                    .peers
-                    .remotes
-                    .get(&g.participant)
-                    .and_then(|p| p.path.rtt);
-                let at = t + renack_interval(rtt, period);
                 if now >= at {
                     if !self.pending_acks.contains(&(r.id, *g)) {
                         self.pending_acks.push((r.id, *g));
@@ -643,25 +685,14 @@ impl Participant {
             else {
                 continue;
             };
-            let an = wp.acknack(rid, g.entity);
-            // Ask again later if this leaves something missing (the answer, or this, may
-            // be lost), whether or not a heartbeat comes.
-            if wp.misses() {
-                wp.nacked = Some(now);
-                let rtt = self
-                    .peers
-                    .remotes
-                    .get(&g.participant)
-                    .and_then(|p| p.path.rtt);
-                let at = now + renack_interval(rtt, self.cfg.heartbeat_period);
-                self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
-            } else {
-                wp.nacked = None;
-            }
+            let wait = repair_wait(&self.peers, &self.cfg, g.participant);
+            let mut more = Vec::new();
+            let an = wp.acknack(rid, g.entity, Some((now, wait)), &mut more);
             // Samples in reassembly are repaired by fragment: the overtaken fragments, or all
             // missing ones once the sender has gone quiet on that sample.
             let mut nacks = Vec::new();
             let announced = wp.hb_last;
+            let quiet = FRAG_QUIET.min(wait / 2);
             // One that does not know where it starts asks only that.
             let frags = if an.start_unknown {
                 None
@@ -669,21 +700,16 @@ impl Participant {
                 Some(wp.frags.iter_mut())
             };
             for (&seq, ra) in frags.into_iter().flatten() {
-                // Ask at most once per NACKFRAG_INTERVAL per sample: the writer answers
-                // with a heartbeat that can overtake the fragments it re-sends.
-                if ra
-                    .nacked
-                    .is_some_and(|t| now.saturating_duration_since(t) < NACKFRAG_INTERVAL)
-                {
+                // Not again before the answer to the last request could have come: the
+                // round trip, and the time the fragments asked for take to arrive.
+                if ra.renack_at.is_some_and(|t| now < t) {
                     continue;
                 }
                 // Every missing fragment once the writer has announced the sample (its
                 // heartbeat rides on the last fragment) and gone quiet; before, only those
                 // overtaken: a paced writer is still sending the rest.
-                let all = announced >= seq && now.saturating_duration_since(ra.last) >= FRAG_QUIET;
-                if ra.missing(0, all).next().is_some() {
-                    ra.nacked = Some(now);
-                }
+                let all = announced >= seq && now.saturating_duration_since(ra.last) >= quiet;
+                let mut asked = 0u32;
                 let mut missing = ra.missing(0, all).peekable();
                 for _ in 0..NACKFRAG_WINDOWS {
                     let Some(&base) = missing.peek() else {
@@ -698,6 +724,7 @@ impl Participant {
                         }
                         bitmap[(i / 32) as usize] |= 1 << (i % 32);
                         num_bits = i as u16 + 1;
+                        asked += 1;
                         missing.next();
                     }
                     wp.nackfrag_count = wp.nackfrag_count.wrapping_add(1);
@@ -711,6 +738,24 @@ impl Participant {
                         count: wp.nackfrag_count,
                     });
                 }
+                drop(missing);
+                if asked > 0 {
+                    ra.renack_at = Some(now + wait + ra.transfer_time(asked));
+                }
+            }
+            // Ask again later if something is still missing (the answer, or this request,
+            // may be lost), whether or not a heartbeat comes: once the answer to the last
+            // request of every missing sample could have come, or to a sample's fragments.
+            wp.renack_at = wp.misses().then(|| {
+                let samples = wp.asked_at.map_or(now + wait, |t| t + wait);
+                wp.frags
+                    .values()
+                    .filter_map(|ra| ra.renack_at)
+                    .fold(samples, Instant::min)
+                    .max(now + MIN_REPAIR_WAIT)
+            });
+            if let Some(at) = wp.renack_at {
+                self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
             }
             let mut p = Packer::new(addr, hdr, self.datagram_size(addr));
             p.push(
@@ -719,6 +764,10 @@ impl Participant {
                 &mut self.stats,
             );
             self.stats.acknacks_sent += 1;
+            for n in more {
+                p.push(&Submessage::Nack(n), &mut self.transmits, &mut self.stats);
+                self.stats.nacks_sent += 1;
+            }
             for n in nacks {
                 p.push(
                     &Submessage::NackFrag(n),

@@ -76,6 +76,13 @@ pub struct Link {
     pub mtu: Option<usize>,
     /// The hosts' sockets set the don't-fragment bit (as tether's transport does).
     pub dont_fragment: bool,
+    /// `Some(bytes per second)`: each host receives through a bottleneck of this rate (its
+    /// downlink), datagrams queueing in front of it in arrival order; `queue` bytes at most
+    /// wait there, and a datagram that finds it full is dropped (a congested router's tail
+    /// drop). `None`: no bottleneck.
+    pub rate: Option<u64>,
+    /// Bytes the bottleneck queue holds (with `rate`).
+    pub queue: usize,
 }
 
 impl Link {
@@ -89,6 +96,8 @@ impl Link {
             group_delay: Duration::ZERO,
             mtu: None,
             dont_fragment: true,
+            rate: None,
+            queue: 0,
         }
     }
     /// A hostile link: the given loss, 5 % duplication, delay 1–6 ms (reordering).
@@ -101,6 +110,8 @@ impl Link {
             group_delay: Duration::ZERO,
             mtu: None,
             dont_fragment: true,
+            rate: None,
+            queue: 0,
         }
     }
 
@@ -115,6 +126,18 @@ impl Link {
             group_delay: Duration::ZERO,
             mtu: Some(mtu),
             dont_fragment: true,
+            rate: None,
+            queue: 0,
+        }
+    }
+
+    /// This link with a bottleneck of `rate` bytes per second in front of each receiver,
+    /// and a queue of `queue` bytes before it (see [`Link::rate`]).
+    pub fn bottleneck(self, rate: u64, queue: usize) -> Self {
+        Link {
+            rate: Some(rate.max(1)),
+            queue,
+            ..self
         }
     }
 
@@ -162,6 +185,12 @@ pub struct Node {
     /// Multicast groups it has joined: it receives datagrams sent there too (each node's
     /// copy lost independently, as on a real LAN).
     pub groups: Vec<SocketAddr>,
+    /// With a bottleneck ([`Link::rate`]): when its downlink is free again.
+    free_at: Instant,
+    /// Datagrams its bottleneck queue dropped (full).
+    pub queue_drops: u64,
+    /// Most bytes ever waiting in its bottleneck queue.
+    pub max_queue: usize,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -258,6 +287,9 @@ impl Sim {
             unplugged: false,
             sched_at: None,
             groups: Vec::new(),
+            free_at: self.now,
+            queue_drops: 0,
+            max_queue: 0,
         });
         self.pump(i);
         for j in 0..i {
@@ -352,8 +384,25 @@ impl Sim {
             } else {
                 1
             };
+            // Through the receiver's bottleneck: it waits behind what is queued, or is
+            // dropped when the queue is full.
+            let mut departs = self.now;
+            if let Some(rate) = self.link.rate {
+                let node = &mut self.nodes[to];
+                let start = node.free_at.max(self.now);
+                let queued = (start - self.now).as_secs_f64() * rate as f64;
+                if queued as usize + payload.len() > self.link.queue.max(payload.len()) {
+                    node.queue_drops += 1;
+                    self.dropped += 1;
+                    continue;
+                }
+                node.max_queue = node.max_queue.max(queued as usize + payload.len());
+                let serial = Duration::from_secs_f64(payload.len() as f64 / rate as f64);
+                node.free_at = start + serial;
+                departs = node.free_at;
+            }
             for _ in 0..copies {
-                let at = self.now + self.link.delay + extra + self.rng.upto(self.link.jitter);
+                let at = departs + self.link.delay + extra + self.rng.upto(self.link.jitter);
                 self.order += 1;
                 self.flights.push(Reverse(Flight {
                     at,
@@ -362,6 +411,37 @@ impl Sim {
                     from,
                     payload: payload.clone(),
                 }));
+            }
+        }
+    }
+
+    /// Writes one sample on node `i`'s `writer`, running the network while the writer waits
+    /// for room (a full keep-all history, or a path's congestion window), at most `limit`
+    /// of virtual time. Returns its sequence number; panics if it never got room.
+    pub fn write(
+        &mut self,
+        i: usize,
+        writer: EntityId,
+        ts: u64,
+        payload: Bytes,
+        limit: Duration,
+    ) -> u64 {
+        let deadline = self.now + limit;
+        let mut payload = payload;
+        loop {
+            let now = self.now;
+            match self.nodes[i].participant.write(now, writer, ts, payload) {
+                Ok(seq) => {
+                    self.pump(i);
+                    return seq;
+                }
+                Err(tether_core::WriteError::WouldBlock(p)) => {
+                    payload = p;
+                    self.pump(i);
+                    assert!(self.step(), "the writer waits with nothing in flight");
+                    assert!(self.now < deadline, "the writer waited for room {limit:?}");
+                }
+                Err(e) => panic!("write failed: {e}"),
             }
         }
     }

@@ -169,6 +169,37 @@ impl UdpTransport {
         self.socket.set_read_timeout(d)
     }
 
+    /// Waits until a datagram can be received or `timeout` has passed (true: readable).
+    /// Unlike a socket's receive time-out, which the kernel counts in scheduler ticks (4 ms
+    /// at HZ=250), this wakes on time to the microsecond: for timers a few milliseconds
+    /// away, such as repair requests on a fast link.
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let rc = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+        match rc {
+            0 => Ok(false),
+            n if n > 0 => Ok(true),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
     /// Switches between blocking and non-blocking receives (busy-poll mode).
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         self.socket.set_nonblocking(on)

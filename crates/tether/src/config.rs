@@ -34,6 +34,8 @@
 //!                            # and GRO), "single" (one call per datagram)
 //! dont_fragment = true       # DF on every datagram, never IP-fragmented (path probing
 //!                            # needs it; false: no probing, paths stay at path_mtu)
+//! congestion_control = true  # reliable writers keep in flight to another host what its
+//!                            # path delivers (measured), not what loss suggests
 //! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
 //! max_reassembly_bytes = 268435456  # per reader, in samples being reassembled
 //! reassembly_timeout_ms = 10000     # an incomplete sample quiet this long is dropped
@@ -320,6 +322,12 @@ pub struct TransportConfig {
     /// and the engine lowers that path, rather than it leaving as IP fragments (which all
     /// must arrive). Path probing needs it: off, paths stay at `path_mtu`'s size.
     pub dont_fragment: bool,
+    /// Congestion control on paths to other hosts (`tether_core::congestion`): a reliable
+    /// keep-all or asynchronous reliable writer keeps in flight about twice what the path
+    /// delivers in a round trip, measured by probes; random loss does not shrink it, loss
+    /// with a growing queue does. Off: writers send as fast as samples come (the history
+    /// and flow controllers still bound them).
+    pub congestion_control: bool,
 }
 
 /// `transport.batch_io`: how the socket batches its system calls.
@@ -361,6 +369,7 @@ impl Default for TransportConfig {
             multicast_data: false,
             batch_io: BatchIoMode::Offload,
             dont_fragment: true,
+            congestion_control: true,
         }
     }
 }

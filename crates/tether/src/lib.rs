@@ -36,6 +36,7 @@ pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,
     Subscriber, Topic, kind_str,
 };
+pub use tether_core::congestion::PathStats;
 pub use tether_core::{
     Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
     Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError, Reliability,

@@ -14,6 +14,7 @@ use crate::event::{Event, Guid, LossReason, Sample, Stats};
 use crate::qos::Qos;
 use crate::reader::lost::Losses;
 use crate::reader::state::{Reader, WriterProxy};
+use crate::reliability::repair_wait;
 use crate::security::gate::Opened;
 
 use crate::participant::{Participant, after};
@@ -112,6 +113,31 @@ pub(crate) fn accept(
         wp.buffer(s, qos, losses.stats);
         wp.drain(cache, now, input, writer, losses)
     }
+}
+
+/// Samples beyond the newest one requested before a reader asks for the holes among them
+/// (a repair request per 64 samples that arrive past what it asked, while it misses any).
+const ASK_AHEAD: u64 = 64;
+
+/// After samples arrived for reliable writer proxy `wp`: if they overtook one still
+/// missing, the reader asks for it soon rather than at the next heartbeat — after a quarter
+/// of the repair wait `wait`, in case it was only reordered. Likewise when they ran
+/// [`ASK_AHEAD`] past what it last asked for: the new holes among them are asked for (the
+/// old ones again only once an answer could have come). Returns when, if it set a time.
+fn ask_soon(wp: &mut WriterProxy, now: Instant, wait: std::time::Duration) -> Option<Instant> {
+    if !wp.reliable || wp.local {
+        return None;
+    }
+    let newest = *wp.pending.keys().next_back()?;
+    let at = now + wait / 4;
+    let ahead = wp.asked_at.is_some() && newest >= wp.asked_below.saturating_add(ASK_AHEAD);
+    match wp.renack_at {
+        None => {}
+        Some(t) if ahead && at < t => {}
+        Some(_) => return None,
+    }
+    wp.renack_at = Some(at);
+    Some(at)
 }
 
 impl Participant {
@@ -297,19 +323,8 @@ impl Participant {
             self.input,
             &mut losses,
         );
-        // A sample overtook one still missing: ask for it soon, not at the next heartbeat,
-        // after a quarter of the renack interval in case it was only reordered (then again
-        // each renack interval while it stays missing).
-        if wp.reliable && !wp.local && wp.nacked.is_none() && !wp.pending.is_empty() {
-            let rtt = self
-                .peers
-                .remotes
-                .get(&writer.participant)
-                .and_then(|p| p.path.rtt);
-            let interval = crate::reader::state::renack_interval(rtt, self.cfg.heartbeat_period);
-            let at = now + interval / 4;
-            // As if asked a little earlier: the renack timer asks at `at`.
-            wp.nacked = Some(at.checked_sub(interval).unwrap_or(now));
+        let wait = repair_wait(&self.peers, &self.cfg, writer.participant);
+        if let Some(at) = ask_soon(wp, now, wait) {
             self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
             self.timers_changed = true;
         }
@@ -373,6 +388,11 @@ impl Participant {
                     self.input,
                     &mut losses,
                 );
+            }
+            let wait = repair_wait(&self.peers, &self.cfg, g.participant);
+            if let Some(at) = ask_soon(wp, now, wait) {
+                self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
+                self.timers_changed = true;
             }
             note_delivered(r, d, now, &mut self.stats, &mut self.events);
         }

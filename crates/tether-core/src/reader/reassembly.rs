@@ -31,10 +31,12 @@ pub(crate) struct Reassembly {
     have: u32,
     /// Highest fragment number received.
     pub(crate) highest: u32,
-    /// When the last new fragment arrived.
+    /// When the first and the last new fragment arrived.
+    first: Instant,
     pub(crate) last: Instant,
-    /// When fragments of this sample were last requested.
-    pub(crate) nacked: Option<Instant>,
+    /// When fragments of this sample may be requested again (an answer to the last request
+    /// could have come by then).
+    pub(crate) renack_at: Option<Instant>,
 }
 
 /// Largest buffer a writer proxy keeps for its next reassembly (see [`Reassembly::new`]).
@@ -60,8 +62,9 @@ impl Reassembly {
             received: vec![0; count.div_ceil(64)],
             have: 0,
             highest: 0,
+            first: now,
             last: now,
-            nacked: None,
+            renack_at: None,
         }
     }
 
@@ -114,6 +117,21 @@ impl Reassembly {
             return Ok(Some(whole));
         }
         Ok(None)
+    }
+
+    /// How long re-sending `frags` of this sample takes at the rate its fragments have
+    /// arrived so far (none before two have).
+    pub(crate) fn transfer_time(&self, frags: u32) -> std::time::Duration {
+        let span = self
+            .last
+            .saturating_duration_since(self.first)
+            .as_secs_f64();
+        let bytes = self.have.saturating_sub(1) as f64 * self.frag_size as f64;
+        if span <= 0.0 || bytes <= 0.0 {
+            return std::time::Duration::ZERO;
+        }
+        let secs = frags as f64 * self.frag_size as f64 * span / bytes;
+        std::time::Duration::from_secs_f64(secs.min(10.0))
     }
 
     /// Missing fragment numbers, from `from`, that a repair request should name: those below

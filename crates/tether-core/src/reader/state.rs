@@ -97,10 +97,16 @@ pub(crate) struct WriterProxy {
     /// The last reassembled sample's buffer, taken back for the next once it is free.
     pub(crate) spare: bytes::BytesMut,
     pub(crate) nackfrag_count: u32,
-    /// When this reader last asked the writer for something it misses (`None`: it misses
-    /// nothing it asked for). It asks again after [`renack_interval`] without waiting for a
-    /// heartbeat: on a lossy link heartbeats are lost too.
-    pub(crate) nacked: Option<Instant>,
+    /// When this reader asks the writer again for what it still misses, without waiting
+    /// for a heartbeat (on a lossy link heartbeats are lost too): once an answer to its last
+    /// request could have come (`None`: it misses nothing it asked for).
+    pub(crate) renack_at: Option<Instant>,
+    /// Every missing sample below this one was requested at `asked_at`: until a repair
+    /// could have come back, later ACKNACKs request only what is missing from here on, so
+    /// a reader answering many heartbeats does not have each lost sample re-sent once per
+    /// heartbeat.
+    pub(crate) asked_below: u64,
+    pub(crate) asked_at: Option<Instant>,
 }
 
 impl WriterProxy {
@@ -141,8 +147,9 @@ impl WriterProxy {
     }
 }
 
-/// How long a reader waits for what it asked a writer for before it asks again: twice the
-/// round trip to the writer's participant when probes have measured it, else a quarter of the
+/// How long a reader waits for what it asked a writer for before it asks again, when the
+/// congestion controller has not measured the round trip (`answer_within`): twice the
+/// round trip of path-size probes when they have measured it, else a quarter of the
 /// heartbeat period but at most 100 ms; never under 5 ms nor over the heartbeat period.
 pub(crate) fn renack_interval(rtt: Option<Duration>, heartbeat_period: Duration) -> Duration {
     let floor = Duration::from_millis(5);
@@ -157,6 +164,9 @@ pub(crate) fn renack_interval(rtt: Option<Duration>, heartbeat_period: Duration)
 pub(crate) fn reassembly_charge(sample_size: u32) -> u64 {
     (sample_size as u64).max(1024)
 }
+
+/// Most NACKs one request carries beyond its ACKNACK: with it, 4,096 sequence numbers.
+pub(crate) const MAX_NACKS: usize = 15;
 
 /// Most gap ranges remembered per writer; more are refused and repaired by heartbeats.
 const MAX_GAPS: usize = 64;
@@ -183,7 +193,9 @@ impl WriterProxy {
             frags: BTreeMap::new(),
             spare: bytes::BytesMut::new(),
             nackfrag_count: 0,
-            nacked: None,
+            renack_at: None,
+            asked_below: 0,
+            asked_at: None,
         }
     }
 
@@ -310,49 +322,145 @@ impl WriterProxy {
     }
 
     /// The ACKNACK answering what this reader knows of the writer; one that asks where it
-    /// starts if the writer has not told it yet.
-    pub(crate) fn acknack(&mut self, reader: EntityId, writer: EntityId) -> AckNackRepr {
+    /// starts if the writer has not told it yet. Missing samples beyond its 256 bits are
+    /// requested by NACKs pushed to `nacks` (up to [`MAX_NACKS`] of them, each 256 bits from
+    /// its first missing sample). `repeat`: the time now and how long a request takes to be
+    /// answered; samples requested less than that long ago are not requested again
+    /// (`None`: every missing sample is, in the ACKNACK's range only).
+    pub(crate) fn acknack(
+        &mut self,
+        reader: EntityId,
+        writer: EntityId,
+        repeat: Option<(Instant, Duration)>,
+        nacks: &mut Vec<AckNackRepr>,
+    ) -> AckNackRepr {
         self.acknack_count = self.acknack_count.wrapping_add(1);
-        let Some(base) = self.expected else {
-            return AckNackRepr {
-                reader,
-                writer,
-                base: 1,
-                num_bits: 0,
-                bitmap: [0; 8],
-                count: self.acknack_count,
-                start_unknown: true,
-            };
+        let mut an = AckNackRepr {
+            reader,
+            writer,
+            base: 1,
+            num_bits: 0,
+            bitmap: [0; 8],
+            count: self.acknack_count,
+            start_unknown: true,
         };
-        let mut bitmap = [0u32; 8];
-        let mut num_bits = 0u16;
+        let Some(base) = self.expected else {
+            return an;
+        };
+        an.base = base;
+        an.start_unknown = false;
         // What the writer announced, or what later samples that arrived prove it sent.
         let last = self
             .hb_last
             .max(self.pending.keys().next_back().map_or(0, |s| s - 1));
-        if last >= base {
-            let span = (last - base + 1).min(MAX_ACKNACK_BITS as u64) as u16;
-            for i in 0..span {
-                let seq = base + i as u64;
-                // A sample in reassembly is repaired fragment by fragment (NACK_FRAG).
-                let covered = self.pending.contains_key(&seq)
-                    || self.frags.contains_key(&seq)
-                    || self.gaps.iter().any(|(a, b, _)| *a <= seq && seq < *b);
-                if !covered {
-                    bitmap[(i / 32) as usize] |= 1 << (i % 32);
-                    num_bits = i + 1;
+        if last < base {
+            return an;
+        }
+        // Everything is requested again once an answer had time to come; until then only
+        // what was not requested before.
+        let from = match repeat {
+            Some((now, wait)) if self.asked_at.is_some_and(|t| now < t + wait) => {
+                self.asked_below.max(base)
+            }
+            Some((now, _)) => {
+                self.asked_at = Some(now);
+                base
+            }
+            None => base,
+        };
+        let first_span = base + MAX_ACKNACK_BITS as u64;
+        // NACKs only when the caller knows when requests are answered (it can tell a repair
+        // on its way from one lost), and at most MAX_NACKS windows ahead.
+        let horizon = if repeat.is_some() {
+            last.min(first_span - 1 + MAX_NACKS as u64 * MAX_ACKNACK_BITS as u64)
+        } else {
+            last.min(first_span - 1)
+        };
+        let mut covered_to = from.max(base);
+        let mut nack: Option<AckNackRepr> = None;
+        let mut stopped = false;
+        let holes: Vec<u64> = self.holes(from, horizon).collect();
+        for seq in holes {
+            if seq < first_span {
+                let i = (seq - base) as u16;
+                an.bitmap[(i / 32) as usize] |= 1 << (i % 32);
+                an.num_bits = i + 1;
+            } else {
+                if nack
+                    .as_ref()
+                    .is_some_and(|n| seq >= n.base + MAX_ACKNACK_BITS as u64)
+                {
+                    nacks.extend(nack.take());
+                    if nacks.len() >= MAX_NACKS {
+                        stopped = true;
+                        break;
+                    }
+                }
+                let n = nack.get_or_insert_with(|| {
+                    self.acknack_count = self.acknack_count.wrapping_add(1);
+                    AckNackRepr {
+                        reader,
+                        writer,
+                        base: seq,
+                        num_bits: 0,
+                        bitmap: [0; 8],
+                        count: self.acknack_count,
+                        start_unknown: false,
+                    }
+                });
+                let i = (seq - n.base) as u16;
+                n.bitmap[(i / 32) as usize] |= 1 << (i % 32);
+                n.num_bits = i + 1;
+            }
+            covered_to = seq + 1;
+        }
+        nacks.extend(nack);
+        // Every hole up to where the walk stopped is now asked for.
+        let walked = if stopped { covered_to } else { horizon + 1 };
+        self.asked_below = self.asked_below.max(walked);
+        an
+    }
+
+    /// The sequence numbers in `[from, to]` that are missing: not in the reorder buffer,
+    /// not in reassembly (those are repaired by fragment), not announced as gone. Walks the
+    /// reorder buffer, not the range.
+    fn holes(&self, from: u64, to: u64) -> impl Iterator<Item = u64> + '_ {
+        let mut cursor = from;
+        let mut held = self
+            .pending
+            .range(from..)
+            .map(|(k, _)| *k)
+            .take_while(move |k| *k <= to);
+        let mut next_held = held.next();
+        std::iter::from_fn(move || {
+            loop {
+                if cursor > to {
+                    return None;
+                }
+                if next_held == Some(cursor) {
+                    cursor += 1;
+                    next_held = held.next();
+                    continue;
+                }
+                // A range announced as gone is stepped over whole, however long.
+                if let Some(&(_, end, _)) = self
+                    .gaps
+                    .iter()
+                    .find(|(a, b, _)| *a <= cursor && cursor < *b)
+                {
+                    cursor = end;
+                    while next_held.is_some_and(|h| h < cursor) {
+                        next_held = held.next();
+                    }
+                    continue;
+                }
+                let seq = cursor;
+                cursor += 1;
+                if !self.frags.contains_key(&seq) {
+                    return Some(seq);
                 }
             }
-        }
-        AckNackRepr {
-            reader,
-            writer,
-            base,
-            num_bits,
-            bitmap,
-            count: self.acknack_count,
-            start_unknown: false,
-        }
+        })
     }
 }
 

@@ -30,15 +30,23 @@ use crate::writer::state::{ReaderProxy, Writer};
 impl Writer {
     /// This writer's inactivity time: its QoS's, else `default` (the participant's).
     /// `None`: strict, or not a reliable keep-all writer.
-    pub(crate) fn inactive_limit(&self, default: Option<Duration>) -> Option<Duration> {
+    /// Never under three heartbeat periods (`period`): a reader that has not been asked to
+    /// acknowledge has not been silent (the last sample, and the heartbeat with it, may have
+    /// been lost, and it does not know it owes anything until the next heartbeat).
+    pub(crate) fn inactive_limit(
+        &self,
+        default: Option<Duration>,
+        period: Duration,
+    ) -> Option<Duration> {
         if !self.info.qos.is_reliable() || self.info.qos.history() != History::KeepAll {
             return None;
         }
-        match self.info.qos.inactivity() {
+        let limit = match self.info.qos.inactivity() {
             Some(Inactivity::Strict) => None,
             Some(Inactivity::After(d)) => Some(d),
             None => default,
-        }
+        };
+        limit.map(|d| d.max(period.saturating_mul(3)))
     }
 
     /// Since when reader `rp` has owed acknowledgements without a word: the later of its
@@ -79,8 +87,9 @@ impl Participant {
     /// housekeeping timer.
     pub(crate) fn check_inactive(&mut self, now: Instant) {
         let default = self.cfg.inactive_after;
+        let period = self.cfg.heartbeat_period;
         for w in self.writers.values_mut() {
-            let Some(limit) = w.inactive_limit(default) else {
+            let Some(limit) = w.inactive_limit(default, period) else {
                 continue;
             };
             let stalled: Vec<Guid> = w
@@ -124,7 +133,7 @@ impl Participant {
         if !w.blocked {
             return None;
         }
-        let limit = w.inactive_limit(self.cfg.inactive_after)?;
+        let limit = w.inactive_limit(self.cfg.inactive_after, self.cfg.heartbeat_period)?;
         let front = w.history.front()?.seq;
         // A reader that answered within two heartbeat periods is alive: a keep-all writer
         // asks at every period.

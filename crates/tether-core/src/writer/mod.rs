@@ -180,6 +180,9 @@ impl Participant {
         payload: Bytes,
     ) -> Result<u64, WriteError> {
         self.input += 1;
+        self.clock = self.clock.max(now);
+        // Probes that are due leave first: a writer waiting for room needs their answers.
+        self.congestion_tick(now);
         let payload = self.make_room(now, writer, payload)?;
         let p = self.protect(writer, timestamp_ns, payload)?;
         let seq = p.seq;
@@ -241,8 +244,20 @@ impl Participant {
                     })
             });
         if !local_full && w.make_room(payload.len() as u64) {
-            w.blocked = false;
-            return Ok(payload);
+            // A keep-all reliable writer also waits while the paths to its readers hold a
+            // window's worth of its datagrams waiting (congestion control); keep-last and
+            // best-effort writers never wait.
+            if !w.paced() || self.paths_have_room(writer) {
+                if let Some(w) = self.writers.get_mut(&writer) {
+                    w.blocked = false;
+                }
+                return Ok(payload);
+            }
+            self.stats.window_full += 1;
+            if let Some(w) = self.writers.get_mut(&writer) {
+                w.blocked = true;
+            }
+            return Err(WriteError::WouldBlock(payload));
         }
         w.blocked = true;
         // Full of unacknowledged samples: ask the readers where they stand now rather

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use tether_wire::EntityId;
 
+use crate::congestion::{ROOM_RECHECK, room};
 use crate::event::Event;
 use crate::writer::flow::{Bucket, FlowController, Priority};
 
@@ -99,6 +100,15 @@ impl Participant {
                     Some(b) => self.sched.buckets[b].next_ready(now),
                     None => now,
                 };
+                // Waiting for room on the path of its next datagram: told when an answer
+                // opens it, and looking again soon in case that answer is lost.
+                let next = w.dests.get(a.dest).copied();
+                let at = match next {
+                    Some(p) if w.info.qos.is_reliable() && !room(&self.peers, p, now) => {
+                        at.max(now + ROOM_RECHECK)
+                    }
+                    _ => at,
+                };
                 t = Some(t.map_or(at, |x| x.min(at)));
             }
         }
@@ -178,6 +188,16 @@ impl Participant {
                 return None;
             }
         }
+        // A reliable writer's next datagram waits for room on its path (congestion
+        // control); best effort goes as its flow controller allows.
+        let reliable = w.info.qos.is_reliable();
+        if reliable
+            && w.dests
+                .get(a.dest)
+                .is_some_and(|p| !room(&self.peers, *p, now))
+        {
+            return None;
+        }
         // The sample at the cursor, or the next one kept (keep-last may have dropped some).
         let i = w.history.partition_point(|c| c.seq < a.seq);
         let Some(c) = w.history.get(i) else {
@@ -228,7 +248,6 @@ impl Participant {
             }
             a.dest += 1;
         };
-        let reliable = w.info.qos.is_reliable();
         if a.frag == 0 && a.dest == 0 {
             // A new sample: decide whether its last datagram carries a heartbeat (always
             // for fragmented samples, so readers repair them at once).

@@ -49,7 +49,14 @@ pub(crate) struct ReaderProxy {
     /// Every sample below this one was acknowledged by this reader or counted in
     /// `released`.
     pub(crate) released_below: u64,
+    /// Samples re-sent to it and when: a request repeated before the repair could have
+    /// arrived (it may still wait in the path's queue) is not answered twice. Pruned as
+    /// acknowledgements come; at most [`MAX_RESENT`] entries.
+    pub(crate) resent: BTreeMap<u64, Instant>,
 }
+
+/// Most re-sent samples a writer remembers per reader.
+pub(crate) const MAX_RESENT: usize = 4096;
 
 impl ReaderProxy {
     /// A reader matched at `now`, to get the samples from `start` on.
@@ -66,6 +73,7 @@ impl ReaderProxy {
             inactive: false,
             released: 0,
             released_below: 0,
+            resent: BTreeMap::new(),
         }
     }
 
@@ -73,6 +81,34 @@ impl ReaderProxy {
     /// its start, or was let go of while it was inactive.
     pub(crate) fn settled(&self) -> u64 {
         self.acked.max(self.start).max(self.released_below)
+    }
+
+    /// Whether sample `seq` may be re-sent to this reader at `now`: not re-sent within
+    /// `wait` before. Records it if so.
+    pub(crate) fn may_resend(&mut self, seq: u64, now: Instant, wait: Duration) -> bool {
+        if let Some(t) = self.resent.get(&seq) {
+            if now.saturating_duration_since(*t) < wait {
+                return false;
+            }
+        }
+        if self.resent.len() >= MAX_RESENT {
+            // Forget the oldest; it may be asked for again at worst.
+            self.resent.pop_first();
+        }
+        self.resent.insert(seq, now);
+        true
+    }
+
+    /// Forgets re-sends of what is acknowledged.
+    pub(crate) fn prune_resent(&mut self) {
+        let below = self.settled();
+        while self
+            .resent
+            .first_key_value()
+            .is_some_and(|(k, _)| *k < below)
+        {
+            self.resent.pop_first();
+        }
     }
 
     /// Samples of `[start, next_seq)` this reader has not acknowledged, those the writer let
@@ -564,6 +600,14 @@ impl Writer {
     }
 
     /// How many writes between piggy-backed heartbeats.
+    /// Whether its datagrams to other hosts wait for room in their paths' windows
+    /// (`congestion`): a reliable keep-all writer's, whose readers must get every sample
+    /// anyway. Keep-last and best-effort writers' newest samples matter more than old ones:
+    /// they never wait.
+    pub(crate) fn paced(&self) -> bool {
+        self.info.qos.is_reliable() && self.info.qos.history() == History::KeepAll
+    }
+
     pub(crate) fn heartbeat_every(&self) -> u32 {
         match self.info.qos.history() {
             History::KeepAll => (self.info.qos.max_samples_limit() / 4).clamp(1, 1024),

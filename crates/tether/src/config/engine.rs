@@ -27,6 +27,7 @@ pub(crate) struct EngineSettings {
     max_datagram: usize,
     path_mtu: usize,
     probe_paths: bool,
+    congestion_control: bool,
     max_sample_size: usize,
     max_reassembly_bytes: usize,
     reassembly_timeout: Duration,
@@ -95,6 +96,7 @@ impl TryFrom<&Config> for EngineSettings {
             max_datagram: c.transport.max_datagram,
             path_mtu: c.transport.path_mtu,
             probe_paths: c.transport.probe_paths,
+            congestion_control: c.transport.congestion_control,
             max_sample_size: c.transport.max_sample_size,
             max_reassembly_bytes: c.transport.max_reassembly_bytes,
             reassembly_timeout: Duration::from_millis(c.transport.reassembly_timeout_ms),
@@ -122,6 +124,7 @@ impl EngineSettings {
         cc.max_datagram = self.max_datagram;
         cc.path_mtu = self.path_mtu;
         cc.probe_paths = self.probe_paths;
+        cc.congestion_control = self.congestion_control;
         cc.max_sample_size = self.max_sample_size;
         cc.max_reassembly_bytes = self.max_reassembly_bytes;
         cc.reassembly_timeout = self.reassembly_timeout;

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::{
     EndpointInfo, EndpointKind, Event, FlowController, ParticipantId, Qos, RemoteEndpoint, Sample,
@@ -333,6 +333,19 @@ impl Session {
     /// Other sessions discovered so far: id, name, address.
     pub fn participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
         self.shared.lock().core.remote_participants()
+    }
+
+    /// What this session knows of its path to a remote participant: round trip, delivery
+    /// rate, congestion window and bytes in flight (`None`: no such participant). Paths on
+    /// this host are not congestion controlled (no window).
+    pub fn path_stats(
+        &self,
+        participant: ParticipantId,
+    ) -> Option<tether_core::congestion::PathStats> {
+        self.shared
+            .lock()
+            .core
+            .path_stats(participant, Instant::now())
     }
 
     /// The name a remote participant's credential certifies, once it has proved it holds it

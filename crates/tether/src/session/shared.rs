@@ -240,7 +240,11 @@ impl Shared {
                     Some(Slot::Queue(sig)) => sig.notify(),
                     None => {}
                 },
-                Event::WriterReady { .. } => self.writer_cv.notify_all(),
+                Event::WriterReady { .. } => {
+                    self.writer_cv.notify_all();
+                    // An asynchronous writer's sender may wait for room on a path.
+                    self.sender_cv.notify_all();
+                }
                 Event::IncompatibleQos(q) => tracing::warn!("{q}"),
                 Event::DeadlineMissed { topic, side, .. } => {
                     tracing::debug!(topic, ?side, "deadline missed")

@@ -13,6 +13,10 @@ use tether_transport::MulticastReceiver;
 
 use super::shared::{Deferred, Inner, Out, Shared};
 
+/// Timers closer than this are waited for precisely (`UdpTransport::wait_readable`) rather
+/// than by the socket's receive time-out, which the kernel rounds up to scheduler ticks.
+const PRECISE_BELOW: Duration = Duration::from_millis(20);
+
 /// The receive thread: takes the datagrams waiting (several per call in bursts), hands each
 /// to the engine (one lock for them all) and runs the engine's timers, then sends and calls
 /// back with the lock released.
@@ -62,6 +66,13 @@ pub(super) fn recv_loop(shared: &Shared) {
             if armed != published {
                 shared.lock().armed = armed;
                 published = armed;
+            }
+            // A timer closer than the receive time-out's resolution (a scheduler tick):
+            // wait precisely, then handle it.
+            if wake - now < PRECISE_BELOW {
+                if let Ok(false) = shared.transport.wait_readable(wake - now) {
+                    continue;
+                }
             }
         }
         match shared.transport.recv_batch(&mut chunk, &mut batch) {

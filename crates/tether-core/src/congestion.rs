@@ -1,0 +1,1001 @@
+//! Congestion control for paths to other hosts (`docs/wire.md#received`): how many bytes
+//! may be in flight to one participant, from the rate at which it receives them.
+//!
+//! Random loss (Wi-Fi, a lossy cable) is not congestion, so the window does not shrink when
+//! datagrams are lost, as TCP's does; it follows what the path delivers, as BBR does:
+//!
+//! - While it sends to a participant, a sender asks it every *probe interval* (a quarter of
+//!   the smallest round trip seen, 1 to 50 ms) with a small PROBE how many bytes it has
+//!   received from it; the PROBE_ACK says (`received`), and its round trip is measured.
+//! - Each answer gives a **delivery rate** (bytes received since the previous answer over the
+//!   time between them); the *bottleneck rate* is the largest of the last
+//!   [`RATE_SAMPLES`]. Each gives a **round trip**; the smallest of the last 10 s is the
+//!   path's propagation time.
+//! - The **window** is [`GAIN`] × bottleneck rate × (smallest round trip + the time between
+//!   probes, as they really went), at least [`MIN_WINDOW`]: enough to keep the path busy
+//!   while the answers come, and at most about as much again standing in a queue. Bytes *in flight* are those sent since
+//!   the last answered probe was sent: everything before it has arrived or is lost.
+//!   Reliable keep-all writers and asynchronous reliable writers wait while a path to one
+//!   of their readers is full; repairs, heartbeats and acknowledgements always go.
+//! - Growth needs no separate start-up: the window lets twice the measured rate through,
+//!   so the measured rate, and the window, double every round until the path is full.
+//! - **Congestion** is loss together with a queue: when the answers of the last two rounds
+//!   show more than 2 % of the bytes lost *and* the smoothed round trip exceeds the smallest
+//!   by more than half of it (and 1 ms), the window is capped at 85 % of what was in flight,
+//!   once per round trip; the cap rises again by an eighth per clean answer. Losses on a
+//!   path whose round trip stays low change nothing.
+//! - Every 10 s without a new smallest round trip, the window drops to [`MIN_WINDOW`] for
+//!   two round trips (at least 10 ms) so any standing queue drains and the propagation time
+//!   is measured again (BBR's PROBE_RTT).
+//!
+//! A sender whose probes go unanswered for a while, with bytes in flight, sends probes
+//! anyway and halves its window once per timeout: everything is being lost (a full queue
+//! drops probes too). A peer that answers without `received` (an older version) leaves its
+//! path uncontrolled.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tether_wire::{
+    DatagramBuilder, EntityId, HEADER_LEN, PROBE_FIXED_LEN, ParticipantId, ProbeAckRepr, ProbeRepr,
+    SUBMESSAGE_HEADER_LEN, Submessage, counts_as_received, leading_probe_id, writer_stream,
+};
+
+use crate::discovery::{Peers, group_sent};
+use crate::event::Event;
+use crate::participant::Participant;
+use crate::path::is_local;
+use crate::transmit::Transmit;
+
+/// Gain on the bottleneck rate × round trip that makes the window.
+pub const GAIN: f64 = 2.0;
+
+/// The smallest window, in bytes (about 16 path-sized datagrams).
+pub const MIN_WINDOW: u64 = 24 * 1024;
+
+/// The window before any answer has come.
+pub const INITIAL_WINDOW: u64 = 64 * 1024;
+
+/// Delivery-rate samples the bottleneck rate is the largest of.
+pub const RATE_SAMPLES: usize = 10;
+
+/// How long the smallest round trip stands before it is measured again.
+pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+
+/// Probes waiting for an answer at most (older ones are forgotten).
+const MAX_PROBES: usize = 8;
+
+/// Least and most time between probes.
+const PROBE_MIN: Duration = Duration::from_micros(500);
+const PROBE_MAX: Duration = Duration::from_millis(50);
+
+/// A share of lost bytes above which an answer may signal congestion.
+const LOSS_THRESHOLD: f64 = 0.02;
+
+/// One probe waiting for its answer.
+#[derive(Debug, Clone, Copy)]
+struct RttProbe {
+    id: u64,
+    /// When it was queued.
+    at: Instant,
+    /// Bytes sent to the participant before it (set when it leaves: `passed`).
+    sent: Option<u64>,
+}
+
+/// The previous answer, to measure the next against.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    received: u64,
+    sent: u64,
+    probe_at: Instant,
+    at: Instant,
+}
+
+/// Why an answer changed the window, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Answer {
+    /// It opened room that was not there (a waiting writer may go on).
+    pub(crate) opened: bool,
+    /// It showed congestion: the window was capped.
+    pub(crate) congested: bool,
+}
+
+/// A path's congestion state, on the sending side; see the module documentation.
+#[derive(Debug, Clone)]
+pub(crate) struct Congestion {
+    /// Counted bytes sent to the participant's own address.
+    sent: u64,
+    /// The data group it takes data on, and that group's count when it joined.
+    group: Option<(SocketAddr, u64)>,
+    probes: VecDeque<RttProbe>,
+    /// Sent bytes (all of them) when the last probe was queued.
+    probed: u64,
+    next_probe: Instant,
+    /// Smoothed time between answered probes' sending: how stale the window's knowledge of
+    /// what is in flight gets (at least the probe interval).
+    spacing: Option<Duration>,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    /// The smallest round trip and when it was seen.
+    min_rtt: Option<(Duration, Instant)>,
+    latest_rtt: Option<Duration>,
+    rates: [f64; RATE_SAMPLES],
+    rate_at: usize,
+    /// Bytes per second: the largest of `rates`.
+    bottleneck: f64,
+    last: Option<Answered>,
+    /// The previous round's bytes sent and (seemingly) lost.
+    prev_round: Option<(u64, u64)>,
+    /// Sent bytes before the last answered probe: settled (arrived, or lost).
+    settled: u64,
+    /// A cap on the window after congestion.
+    cap: Option<u64>,
+    /// Until when the window is at its minimum (re-measuring the smallest round trip).
+    draining: Option<Instant>,
+    /// The peer reports `received`: control applies.
+    reports: bool,
+    /// Estimated bytes lost so far.
+    pub(crate) lost: u64,
+    /// Answers that showed congestion.
+    pub(crate) congestion_events: u64,
+    /// Datagrams of paced writers waiting for room in the window, in order (with what
+    /// follows them of those writers' streams: heartbeats and GAPs may not overtake them).
+    queue: VecDeque<Transmit>,
+    /// Bytes of samples in `queue`.
+    queued: u64,
+    /// The pacer: bytes it may send now (negative: owed), as of `paced_at`.
+    tokens: f64,
+    paced_at: Instant,
+    /// Start-up: the rate doubles each round until it stops growing by a quarter three
+    /// rounds in a row (`full`), then the gain cycles (`cycle`, since `cycle_at`).
+    full: bool,
+    full_rate: f64,
+    full_rounds: u32,
+    round_at: Instant,
+    cycle: usize,
+    cycle_at: Instant,
+    /// When the window was last capped for congestion (once per round trip at most).
+    capped_at: Option<Instant>,
+}
+
+/// Pacing gains once the path is full, one phase per smallest round trip: probe for more
+/// (1.25), drain what that queued (0.75), then cruise (BBR's PROBE_BW cycle).
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+
+/// The pacing gain while starting up (BBR's is 2/ln 2 ≈ 2.89; 2 doubles the rate each
+/// round, as the window does).
+const STARTUP_GAIN: f64 = 2.0;
+
+/// The pacer's largest burst: what the driver's timers can keep up with (its wake-ups are
+/// a millisecond apart at best), at least a few datagrams.
+const BURST: Duration = Duration::from_millis(2);
+const MIN_BURST: f64 = 16.0 * 1024.0;
+
+/// What a path's controller knows, for statistics and tools.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathStats {
+    /// Smoothed round trip (probes' answers), if measured.
+    pub srtt: Option<Duration>,
+    /// Smallest round trip of the last 10 s.
+    pub min_rtt: Option<Duration>,
+    /// Estimated bottleneck rate, bytes per second (0 before it is measured).
+    pub delivery_rate: f64,
+    /// The window, bytes (`None`: the path is not controlled).
+    pub window: Option<u64>,
+    /// Bytes in flight now.
+    pub in_flight: u64,
+    /// Bytes of samples waiting for room in the window.
+    pub queued: u64,
+    /// Estimated bytes lost so far.
+    pub lost: u64,
+    /// Answers that showed congestion (loss with a queue).
+    pub congestion_events: u64,
+}
+
+impl Congestion {
+    pub(crate) fn new(now: Instant) -> Self {
+        Congestion {
+            sent: 0,
+            group: None,
+            probes: VecDeque::new(),
+            probed: 0,
+            next_probe: now,
+            spacing: None,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            min_rtt: None,
+            latest_rtt: None,
+            rates: [0.0; RATE_SAMPLES],
+            rate_at: 0,
+            bottleneck: 0.0,
+            last: None,
+            prev_round: None,
+            settled: 0,
+            cap: None,
+            draining: None,
+            reports: true,
+            lost: 0,
+            congestion_events: 0,
+            queue: VecDeque::new(),
+            queued: 0,
+            tokens: MIN_BURST,
+            paced_at: now,
+            full: false,
+            full_rate: 0.0,
+            full_rounds: 0,
+            round_at: now,
+            cycle: 0,
+            cycle_at: now,
+            capped_at: None,
+        }
+    }
+
+    /// The pacing rate at `now`, bytes per second: the gain of the phase times the
+    /// bottleneck rate. `None` before a rate is measured (the window alone limits).
+    pub(crate) fn pacing_rate(&self, now: Instant) -> Option<f64> {
+        if !self.reports || self.bottleneck <= 0.0 {
+            return None;
+        }
+        let gain = if !self.full {
+            STARTUP_GAIN
+        } else if self.draining.is_some_and(|t| now < t) {
+            1.0
+        } else {
+            let phase = self.phase_length();
+            let k = (now.saturating_duration_since(self.cycle_at).as_nanos()
+                / phase.as_nanos().max(1)) as usize;
+            CYCLE[(self.cycle + k) % CYCLE.len()]
+        };
+        Some(gain * self.bottleneck)
+    }
+
+    fn phase_length(&self) -> Duration {
+        self.min_rtt.map_or(PROBE_MIN, |(r, _)| r).max(PROBE_MIN)
+    }
+
+    /// Bytes the pacer lets go now (may be negative).
+    fn tokens_at(&self, now: Instant) -> f64 {
+        match self.pacing_rate(now) {
+            None => f64::MAX,
+            Some(rate) => {
+                let dt = now.saturating_duration_since(self.paced_at).as_secs_f64();
+                (self.tokens + rate * dt).min(Self::burst(rate))
+            }
+        }
+    }
+
+    fn burst(rate: f64) -> f64 {
+        (rate * BURST.as_secs_f64()).max(MIN_BURST)
+    }
+
+    /// True if a datagram of samples may leave now: the window has room and the pacer
+    /// allows (`total`: bytes sent so far).
+    pub(crate) fn may_send(&self, total: u64, now: Instant) -> bool {
+        self.has_room(total, now) && self.tokens_at(now) > 0.0
+    }
+
+    /// A datagram of `len` bytes of samples leaves now: the pacer is charged.
+    pub(crate) fn spend(&mut self, len: usize, now: Instant) {
+        if self.pacing_rate(now).is_some() {
+            self.tokens = self.tokens_at(now) - len as f64;
+            self.paced_at = now;
+        }
+    }
+
+    /// When the pacer next lets a datagram go, if the window has room (`None`: not until an
+    /// answer opens it).
+    pub(crate) fn next_send(&self, total: u64, now: Instant) -> Option<Instant> {
+        if !self.has_room(total, now) {
+            return None;
+        }
+        let t = self.tokens_at(now);
+        if t > 0.0 {
+            return Some(now);
+        }
+        let rate = self.pacing_rate(now)?;
+        Some(now + Duration::from_secs_f64((-t + 1.0) / rate))
+    }
+
+    /// Bytes of samples waiting in the queue for room in the window.
+    pub(crate) fn queued(&self) -> u64 {
+        self.queued
+    }
+
+    /// True if paced writers may give this path more: less than a window's worth of their
+    /// datagrams waits in its queue.
+    pub(crate) fn accepts(&self, now: Instant) -> bool {
+        self.window(now).is_none_or(|w| self.queued < w)
+    }
+
+    /// Counts `len` bytes sent to the participant's own address.
+    pub(crate) fn on_sent(&mut self, len: usize) {
+        self.sent = self.sent.wrapping_add(len as u64);
+    }
+
+    /// Sends to `group` from now on count for this participant (`group_sent`: the group's
+    /// count now); `None`: it left its group.
+    pub(crate) fn set_group(&mut self, group: Option<(SocketAddr, u64)>, old: u64) {
+        // What the old group carried so far stays counted.
+        if let Some((_, base)) = self.group {
+            self.sent = self.sent.wrapping_add(old.wrapping_sub(base));
+        }
+        self.group = group;
+    }
+
+    /// The data group this path's participant takes data on, if any.
+    pub(crate) fn group(&self) -> Option<SocketAddr> {
+        self.group.map(|(g, _)| g)
+    }
+
+    /// Every counted byte sent to the participant: to its address and to its group
+    /// (`group_sent`: the group's count now, 0 without one).
+    pub(crate) fn total(&self, group_sent: u64) -> u64 {
+        let g = self
+            .group
+            .map_or(0, |(_, base)| group_sent.wrapping_sub(base));
+        self.sent.wrapping_add(g)
+    }
+
+    /// The time between probes: a quarter of the smallest round trip, 1 to 50 ms.
+    pub(crate) fn probe_interval(&self) -> Duration {
+        self.min_rtt
+            .map_or(PROBE_MIN, |(r, _)| r / 4)
+            .clamp(PROBE_MIN, PROBE_MAX)
+    }
+
+    /// How long an unanswered probe is waited for before another goes without new data.
+    fn answer_timeout(&self) -> Duration {
+        let rtt = self.srtt.unwrap_or(Duration::from_millis(10));
+        (rtt * 2 + self.rttvar * 4).clamp(Duration::from_millis(2), Duration::from_millis(500))
+    }
+
+    /// When a probe is due (`total`: bytes sent so far): every probe interval while new
+    /// bytes leave; while bytes are in flight and no answer comes, after the answer
+    /// timeout. `None`: nothing to ask.
+    pub(crate) fn probe_at(&self, total: u64) -> Option<Instant> {
+        if !self.reports {
+            return None;
+        }
+        if total != self.probed {
+            return Some(self.next_probe);
+        }
+        let waiting = total != self.settled;
+        let newest = self.probes.back().map(|p| p.at);
+        match (waiting, newest) {
+            (true, Some(at)) => Some(at + self.answer_timeout()),
+            (true, None) => Some(self.next_probe),
+            _ => None,
+        }
+    }
+
+    /// Before a probe is queued: if bytes are in flight and the oldest probe waiting has
+    /// had no answer for the answer timeout, everything is being lost (a full queue drops
+    /// probes too, a link went down): the window is halved, once per timeout. True if so.
+    pub(crate) fn check_silence(&mut self, now: Instant, total: u64) -> bool {
+        let Some(oldest) = self.probes.front().map(|p| p.at) else {
+            return false;
+        };
+        let timeout = self.answer_timeout();
+        if total == self.settled || now < oldest + timeout {
+            return false;
+        }
+        if self.capped_at.is_some_and(|t| now < t + timeout) {
+            return false;
+        }
+        let w = self.window(now).unwrap_or(INITIAL_WINDOW);
+        let cap = (w / 2).max(MIN_WINDOW);
+        self.cap = Some(self.cap.map_or(cap, |c| c.min(cap)));
+        self.capped_at = Some(now);
+        self.congestion_events += 1;
+        self.full = true;
+        true
+    }
+
+    /// A probe `id` is queued at `now` (`total`: bytes sent so far).
+    pub(crate) fn queue_probe(&mut self, now: Instant, id: u64, total: u64) {
+        if self.probes.len() >= MAX_PROBES {
+            self.probes.pop_front();
+        }
+        self.probes.push_back(RttProbe {
+            id,
+            at: now,
+            sent: None,
+        });
+        self.probed = total;
+        self.next_probe = now + self.probe_interval();
+    }
+
+    /// Probe `id` leaves now, after `total` counted bytes.
+    pub(crate) fn passed(&mut self, id: u64, total: u64) {
+        if let Some(p) = self.probes.iter_mut().find(|p| p.id == id) {
+            p.sent = Some(total);
+        }
+    }
+
+    /// The answer to probe `id`, at `now`: `received` as the peer reports it. `None` if `id`
+    /// is not one of this path's probes (it may be a path-size probe's).
+    pub(crate) fn on_answer(
+        &mut self,
+        now: Instant,
+        id: u64,
+        received: Option<u64>,
+        total: u64,
+    ) -> Option<Answer> {
+        let i = self.probes.iter().position(|p| p.id == id)?;
+        let probe = self.probes[i];
+        // Older probes were lost (or their answers were): they will not be waited for.
+        self.probes.drain(..=i);
+        let Some(received) = received else {
+            // A peer that does not report: no control.
+            self.reports = false;
+            return Some(Answer {
+                opened: true,
+                congested: false,
+            });
+        };
+        let full_before = !self.has_room(total, now);
+        let sample = now.saturating_duration_since(probe.at);
+        self.on_rtt(now, sample);
+        let sent = probe.sent.unwrap_or(total);
+        let mut congested = false;
+        if let Some(last) = self.last {
+            let sent_d = sent.wrapping_sub(last.sent).min(1 << 62);
+            let recv_d = received.wrapping_sub(last.received).min(1 << 62);
+            // A probe can overtake data sent just before it from another thread: the bytes
+            // missing at one answer may arrive by the next. Loss is judged over the last two
+            // rounds, where that cancels out.
+            let round = (sent_d, sent_d.saturating_sub(recv_d));
+            let (prev_sent, prev_lost) = self.prev_round.unwrap_or((0, 0));
+            let (two_sent, two_lost) = (sent_d + prev_sent, (round.1 + prev_lost).min(1 << 62));
+            let recovered = recv_d.saturating_sub(sent_d);
+            let two_lost = two_lost.saturating_sub(recovered);
+            self.prev_round = Some(round);
+            self.lost = self.lost.wrapping_add(round.1).saturating_sub(recovered);
+            let gap = probe.at.saturating_duration_since(last.probe_at);
+            self.spacing = Some(self.spacing.map_or(gap, |s| (s * 7 + gap) / 8));
+            let span = now.saturating_duration_since(last.at).max(gap);
+            if span >= Duration::from_micros(100) {
+                self.on_rate(now, recv_d as f64 / span.as_secs_f64());
+            }
+            congested = two_sent > 0
+                && two_lost as f64 > LOSS_THRESHOLD * two_sent as f64
+                && self.standing_queue();
+        }
+        self.last = Some(Answered {
+            received,
+            sent,
+            probe_at: probe.at,
+            at: now,
+        });
+        // One cut per round trip: the answers of one round all see the same queue.
+        let round = self.srtt.unwrap_or(PROBE_MIN);
+        if congested && self.capped_at.is_some_and(|t| now < t + round) {
+            congested = false;
+        }
+        if congested {
+            let in_flight = total.wrapping_sub(self.settled).min(1 << 62);
+            let cap = ((in_flight as f64 * 0.85) as u64).max(MIN_WINDOW);
+            self.cap = Some(self.cap.map_or(cap, |c| c.min(cap)));
+            self.capped_at = Some(now);
+            self.congestion_events += 1;
+            // A queue stood: leave start-up, and drain it.
+            self.full = true;
+        } else if let Some(c) = self.cap {
+            let c = c + c / 8;
+            self.cap = (c < self.raw_window()).then_some(c);
+        }
+        self.settled = sent;
+        Some(Answer {
+            opened: full_before && self.has_room(total, now),
+            congested,
+        })
+    }
+
+    /// True if a queue stands on the path: the smoothed round trip exceeds the smallest by
+    /// more than half of it and more than a millisecond (one late answer, a scheduling
+    /// hiccup, does not count). A link that loses at random keeps its round trip.
+    fn standing_queue(&self) -> bool {
+        let (Some((min, _)), Some(srtt)) = (self.min_rtt, self.srtt) else {
+            return false;
+        };
+        srtt > min + (min / 2).max(Duration::from_millis(1))
+    }
+
+    fn on_rtt(&mut self, now: Instant, sample: Duration) {
+        self.latest_rtt = Some(sample);
+        match self.srtt {
+            None => {
+                self.srtt = Some(sample);
+                self.rttvar = sample / 2;
+            }
+            Some(s) => {
+                let d = s.abs_diff(sample);
+                self.rttvar = (self.rttvar * 3 + d) / 4;
+                self.srtt = Some((s * 7 + sample) / 8);
+            }
+        }
+        match self.min_rtt {
+            Some((m, at)) if sample > m && now < at + MIN_RTT_WINDOW => {}
+            Some((m, _)) if sample > m => {
+                // Not seen lower for 10 s: drain whatever queue stands, then measure again.
+                let d = (self.srtt.unwrap_or(m) * 2).max(Duration::from_millis(10));
+                self.draining = Some(now + d);
+                self.min_rtt = Some((sample, now));
+            }
+            _ => self.min_rtt = Some((sample, now)),
+        }
+    }
+
+    fn on_rate(&mut self, now: Instant, rate: f64) {
+        self.rates[self.rate_at] = rate;
+        self.rate_at = (self.rate_at + 1) % RATE_SAMPLES;
+        self.bottleneck = self.rates.iter().copied().fold(0.0, f64::max);
+        // Once a round: has the rate stopped growing (the path is full)?
+        if !self.full && now >= self.round_at + self.phase_length() {
+            self.round_at = now;
+            if self.bottleneck >= self.full_rate * 1.25 {
+                self.full_rate = self.bottleneck;
+                self.full_rounds = 0;
+            } else {
+                self.full_rounds += 1;
+                if self.full_rounds >= 3 {
+                    self.full = true;
+                    // Start the cycle draining what start-up queued.
+                    self.cycle = 1;
+                    self.cycle_at = now;
+                }
+            }
+        }
+    }
+
+    /// The window before any congestion cap.
+    fn raw_window(&self) -> u64 {
+        match (self.min_rtt, self.last) {
+            (Some((rtt, _)), Some(_)) if self.bottleneck > 0.0 => {
+                // The probes' real spacing, but no more than twice the interval: answers
+                // that stop coming (lost) must not widen the window.
+                let p = self.probe_interval();
+                let spacing = self.spacing.unwrap_or_default().clamp(p, p * 2);
+                let w = GAIN * self.bottleneck * (rtt + spacing).as_secs_f64();
+                (w as u64).max(MIN_WINDOW)
+            }
+            _ => INITIAL_WINDOW,
+        }
+    }
+
+    /// The window at `now` (`None`: not controlled).
+    pub(crate) fn window(&self, now: Instant) -> Option<u64> {
+        if !self.reports {
+            return None;
+        }
+        if self.draining.is_some_and(|t| now < t) {
+            return Some(MIN_WINDOW);
+        }
+        let w = self.raw_window();
+        Some(self.cap.map_or(w, |c| c.min(w)))
+    }
+
+    /// Bytes in flight (`total`: sent so far).
+    pub(crate) fn in_flight(&self, total: u64) -> u64 {
+        total.wrapping_sub(self.settled).min(1 << 62)
+    }
+
+    /// True if more may be sent now.
+    pub(crate) fn has_room(&self, total: u64, now: Instant) -> bool {
+        self.window(now).is_none_or(|w| self.in_flight(total) < w)
+    }
+
+    /// How long a request to the participant takes to be answered: the smoothed round trip
+    /// and twice its variation, but at most twice the smoothed round trip (a first sample,
+    /// taken while a process was starting, must not make repairs wait for long). `None`
+    /// before a round trip is measured.
+    pub(crate) fn answer_within(&self) -> Option<Duration> {
+        let s = self.srtt?;
+        Some(s + (self.rttvar * 2).min(s))
+    }
+
+    pub(crate) fn stats(&self, total: u64, now: Instant) -> PathStats {
+        PathStats {
+            srtt: self.srtt,
+            min_rtt: self.min_rtt.map(|(r, _)| r),
+            delivery_rate: self.bottleneck,
+            window: self.window(now),
+            in_flight: self.in_flight(total),
+            queued: self.queued(),
+            lost: self.lost,
+            congestion_events: self.congestion_events,
+        }
+    }
+}
+
+/// True if the path to participant `p` has room in its window at `now` (or is not
+/// controlled); for callers holding other parts of the participant.
+pub(crate) fn room(peers: &Peers, p: ParticipantId, now: Instant) -> bool {
+    if !peers.controlled {
+        return true;
+    }
+    peers.remotes.get(&p).is_none_or(|r| {
+        r.cc.as_ref()
+            .is_none_or(|cc| cc.has_room(cc.total(group_sent(&peers.group_sent, r.group)), now))
+    })
+}
+
+/// How long a writer waits before it answers a reader's repeated request for a sample it
+/// re-sent to participant `p`: the path's round trip and the time its queue takes to
+/// drain at the pacing rate (the repair may still wait there). Zero for a path that is not
+/// controlled (every request is answered, as before).
+pub(crate) fn resend_wait(peers: &Peers, p: ParticipantId, now: Instant) -> Duration {
+    let Some(cc) = peers.remotes.get(&p).and_then(|r| r.cc.as_ref()) else {
+        return Duration::ZERO;
+    };
+    let Some(rtt) = cc.srtt else {
+        return Duration::ZERO;
+    };
+    let drain = cc
+        .pacing_rate(now)
+        .map_or(0.0, |rate| cc.queued as f64 / rate);
+    rtt + Duration::from_secs_f64(drain.min(1.0))
+}
+
+/// How often a sender whose writer waits for room on a path looks again, besides being
+/// told (`Event::WriterReady`) when an answer opens the window.
+pub(crate) const ROOM_RECHECK: Duration = Duration::from_millis(2);
+
+impl Participant {
+    /// The congestion controller of a path to `addr`: none on this host, or with control
+    /// off.
+    pub(crate) fn new_congestion(
+        &self,
+        addr: &SocketAddr,
+        now: Instant,
+    ) -> Option<Box<Congestion>> {
+        (self.cfg.congestion_control && !is_local(addr, &self.cfg.local_addrs))
+            .then(|| Box::new(Congestion::new(now)))
+    }
+
+    /// After the participant table changed: each controlled path counts its participant's
+    /// data group, and whether any path is controlled.
+    pub(crate) fn sync_congestion_groups(&mut self) {
+        let mut controlled = false;
+        for r in self.peers.remotes.values_mut() {
+            let Some(cc) = r.cc.as_mut() else { continue };
+            controlled = true;
+            if cc.group() != r.group {
+                if let Some(g) = r.group {
+                    if !self.peers.group_sent.iter().any(|(a, _)| *a == g) {
+                        self.peers.group_sent.push((g, 0));
+                    }
+                }
+                let old = group_sent(&self.peers.group_sent, cc.group());
+                let now = group_sent(&self.peers.group_sent, r.group);
+                cc.set_group(r.group.map(|g| (g, now)), old);
+            }
+        }
+        self.peers.controlled = controlled;
+    }
+
+    /// Counts a datagram leaving (as built, before pairwise sealing) toward its destination's
+    /// path: its bytes if it counts (`docs/wire.md#received`), or, for a probe, what was
+    /// sent before it.
+    pub(crate) fn count_sent(&mut self, t: &Transmit) {
+        if !self.peers.controlled {
+            return;
+        }
+        let head: &[u8] = &t.head;
+        let probe = leading_probe_id(head);
+        if probe.is_none() && !counts_as_received(head) {
+            return;
+        }
+        let Some(pid) = self.peers.remote_at.get(&t.dest).copied() else {
+            if probe.is_none() {
+                if let Some((_, n)) = self.peers.group_sent.iter_mut().find(|(g, _)| *g == t.dest) {
+                    *n = n.wrapping_add((head.len() + t.body.len()) as u64);
+                }
+            }
+            return;
+        };
+        let Some(r) = self.peers.remotes.get_mut(&pid) else {
+            return;
+        };
+        let group = group_sent(&self.peers.group_sent, r.group);
+        let Some(cc) = r.cc.as_mut() else { return };
+        match probe {
+            Some(id) => cc.passed(id, cc.total(group)),
+            None => {
+                cc.on_sent(head.len() + t.body.len());
+                // New bytes may make a probe due sooner than the timer says.
+                if let Some(at) = cc.probe_at(cc.total(group)) {
+                    if self.next_cc_probe.is_none_or(|t| at < t) {
+                        self.next_cc_probe = Some(at);
+                        self.timers_changed = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a datagram received from `pid` (as built by its sender, unsealed) toward what
+    /// we report to it.
+    pub(crate) fn count_received(&mut self, pid: ParticipantId, datagram: &[u8]) {
+        if !counts_as_received(datagram) {
+            return;
+        }
+        if let Some(r) = self.peers.remotes.get_mut(&pid) {
+            r.received = r.received.wrapping_add(datagram.len() as u64);
+        }
+    }
+
+    /// Sends the congestion controllers' probes that are due, and sets the next one's time.
+    pub(crate) fn congestion_tick(&mut self, now: Instant) {
+        if !self.peers.controlled || self.next_cc_probe.is_none_or(|t| now < t) {
+            return;
+        }
+        let hdr = self.header();
+        let mut next: Option<Instant> = None;
+        let mut due = Vec::new();
+        for (pid, r) in &self.peers.remotes {
+            let Some(cc) = r.cc.as_ref() else { continue };
+            let total = cc.total(group_sent(&self.peers.group_sent, r.group));
+            match cc.probe_at(total) {
+                Some(at) if at <= now => due.push(*pid),
+                Some(at) => next = Some(next.map_or(at, |t| t.min(at))),
+                None => {}
+            }
+        }
+        for pid in due {
+            let mut b = [0u8; 8];
+            self.random.get().fill(&mut b);
+            let id = u64::from_le_bytes(b);
+            let Some(r) = self.peers.remotes.get_mut(&pid) else {
+                continue;
+            };
+            let total = r.cc.as_ref().map_or(0, |cc| {
+                cc.total(group_sent(&self.peers.group_sent, r.group))
+            });
+            let Some(cc) = r.cc.as_mut() else { continue };
+            if cc.check_silence(now, total) {
+                self.stats.congestion_events += 1;
+            }
+            cc.queue_probe(now, id, total);
+            if let Some(at) = cc.probe_at(total) {
+                next = Some(next.map_or(at, |t| t.min(at)));
+            }
+            let addr = r.addr;
+            let mut buf = Vec::with_capacity(HEADER_LEN + SUBMESSAGE_HEADER_LEN + PROBE_FIXED_LEN);
+            if DatagramBuilder::new(&mut buf, hdr)
+                .push(&Submessage::Probe(ProbeRepr { id, padding: 0 }))
+                .is_ok()
+            {
+                self.stats.rtt_probes_sent += 1;
+                self.push_transmit(addr, buf.into());
+            }
+        }
+        self.next_cc_probe = next;
+    }
+
+    /// A PROBE_ACK answering a congestion controller's probe: the path's round trip and
+    /// delivery rate. False if it answers none (a path-size probe's, or unknown).
+    pub(crate) fn on_rtt_probe_ack(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        a: &ProbeAckRepr,
+    ) -> bool {
+        let Some(r) = self.peers.remotes.get_mut(&pid) else {
+            return false;
+        };
+        let group = group_sent(&self.peers.group_sent, r.group);
+        let Some(cc) = r.cc.as_mut() else {
+            return false;
+        };
+        let total = cc.total(group);
+        let Some(answer) = cc.on_answer(now, a.id, a.received, total) else {
+            return false;
+        };
+        self.stats.rtt_probes_answered += 1;
+        if answer.congested {
+            self.stats.congestion_events += 1;
+        }
+        if let Some(at) = cc.probe_at(total) {
+            if self.next_cc_probe.is_none_or(|t| at < t) {
+                self.next_cc_probe = Some(at);
+                self.timers_changed = true;
+            }
+        }
+        if answer.opened {
+            self.unblock_writers();
+        }
+        true
+    }
+
+    /// True if every path `writer` sends on takes more of its samples now: less than a
+    /// window's worth of paced datagrams waits in each one's queue.
+    pub(crate) fn paths_have_room(&self, writer: EntityId) -> bool {
+        if !self.peers.controlled {
+            return true;
+        }
+        let Some(w) = self.writers.get(&writer) else {
+            return true;
+        };
+        let now = self.clock;
+        w.dests.iter().all(|p| {
+            self.peers
+                .remotes
+                .get(p)
+                .and_then(|r| r.cc.as_ref())
+                .is_none_or(|cc| cc.accepts(now))
+        })
+    }
+
+    /// Where a datagram leaving goes: on (`Some`), or into its path's queue (`None`) when
+    /// it is a paced writer's and must wait — it carries samples and the window has no
+    /// room, or earlier datagrams of the path wait (order is kept).
+    pub(crate) fn route(&mut self, t: Transmit) -> Option<Transmit> {
+        if !self.peers.controlled {
+            return Some(t);
+        }
+        let Some((writer, samples)) = writer_stream(&t.head) else {
+            return Some(t);
+        };
+        if !self.writers.get(&writer).is_some_and(|w| w.paced()) {
+            return Some(t);
+        }
+        let Some(pid) = self.peers.remote_at.get(&t.dest).copied() else {
+            return Some(t);
+        };
+        let now = self.clock;
+        let Some(r) = self.peers.remotes.get_mut(&pid) else {
+            return Some(t);
+        };
+        let group = group_sent(&self.peers.group_sent, r.group);
+        let Some(cc) = r.cc.as_mut() else {
+            return Some(t);
+        };
+        if cc.queue.is_empty() && (!samples || cc.may_send(cc.total(group), now)) {
+            if samples {
+                cc.spend(t.len(), now);
+            }
+            return Some(t);
+        }
+        if samples {
+            cc.queued += t.len() as u64;
+        }
+        cc.queue.push_back(t);
+        if !self.queued_paths.contains(&pid) {
+            self.queued_paths.push(pid);
+        }
+        self.stats.datagrams_queued += 1;
+        None
+    }
+
+    /// The next datagram a path's queue may release: one of samples while the window has
+    /// room, anything else (a heartbeat, a GAP) at once.
+    pub(crate) fn release_queued(&mut self) -> Option<Transmit> {
+        let now = self.clock;
+        let mut i = 0;
+        while i < self.queued_paths.len() {
+            let pid = self.queued_paths[i];
+            let Some(r) = self.peers.remotes.get_mut(&pid) else {
+                self.queued_paths.swap_remove(i);
+                continue;
+            };
+            let group = group_sent(&self.peers.group_sent, r.group);
+            let Some(cc) = r.cc.as_mut() else {
+                self.queued_paths.swap_remove(i);
+                continue;
+            };
+            let Some(front) = cc.queue.front() else {
+                self.queued_paths.swap_remove(i);
+                continue;
+            };
+            let samples = writer_stream(&front.head).is_some_and(|(_, s)| s);
+            if samples && !cc.may_send(cc.total(group), now) {
+                i += 1;
+                continue;
+            }
+            let t = cc.queue.pop_front()?;
+            if samples {
+                cc.spend(t.len(), now);
+                let before = cc.queued;
+                cc.queued = cc.queued.saturating_sub(t.len() as u64);
+                // Room again for writers waiting on this path's queue.
+                if cc.window(now).is_some_and(|w| before >= w && cc.queued < w) {
+                    self.unblock_writers();
+                }
+            }
+            // The next turn goes to another path.
+            if let Some(p) = self.queued_paths.get(i).copied() {
+                self.queued_paths.remove(i);
+                self.queued_paths.push(p);
+            }
+            return Some(t);
+        }
+        None
+    }
+
+    /// When a path's queue can next release a datagram: now for one that is not samples,
+    /// else when its pacer allows, if its window has room (`None`: nothing queued, or
+    /// waiting for an answer to open a window).
+    pub(crate) fn next_release(&self) -> Option<Instant> {
+        let now = self.clock;
+        self.queued_paths
+            .iter()
+            .filter_map(|pid| {
+                let r = self.peers.remotes.get(pid)?;
+                let cc = r.cc.as_ref()?;
+                let f = cc.queue.front()?;
+                if !writer_stream(&f.head).is_some_and(|(_, s)| s) {
+                    return Some(now);
+                }
+                cc.next_send(cc.total(group_sent(&self.peers.group_sent, r.group)), now)
+            })
+            .min()
+    }
+
+    /// True if a path's queue could release a datagram now.
+    pub(crate) fn queued_releasable(&self) -> bool {
+        let now = self.clock;
+        self.queued_paths.iter().any(|pid| {
+            self.peers.remotes.get(pid).is_some_and(|r| {
+                r.cc.as_ref().is_some_and(|cc| {
+                    cc.queue.front().is_some_and(|f| {
+                        !writer_stream(&f.head).is_some_and(|(_, s)| s)
+                            || cc.may_send(
+                                cc.total(group_sent(&self.peers.group_sent, r.group)),
+                                now,
+                            )
+                    })
+                })
+            })
+        })
+    }
+
+    /// Writers that waited for room may go on: each gets a `WriterReady` once it has room.
+    pub(crate) fn unblock_writers(&mut self) {
+        let blocked: Vec<EntityId> = self
+            .writers
+            .values()
+            .filter(|w| w.blocked || w.asyncw.is_some())
+            .map(|w| w.id)
+            .collect();
+        for id in blocked {
+            if !self.paths_have_room(id) {
+                continue;
+            }
+            let Some(w) = self.writers.get_mut(&id) else {
+                continue;
+            };
+            if w.asyncw.is_some() {
+                // Its sender waits for the next scheduled time: tell the driver.
+                self.timers_changed = true;
+                self.events.push_back(Event::WriterReady { writer: id });
+            } else if w.make_room(0) {
+                w.blocked = false;
+                self.events.push_back(Event::WriterReady { writer: id });
+            }
+        }
+    }
+
+    /// What the congestion controller of the path to `participant` knows (`None`: no such
+    /// participant; a path on this host has a [`PathStats`] with no window).
+    pub fn path_stats(&self, participant: ParticipantId, now: Instant) -> Option<PathStats> {
+        let r = self.peers.remotes.get(&participant)?;
+        Some(match r.cc.as_ref() {
+            Some(cc) => cc.stats(cc.total(group_sent(&self.peers.group_sent, r.group)), now),
+            None => PathStats {
+                srtt: r.path.rtt,
+                min_rtt: None,
+                delivery_rate: 0.0,
+                window: None,
+                in_flight: 0,
+                queued: 0,
+                lost: 0,
+                congestion_events: 0,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+use super::*;
+
+/// A path in a few lines: every millisecond the sender sends `per_ms` bytes (if the window
+/// has room) and a probe; each probe is answered `rtt(k)` later, reporting `delivered` of
+/// what was sent before it (`loss`: the share that never arrives). Returns the controller
+/// after `ms` milliseconds.
+fn run(
+    ms: u64,
+    per_ms: u64,
+    loss: f64,
+    rtt: impl Fn(u64) -> Duration,
+    windowed: bool,
+) -> (Congestion, Instant) {
+    let t0 = Instant::now();
+    let mut cc = Congestion::new(t0);
+    // (answer time, id, received)
+    let mut answers: Vec<(Instant, u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    for k in 0..ms {
+        let now = t0 + Duration::from_millis(k);
+        answers.sort_by_key(|a| a.0);
+        while answers.first().is_some_and(|a| a.0 <= now) {
+            let (at, id, received) = answers.remove(0);
+            cc.on_answer(at, id, Some(received), total);
+        }
+        if !windowed || cc.has_room(total, now) {
+            cc.on_sent(per_ms as usize);
+            total += per_ms;
+        }
+        cc.queue_probe(now, k + 1, total);
+        cc.passed(k + 1, total);
+        let received = (total as f64 * (1.0 - loss)) as u64;
+        answers.push((now + rtt(k), k + 1, received));
+    }
+    (cc, t0 + Duration::from_millis(ms))
+}
+
+#[test]
+fn round_trip_rate_and_window_come_from_the_answers() {
+    // 10 KB per ms: 10 MB/s, 2 ms round trip.
+    let (cc, now) = run(200, 10_000, 0.0, |_| Duration::from_millis(2), false);
+    let st = cc.stats(0, now);
+    assert_eq!(st.min_rtt, Some(Duration::from_millis(2)));
+    let srtt = st.srtt.unwrap();
+    assert!(srtt >= Duration::from_micros(1900) && srtt <= Duration::from_micros(2100));
+    assert!(
+        (9.0e6..=11.0e6).contains(&st.delivery_rate),
+        "{}",
+        st.delivery_rate
+    );
+    // 2 × 10 MB/s × (2 ms + the 1 ms probe spacing) = 60 KB.
+    let w = st.window.unwrap();
+    assert!((50_000..=70_000).contains(&w), "window {w}");
+    assert_eq!(st.congestion_events, 0);
+}
+
+/// Random loss: the window follows what arrives (a fifth less), it is not halved, and no
+/// congestion is seen while the round trip stays put.
+#[test]
+fn random_loss_is_not_congestion() {
+    let (lossless, now) = run(300, 10_000, 0.0, |_| Duration::from_millis(2), false);
+    let (lossy, _) = run(300, 10_000, 0.2, |_| Duration::from_millis(2), false);
+    let (a, b) = (lossless.stats(0, now), lossy.stats(0, now));
+    assert_eq!(b.congestion_events, 0);
+    let ratio = b.window.unwrap() as f64 / a.window.unwrap() as f64;
+    assert!((0.7..=0.9).contains(&ratio), "window ratio {ratio}");
+    assert!(b.lost > 0, "the loss is seen");
+}
+
+/// Loss while the round trip grows (a queue fills, then overflows): congestion, and the
+/// window is capped below what was in flight, once per round trip, not once per answer.
+#[test]
+fn loss_with_a_growing_queue_caps_the_window() {
+    let (cc, now) = run(
+        300,
+        10_000,
+        0.05,
+        |k| Duration::from_millis(2 + (k / 10).min(20)),
+        false,
+    );
+    let st = cc.stats(0, now);
+    assert!(st.congestion_events >= 1, "{st:?}");
+    // Answers come every millisecond over some 280 ms with a round trip up to 22 ms: one
+    // cut per round trip at most.
+    assert!(st.congestion_events <= 40, "{st:?}");
+    assert!(cc.cap.is_some());
+}
+
+/// Without answers while bytes are in flight (a full queue drops the probes too), the
+/// window is halved once per answer timeout.
+#[test]
+fn silence_halves_the_window_once_per_timeout() {
+    let (mut cc, now) = run(100, 10_000, 0.0, |_| Duration::from_millis(2), false);
+    let total = cc.sent;
+    let w = cc.window(now).unwrap();
+    // Bytes go out, a probe with them, no answer comes.
+    cc.on_sent(50_000);
+    let total = total + 50_000;
+    cc.queue_probe(now, 9_999, total);
+    assert!(!cc.check_silence(now + Duration::from_micros(500), total));
+    let later = now + Duration::from_millis(50);
+    assert!(cc.check_silence(later, total));
+    let halved = cc.window(later).unwrap();
+    assert!(
+        halved <= w / 2 + 1 && halved >= MIN_WINDOW,
+        "{w} -> {halved}"
+    );
+    assert!(!cc.check_silence(later + Duration::from_millis(1), total));
+}
+
+/// A peer whose answers carry no `received` (an older version) leaves the path
+/// uncontrolled rather than stuck at the first window.
+#[test]
+fn a_peer_that_does_not_report_is_not_controlled() {
+    let t0 = Instant::now();
+    let mut cc = Congestion::new(t0);
+    cc.on_sent(1 << 20);
+    assert!(!cc.has_room(1 << 20, t0));
+    cc.queue_probe(t0, 1, 1 << 20);
+    let a = cc.on_answer(t0 + Duration::from_millis(1), 1, None, 1 << 20);
+    assert!(a.is_some_and(|a| a.opened));
+    assert!(cc.has_room(u64::MAX / 2, t0));
+    assert_eq!(cc.window(t0), None);
+    assert_eq!(cc.probe_at(1 << 21), None);
+    // An answer to a probe it never sent is not its.
+    assert!(cc.on_answer(t0, 77, Some(0), 0).is_none());
+}
+
+/// Once the rate is known the pacer spreads a burst: after a burst's worth it lets the next
+/// datagram go only when the rate has earned it.
+#[test]
+fn the_pacer_spreads_bursts_at_the_measured_rate() {
+    let (mut cc, now) = run(300, 10_000, 0.0, |_| Duration::from_millis(2), false);
+    let rate = cc.pacing_rate(now).expect("a rate");
+    assert!((5.0e6..=30.0e6).contains(&rate), "{rate}");
+    let total = cc.settled;
+    let mut sent = 0;
+    while cc.may_send(total, now) {
+        cc.spend(1_500, now);
+        sent += 1_500;
+        assert!(sent < 1 << 20, "the pacer never stops");
+    }
+    assert!(sent as f64 <= Congestion::burst(rate) + 1_500.0);
+    let next = cc.next_send(total, now).expect("room in the window");
+    assert!(next > now);
+    assert!(next - now <= Duration::from_millis(1), "{:?}", next - now);
+    assert!(cc.may_send(total, next + Duration::from_micros(10)));
+}
+
+/// Probes are due while new bytes leave, every probe interval; with bytes in flight and no
+/// answer, after the answer timeout; with nothing new and nothing in flight, never.
+#[test]
+fn probes_go_while_bytes_are_in_flight() {
+    let t0 = Instant::now();
+    let mut cc = Congestion::new(t0);
+    assert_eq!(cc.probe_at(0), None);
+    cc.on_sent(1000);
+    assert_eq!(cc.probe_at(1000), Some(t0));
+    cc.queue_probe(t0, 1, 1000);
+    cc.passed(1, 1000);
+    let due = cc.probe_at(1000).expect("waiting for its answer");
+    assert!(due > t0);
+    cc.on_answer(t0 + Duration::from_millis(1), 1, Some(1000), 1000);
+    assert_eq!(cc.probe_at(1000), None, "all answered, nothing new");
+}
