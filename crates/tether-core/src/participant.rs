@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DATA_FIXED_LEN, DatagramBuilder, EndpointKind, EntityId, HEADER_LEN, Header, ParticipantId,
+    DATA_FIXED_LEN, EndpointKind, EntityId, HEADER_LEN, Header, ParticipantId,
     SUBMESSAGE_HEADER_LEN, Submessage, SubmessageKind,
 };
 
@@ -191,7 +191,18 @@ pub struct Participant {
     pub(crate) queued_paths: Vec<ParticipantId>,
     /// The latest time the engine was given (`poll_transmit` takes none).
     pub(crate) clock: Instant,
+    /// The final ACKNACKs of readers deleted lately (when, and where they went), sent again
+    /// in front of the PARTICIPANT_BYE: at most [`MAX_FAREWELLS`], none older than
+    /// [`FAREWELL_KEEP`].
+    pub(crate) farewells: VecDeque<(Instant, SocketAddr, tether_wire::AckNackRepr)>,
 }
+
+/// How long a deleted reader's final ACKNACKs ride again with a PARTICIPANT_BYE: far longer
+/// than a path reorders datagrams, far shorter than a session lives.
+pub(crate) const FAREWELL_KEEP: Duration = Duration::from_secs(1);
+
+/// Most final ACKNACKs kept for the PARTICIPANT_BYE (the oldest go first).
+pub(crate) const MAX_FAREWELLS: usize = 256;
 
 /// `now + d`, saturating a century ahead: `Instant + Duration` panics on overflow, and a
 /// deadline, lease or period may be "forever".
@@ -235,6 +246,7 @@ impl Participant {
             next_cc_probe: None,
             queued_paths: Vec::new(),
             clock: now,
+            farewells: VecDeque::new(),
         }
     }
 
@@ -358,6 +370,7 @@ impl Participant {
     /// Withdraws a local endpoint (a writer's waiting batch is sent first).
     pub fn delete_endpoint(&mut self, now: Instant, id: EntityId) {
         self.flush_batch(now, id);
+        let mut acks = Vec::new();
         let me = self.cfg.participant;
         let guid = Guid {
             participant: me,
@@ -375,7 +388,7 @@ impl Participant {
                 }
             }
         } else if let Some(mut r) = self.readers.remove(&id) {
-            self.acknowledge_on_leaving(id, &mut r);
+            acks = self.acknowledge_on_leaving(id, &mut r);
             for g in r.writers.keys() {
                 if g.participant == me {
                     if let Some(w) = self.writers.get_mut(&g.entity) {
@@ -390,30 +403,23 @@ impl Participant {
             return;
         }
         self.matches.reported.retain(|(l, _, _)| *l != id);
-        let mut dg = Vec::new();
-        if DatagramBuilder::new(&mut dg, self.header())
-            .push(&Submessage::EndpointBye(id))
-            .is_ok()
-        {
-            let dg = Bytes::from(dg);
-            for a in self.known_destinations() {
-                self.push_transmit(a, dg.clone());
+        self.say_goodbye(&Submessage::EndpointBye(id), &acks);
+        // The PARTICIPANT_BYE of a host that shuts down next could overtake that datagram
+        // too: it carries them again (see `farewells`; housekeeping forgets old ones).
+        for (a, an) in acks {
+            if self.farewells.len() >= MAX_FAREWELLS {
+                self.farewells.pop_front();
             }
+            self.farewells.push_back((now, a, an));
         }
     }
 
-    /// Leaves: tells everyone we are gone. The participant should be dropped afterwards.
+    /// Leaves: tells everyone we are gone, after the final ACKNACKs of readers deleted in the
+    /// last [`FAREWELL_KEEP`] (in the same datagram), so that this goodbye overtaking
+    /// theirs loses no acknowledgement. The participant should be dropped afterwards.
     pub fn close(&mut self) {
-        let mut dg = Vec::new();
-        if DatagramBuilder::new(&mut dg, self.header())
-            .push(&Submessage::ParticipantBye)
-            .is_ok()
-        {
-            let dg = Bytes::from(dg);
-            for a in self.known_destinations() {
-                self.push_transmit(a, dg.clone());
-            }
-        }
+        let acks: Vec<_> = self.farewells.drain(..).map(|(_, a, an)| (a, an)).collect();
+        self.say_goodbye(&Submessage::ParticipantBye, &acks);
     }
 
     /// Local endpoint description.
@@ -612,6 +618,8 @@ impl Participant {
             self.resend_auth(now);
         }
         if now >= self.next_housekeeping {
+            self.farewells
+                .retain(|(t, _, _)| now.saturating_duration_since(*t) < FAREWELL_KEEP);
             self.housekeeping(now);
             self.check_inactive(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);

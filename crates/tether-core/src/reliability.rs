@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DataRepr, DatagramBuilder, EntityId, GapRepr, Header, HeartbeatRepr, NackFragRepr,
+    AckNackRepr, DataRepr, DatagramBuilder, EntityId, GapRepr, Header, HeartbeatRepr, NackFragRepr,
     ParticipantId, Submessage,
 };
 
@@ -296,15 +296,17 @@ impl Participant {
         v
     }
 
-    /// A reliable reader that leaves acknowledges what it holds first (before its
-    /// ENDPOINT_BYE), so its writers learn what it received instead of counting it as lost.
+    /// A reliable reader that leaves acknowledges what it holds first, so its writers learn
+    /// what it received instead of counting it as lost: the final ACKNACK to each of its
+    /// remote writers, with the address of that writer's participant. They go in front of
+    /// the goodbye, in the same datagram ([`Participant::say_goodbye`]).
     pub(crate) fn acknowledge_on_leaving(
         &mut self,
         id: EntityId,
         r: &mut crate::reader::state::Reader,
-    ) {
-        let hdr = self.header();
+    ) -> Vec<(SocketAddr, AckNackRepr)> {
         let me = self.cfg.participant;
+        let mut acks = Vec::new();
         for (g, wp) in r.writers.iter_mut() {
             // One that was never told where it starts has nothing to acknowledge.
             if g.participant == me || !wp.reliable || wp.expected.is_none() {
@@ -313,15 +315,31 @@ impl Participant {
             let Some(addr) = self.peers.remotes.get(&g.participant).map(|p| p.addr) else {
                 continue;
             };
-            let an = wp.acknack(id, g.entity, None, &mut Vec::new());
-            let mut dg = Vec::new();
-            if DatagramBuilder::new(&mut dg, hdr)
-                .push(&Submessage::AckNack(an))
-                .is_ok()
-            {
+            acks.push((addr, wp.acknack(id, g.entity, None, &mut Vec::new())));
+        }
+        acks
+    }
+
+    /// Sends `bye` (an ENDPOINT_BYE or PARTICIPANT_BYE) to every known participant, each
+    /// copy after the final ACKNACKs of `acks` addressed to that participant, in the same
+    /// datagram as far as they fit (the goodbye last). A path that reorders datagrams
+    /// (Wi-Fi retries, several queues) could otherwise deliver the goodbye first: the writer
+    /// would drop the reader, ignore the ACKNACK that follows, and count every sample the
+    /// reader received but had not yet acknowledged as owed by a reader that left.
+    pub(crate) fn say_goodbye(&mut self, bye: &Submessage<'_>, acks: &[(SocketAddr, AckNackRepr)]) {
+        let hdr = self.header();
+        for dest in self.known_destinations() {
+            let mut p = Packer::new(dest, hdr, self.datagram_size(dest));
+            for (_, an) in acks.iter().filter(|(a, _)| *a == dest) {
+                p.push(
+                    &Submessage::AckNack(*an),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
                 self.stats.acknacks_sent += 1;
-                self.push_transmit(addr, Bytes::from(dg));
             }
+            p.push(bye, &mut self.transmits, &mut self.stats);
+            p.finish(&mut self.transmits, &mut self.stats);
         }
     }
 

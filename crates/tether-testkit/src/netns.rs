@@ -1,10 +1,12 @@
 //! Two hosts on one machine: Linux network namespaces joined by a veth pair.
 //!
 //! The integration tests and the benchmarks that need a real link (multicast on an
-//! interface, a lossy path, a second host's CPU) build it here. Nothing else in this crate
-//! touches the operating system: this module only shells out to `ip` (iproute2) and `nft`
-//! (nftables), every command bounded by a time limit, and deletes what it made on drop
-//! (deleting a namespace also deletes its end of the veth pair).
+//! interface, a lossy, duplicating or reordering path, a second host's CPU) build it here.
+//! Nothing else in this crate touches the operating system: this module shells out to `ip`
+//! (iproute2), `nft` (nftables) and `iptables`, every command bounded by a time limit, and
+//! deletes what it made on drop (deleting a namespace also deletes its end of the veth
+//! pair). Its only system calls of its own are those of [`Host::delay_incoming`], whose
+//! thread enters a namespace ([`Namespace::enter`]) and serves a netfilter queue there.
 //!
 //! Creating namespaces needs root; [`Lan::builder`]'s [`LanBuilder::create`] says so with
 //! [`NetnsError::NotRoot`] so a test can skip with the reason.
@@ -27,6 +29,11 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+#[cfg(target_os = "linux")]
+mod delay;
+#[cfg(target_os = "linux")]
+pub use delay::{Delay, DelayStats, MAX_HELD, have_iptables};
 
 /// How long one `ip` or `nft` command may take before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,6 +67,13 @@ pub enum NetnsError {
         /// The limit it overran.
         after: Duration,
     },
+    /// A system call of this process failed (entering a namespace, a netfilter queue).
+    Os {
+        /// What was being done.
+        what: String,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
 }
 
 impl fmt::Display for NetnsError {
@@ -72,6 +86,7 @@ impl fmt::Display for NetnsError {
             NetnsError::TimedOut { command, after } => {
                 write!(f, "`{command}` did not finish within {after:?}")
             }
+            NetnsError::Os { what, source } => write!(f, "{what}: {source}"),
         }
     }
 }
@@ -79,7 +94,7 @@ impl fmt::Display for NetnsError {
 impl std::error::Error for NetnsError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            NetnsError::Spawn { source, .. } => Some(source),
+            NetnsError::Spawn { source, .. } | NetnsError::Os { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -208,6 +223,28 @@ pub fn remove_stale(prefixes: &[&str]) {
     }
 }
 
+/// Moves the calling thread (only it) into network namespace `name`: sockets it opens
+/// afterwards are that namespace's.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn enter(name: &str) -> Result<(), NetnsError> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{name}");
+    let file = std::fs::File::open(&path).map_err(|source| NetnsError::Os {
+        what: format!("opening {path}"),
+        source,
+    })?;
+    // SAFETY: setns with a descriptor this function owns, open for the call; it changes
+    // only the calling thread's network namespace.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(NetnsError::Os {
+            what: format!("entering network namespace {name}"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
 /// A network namespace, deleted on drop.
 #[derive(Debug)]
 pub struct Namespace {
@@ -231,6 +268,14 @@ impl Namespace {
     /// Its name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Moves the calling thread (only it, for the rest of its life) into this namespace:
+    /// sockets it opens afterwards are the namespace's. For a thread of the caller's own,
+    /// such as a scoped one that sends or receives on a host.
+    #[cfg(target_os = "linux")]
+    pub fn enter(&self) -> Result<(), NetnsError> {
+        enter(&self.name)
     }
 
     /// `ip -n NAME ARGS…`.
@@ -305,6 +350,21 @@ impl Host {
     /// This side's address.
     pub fn addr(&self) -> Ipv4Addr {
         self.addr
+    }
+
+    /// This side's MAC address (`link/ether` of `ip -o link show`).
+    pub fn mac(&self) -> Result<String, NetnsError> {
+        let out = self.ns.ip(&["-o", "link", "show", &self.dev])?;
+        let listing = String::from_utf8_lossy(&out.stdout);
+        listing
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .map(str::to_string)
+            .ok_or_else(|| NetnsError::Failed {
+                command: format!("ip -n {} -o link show {}", self.ns.name, self.dev),
+                stderr: format!("no link/ether in: {}", listing.trim()),
+            })
     }
 
     /// `program` to run on this host (see [`Namespace::command`]).
@@ -404,6 +464,7 @@ impl Lan {
             mtu: None,
             multicast: true,
             one_frame_per_datagram: false,
+            static_neighbours: false,
         }
     }
 
@@ -428,6 +489,7 @@ pub struct LanBuilder {
     mtu: Option<u32>,
     multicast: bool,
     one_frame_per_datagram: bool,
+    static_neighbours: bool,
 }
 
 impl LanBuilder {
@@ -443,6 +505,18 @@ impl LanBuilder {
     /// tests; throughput benchmarks leave it off, as their figures were measured.
     pub fn one_frame_per_datagram(mut self) -> Self {
         self.one_frame_per_datagram = true;
+        self
+    }
+
+    /// Each host knows the other's MAC address from the start (a permanent neighbour entry,
+    /// once [`LanBuilder::addrs`] has given addresses), so no ARP exchange precedes their
+    /// unicast: a loss rule drops ARP frames as well, and the kernel retries a lost exchange
+    /// once a second, three times, before it drops what waited for it, so at 30 % loss
+    /// both ways one direction went dark for seconds now and then (a writer rightly takes a
+    /// reader silent for 3 s for a stalled one). For loss tests, which are about the
+    /// datagrams that cross.
+    pub fn static_neighbours(mut self) -> Self {
+        self.static_neighbours = true;
         self
     }
 
@@ -488,6 +562,22 @@ impl LanBuilder {
         };
         for h in [&lan.a, &lan.b] {
             self.configure(h)?;
+        }
+        if self.static_neighbours && self.addrs.is_some() {
+            for (h, peer) in [(&lan.a, &lan.b), (&lan.b, &lan.a)] {
+                let mac = peer.mac()?;
+                h.ns.ip(&[
+                    "neigh",
+                    "replace",
+                    &peer.addr.to_string(),
+                    "lladdr",
+                    &mac,
+                    "dev",
+                    &h.dev,
+                    "nud",
+                    "permanent",
+                ])?;
+            }
         }
         Ok(lan)
     }
@@ -574,8 +664,9 @@ mod tests {
         assert!(names.contains(&live), "{names:?}");
     }
 
-    /// A LAN's two hosts reach each other over the veth with the MTU asked for, and its
-    /// namespaces are gone once it drops. Needs root.
+    /// A LAN's two hosts reach each other over the veth with the MTU asked for, each knows
+    /// the other's MAC address when asked to, and its namespaces are gone once it drops.
+    /// Needs root.
     #[test]
     fn lan_links_two_hosts_and_cleans_up() {
         if !is_root() {
@@ -590,6 +681,7 @@ mod tests {
                 24,
             )
             .mtu(1400)
+            .static_neighbours()
             .create()
             .unwrap();
         let link = lan.a().ns().ip(&["link", "show", "vka"]).unwrap();
@@ -597,6 +689,119 @@ mod tests {
         let addr = lan.b().ns().ip(&["-4", "addr", "show", "vkb"]).unwrap();
         assert!(String::from_utf8_lossy(&addr.stdout).contains("10.199.8.2/24"));
         assert_eq!(lan.b().addr(), Ipv4Addr::new(10, 199, 8, 2));
+        let neigh = lan.a().ns().ip(&["neigh", "show", "dev", "vka"]).unwrap();
+        let neigh = String::from_utf8_lossy(&neigh.stdout);
+        let mac = lan.b().mac().unwrap();
+        assert!(
+            neigh.contains(&format!("10.199.8.2 lladdr {mac} PERMANENT")),
+            "{neigh}"
+        );
+        drop(lan);
+        let left = list().unwrap();
+        assert!(!left.iter().any(|n| names.contains(n)), "{left:?}");
+    }
+
+    /// 500 numbered datagrams from `a`, about 100 µs apart, each held 5 ms plus up to 5 ms
+    /// at `b`'s ingress: all arrive, once, some out of order, none sooner than 5 ms after
+    /// the first was sent; the handler's counts agree, and the rule is gone once the guard
+    /// has dropped. Needs root and iptables.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn delay_reorders_datagrams_and_cleans_up() {
+        use std::net::{SocketAddr, UdpSocket};
+        if !is_root() {
+            eprintln!("skipped: creating network namespaces needs root");
+            return;
+        }
+        if !have_iptables() {
+            eprintln!("skipped: iptables is not installed");
+            return;
+        }
+        const N: u32 = 500;
+        let (base, jitter) = (Duration::from_millis(5), Duration::from_millis(5));
+        let id = std::process::id() % 100_000;
+        let names = [format!("tqa{id}"), format!("tqb{id}")];
+        let lan = Lan::builder([&names[0], &names[1]], ["vqa", "vqb"])
+            .addrs(
+                [Ipv4Addr::new(10, 199, 9, 1), Ipv4Addr::new(10, 199, 9, 2)],
+                24,
+            )
+            .create()
+            .unwrap();
+        let delay = lan.b().delay_incoming(base, jitter, 100).unwrap();
+        let to = SocketAddr::from((lan.b().addr(), 40_000));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (got, first_sent) = std::thread::scope(|s| {
+            let receiver = s.spawn(|| {
+                lan.b().ns().enter().expect("entering b");
+                let sock = UdpSocket::bind(to).expect("binding on b");
+                // Bounds the wait for a datagram that does not come.
+                sock.set_read_timeout(Some(Duration::from_secs(3)))
+                    .expect("a read timeout");
+                ready_tx.send(()).expect("the sender waits");
+                let mut got = Vec::new();
+                let mut buf = [0u8; 16];
+                while got.len() < N as usize {
+                    match sock.recv(&mut buf) {
+                        Ok(4) => got.push((
+                            u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]),
+                            Instant::now(),
+                        )),
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                got
+            });
+            ready_rx.recv().expect("the receiver is ready");
+            let sender = s.spawn(|| {
+                lan.a().ns().enter().expect("entering a");
+                let sock = UdpSocket::bind((lan.a().addr(), 0)).expect("binding on a");
+                let t0 = Instant::now();
+                for i in 0..N {
+                    sock.send_to(&i.to_be_bytes(), to).expect("sending");
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                t0
+            });
+            (receiver.join().unwrap(), sender.join().unwrap())
+        });
+        let seqs: Vec<u32> = got.iter().map(|&(n, _)| n).collect();
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..N).collect::<Vec<_>>(), "each datagram once");
+        let mut highest = 0;
+        let late = seqs
+            .iter()
+            .filter(|&&n| {
+                let overtaken = n < highest;
+                highest = highest.max(n);
+                overtaken
+            })
+            .count();
+        assert!(late > 0, "no datagram arrived out of order");
+        let earliest = got.iter().map(|&(_, t)| t).min().unwrap();
+        assert!(
+            earliest.duration_since(first_sent) >= base,
+            "a datagram arrived {:?} after the first was sent",
+            earliest.duration_since(first_sent)
+        );
+        let stats = delay.finish();
+        eprintln!(
+            "{late} of {N} datagrams arrived after a later one; first after {:?}; {stats:?}",
+            earliest.duration_since(first_sent)
+        );
+        assert!(stats.queued >= u64::from(N), "{stats:?}");
+        assert_eq!(stats.passed, stats.queued, "{stats:?}");
+        assert!(stats.reordered > 0, "{stats:?}");
+        assert_eq!(stats.errors, 0, "{stats:?}");
+        let rules = lan
+            .b()
+            .ns()
+            .run("iptables", &["-t", "mangle", "-S", "PREROUTING"])
+            .unwrap();
+        let rules = String::from_utf8_lossy(&rules.stdout);
+        assert!(!rules.contains("NFQUEUE"), "{rules}");
         drop(lan);
         let left = list().unwrap();
         assert!(!left.iter().any(|n| names.contains(n)), "{left:?}");
