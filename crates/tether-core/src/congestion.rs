@@ -715,17 +715,6 @@ impl Participant {
         }
     }
 
-    /// Counts a datagram received from `pid` (as built by its sender, unsealed) toward what
-    /// we report to it.
-    pub(crate) fn count_received(&mut self, pid: ParticipantId, datagram: &[u8]) {
-        if !counts_as_received(datagram) {
-            return;
-        }
-        if let Some(r) = self.peers.remotes.get_mut(&pid) {
-            r.received = r.received.wrapping_add(datagram.len() as u64);
-        }
-    }
-
     /// Sends the congestion controllers' probes that are due, and sets the next one's time.
     pub(crate) fn congestion_tick(&mut self, now: Instant) {
         if !self.peers.controlled || self.next_cc_probe.is_none_or(|t| now < t) {

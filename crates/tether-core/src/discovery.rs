@@ -102,16 +102,19 @@ pub(crate) fn group_sent(counts: &[(SocketAddr, u64)], g: Option<SocketAddr>) ->
 }
 
 impl Participant {
-    /// A datagram from `pid` arrived from `from`: a known participant's lease is renewed
-    /// and its address follows it. False if `pid` is unknown.
+    /// A datagram from `pid` arrived from `from`: a known participant's lease is renewed,
+    /// its address follows it, and `counted` bytes are added to what we report having
+    /// received from it (`docs/wire.md#received`). False if `pid` is unknown.
     pub(crate) fn heard_from(
         &mut self,
         now: Instant,
         pid: ParticipantId,
         from: SocketAddr,
+        counted: usize,
     ) -> bool {
         if let Some(p) = self.peers.remotes.get_mut(&pid) {
             p.last_heard = now;
+            p.received = p.received.wrapping_add(counted as u64);
             if p.addr != from {
                 // The peer's address changed (new IP, NAT rebinding): follow it.
                 if self.peers.remote_at.get(&p.addr) == Some(&pid) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_wire::{
     DATA_FIXED_LEN, EndpointKind, EntityId, HEADER_LEN, Header, ParticipantId,
-    SUBMESSAGE_HEADER_LEN, Submessage, SubmessageKind,
+    SUBMESSAGE_HEADER_LEN, Submessage, SubmessageKind, counts_as_received,
 };
 
 use crate::endpoint::EndpointInfo;
@@ -486,11 +486,15 @@ impl Participant {
         };
         let d = admitted.datagram();
         let pid = d.header().participant;
-        let mut known = self.heard_from(now, pid, from);
-        // What a sealed datagram opens to is counted, as its sender counted it.
-        if known && (!outer || datagram.get(HEADER_LEN) != Some(&(SubmessageKind::Sealed as u8))) {
-            self.count_received(pid, datagram);
-        }
+        // What a sealed datagram opens to is counted, as its sender counted it
+        // (`docs/wire.md#received`).
+        let sealed = outer && datagram.get(HEADER_LEN) == Some(&(SubmessageKind::Sealed as u8));
+        let counted = if !sealed && counts_as_received(datagram) {
+            datagram.len()
+        } else {
+            0
+        };
+        let mut known = self.heard_from(now, pid, from, counted);
         // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
         let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {
