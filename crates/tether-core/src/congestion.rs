@@ -7,9 +7,11 @@
 //! - While it sends to a participant, a sender asks it every *probe interval* (a quarter of
 //!   the smallest round trip seen, 1 to 50 ms) with a small PROBE how many bytes it has
 //!   received from it; the PROBE_ACK says (`received`), and its round trip is measured.
-//! - Each answer gives a **delivery rate** (bytes received since the previous answer over the
-//!   time between them); the *bottleneck rate* is the largest of the last
-//!   [`RATE_SAMPLES`]. Each gives a **round trip**; the smallest of the last 10 s is the
+//! - Each answer gives a **delivery rate** (bytes received since an earlier answer at least
+//!   two probe intervals and a round trip before, over the time between them), scaled up by
+//!   the share lost while no queue stands and loss stays under 30 % (random loss: the path
+//!   carried those bytes too);
+//!   the *bottleneck rate* is the largest of the last [`RATE_SAMPLES`]. Each gives a **round trip**; the smallest of the last 10 s is the
 //!   path's propagation time.
 //! - The **window** is [`GAIN`] × bottleneck rate × (smallest round trip + the time between
 //!   probes, as they really went), at least [`MIN_WINDOW`]: enough to keep the path busy
@@ -21,9 +23,11 @@
 //!   so the measured rate, and the window, double every round until the path is full.
 //! - **Congestion** is loss together with a queue: when the answers of the last two rounds
 //!   show more than 2 % of the bytes lost *and* the smoothed round trip exceeds the smallest
-//!   by more than half of it (and 1 ms), the window is capped at 85 % of what was in flight,
-//!   once per round trip; the cap rises again by an eighth per clean answer. Losses on a
-//!   path whose round trip stays low change nothing.
+//!   by more than the smallest itself (and at least 5 ms), or the loss is above 30 % (more
+//!   than a lossy link's: a flow holding the queue full hides it), the window is capped at 70 % of what was in flight
+//!   (as TCP CUBIC backs off), once per round trip; the cap rises again by an eighth per
+//!   round trip without congestion. Losses on a path whose round trip stays low change
+//!   nothing.
 //! - Every 10 s without a new smallest round trip, the window drops to [`MIN_WINDOW`] for
 //!   two round trips (at least 10 ms) so any standing queue drains and the propagation time
 //!   is measured again (BBR's PROBE_RTT).
@@ -63,12 +67,26 @@ pub const RATE_SAMPLES: usize = 10;
 /// How long the smallest round trip stands before it is measured again.
 pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 
-/// Probes waiting for an answer at most (older ones are forgotten).
-const MAX_PROBES: usize = 8;
+/// Probes waiting for an answer at most: no more are sent until one is answered or the
+/// oldest times out (a round trip of 64 probe intervals, 16 times the smallest, is still
+/// measured).
+const MAX_PROBES: usize = 64;
 
 /// Least and most time between probes.
 const PROBE_MIN: Duration = Duration::from_micros(500);
 const PROBE_MAX: Duration = Duration::from_millis(50);
+
+/// The least queueing delay taken for congestion (with loss): above what a busy host adds to
+/// a round trip by running its receive thread late.
+const QUEUE_MIN: Duration = Duration::from_millis(5);
+
+/// The least time without any answer, bytes in flight, before the window is halved.
+const SILENCE_MIN: Duration = Duration::from_millis(20);
+
+/// The most loss taken for random (a lossy link's) rather than a queue overflowing: above
+/// it, even with no queue in sight (a flow that holds the queue full since before this one
+/// measured the path's round trip hides it), loss is congestion.
+const RANDOM_LOSS_MAX: f64 = 0.3;
 
 /// A share of lost bytes above which an answer may signal congestion.
 const LOSS_THRESHOLD: f64 = 0.02;
@@ -127,6 +145,11 @@ pub(crate) struct Congestion {
     last: Option<Answered>,
     /// The previous round's bytes sent and (seemingly) lost.
     prev_round: Option<(u64, u64)>,
+    /// Smoothed share of the bytes sent that were lost.
+    loss_rate: f64,
+    /// The answer the next delivery-rate sample is measured from, when the last one was
+    /// too close to measure from.
+    rate_base: Option<Answered>,
     /// Sent bytes before the last answered probe: settled (arrived, or lost).
     settled: u64,
     /// A cap on the window after congestion.
@@ -155,9 +178,15 @@ pub(crate) struct Congestion {
     round_at: Instant,
     cycle: usize,
     cycle_at: Instant,
-    /// When the window was last capped for congestion (once per round trip at most).
+    /// When the window was last capped for congestion (once per round trip at most), and
+    /// when the cap last rose.
     capped_at: Option<Instant>,
+    raised_at: Option<Instant>,
 }
+
+/// What congestion leaves of the bytes in flight: TCP CUBIC's and BBRv2's 0.7, so a flow of
+/// either kind sharing the path backs off as much as this one.
+const BETA: f64 = 0.7;
 
 /// Pacing gains once the path is full, one phase per smallest round trip: probe for more
 /// (1.25), drain what that queued (0.75), then cruise (BBR's PROBE_BW cycle).
@@ -211,6 +240,8 @@ impl Congestion {
             bottleneck: 0.0,
             last: None,
             prev_round: None,
+            loss_rate: 0.0,
+            rate_base: None,
             settled: 0,
             cap: None,
             draining: None,
@@ -228,6 +259,7 @@ impl Congestion {
             cycle: 0,
             cycle_at: now,
             capped_at: None,
+            raised_at: None,
         }
     }
 
@@ -357,6 +389,13 @@ impl Congestion {
         if !self.reports {
             return None;
         }
+        if self.probes.len() >= MAX_PROBES {
+            // Enough on their way: the next once the oldest is given up.
+            return self
+                .probes
+                .front()
+                .map(|p| p.at + self.answer_timeout() * 2);
+        }
         if total != self.probed {
             return Some(self.next_probe);
         }
@@ -370,13 +409,15 @@ impl Congestion {
     }
 
     /// Before a probe is queued: if bytes are in flight and the oldest probe waiting has
-    /// had no answer for the answer timeout, everything is being lost (a full queue drops
+    /// had no answer for twice the answer timeout (at least 20 ms), everything is being lost (a full queue drops
     /// probes too, a link went down): the window is halved, once per timeout. True if so.
     pub(crate) fn check_silence(&mut self, now: Instant, total: u64) -> bool {
         let Some(oldest) = self.probes.front().map(|p| p.at) else {
             return false;
         };
-        let timeout = self.answer_timeout();
+        // Generous: an answer that has arrived may wait in this host's socket while its
+        // receive thread shares a CPU with a busy writer.
+        let timeout = (self.answer_timeout() * 2).max(SILENCE_MIN);
         if total == self.settled || now < oldest + timeout {
             return false;
         }
@@ -452,15 +493,29 @@ impl Congestion {
             let two_lost = two_lost.saturating_sub(recovered);
             self.prev_round = Some(round);
             self.lost = self.lost.wrapping_add(round.1).saturating_sub(recovered);
+            if two_sent > 0 {
+                let f = (two_lost as f64 / two_sent as f64).min(1.0);
+                self.loss_rate = self.loss_rate * 0.75 + f * 0.25;
+            }
             let gap = probe.at.saturating_duration_since(last.probe_at);
             self.spacing = Some(self.spacing.map_or(gap, |s| (s * 7 + gap) / 8));
-            let span = now.saturating_duration_since(last.at).max(gap);
-            if span >= Duration::from_micros(100) {
-                self.on_rate(now, recv_d as f64 / span.as_secs_f64());
+            // The rate over at least two probe intervals and a round trip: a receiver takes
+            // datagrams in bursts, and two answers close together would measure one.
+            let base = self.rate_base.unwrap_or(last);
+            let span = now
+                .saturating_duration_since(base.at)
+                .max(probe.at.saturating_duration_since(base.probe_at));
+            let least = (self.probe_interval() * 2).max(self.min_rtt.map_or(PROBE_MIN, |(m, _)| m));
+            if span >= least {
+                let delivered = received.wrapping_sub(base.received).min(1 << 62);
+                self.on_rate(now, delivered as f64 / span.as_secs_f64());
+                self.rate_base = None;
+            } else if self.rate_base.is_none() {
+                self.rate_base = Some(last);
             }
             congested = two_sent > 0
                 && two_lost as f64 > LOSS_THRESHOLD * two_sent as f64
-                && self.standing_queue();
+                && (self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX);
         }
         self.last = Some(Answered {
             received,
@@ -475,15 +530,21 @@ impl Congestion {
         }
         if congested {
             let in_flight = total.wrapping_sub(self.settled).min(1 << 62);
-            let cap = ((in_flight as f64 * 0.85) as u64).max(MIN_WINDOW);
+            let cap = ((in_flight as f64 * BETA) as u64).max(MIN_WINDOW);
             self.cap = Some(self.cap.map_or(cap, |c| c.min(cap)));
             self.capped_at = Some(now);
             self.congestion_events += 1;
             // A queue stood: leave start-up, and drain it.
             self.full = true;
         } else if let Some(c) = self.cap {
-            let c = c + c / 8;
-            self.cap = (c < self.raw_window()).then_some(c);
+            // The cap rises again by an eighth per round trip without congestion, as a
+            // loss-based flow sharing the path would grow: not per answer (several a round).
+            let last = self.raised_at.or(self.capped_at).unwrap_or(now);
+            if now >= last + round {
+                let c = c + c / 8;
+                self.cap = (c < self.raw_window()).then_some(c);
+                self.raised_at = Some(now);
+            }
         }
         self.settled = sent;
         Some(Answer {
@@ -493,13 +554,14 @@ impl Congestion {
     }
 
     /// True if a queue stands on the path: the smoothed round trip exceeds the smallest by
-    /// more than half of it and more than a millisecond (one late answer, a scheduling
-    /// hiccup, does not count). A link that loses at random keeps its round trip.
+    /// more than the smallest itself and more than [`QUEUE_MIN`] (one late answer, or a
+    /// receive thread kept from its CPU for a few milliseconds, does not count). A link that
+    /// loses at random keeps its round trip.
     fn standing_queue(&self) -> bool {
         let (Some((min, _)), Some(srtt)) = (self.min_rtt, self.srtt) else {
             return false;
         };
-        srtt > min + (min / 2).max(Duration::from_millis(1))
+        srtt > min + min.max(QUEUE_MIN)
     }
 
     fn on_rtt(&mut self, now: Instant, sample: Duration) {
@@ -528,6 +590,15 @@ impl Congestion {
     }
 
     fn on_rate(&mut self, now: Instant, rate: f64) {
+        // What the path carries, not only what arrives: on a path that loses at random
+        // (no queue stands), a fifth lost means the path took a quarter more than arrived.
+        // Without this the rate could never grow under random loss: paced at 1.25 times
+        // what arrives, a fifth lost, the same would arrive again.
+        let rate = if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX {
+            rate
+        } else {
+            rate / (1.0 - self.loss_rate)
+        };
         self.rates[self.rate_at] = rate;
         self.rate_at = (self.rate_at + 1) % RATE_SAMPLES;
         self.bottleneck = self.rates.iter().copied().fold(0.0, f64::max);

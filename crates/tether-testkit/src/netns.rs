@@ -420,6 +420,22 @@ impl Host {
         ))
     }
 
+    /// Makes this host's veth a bottleneck: what it sends leaves at most at `bytes_per_sec`,
+    /// through a tail-drop queue of `queue` bytes (`tc qdisc ... tbf`; the kernel has no
+    /// netem, but a token bucket filter is what a slow link's router does). Deleted with the
+    /// namespace.
+    pub fn limit_outgoing(&self, bytes_per_sec: u64, queue: usize) -> Result<(), NetnsError> {
+        let rate = format!("{}bit", bytes_per_sec * 8);
+        // A burst of a few frames: the bucket releases at the rate, not in lumps.
+        let burst = format!("{}", (bytes_per_sec / 250).max(3_000));
+        let limit = format!("{queue}");
+        let args = [
+            "qdisc", "replace", "dev", &self.dev, "root", "tbf", "rate", &rate, "burst", &burst,
+            "limit", &limit,
+        ];
+        run(self.ns.command("tc").args(args), None, COMMAND_TIMEOUT).map(drop)
+    }
+
     /// Frames [`Host::drop_incoming`] has dropped so far.
     pub fn dropped_incoming(&self) -> Result<u64, NetnsError> {
         let listing = self.ns.nft_list_family("netdev", "ingress_loss")?;

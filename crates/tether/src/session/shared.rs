@@ -7,7 +7,11 @@
 //! the subscriber callbacks and event listeners to call. After the lock is released,
 //! [`Deferred::run`] sends the datagrams, in the order the engine produced them, then calls
 //! the callbacks. No socket call and no user code runs under the lock, so one thread's
-//! `sendmsg` never holds up another's use of the engine. The datagrams of one run go to the
+//! `sendmsg` never holds up another's use of the engine. Datagrams keep the engine's order
+//! across threads too: a `Deferred` that takes datagrams takes a ticket under the lock, and
+//! sends them only once every earlier ticket's have gone (a receive thread's repair, or a
+//! path's queued samples it released, cannot be overtaken by a put's newer sample and look
+//! lost to the reader). The datagrams of one run go to the
 //! transport as one batch: consecutive ones to one destination leave as one GSO message,
 //! and up to 64 messages per `sendmmsg`.
 
@@ -56,6 +60,8 @@ pub(super) struct Inner {
     pub(super) listeners: Vec<Listener>,
     /// When the receive thread will wake on its own (it sleeps in recv until then).
     pub(super) armed: Option<Instant>,
+    /// The next send ticket (see [`Deferred`]).
+    pub(super) next_ticket: u64,
 }
 
 pub(super) struct Shared {
@@ -73,7 +79,14 @@ pub(super) struct Shared {
     pub(super) too_large: AtomicU64,
     /// When the last warning about a too-large datagram was logged (at most one a second).
     pub(super) too_large_warned: Mutex<Option<Instant>>,
+    /// The send ticket whose datagrams may go now, and its waiters.
+    pub(super) serving: Mutex<u64>,
+    pub(super) serving_cv: Condvar,
 }
+
+/// How long a send waits for an earlier ticket's before it goes anyway (a thread that took
+/// a ticket and died would otherwise hold every later send up).
+const TICKET_WAIT: Duration = Duration::from_millis(50);
 
 /// An engine [`Transmit`] as the transport takes it (head and shared body, not joined).
 pub(super) struct Out(pub(super) Transmit);
@@ -100,6 +113,8 @@ impl Outgoing for Out {
 pub(super) struct Deferred {
     /// Datagrams in the order the engine produced them.
     transmits: Vec<Out>,
+    /// Its place in the order of sends, taken under the lock with its first datagram.
+    ticket: Option<u64>,
     /// The receive thread must re-read the engine's timers.
     wake: bool,
     callbacks: Vec<Callback>,
@@ -131,11 +146,30 @@ impl Deferred {
         self.transmits.is_empty() && !self.wake && self.calls.is_empty() && self.events.is_empty()
     }
 
-    /// Sends the datagrams, then calls the callbacks and listeners. Call without the lock.
+    /// Adds a datagram polled under the lock (`inner`), after those already taken.
+    pub(super) fn push(&mut self, inner: &mut Inner, t: Transmit) {
+        self.take_ticket(inner);
+        self.transmits.push(Out(t));
+    }
+
+    /// Takes this run's place in the order of sends, once (under the lock).
+    fn take_ticket(&mut self, inner: &mut Inner) {
+        if self.ticket.is_none() {
+            self.ticket = Some(inner.next_ticket);
+            inner.next_ticket += 1;
+        }
+    }
+
+    /// Sends the datagrams (after every earlier ticket's), then calls the callbacks and
+    /// listeners. Call without the lock.
     pub(super) fn run(&mut self, shared: &Shared) {
-        if !self.transmits.is_empty() {
-            shared.send_all(&self.transmits);
-            self.transmits.clear();
+        if let Some(t) = self.ticket.take() {
+            shared.wait_turn(t);
+            if !self.transmits.is_empty() {
+                shared.send_all(&self.transmits);
+                self.transmits.clear();
+            }
+            shared.end_turn(t);
         }
         if std::mem::take(&mut self.wake) {
             shared.transport.wake();
@@ -168,6 +202,34 @@ impl Drop for Deferred {
 impl Shared {
     pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until ticket `t`'s datagrams may go: every earlier ticket's have been sent
+    /// (or [`TICKET_WAIT`] passed).
+    fn wait_turn(&self, t: u64) {
+        let mut s = self.serving.lock().unwrap_or_else(|p| p.into_inner());
+        let end = Instant::now() + TICKET_WAIT;
+        while *s < t {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            s = self
+                .serving_cv
+                .wait_timeout(s, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Ticket `t`'s datagrams are sent: the next may go.
+    fn end_turn(&self, t: u64) {
+        let mut s = self.serving.lock().unwrap_or_else(|p| p.into_inner());
+        if *s <= t {
+            *s = t + 1;
+        }
+        drop(s);
+        self.serving_cv.notify_all();
     }
 
     /// Sends datagrams in one batch (see the module's doc), counting failures. Call
@@ -225,8 +287,9 @@ impl Shared {
     /// [`drive`](Self::drive) without re-arming the receive thread: for the receive thread
     /// itself, which reads the engine's timers after each batch of datagrams.
     pub(super) fn collect(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
-        out.transmits
-            .extend(std::iter::from_fn(|| inner.core.poll_transmit()).map(Out));
+        while let Some(t) = inner.core.poll_transmit() {
+            out.push(inner, t);
+        }
         while let Some(e) = inner.core.poll_event() {
             match &e {
                 Event::DataAvailable { reader } => match inner.subs.get(reader) {
@@ -256,8 +319,9 @@ impl Shared {
             }
         }
         // Taking may have freed room for local writers and produced transmits.
-        out.transmits
-            .extend(std::iter::from_fn(|| inner.core.poll_transmit()).map(Out));
+        while let Some(t) = inner.core.poll_transmit() {
+            out.push(inner, t);
+        }
     }
 
     /// Has the receive thread woken (when `out` runs) if the engine now wants to run earlier

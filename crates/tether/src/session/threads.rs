@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use tether_core::Priority;
 use tether_transport::MulticastReceiver;
 
-use super::shared::{Deferred, Inner, Out, Shared};
+use super::shared::{Deferred, Inner, Shared};
 
 /// Timers closer than this are waited for precisely (`UdpTransport::wait_readable`) rather
 /// than by the socket's receive time-out, which the kernel rounds up to scheduler ticks.
@@ -152,10 +152,10 @@ pub(super) fn sender_loop(
         }
         match t {
             Some(t) => {
+                // After what the engine produced before it, in the order of sends.
+                deferred.push(&mut g, t);
                 drop(g);
-                // What the engine produced before the scheduled datagram goes first.
                 deferred.run(shared);
-                shared.send_all(std::slice::from_ref(&Out(t)));
                 g = shared.lock();
                 g.core.scheduled_sent(classes);
             }
