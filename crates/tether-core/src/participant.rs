@@ -416,9 +416,11 @@ impl Participant {
 
     /// Leaves: tells everyone we are gone, after the final ACKNACKs of readers deleted in the
     /// last [`FAREWELL_KEEP`] (in the same datagram), so that this goodbye overtaking
-    /// theirs loses no acknowledgement. The participant should be dropped afterwards.
+    /// theirs loses no acknowledgement. The participant should be dropped afterwards; a
+    /// driver may call it again, a little later, in case the goodbye was lost (it is the
+    /// same goodbye, with the same acknowledgements).
     pub fn close(&mut self) {
-        let acks: Vec<_> = self.farewells.drain(..).map(|(_, a, an)| (a, an)).collect();
+        let acks: Vec<_> = self.farewells.iter().map(|(_, a, an)| (*a, *an)).collect();
         self.say_goodbye(&Submessage::ParticipantBye, &acks);
     }
 
