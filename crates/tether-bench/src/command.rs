@@ -107,7 +107,8 @@ enum Which {
     /// Reliable delivery across a link that loses frames (two network namespaces, veth, MTU
     /// 1500, loss at the receiver's ingress; root only): goodput of a reliable keep-all
     /// writer publishing as fast as allowed, and the time a 4 MiB sample takes, at each
-    /// loss rate beside the lossless figure.
+    /// loss rate beside the lossless figure; with the cargo feature `zenoh`, Zenoh over TCP
+    /// measured the same way beside it.
     Lossy(lossy::LossyArgs),
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
     Latency {
@@ -222,6 +223,9 @@ enum Role {
     BulkSink,
     /// Count the lossy topic, checking order (`bench lossy`).
     LossySink,
+    /// Count the lossy key over Zenoh's TCP transport, checking order (`bench lossy`
+    /// with the feature `zenoh`); listens on `--ip` and prints its port.
+    ZenohSink,
 }
 
 /// Runs the experiment `args` names, printing its report (a table, or JSON with
@@ -332,6 +336,7 @@ pub fn peer(mut cfg: Config, args: PeerArgs) -> anyhow::Result<()> {
         Role::Ack => paper::ack_peer(cfg),
         Role::BulkSink => bulk::sink(cfg),
         Role::LossySink => lossy::sink(cfg),
+        Role::ZenohSink => lossy::zenoh_sink(args.ip),
         Role::Sink => loopback::sink(cfg, false),
         Role::SinkReliable => loopback::sink(cfg, true),
     }

@@ -14,6 +14,11 @@
 //! its number) and says so; the report puts each loss rate beside the lossless figure of
 //! the same run, with issue 16's bars: goodput at 20 % loss at least half the lossless one,
 //! a 4 MiB sample at 20 % loss in at most three times its lossless time.
+//!
+//! With the cargo feature `zenoh`, Zenoh's TCP transport crosses the same link under the
+//! same loss rule beside tether, measured the same way (`zenoh_peer`), and each loss rate
+//! says how tether's goodput compares with Zenoh's in the same run. Without it the report
+//! says the Zenoh rows were skipped.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +35,23 @@ use crate::harness::lan::{Lan, in_namespace, sender_and_sink};
 use crate::harness::process::{Peer, read_line, say};
 use crate::harness::stats::median;
 use crate::harness::{bench_cfg, machine, secs, wait_matched, wall_ns};
+
+#[cfg(feature = "zenoh")]
+mod zenoh_peer;
+
+#[cfg(feature = "zenoh")]
+pub(crate) use zenoh_peer::sink as zenoh_sink;
+
+/// `zenoh-sink` in a build without the feature `zenoh`: there is no Zenoh to run.
+#[cfg(not(feature = "zenoh"))]
+pub(crate) fn zenoh_sink(_ip: Option<std::net::IpAddr>) -> anyhow::Result<()> {
+    bail!("this tether was built without the feature `zenoh`")
+}
+
+/// What the report says in a build without Zenoh.
+#[cfg(not(feature = "zenoh"))]
+const ZENOH_SKIPPED: &str = "zenoh rows skipped: this tether was built without the `zenoh` \
+     feature (cargo run --release --features zenoh --bin tether -- bench lossy)";
 
 /// The topic of the lossy rows.
 const TOPIC: &str = "/bench/lossy";
@@ -191,6 +213,8 @@ pub(crate) fn run(cfg: Config, a: LossyArgs) -> anyhow::Result<()> {
             r.dropped = lan.receiver_dropped().saturating_sub(before);
             rows.push(r);
         }
+        #[cfg(feature = "zenoh")]
+        zenoh_rows(&lan, &a, (loss, duration, two), &mut rows);
     }
     let machine = machine();
     if a.json {
@@ -198,6 +222,40 @@ pub(crate) fn run(cfg: Config, a: LossyArgs) -> anyhow::Result<()> {
     } else {
         print_table(&machine, &a, &rows);
         Ok(())
+    }
+}
+
+/// Zenoh's rows at `loss` % (goodput, and large unless `--large 0`), measured as tether's
+/// from a thread in the senders' namespace pinned to CPU 0 (with `two` CPUs), pushed to
+/// `rows`. A row that fails is left out with a note on stderr: the tether rows stand.
+#[cfg(feature = "zenoh")]
+fn zenoh_rows(
+    lan: &Lan,
+    a: &LossyArgs,
+    (loss, duration, two): (u8, Duration, bool),
+    rows: &mut Vec<Row>,
+) {
+    let mut measure = |what: &str, f: &(dyn Fn() -> anyhow::Result<Row> + Sync)| {
+        let before = lan.receiver_dropped();
+        match in_namespace(lan.senders(), || {
+            pin(two.then_some(0));
+            f()
+        }) {
+            Ok(mut r) => {
+                r.loss = loss;
+                r.dropped = lan.receiver_dropped().saturating_sub(before);
+                rows.push(r);
+            }
+            Err(e) => eprintln!("{what} at {loss} % loss not measured: {e:#}"),
+        }
+    };
+    measure(zenoh_peer::GOODPUT, &|| {
+        zenoh_peer::goodput(lan, a.size, duration, two)
+    });
+    if a.large > 0 {
+        measure(zenoh_peer::LARGE, &|| {
+            zenoh_peer::large(lan, a.large, a.large_reps, two)
+        });
     }
 }
 
@@ -338,6 +396,45 @@ pub(crate) fn sink(cfg: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+impl Row {
+    /// Whether the row times large samples (tether's or Zenoh's) rather than goodput.
+    fn is_large(&self) -> bool {
+        self.what.ends_with("large sample")
+    }
+
+    /// Whether the row is Zenoh's.
+    fn is_zenoh(&self) -> bool {
+        self.what.starts_with("zenoh")
+    }
+}
+
+/// Each of tether's rows at `loss` % beside Zenoh's of the same kind in the same run:
+/// goodput as tether's over Zenoh's, and the large sample's time as tether's over Zenoh's.
+fn vs_zenoh(rows: &[Row], loss: u8) -> Vec<(&'static str, f64)> {
+    let at = |large: bool| {
+        rows.iter()
+            .find(|r| r.loss == loss && r.is_zenoh() && r.is_large() == large)
+    };
+    rows.iter()
+        .filter(|r| r.loss == loss && !r.is_zenoh())
+        .filter_map(|r| {
+            let z = at(r.is_large())?;
+            (z.figure > 0.0 && r.figure.is_finite()).then(|| (r.what, r.figure / z.figure))
+        })
+        .collect()
+}
+
+/// The loss rates of the run, in its order, each once.
+fn losses(rows: &[Row]) -> Vec<u8> {
+    let mut v: Vec<u8> = Vec::new();
+    for r in rows {
+        if !v.contains(&r.loss) {
+            v.push(r.loss);
+        }
+    }
+    v
+}
+
 /// The lossless figure of `r`'s kind in the same run.
 fn lossless<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     rows.iter().find(|x| x.loss == 0 && x.what == r.what)
@@ -371,7 +468,7 @@ fn print_table(machine: &str, a: &LossyArgs, rows: &[Row]) {
         "nackfrags"
     );
     for r in rows {
-        let (figure, vs) = if r.what == "large sample" {
+        let (figure, vs) = if r.is_large() {
             (
                 format!("{:.1} ms", r.figure),
                 ratio(rows, r).map_or("-".into(), |x| format!("{x:.2}x")),
@@ -381,6 +478,16 @@ fn print_table(machine: &str, a: &LossyArgs, rows: &[Row]) {
                 format!("{:.0}/s", r.figure),
                 ratio(rows, r).map_or("-".into(), |x| format!("{:.0} %", 100.0 * x)),
             )
+        };
+        // Zenoh's repairs are TCP's, which the report does not see.
+        let [resent, acknacks, nackfrags] = if r.is_zenoh() {
+            ["-".to_string(), "-".into(), "-".into()]
+        } else {
+            [
+                (r.resent + r.frags_resent).to_string(),
+                r.sink.acknacks.to_string(),
+                r.sink.nackfrags.to_string(),
+            ]
         };
         println!(
             "{:>4}% {:<26} {:>8} {:>9} {:>8} {:>14} {:>9} {:>9} {:>9} {:>9} {:>9}{}",
@@ -392,19 +499,36 @@ fn print_table(machine: &str, a: &LossyArgs, rows: &[Row]) {
             figure,
             vs,
             r.dropped,
-            r.resent + r.frags_resent,
-            r.sink.acknacks,
-            r.sink.nackfrags,
-            if r.complete {
-                ""
-            } else {
-                "  (not all acknowledged)"
+            resent,
+            acknacks,
+            nackfrags,
+            match (r.complete, r.is_zenoh()) {
+                (true, _) => "",
+                (false, false) => "  (not all acknowledged)",
+                (false, true) => "  (not all delivered)",
             }
         );
     }
-    for r in rows.iter().filter(|r| r.loss == 20) {
+    for loss in losses(rows) {
+        let v = vs_zenoh(rows, loss);
+        if v.is_empty() {
+            continue;
+        }
+        let parts: Vec<String> = v
+            .iter()
+            .map(|(what, x)| {
+                if what.ends_with("large sample") {
+                    format!("{what} time {x:.2}x Zenoh's")
+                } else {
+                    format!("{what} goodput {x:.2}x Zenoh's")
+                }
+            })
+            .collect();
+        println!("tether vs Zenoh at {loss} % loss: {}", parts.join(", "));
+    }
+    for r in rows.iter().filter(|r| r.loss == 20 && !r.is_zenoh()) {
         let Some(x) = ratio(rows, r) else { continue };
-        if r.what == "large sample" {
+        if r.is_large() {
             println!(
                 "bar: {} B at 20 % loss in {x:.2}x its lossless time (at most 3x): {}",
                 a.large,
@@ -419,23 +543,26 @@ fn print_table(machine: &str, a: &LossyArgs, rows: &[Row]) {
             );
         }
     }
+    #[cfg(not(feature = "zenoh"))]
+    println!("{ZENOH_SKIPPED}");
 }
 
 fn print_json(machine: &str, a: &LossyArgs, rows: &[Row]) -> anyhow::Result<()> {
     let v: Vec<Value> = rows
         .iter()
         .map(|r| {
+            let tether = !r.is_zenoh();
             json!({
                 "loss_percent": r.loss, "row": r.what, "sent": r.sent,
                 "delivered": r.delivered, "disorder": r.disorder,
                 "figure": r.figure,
-                "unit": if r.what == "large sample" { "ms (median)" } else { "samples/s" },
+                "unit": if r.is_large() { "ms (median)" } else { "samples/s" },
                 "vs_lossless": ratio(rows, r), "complete": r.complete,
                 "frames_dropped": r.dropped,
-                "writer": {"datagrams": r.datagrams, "samples_resent": r.resent,
-                    "fragments_resent": r.frags_resent},
-                "reader": {"acknacks": r.sink.acknacks, "nackfrags": r.sink.nackfrags,
-                    "duplicates": r.sink.duplicates},
+                "writer": tether.then(|| json!({"datagrams": r.datagrams,
+                    "samples_resent": r.resent, "fragments_resent": r.frags_resent})),
+                "reader": tether.then(|| json!({"acknacks": r.sink.acknacks,
+                    "nackfrags": r.sink.nackfrags, "duplicates": r.sink.duplicates})),
                 "path": r.path.map(|p| json!({
                     "srtt_us": p.srtt.map(|d| d.as_micros() as u64),
                     "min_rtt_us": p.min_rtt.map(|d| d.as_micros() as u64),
@@ -445,11 +572,24 @@ fn print_json(machine: &str, a: &LossyArgs, rows: &[Row]) -> anyhow::Result<()> 
             })
         })
         .collect();
+    let vs: Vec<Value> = losses(rows)
+        .into_iter()
+        .flat_map(|loss| {
+            vs_zenoh(rows, loss).into_iter().map(
+                move |(what, x)| json!({"loss_percent": loss, "row": what, "tether_over_zenoh": x}),
+            )
+        })
+        .collect();
+    #[cfg(feature = "zenoh")]
+    let zenoh = json!({"crate": zenoh_peer::VERSION, "transport": "tcp", "mode": "peer",
+        "congestion_control": "block", "vs_zenoh": vs});
+    #[cfg(not(feature = "zenoh"))]
+    let zenoh = json!({"skipped": ZENOH_SKIPPED, "vs_zenoh": vs});
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({
             "bench": "lossy", "machine": machine, "size": a.size,
-            "duration_s": a.duration, "large": a.large, "results": v,
+            "duration_s": a.duration, "large": a.large, "results": v, "zenoh": zenoh,
         }))?
     );
     Ok(())
