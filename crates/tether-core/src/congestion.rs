@@ -786,11 +786,29 @@ impl Participant {
         }
     }
 
+    /// Keeps the time `poll_transmit` (which takes none) paces by: the latest given.
+    #[inline]
+    pub(crate) fn note_time(&mut self, now: Instant) {
+        if self.peers.controlled && now > self.clock {
+            self.clock = now;
+        }
+    }
+
     /// Sends the congestion controllers' probes that are due, and sets the next one's time.
+    /// Costs a branch when no path is controlled (every peer on this host).
+    #[inline(always)]
     pub(crate) fn congestion_tick(&mut self, now: Instant) {
-        if !self.peers.controlled || self.next_cc_probe.is_none_or(|t| now < t) {
+        if !self.peers.controlled {
             return;
         }
+        self.note_time(now);
+        if self.next_cc_probe.is_none_or(|t| now < t) {
+            return;
+        }
+        self.send_due_probes(now);
+    }
+
+    fn send_due_probes(&mut self, now: Instant) {
         let hdr = self.header();
         let mut next: Option<Instant> = None;
         let mut due = Vec::new();

@@ -464,7 +464,7 @@ impl Participant {
     /// Processes one received datagram. `datagram` is kept by reference: delivered payloads
     /// are slices of it.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes) {
-        self.clock = self.clock.max(now);
+        self.note_time(now);
         self.timers_changed = true;
         self.input += 1;
         self.stats.datagrams_received += 1;
@@ -609,7 +609,7 @@ impl Participant {
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.clock = self.clock.max(now);
+        self.note_time(now);
         self.timers_changed = true;
         if now >= self.peers.next_announce {
             let dgrams = self.announcement(None);
@@ -721,6 +721,12 @@ impl Participant {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if !self.peers.controlled {
+            // No path is congestion controlled (every peer on this host): nothing to count
+            // or hold back.
+            let t = self.transmits.pop_front()?;
+            return Some(self.seal_for_peer(t));
+        }
         loop {
             let t = match self.transmits.pop_front() {
                 // A keep-all writer's samples to a path without room in its window wait in

@@ -194,11 +194,17 @@ fn heavy_loss_both_ways_never_stalls() {
         for k in 0..n {
             sim.write(0, w, k, sample(k, 1024), Duration::from_secs(60));
         }
-        let ok = sim.run_until(Duration::from_secs(60), |s| s.seqs(1, r).len() == n as usize);
+        let ok = sim.run_until(Duration::from_secs(60), |s| {
+            s.seqs(1, r).len() == n as usize
+        });
         let peer = sim.nodes[1].participant.id();
         let now = sim.now;
         let path = sim.nodes[0].participant.path_stats(peer, now);
-        assert!(ok, "seed {seed}: {} of {n} in 60 s; {path:?}", sim.seqs(1, r).len());
+        assert!(
+            ok,
+            "seed {seed}: {} of {n} in 60 s; {path:?}",
+            sim.seqs(1, r).len()
+        );
         assert_eq!(sim.seqs(1, r), (1..=n).collect::<Vec<_>>());
     }
 }

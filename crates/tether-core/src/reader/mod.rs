@@ -124,12 +124,17 @@ const ASK_AHEAD: u64 = 64;
 /// of the repair wait `wait`, in case it was only reordered. Likewise when they ran
 /// [`ASK_AHEAD`] past what it last asked for: the new holes among them are asked for (the
 /// old ones again only once an answer could have come). Returns when, if it set a time.
-fn ask_soon(wp: &mut WriterProxy, now: Instant, wait: std::time::Duration) -> Option<Instant> {
+fn ask_soon(
+    wp: &mut WriterProxy,
+    now: Instant,
+    wait: impl FnOnce() -> std::time::Duration,
+) -> Option<Instant> {
     if !wp.reliable || wp.local {
         return None;
     }
+    // Nothing overtaken (the usual case): nothing to look up.
     let newest = *wp.pending.keys().next_back()?;
-    let at = now + wait / 4;
+    let at = now + wait() / 4;
     let ahead = wp.asked_at.is_some() && newest >= wp.asked_below.saturating_add(ASK_AHEAD);
     match wp.renack_at {
         None => {}
@@ -323,8 +328,8 @@ impl Participant {
             self.input,
             &mut losses,
         );
-        let wait = repair_wait(&self.peers, &self.cfg, writer.participant);
-        if let Some(at) = ask_soon(wp, now, wait) {
+        let (peers, cfg) = (&self.peers, &self.cfg);
+        if let Some(at) = ask_soon(wp, now, || repair_wait(peers, cfg, writer.participant)) {
             self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
             self.timers_changed = true;
         }
@@ -389,8 +394,8 @@ impl Participant {
                     &mut losses,
                 );
             }
-            let wait = repair_wait(&self.peers, &self.cfg, g.participant);
-            if let Some(at) = ask_soon(wp, now, wait) {
+            let (peers, cfg) = (&self.peers, &self.cfg);
+            if let Some(at) = ask_soon(wp, now, || repair_wait(peers, cfg, g.participant)) {
                 self.next_renack = Some(self.next_renack.map_or(at, |t| t.min(at)));
                 self.timers_changed = true;
             }

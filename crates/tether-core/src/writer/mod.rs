@@ -180,7 +180,6 @@ impl Participant {
         payload: Bytes,
     ) -> Result<u64, WriteError> {
         self.input += 1;
-        self.clock = self.clock.max(now);
         // Probes that are due leave first: a writer waiting for room needs their answers.
         self.congestion_tick(now);
         let payload = self.make_room(now, writer, payload)?;
@@ -247,7 +246,11 @@ impl Participant {
             // A keep-all reliable writer also waits while the paths to its readers hold a
             // window's worth of its datagrams waiting (congestion control); keep-last and
             // best-effort writers never wait.
-            if !w.paced() || self.paths_have_room(writer) {
+            if !self.peers.controlled || !w.paced() {
+                w.blocked = false;
+                return Ok(payload);
+            }
+            if self.paths_have_room(writer) {
                 if let Some(w) = self.writers.get_mut(&writer) {
                     w.blocked = false;
                 }

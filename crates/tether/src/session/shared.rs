@@ -79,8 +79,11 @@ pub(super) struct Shared {
     pub(super) too_large: AtomicU64,
     /// When the last warning about a too-large datagram was logged (at most one a second).
     pub(super) too_large_warned: Mutex<Option<Instant>>,
-    /// The send ticket whose datagrams may go now, and its waiters.
-    pub(super) serving: Mutex<u64>,
+    /// The send ticket whose datagrams may go now; how many threads wait for their turn,
+    /// and where they wait (a send whose turn it is touches neither lock nor condvar).
+    pub(super) serving: AtomicU64,
+    pub(super) serving_waiters: AtomicU64,
+    pub(super) serving_lock: Mutex<()>,
     pub(super) serving_cv: Condvar,
 }
 
@@ -207,29 +210,36 @@ impl Shared {
     /// Waits until ticket `t`'s datagrams may go: every earlier ticket's have been sent
     /// (or [`TICKET_WAIT`] passed).
     fn wait_turn(&self, t: u64) {
-        let mut s = self.serving.lock().unwrap_or_else(|p| p.into_inner());
+        if self.serving.load(Ordering::SeqCst) >= t {
+            return;
+        }
+        self.serving_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.serving_lock.lock().unwrap_or_else(|p| p.into_inner());
         let end = Instant::now() + TICKET_WAIT;
-        while *s < t {
+        // Checked under the lock, which `end_turn` takes to notify: no wake-up is missed.
+        while self.serving.load(Ordering::SeqCst) < t {
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            s = self
+            g = self
                 .serving_cv
-                .wait_timeout(s, left)
+                .wait_timeout(g, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+        drop(g);
+        self.serving_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Ticket `t`'s datagrams are sent: the next may go.
+    /// Ticket `t`'s datagrams are sent: the next may go. Wakes waiters only if there are
+    /// any (a put with no one waiting makes no system call here).
     fn end_turn(&self, t: u64) {
-        let mut s = self.serving.lock().unwrap_or_else(|p| p.into_inner());
-        if *s <= t {
-            *s = t + 1;
+        self.serving.fetch_max(t + 1, Ordering::SeqCst);
+        if self.serving_waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.serving_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.serving_cv.notify_all();
         }
-        drop(s);
-        self.serving_cv.notify_all();
     }
 
     /// Sends datagrams in one batch (see the module's doc), counting failures. Call
