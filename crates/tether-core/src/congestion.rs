@@ -73,7 +73,7 @@ pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const MAX_PROBES: usize = 64;
 
 /// Least and most time between probes.
-const PROBE_MIN: Duration = Duration::from_micros(500);
+const PROBE_MIN: Duration = Duration::from_millis(1);
 const PROBE_MAX: Duration = Duration::from_millis(50);
 
 /// The least queueing delay taken for congestion (with loss): above what a busy host adds to
@@ -758,7 +758,7 @@ impl Participant {
         if probe.is_none() && !counts_as_received(head) {
             return;
         }
-        let Some(pid) = self.peers.remote_at.get(&t.dest).copied() else {
+        let Some(pid) = self.controlled_at(t.dest) else {
             if probe.is_none() {
                 if let Some((_, n)) = self.peers.group_sent.iter_mut().find(|(g, _)| *g == t.dest) {
                     *n = n.wrapping_add((head.len() + t.body.len()) as u64);
@@ -775,6 +775,11 @@ impl Participant {
             Some(id) => cc.passed(id, cc.total(group)),
             None => {
                 cc.on_sent(head.len() + t.body.len());
+                // Probes serve keep-all writers (their window) and reliable readers (their
+                // repair wait): best effort alone sends none.
+                if self.paced_writers == 0 && self.reliable_readers == 0 {
+                    return;
+                }
                 // New bytes may make a probe due sooner than the timer says.
                 if let Some(at) = cc.probe_at(cc.total(group)) {
                     if self.next_cc_probe.is_none_or(|t| at < t) {
@@ -784,6 +789,21 @@ impl Participant {
                 }
             }
         }
+    }
+
+    /// The participant at `dest` (its unicast address), remembering the last one asked
+    /// for: a writer's datagrams mostly go to one address after another, and this runs for
+    /// every datagram leaving on a controlled path.
+    fn controlled_at(&mut self, dest: SocketAddr) -> Option<ParticipantId> {
+        let generation = self.peers.fanout_gen;
+        if let Some((g, a, p)) = self.last_dest {
+            if g == generation && a == dest {
+                return Some(p);
+            }
+        }
+        let pid = self.peers.remote_at.get(&dest).copied()?;
+        self.last_dest = Some((generation, dest, pid));
+        Some(pid)
     }
 
     /// Keeps the time `poll_transmit` (which takes none) paces by: the latest given.
@@ -913,13 +933,18 @@ impl Participant {
         if !self.peers.controlled {
             return Some(t);
         }
+        // Best-effort and keep-last writers are never held: without a keep-all reliable
+        // writer there is nothing to look at.
+        if self.paced_writers == 0 {
+            return Some(t);
+        }
         let Some((writer, samples)) = writer_stream(&t.head) else {
             return Some(t);
         };
         if !self.writers.get(&writer).is_some_and(|w| w.paced()) {
             return Some(t);
         }
-        let Some(pid) = self.peers.remote_at.get(&t.dest).copied() else {
+        let Some(pid) = self.controlled_at(t.dest) else {
             return Some(t);
         };
         let now = self.clock;

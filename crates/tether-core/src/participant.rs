@@ -191,6 +191,13 @@ pub struct Participant {
     pub(crate) queued_paths: Vec<ParticipantId>,
     /// The latest time the engine was given (`poll_transmit` takes none).
     pub(crate) clock: Instant,
+    /// Keep-all reliable writers (whose datagrams congestion control may hold back), and
+    /// reliable readers (which time their repair requests by the round trip): without
+    /// either, paths are not probed.
+    pub(crate) paced_writers: usize,
+    pub(crate) reliable_readers: usize,
+    /// The last destination looked up by address, with the participant-table generation.
+    pub(crate) last_dest: Option<(u64, SocketAddr, ParticipantId)>,
     /// The final ACKNACKs of readers deleted lately (when, and where they went), sent again
     /// in front of the PARTICIPANT_BYE: at most [`MAX_FAREWELLS`], none older than
     /// [`FAREWELL_KEEP`].
@@ -246,6 +253,9 @@ impl Participant {
             next_cc_probe: None,
             queued_paths: Vec::new(),
             clock: now,
+            paced_writers: 0,
+            reliable_readers: 0,
+            last_dest: None,
             farewells: VecDeque::new(),
         }
     }
@@ -336,6 +346,7 @@ impl Participant {
                 )));
             }
         }
+        self.paced_writers += usize::from(w.paced());
         self.writers.insert(id, w);
         self.announce_endpoint(id);
         // Match against everything already known.
@@ -354,6 +365,7 @@ impl Participant {
     pub fn create_reader(&mut self, now: Instant, info: EndpointInfo) -> EntityId {
         self.timers_changed = true;
         let id = self.alloc_entity();
+        self.reliable_readers += usize::from(info.qos.is_reliable());
         self.readers.insert(id, Reader::new(id, info));
         self.announce_endpoint(id);
         let remote = self.remote_endpoints_of(EndpointKind::Writer);
@@ -377,6 +389,7 @@ impl Participant {
             entity: id,
         };
         if let Some(w) = self.writers.remove(&id) {
+            self.paced_writers -= usize::from(w.paced());
             for c in &mut self.sched.classes {
                 c.retain(|x| *x != id);
             }
@@ -388,6 +401,7 @@ impl Participant {
                 }
             }
         } else if let Some(mut r) = self.readers.remove(&id) {
+            self.reliable_readers -= usize::from(r.info.qos.is_reliable());
             acks = self.acknowledge_on_leaving(id, &mut r);
             for g in r.writers.keys() {
                 if g.participant == me {
