@@ -468,6 +468,7 @@ impl Batcher {
         chunk: &mut BytesMut,
         max_datagram: usize,
         out: &mut Vec<(Bytes, SocketAddr)>,
+        nowait: bool,
     ) -> io::Result<usize> {
         let slot = if self.gro {
             GRO_BUF.max(max_datagram)
@@ -524,7 +525,7 @@ impl Batcher {
                     socket.as_raw_fd(),
                     s.hdrs.as_mut_ptr(),
                     msgs as libc::c_uint,
-                    libc::MSG_WAITFORONE,
+                    libc::MSG_WAITFORONE | if nowait { libc::MSG_DONTWAIT } else { 0 },
                     std::ptr::null_mut(),
                 )
             };

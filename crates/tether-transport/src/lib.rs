@@ -208,7 +208,7 @@ impl UdpTransport {
     /// Receives one datagram into `chunk` and splits it off as shared bytes: no copy, and
     /// one allocation per megabyte received rather than one per datagram.
     pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
-        let r = recv_into(&self.socket, chunk, self.max_datagram);
+        let r = recv_into(&self.socket, chunk, self.max_datagram, 0);
         if r.is_ok() {
             self.batch.count_recv();
         }
@@ -225,13 +225,41 @@ impl UdpTransport {
         chunk: &mut BytesMut,
         out: &mut Vec<(Bytes, SocketAddr)>,
     ) -> io::Result<usize> {
+        self.recv_batch_with(chunk, out, false)
+    }
+
+    /// [`recv_batch`](Self::recv_batch) without waiting: `WouldBlock` if nothing is there.
+    /// With [`wait_readable`](Self::wait_readable) after it, a receive that waits
+    /// precisely, at no extra system call while datagrams keep coming.
+    pub fn try_recv_batch(
+        &self,
+        chunk: &mut BytesMut,
+        out: &mut Vec<(Bytes, SocketAddr)>,
+    ) -> io::Result<usize> {
+        self.recv_batch_with(chunk, out, true)
+    }
+
+    fn recv_batch_with(
+        &self,
+        chunk: &mut BytesMut,
+        out: &mut Vec<(Bytes, SocketAddr)>,
+        nowait: bool,
+    ) -> io::Result<usize> {
         if self.batch.mmsg() {
-            match self.batch.recv(&self.socket, chunk, self.max_datagram, out) {
+            match self
+                .batch
+                .recv(&self.socket, chunk, self.max_datagram, out, nowait)
+            {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
                 r => return r,
             }
         }
-        out.push(self.recv(chunk)?);
+        let flags = if nowait { libc::MSG_DONTWAIT } else { 0 };
+        let r = recv_into(&self.socket, chunk, self.max_datagram, flags);
+        if r.is_ok() {
+            self.batch.count_recv();
+        }
+        out.push(r?);
         Ok(1)
     }
 
@@ -282,7 +310,12 @@ fn set_buffer(
     }
 }
 
-fn recv_into(socket: &Socket, chunk: &mut BytesMut, max: usize) -> io::Result<(Bytes, SocketAddr)> {
+fn recv_into(
+    socket: &Socket,
+    chunk: &mut BytesMut,
+    max: usize,
+    flags: libc::c_int,
+) -> io::Result<(Bytes, SocketAddr)> {
     if chunk.capacity() == 0 {
         *chunk = BytesMut::with_capacity(CHUNK.max(max * 2));
     } else if chunk.capacity() - chunk.len() < max {
@@ -291,7 +324,7 @@ fn recv_into(socket: &Socket, chunk: &mut BytesMut, max: usize) -> io::Result<(B
         chunk.reserve(max);
     }
     let spare = chunk.spare_capacity_mut();
-    let (n, from) = socket.recv_from(spare)?;
+    let (n, from) = socket.recv_from_with_flags(spare, flags)?;
     // SAFETY: recv_from initialised the first `n` bytes of the spare capacity.
     unsafe { chunk.set_len(chunk.len() + n) };
     let from = from
@@ -392,7 +425,7 @@ impl MulticastReceiver {
 
     /// Receives one datagram (times out after 200 ms with `WouldBlock`/`TimedOut`).
     pub fn recv(&self, chunk: &mut BytesMut) -> io::Result<(Bytes, SocketAddr)> {
-        let r = recv_into(&self.socket, chunk, self.max_datagram);
+        let r = recv_into(&self.socket, chunk, self.max_datagram, 0);
         if r.is_ok() {
             self.batch.count_recv();
         }
@@ -410,7 +443,7 @@ impl MulticastReceiver {
         out: &mut Vec<(Bytes, SocketAddr)>,
     ) -> io::Result<usize> {
         if self.batch.mmsg() {
-            match self.batch.recv(&self.socket, chunk, self.max_datagram, out) {
+            match self.batch.recv(&self.socket, chunk, self.max_datagram, out, false) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
                 r => return r,
             }

@@ -67,15 +67,26 @@ pub(super) fn recv_loop(shared: &Shared) {
                 shared.lock().armed = armed;
                 published = armed;
             }
-            // A timer closer than the receive time-out's resolution (a scheduler tick):
-            // wait precisely, then handle it.
-            if wake - now < PRECISE_BELOW {
-                if let Ok(false) = shared.transport.wait_readable(wake - now) {
-                    continue;
-                }
-            }
         }
-        match shared.transport.recv_batch(&mut chunk, &mut batch) {
+        // A timer closer than the receive time-out's resolution (a scheduler tick): take
+        // what is waiting without waiting, else wait precisely (ppoll) and handle the timer
+        // first. While datagrams keep coming this costs no system call more.
+        let precise = !busy && next_timer.saturating_duration_since(now) < PRECISE_BELOW;
+        let got = if precise {
+            match shared.transport.try_recv_batch(&mut chunk, &mut batch) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let wake = next_timer.max(now + Duration::from_micros(50));
+                    match shared.transport.wait_readable(wake - now) {
+                        Ok(false) => continue,
+                        _ => shared.transport.try_recv_batch(&mut chunk, &mut batch),
+                    }
+                }
+                r => r,
+            }
+        } else {
+            shared.transport.recv_batch(&mut chunk, &mut batch)
+        };
+        match got {
             Ok(_) => {
                 // An empty datagram is a wake-up: re-read the timers.
                 let woke = batch.iter().any(|(d, _)| d.is_empty());
