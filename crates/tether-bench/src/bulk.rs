@@ -212,7 +212,10 @@ impl Rig<'_> {
                 loop {
                     match self.bulk.put(b) {
                         Ok(_) => break,
-                        Err(tether::PutError::Timeout { payload, .. }) => {
+                        Err(
+                            tether::PutError::Timeout { payload, .. }
+                            | tether::PutError::PathFull { payload, .. },
+                        ) => {
                             let ack = self.bulk.acknowledged();
                             if ack != last_ack.0 {
                                 last_ack = (ack, Instant::now());

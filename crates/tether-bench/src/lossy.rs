@@ -536,7 +536,7 @@ fn print_table(machine: &str, a: &LossyArgs, rows: &[Row]) {
             );
         } else {
             println!(
-                "bar: {} goodput at 20 % loss {:.0} % of lossless (at least 50 %): {}",
+                "bar: {} goodput at 20 % loss {:.1} % of lossless (at least 50 %): {}",
                 r.what,
                 100.0 * x,
                 if x >= 0.5 { "met" } else { "NOT met" }

@@ -214,7 +214,10 @@ impl Outgoing<'_> {
                     self.progress = Instant::now();
                     return Ok(self.check().then_some(seq));
                 }
-                Err(tether::PutError::Timeout { payload, .. }) => {
+                Err(
+                    tether::PutError::Timeout { payload, .. }
+                    | tether::PutError::PathFull { payload, .. },
+                ) => {
                     if !self.check() {
                         return Ok(None);
                     }

@@ -156,8 +156,8 @@ fn report_events(session: &Session) {
             "warning: lost {count} samples ({first}..={last}) of writer {writer}: {reason}"
         ),
         Event::ReaderInactive { reader, .. } => eprintln!(
-            "warning: reader {reader} is inactive (it acknowledged nothing): the other \
-             readers go on without it"
+            "warning: reader {reader} is inactive (it has acknowledged nothing for the \
+             inactivity time): the other readers go on without it"
         ),
         Event::ReaderActive {
             reader, released, ..

@@ -47,10 +47,11 @@ use tether_wire::{
 };
 
 use crate::discovery::{Peers, group_sent};
-use crate::event::Event;
+use crate::event::{Event, Guid};
 use crate::participant::Participant;
 use crate::path::is_local;
 use crate::transmit::Transmit;
+use crate::writer::state::Writer;
 
 /// Gain on the bottleneck rate × round trip that makes the window.
 pub const GAIN: f64 = 2.0;
@@ -79,6 +80,10 @@ const PROBE_MAX: Duration = Duration::from_millis(50);
 /// The least queueing delay taken for congestion (with loss): above what a busy host adds to
 /// a round trip by running its receive thread late.
 const QUEUE_MIN: Duration = Duration::from_millis(5);
+
+/// Bytes beyond what was sent that an answer may report before its peer's count is taken
+/// to have started again.
+const RESET_SLACK: u64 = 64 * 1024;
 
 /// The least time without any answer, bytes in flight, before the window is halved.
 const SILENCE_MIN: Duration = Duration::from_millis(20);
@@ -162,6 +167,8 @@ pub(crate) struct Congestion {
     pub(crate) lost: u64,
     /// Answers that showed congestion.
     pub(crate) congestion_events: u64,
+    /// Answers that reported far more received than sent (see `on_answer`).
+    pub(crate) resets: u64,
     /// Datagrams of paced writers waiting for room in the window, in order (with what
     /// follows them of those writers' streams: heartbeats and GAPs may not overtake them).
     queue: VecDeque<Transmit>,
@@ -200,6 +207,11 @@ const STARTUP_GAIN: f64 = 2.0;
 /// a millisecond apart at best), at least a few datagrams.
 const BURST: Duration = Duration::from_millis(2);
 const MIN_BURST: f64 = 16.0 * 1024.0;
+
+/// What a wake-up of a waiting pacer lets go at least: half a millisecond at the rate,
+/// at least a few datagrams.
+const QUANTUM: Duration = Duration::from_micros(500);
+const MIN_QUANTUM: f64 = 4.0 * 1500.0;
 
 /// What a path's controller knows, for statistics and tools.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -248,6 +260,7 @@ impl Congestion {
             reports: true,
             lost: 0,
             congestion_events: 0,
+            resets: 0,
             queue: VecDeque::new(),
             queued: 0,
             tokens: MIN_BURST,
@@ -279,7 +292,11 @@ impl Congestion {
                 / phase.as_nanos().max(1)) as usize;
             CYCLE[(self.cycle + k) % CYCLE.len()]
         };
-        Some(gain * self.bottleneck)
+        // Never slower than the smallest window per round trip: a rate measured while the
+        // window was small must not keep it small (loss taken for congestion would spiral
+        // down to nothing).
+        let rtt = self.srtt.unwrap_or(PROBE_MIN).max(PROBE_MIN).as_secs_f64();
+        Some((gain * self.bottleneck).max(MIN_WINDOW as f64 / rtt))
     }
 
     fn phase_length(&self) -> Duration {
@@ -325,8 +342,11 @@ impl Congestion {
         if t > 0.0 {
             return Some(now);
         }
+        // Not as soon as one byte is earned but a quantum: each wake-up of the driver (a
+        // millisecond apart at best) lets a burst go, not one datagram.
         let rate = self.pacing_rate(now)?;
-        Some(now + Duration::from_secs_f64((-t + 1.0) / rate))
+        let quantum = (rate * QUANTUM.as_secs_f64()).clamp(MIN_QUANTUM, Self::burst(rate));
+        Some(now + Duration::from_secs_f64((quantum - t) / rate))
     }
 
     /// Bytes of samples waiting in the queue for room in the window.
@@ -483,6 +503,27 @@ impl Congestion {
         if let Some(last) = self.last {
             let sent_d = sent.wrapping_sub(last.sent).min(1 << 62);
             let recv_d = received.wrapping_sub(last.received).min(1 << 62);
+            // More arrived than was sent, by far: the peer's count started again (it forgot
+            // us and met us again), or datagrams were forged in our name. Measure from here.
+            if recv_d > sent_d.saturating_mul(2).max(sent_d + RESET_SLACK) {
+                self.last = Some(Answered {
+                    received,
+                    sent,
+                    probe_at: probe.at,
+                    at: now,
+                });
+                self.rate_base = None;
+                self.prev_round = None;
+                self.settled = sent;
+                self.resets += 1;
+                return Some(Answer {
+                    opened: full_before && self.has_room(total, now),
+                    congested: false,
+                });
+            }
+            // A probe may overtake bytes sent just before it, which then count in the next
+            // round; no more than that (and what the last round seemed to lose) can arrive.
+            let recv_d = recv_d.min(sent_d + self.prev_round.map_or(0, |(_, l)| l));
             // A probe can overtake data sent just before it from another thread: the bytes
             // missing at one answer may arrive by the next. Loss is judged over the last two
             // rounds, where that cancels out.
@@ -680,6 +721,22 @@ impl Congestion {
     }
 }
 
+/// True if writer `w` has a reliable reader at participant `p` whose acknowledgements its
+/// history waits for (not inactive).
+pub(crate) fn waits_for(w: &Writer, p: ParticipantId) -> bool {
+    let lo = Guid {
+        participant: p,
+        entity: EntityId(0),
+    };
+    let hi = Guid {
+        participant: p,
+        entity: EntityId(u32::MAX),
+    };
+    w.readers
+        .range(lo..=hi)
+        .any(|(_, rp)| rp.reliable && !rp.inactive && !rp.local)
+}
+
 /// True if the path to participant `p` has room in its window at `now` (or is not
 /// controlled); for callers holding other parts of the participant.
 pub(crate) fn room(peers: &Peers, p: ParticipantId, now: Instant) -> bool {
@@ -694,20 +751,34 @@ pub(crate) fn room(peers: &Peers, p: ParticipantId, now: Instant) -> bool {
 
 /// How long a writer waits before it answers a reader's repeated request for a sample it
 /// re-sent to participant `p`: the path's round trip and the time its queue takes to
-/// drain at the pacing rate (the repair may still wait there). Zero for a path that is not
-/// controlled (every request is answered, as before).
-pub(crate) fn resend_wait(peers: &Peers, p: ParticipantId, now: Instant) -> Duration {
-    let Some(cc) = peers.remotes.get(&p).and_then(|r| r.cc.as_ref()) else {
+/// drain at the pacing rate (the repair may still wait there); before the round trip is
+/// measured, what a reader waits. Zero for a path that is not controlled (every request is
+/// answered, as before).
+pub(crate) fn resend_wait(
+    peers: &Peers,
+    p: ParticipantId,
+    now: Instant,
+    heartbeat_period: Duration,
+) -> Duration {
+    let Some(r) = peers.remotes.get(&p) else {
+        return Duration::ZERO;
+    };
+    let Some(cc) = r.cc.as_ref() else {
         return Duration::ZERO;
     };
     let Some(rtt) = cc.srtt else {
-        return Duration::ZERO;
+        // Not measured yet (or never answered): as long as a reader would wait.
+        return crate::reader::state::renack_interval(r.path.rtt, heartbeat_period);
     };
     let drain = cc
         .pacing_rate(now)
         .map_or(0.0, |rate| cc.queued as f64 / rate);
     rtt + Duration::from_secs_f64(drain.min(1.0))
 }
+
+/// Bytes of repairs a path's queue holds at least (more with a larger window): a large
+/// sample's lost fragments are repaired a megabyte per round at worst.
+const REPAIR_QUEUE: u64 = 1 << 20;
 
 /// How often a sender whose writer waits for room on a path looks again, besides being
 /// told (`Event::WriterReady`) when an answer opens the window.
@@ -917,13 +988,22 @@ impl Participant {
             return true;
         };
         let now = self.clock;
-        w.dests.iter().all(|p| {
+        // Only paths to readers whose acknowledgements the history waits for: a best-effort
+        // reader's path, or an inactive reader's (one that stopped answering, a host that
+        // froze), must not hold the writer back for the others.
+        w.dests.iter().filter(|p| waits_for(w, **p)).all(|p| {
             self.peers
                 .remotes
                 .get(p)
                 .and_then(|r| r.cc.as_ref())
                 .is_none_or(|cc| cc.accepts(now))
         })
+    }
+
+    /// True if `writer` waits for room on the paths to its readers (congestion control),
+    /// not for room in its history: for a driver telling its user why a write waited.
+    pub fn waits_for_paths(&self, writer: EntityId) -> bool {
+        self.writers.get(&writer).is_some_and(|w| w.blocked) && !self.paths_have_room(writer)
     }
 
     /// Where a datagram leaving goes: on (`Some`), or into its path's queue (`None`) when
@@ -938,10 +1018,10 @@ impl Participant {
         if self.paced_writers == 0 {
             return Some(t);
         }
-        let Some((writer, samples)) = writer_stream(&t.head) else {
+        let Some(ws) = writer_stream(&t.head) else {
             return Some(t);
         };
-        if !self.writers.get(&writer).is_some_and(|w| w.paced()) {
+        if !self.writers.get(&ws.writer).is_some_and(|w| w.paced()) {
             return Some(t);
         }
         let Some(pid) = self.controlled_at(t.dest) else {
@@ -955,13 +1035,33 @@ impl Participant {
         let Some(cc) = r.cc.as_mut() else {
             return Some(t);
         };
-        if cc.queue.is_empty() && (!samples || cc.may_send(cc.total(group), now)) {
-            if samples {
+        if cc.queue.is_empty() && (!ws.samples || cc.may_send(cc.total(group), now)) {
+            if ws.samples {
                 cc.spend(t.len(), now);
             }
             return Some(t);
         }
-        if samples {
+        // Samples nobody's acknowledgement is waited for there (its readers are best
+        // effort, or inactive) are not held for room: without room they are dropped, as a
+        // congested link would. Nor are repairs held beyond a window's worth (at least
+        // REPAIR_QUEUE): the reader asks again. So a path's queue holds what a put let in,
+        // and a bounded amount of repairs (a reader, or a forged one, asking again and
+        // again cannot grow it).
+        let waits = self
+            .writers
+            .get(&ws.writer)
+            .is_some_and(|w| waits_for(w, pid));
+        if ws.samples
+            && (!waits
+                || (ws.addressed
+                    && cc
+                        .window(now)
+                        .is_some_and(|w| cc.queued >= w.max(REPAIR_QUEUE))))
+        {
+            self.stats.datagrams_dropped_for_room += 1;
+            return None;
+        }
+        if ws.samples {
             cc.queued += t.len() as u64;
         }
         cc.queue.push_back(t);
@@ -992,7 +1092,23 @@ impl Participant {
                 self.queued_paths.swap_remove(i);
                 continue;
             };
-            let samples = writer_stream(&front.head).is_some_and(|(_, s)| s);
+            let ws = writer_stream(&front.head);
+            let samples = ws.is_some_and(|ws| ws.samples);
+            // Its writer's readers there stopped answering (inactive) or left: what waits
+            // for them goes, so a stalled reader cannot hold a queue, and writers, forever.
+            let stale = samples
+                && ws.is_some_and(|ws| {
+                    !self
+                        .writers
+                        .get(&ws.writer)
+                        .is_some_and(|w| waits_for(w, pid))
+                });
+            if stale {
+                let t = cc.queue.pop_front()?;
+                cc.queued = cc.queued.saturating_sub(t.len() as u64);
+                self.stats.datagrams_dropped_for_room += 1;
+                continue;
+            }
             if samples && !cc.may_send(cc.total(group), now) {
                 i += 1;
                 continue;
@@ -1028,7 +1144,7 @@ impl Participant {
                 let r = self.peers.remotes.get(pid)?;
                 let cc = r.cc.as_ref()?;
                 let f = cc.queue.front()?;
-                if !writer_stream(&f.head).is_some_and(|(_, s)| s) {
+                if !writer_stream(&f.head).is_some_and(|ws| ws.samples) {
                     return Some(now);
                 }
                 cc.next_send(cc.total(group_sent(&self.peers.group_sent, r.group)), now)
@@ -1043,7 +1159,7 @@ impl Participant {
             self.peers.remotes.get(pid).is_some_and(|r| {
                 r.cc.as_ref().is_some_and(|cc| {
                     cc.queue.front().is_some_and(|f| {
-                        !writer_stream(&f.head).is_some_and(|(_, s)| s)
+                        !writer_stream(&f.head).is_some_and(|ws| ws.samples)
                             || cc.may_send(
                                 cc.total(group_sent(&self.peers.group_sent, r.group)),
                                 now,

@@ -375,6 +375,10 @@ pub struct Stats {
     pub congestion_events: u64,
     /// Datagrams of keep-all writers that waited in a path's queue for room in its window.
     pub datagrams_queued: u64,
+    /// Datagrams of keep-all writers dropped for want of room on a path: samples for
+    /// readers there whose acknowledgements nothing waits for (best effort, inactive), and
+    /// repairs beyond a window's worth (the reader asks again).
+    pub datagrams_dropped_for_room: u64,
     /// Requests for samples a writer had re-sent too recently to have arrived (they were on
     /// their way): not answered twice.
     pub resends_suppressed: u64,

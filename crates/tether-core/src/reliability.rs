@@ -42,6 +42,11 @@ pub(crate) const FRAG_QUIET: Duration = Duration::from_millis(20);
 /// name up to 4,096 fragments (6 MB in path-sized datagrams) and fill a fifth of one.
 pub(crate) const NACKFRAG_WINDOWS: usize = 16;
 
+/// Requests in a row after which nothing arrived before the repair wait starts doubling:
+/// on a lossy link a repair, and its repeat, may well be lost (at 20 % loss three in a row
+/// one time in 125), and a writer whose window waits for that repair sends nothing else.
+pub(crate) const BACKOFF_AFTER: u8 = 3;
+
 /// The shortest time a reader waits for a repair before asking again, when the round
 /// trip is measured.
 pub(crate) const MIN_REPAIR_WAIT: Duration = Duration::from_millis(1);
@@ -362,6 +367,9 @@ impl Participant {
         if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
         }
+        // (Fragment repairs are not suppressed per sample: successive requests name other
+        // fragments. What bounds them on a controlled path is its queue, which holds at
+        // most a window's worth of repairs.)
         let start = rp.start;
         if let Some(e) = w.heard_from(rg, now) {
             self.events.push_back(e);
@@ -540,8 +548,19 @@ impl Participant {
             domain: self.cfg.domain,
             participant: self.cfg.participant,
         };
-        if !newer(&mut rp.last_count, an.count) {
-            return;
+        if acknowledges {
+            if !newer(&mut rp.last_count, an.count) {
+                return;
+            }
+        } else {
+            // A NACK rides behind its reader's ACKNACK, numbered right after it: only counts
+            // up to MAX_NACKS past the last ACKNACK's are taken, and they move nothing (a
+            // forged NACK numbered far ahead cannot make the reader's ACKNACKs look stale).
+            let Some(c) = rp.last_count else { return };
+            let d = an.count.wrapping_sub(c);
+            if d == 0 || d > crate::reader::state::MAX_NACKS as u32 {
+                return;
+            }
         }
         let start = rp.start;
         if acknowledges {
@@ -554,7 +573,8 @@ impl Participant {
         }
         let before = self.stats.bytes_sent;
         let size = crate::path::datagram_size(&self.peers, &self.cfg, addr);
-        let resend_wait = crate::congestion::resend_wait(&self.peers, pid, now);
+        let resend_wait =
+            crate::congestion::resend_wait(&self.peers, pid, now, self.cfg.heartbeat_period);
         // What the reader should never get (before it matched) or is gone becomes one GAP,
         // from its base to the first sample the writer still has for it, however far that
         // is (an inactive reader coming back, a keep-last writer far ahead); the rest of
@@ -703,7 +723,11 @@ impl Participant {
             else {
                 continue;
             };
-            let wait = repair_wait(&self.peers, &self.cfg, g.participant);
+            // Longer while requests bring nothing (a writer gone quiet, or a heartbeat that
+            // announced samples that were never written): at most the heartbeat period.
+            let wait = repair_wait(&self.peers, &self.cfg, g.participant)
+                .saturating_mul(1 << wp.backoff.saturating_sub(BACKOFF_AFTER))
+                .min(self.cfg.heartbeat_period.max(MIN_REPAIR_WAIT));
             let mut more = Vec::new();
             let an = wp.acknack(rid, g.entity, Some((now, wait)), &mut more);
             // Samples in reassembly are repaired by fragment: the overtaken fragments, or all

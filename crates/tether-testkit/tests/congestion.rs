@@ -208,3 +208,150 @@ fn heavy_loss_both_ways_never_stalls() {
         assert_eq!(sim.seqs(1, r), (1..=n).collect::<Vec<_>>());
     }
 }
+
+/// Three hosts: a keep-all writer, a reliable reader, and a host whose reader froze after
+/// matching (a stopped process, a host gone quiet), or a best-effort reader that never
+/// answers a probe. Neither holds the writer back for the live reader for longer than the
+/// inactivity time, and the frozen path's queue does not grow without bound.
+#[test]
+fn a_frozen_or_silent_reader_does_not_stop_the_others() {
+    for best_effort in [false, true] {
+        let link = Link {
+            delay: Duration::from_millis(1),
+            jitter: Duration::from_micros(100),
+            ..Link::lan(1500, 0.0)
+        };
+        let mut sim = Sim::new(7, link);
+        for _ in 0..3 {
+            sim.add_node_with(|_| {});
+        }
+        let q = Qos::new().keep_all();
+        let now = sim.now;
+        let w = sim.p(0).create_writer(now, info(q)).unwrap();
+        let good = sim.p(1).create_reader(now, info(q));
+        let rq = if best_effort {
+            Qos::new().best_effort()
+        } else {
+            q
+        };
+        let _bad = sim.p(2).create_reader(now, info(rq));
+        for i in 0..3 {
+            sim.pump(i);
+        }
+        assert!(sim.run_until(Duration::from_secs(30), |s| {
+            s.nodes[0].participant.matched_count(w) == 2
+        }));
+        sim.run_for(Duration::from_millis(500));
+        // The third host stops: it neither receives nor answers.
+        sim.nodes[2].up = false;
+        let n = 20_000u64;
+        for k in 0..n {
+            sim.write(0, w, k, sample(k, 1000), Duration::from_secs(30));
+        }
+        assert!(
+            sim.run_until(Duration::from_secs(60), |s| s.seqs(1, good).len()
+                == n as usize),
+            "best_effort {best_effort}: the live reader got {} of {n}",
+            sim.seqs(1, good).len()
+        );
+        assert_eq!(sim.seqs(1, good), (1..=n).collect::<Vec<_>>());
+        let frozen = sim.nodes[2].participant.id();
+        let now = sim.now;
+        let path = sim.nodes[0].participant.path_stats(frozen, now).unwrap();
+        assert!(
+            path.queued <= 256 * 1024,
+            "best_effort {best_effort}: {} bytes wait for a frozen host",
+            path.queued
+        );
+        eprintln!(
+            "best_effort {best_effort}: done at {:?}, {path:?}",
+            sim.elapsed()
+        );
+    }
+}
+
+/// A forged NACK numbered far ahead of a reader's ACKNACKs is ignored: it neither makes the
+/// real ACKNACKs that follow look stale (the writer would count delivered samples as never
+/// acknowledged) nor gets repairs. A forged HEARTBEAT announcing 2^62 samples makes the
+/// reader ask for at most 256 at a time (no NACKs beyond what it holds), less and less often.
+#[test]
+fn forged_nacks_and_heartbeats_are_contained() {
+    use tether_wire::{AckNackRepr, DatagramBuilder, Header, HeartbeatRepr, Submessage};
+    let link = Link {
+        delay: Duration::from_millis(1),
+        jitter: Duration::ZERO,
+        ..Link::lan(1500, 0.0)
+    };
+    let (mut sim, w, r) = pair(link, 3, |_| {});
+    let (writer_id, reader_id) = (sim.nodes[0].participant.id(), sim.nodes[1].participant.id());
+    let (writer_addr, reader_addr) = (sim.nodes[0].addr, sim.nodes[1].addr);
+    let n = 2_000u64;
+    for k in 0..n {
+        sim.write(0, w, k, sample(k, 1000), Duration::from_secs(30));
+        if k == 500 {
+            // In the reader's name, to the writer: a NACK numbered 2^30 ahead.
+            let mut dg = Vec::new();
+            DatagramBuilder::new(
+                &mut dg,
+                Header {
+                    domain: 0,
+                    participant: reader_id,
+                },
+            )
+            .push(&Submessage::Nack(AckNackRepr {
+                reader: r,
+                writer: w,
+                base: 1,
+                num_bits: 256,
+                bitmap: [u32::MAX; 8],
+                count: 1 << 30,
+                start_unknown: false,
+            }))
+            .unwrap();
+            let now = sim.now;
+            sim.p(0).handle_datagram(now, reader_addr, &dg.into());
+            sim.pump(0);
+        }
+    }
+    assert!(
+        sim.run_until(Duration::from_secs(30), |s| s.seqs(1, r).len()
+            == n as usize)
+    );
+    assert!(sim.run_until(Duration::from_secs(5), |s| {
+        s.nodes[0].participant.all_acked(w)
+    }));
+    assert!(sim.nodes[0].participant.unacknowledged(w).is_empty());
+    // In the writer's name, to the reader: a heartbeat announcing 2^62 samples.
+    let mut dg = Vec::new();
+    DatagramBuilder::new(
+        &mut dg,
+        Header {
+            domain: 0,
+            participant: writer_id,
+        },
+    )
+    .push(&Submessage::Heartbeat(HeartbeatRepr {
+        writer: w,
+        reader: EntityId(0),
+        first: 1,
+        last: 1 << 62,
+        count: 1 << 30,
+        final_: false,
+    }))
+    .unwrap();
+    let now = sim.now;
+    let before = sim.nodes[1].participant.stats().clone();
+    sim.p(1).handle_datagram(now, writer_addr, &dg.into());
+    sim.pump(1);
+    sim.run_for(Duration::from_secs(10));
+    let after = sim.nodes[1].participant.stats();
+    let (acks, nacks) = (
+        after.acknacks_sent - before.acknacks_sent,
+        after.nacks_sent - before.nacks_sent,
+    );
+    // Without backing off: an ACKNACK every repair wait (a few ms), thousands in 10 s;
+    // backed off, one per heartbeat period or so (the writer's own heartbeats are answered
+    // too, as the reader still misses what the forged one announced).
+    assert!(acks < 500, "{acks} ACKNACKs in 10 s for a forged heartbeat");
+    assert_eq!(nacks, 0, "NACKs for samples beyond any held");
+}

@@ -443,7 +443,10 @@ impl MulticastReceiver {
         out: &mut Vec<(Bytes, SocketAddr)>,
     ) -> io::Result<usize> {
         if self.batch.mmsg() {
-            match self.batch.recv(&self.socket, chunk, self.max_datagram, out, false) {
+            match self
+                .batch
+                .recv(&self.socket, chunk, self.max_datagram, out, false)
+            {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
                 r => return r,
             }

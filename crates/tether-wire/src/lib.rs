@@ -62,8 +62,8 @@ pub use sample::{
     set_protection,
 };
 pub use view::{
-    DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, counts_as_received, encode_data_head,
-    leading_probe_id, writer_stream,
+    DATA_HEAD_MAX, Datagram, DatagramBuilder, Submessages, WriterStream, counts_as_received,
+    encode_data_head, leading_probe_id, writer_stream,
 };
 
 /// The four bytes every tether datagram starts with.

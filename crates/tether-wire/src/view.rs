@@ -321,12 +321,24 @@ pub fn leading_probe_id(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(id.try_into().ok()?))
 }
 
+/// What [`writer_stream`] reads of a datagram from a writer's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStream {
+    /// The writer (the first submessage's).
+    pub writer: EntityId,
+    /// It carries samples (a DATA, DATA_FRAG or BATCH).
+    pub samples: bool,
+    /// Some DATA or DATA_FRAG in it is addressed to one reader (a repair, or a
+    /// transient-local writer's history for a late joiner), not to every matched reader.
+    pub addressed: bool,
+}
+
 /// The writer of a datagram from a writer's stream (its first submessage is a DATA,
 /// DATA_FRAG, BATCH, BATCH_SIG, HEARTBEAT or GAP, each of which begins with the writer's
-/// entity id), and whether it carries samples (any DATA, DATA_FRAG or BATCH among its
-/// submessages). `None` for any other datagram. Reads only submessage headers and that id:
-/// `bytes` (a datagram as built, before any pairwise sealing) need not be valid otherwise.
-pub fn writer_stream(bytes: &[u8]) -> Option<(EntityId, bool)> {
+/// entity id), whether it carries samples, and whether they are addressed to one reader.
+/// `None` for any other datagram. Reads only submessage headers and those ids: `bytes` (a
+/// datagram as built, before any pairwise sealing) need not be valid otherwise.
+pub fn writer_stream(bytes: &[u8]) -> Option<WriterStream> {
     let first = SubmessageKind::from_u8(*bytes.get(HEADER_LEN)?)?;
     let stream = matches!(
         first,
@@ -343,15 +355,25 @@ pub fn writer_stream(bytes: &[u8]) -> Option<(EntityId, bool)> {
     let at = HEADER_LEN + SUBMESSAGE_HEADER_LEN;
     let writer = EntityId(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
     let mut i = HEADER_LEN;
-    let mut samples = false;
+    let (mut samples, mut addressed) = (false, false);
     while let Some(h) = bytes.get(i..i + SUBMESSAGE_HEADER_LEN) {
         let kind = SubmessageKind::from_u8(h[0]);
         samples |= matches!(
             kind,
             Some(SubmessageKind::Data | SubmessageKind::DataFrag | SubmessageKind::Batch)
         );
+        if matches!(kind, Some(SubmessageKind::Data | SubmessageKind::DataFrag)) {
+            let r = i + SUBMESSAGE_HEADER_LEN + 4;
+            if let Some(reader) = bytes.get(r..r + 4) {
+                addressed |= reader != [0, 0, 0, 0];
+            }
+        }
         let len = u16::from_le_bytes([h[2], h[3]]) as usize;
         i += SUBMESSAGE_HEADER_LEN + len;
     }
-    Some((writer, samples))
+    Some(WriterStream {
+        writer,
+        samples,
+        addressed,
+    })
 }

@@ -58,6 +58,10 @@ impl Lan {
             builder = builder.one_frame_per_datagram();
         }
         let net = builder.create()?;
+        cleanup_on_signal([
+            format!("{}{id}", PREFIXES[0]),
+            format!("{}{id}", PREFIXES[1]),
+        ]);
         if cpus() >= 2 {
             net.b()
                 .ns()
@@ -96,6 +100,25 @@ impl Lan {
     pub(crate) fn receiver_dropped(&self) -> u64 {
         self.net.b().dropped_incoming().unwrap_or(0)
     }
+}
+
+/// Deletes namespaces `names` and ends the process (status 128 + the signal, as a shell
+/// reports it) on SIGINT or SIGTERM: a bench stopped with Ctrl-C leaves no hosts behind.
+/// Best effort: without the handler (it cannot be installed), the next run's
+/// `remove_stale` deletes them.
+fn cleanup_on_signal(names: [String; 2]) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            for n in &names {
+                let _ = netns::ip(&["netns", "del", n]);
+            }
+            std::process::exit(128 + sig);
+        }
+    });
 }
 
 /// Runs `f` on a thread inside namespace `ns` (threads it starts are there too), and

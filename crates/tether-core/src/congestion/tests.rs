@@ -184,3 +184,20 @@ fn probes_go_while_bytes_are_in_flight() {
     cc.on_answer(t0 + Duration::from_millis(1), 1, Some(1000), 1000);
     assert_eq!(cc.probe_at(1000), None, "all answered, nothing new");
 }
+
+/// An answer reporting far more received than was ever sent (the peer's count started
+/// again after it forgot us, or datagrams were forged in our name) is not taken as a
+/// delivery rate: the measurement starts again from it.
+#[test]
+fn a_count_that_jumps_is_not_a_rate() {
+    let (mut cc, now) = run(100, 10_000, 0.0, |_| Duration::from_millis(2), false);
+    let before = cc.stats(0, now).delivery_rate;
+    let total = cc.sent;
+    cc.queue_probe(now, 77_777, total);
+    cc.passed(77_777, total);
+    let later = now + Duration::from_millis(2);
+    cc.on_answer(later, 77_777, Some(u64::MAX / 3), total);
+    let after = cc.stats(0, later).delivery_rate;
+    assert!(after <= before * 1.01, "{before} -> {after}");
+    assert_eq!(cc.resets, 1);
+}

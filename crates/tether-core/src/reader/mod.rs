@@ -105,6 +105,7 @@ pub(crate) fn accept(
         && cache.has_room(s.payload.len())
     {
         // In order, nothing waiting: straight into the cache.
+        wp.arrivals += 1;
         wp.expected = Some(s.seq + 1);
         cache.push(s, now, input, losses);
         1

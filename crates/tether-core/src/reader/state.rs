@@ -107,7 +107,20 @@ pub(crate) struct WriterProxy {
     /// heartbeat.
     pub(crate) asked_below: u64,
     pub(crate) asked_at: Option<Instant>,
+    /// Requests of everything missing in a row after which no sample arrived, up to
+    /// [`MAX_BACKOFF`]: past a few, the repair wait doubles with each (a writer gone quiet,
+    /// or a forged heartbeat announcing what was never written, is not asked every few
+    /// milliseconds).
+    pub(crate) backoff: u8,
+    /// Samples taken from this writer (new or repaired), and their count at the last
+    /// request of everything missing.
+    pub(crate) arrivals: u64,
+    progress_at: u64,
 }
+
+/// Most requests in a row counted that brought nothing: the repair wait doubles for each
+/// beyond `reliability::BACKOFF_AFTER`, up to 16 times.
+pub(crate) const MAX_BACKOFF: u8 = 3 + 4;
 
 impl WriterProxy {
     /// True if this reader knows of samples or fragments of the writer it does not have, or
@@ -196,6 +209,9 @@ impl WriterProxy {
             renack_at: None,
             asked_below: 0,
             asked_at: None,
+            backoff: 0,
+            arrivals: 0,
+            progress_at: 0,
         }
     }
 
@@ -223,6 +239,7 @@ impl WriterProxy {
             stats.rejected_full += 1;
             return;
         }
+        self.arrivals += 1;
         self.pending_bytes += s.payload.len() as u64;
         self.pending.insert(seq, s);
     }
@@ -364,6 +381,12 @@ impl WriterProxy {
             }
             Some((now, _)) => {
                 self.asked_at = Some(now);
+                self.backoff = if self.arrivals == self.progress_at {
+                    (self.backoff + 1).min(MAX_BACKOFF)
+                } else {
+                    0
+                };
+                self.progress_at = self.arrivals;
                 base
             }
             None => base,
@@ -371,8 +394,13 @@ impl WriterProxy {
         let first_span = base + MAX_ACKNACK_BITS as u64;
         // NACKs only when the caller knows when requests are answered (it can tell a repair
         // on its way from one lost), and at most MAX_NACKS windows ahead.
+        // NACKs name only holes below the newest sample held: what a heartbeat announces
+        // beyond it (a forged one may announce 2^63) is asked for 256 at a time by the
+        // ACKNACK, as before NACKs existed.
+        let held = self.pending.keys().next_back().copied().unwrap_or(0);
         let horizon = if repeat.is_some() {
             last.min(first_span - 1 + MAX_NACKS as u64 * MAX_ACKNACK_BITS as u64)
+                .min(held.max(first_span - 1))
         } else {
             last.min(first_span - 1)
         };

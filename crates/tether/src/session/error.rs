@@ -91,6 +91,18 @@ pub enum PutError {
         /// How long it waited.
         waited: Duration,
     },
+    /// A keep-all writer's paths to its reliable readers stayed full for the whole
+    /// `max_blocking_time`: they deliver less than it publishes, or a reader's host stopped
+    /// answering (it is let go of once inactive). Nothing was sent; nothing was dropped.
+    #[error(
+        "put timed out after {waited:?}: the paths to the writer's reliable readers took no more (they deliver less than it publishes, or a reader's host stopped answering)"
+    )]
+    PathFull {
+        /// The payload.
+        payload: Bytes,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// The sample is larger than `transport.max_sample_size`.
     #[error("sample of {} bytes exceeds max_sample_size ({max} bytes)", payload.len())]
     TooLarge {
@@ -109,6 +121,7 @@ impl PutError {
     pub fn into_payload(self) -> Bytes {
         match self {
             PutError::Timeout { payload, .. }
+            | PutError::PathFull { payload, .. }
             | PutError::TooLarge { payload, .. }
             | PutError::Closed(payload) => payload,
         }

@@ -77,6 +77,9 @@ impl Publisher {
                         // Readers that went silent are let go of soon: wait for that.
                         match g.core.room_expected(Instant::now(), self.id) {
                             Some(t) if t > Instant::now() => until = t,
+                            _ if g.core.waits_for_paths(self.id) => {
+                                break Err(PutError::PathFull { payload: p, waited });
+                            }
                             _ => break Err(PutError::Timeout { payload: p, waited }),
                         }
                     }
