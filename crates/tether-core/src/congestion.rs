@@ -9,7 +9,7 @@
 //!   received from it; the PROBE_ACK says (`received`), and its round trip is measured.
 //! - Each answer gives a **delivery rate** (bytes received since an earlier answer at least
 //!   two probe intervals and a round trip before, over the time between them), scaled up by
-//!   the share lost while no queue stands and loss stays under 30 % (random loss: the path
+//!   the share lost while no queue stands and loss stays under 60 % (random loss: the path
 //!   carried those bytes too);
 //!   the *bottleneck rate* is the largest of the last [`RATE_SAMPLES`]. Each gives a **round trip**; the smallest of the last 10 s is the
 //!   path's propagation time.
@@ -22,9 +22,12 @@
 //! - Growth needs no separate start-up: the window lets twice the measured rate through,
 //!   so the measured rate, and the window, double every round until the path is full.
 //! - **Congestion** is loss together with a queue: when the answers of the last two rounds
-//!   show more than 2 % of the bytes lost *and* the smoothed round trip exceeds the smallest
-//!   by more than the smallest itself (and at least 5 ms), or the loss is above 30 % (more
-//!   than a lossy link's: a flow holding the queue full hides it), the window is capped at 70 % of what was in flight
+//!   show more than 2 % of the bytes lost *and* a queue stands (the smallest of the last
+//!   [`RECENT_RTTS`] round trips exceeds the smallest of 10 s by half of it, and by at
+//!   least 2 ms: a late answer raises one round trip, a queue raises them all, so a flow
+//!   that keeps the queue nearly full since before this one measured the path is still
+//!   seen when the queue fills and drops), or the loss is above 60 % (more than a lossy
+//!   link's), the window is capped at 70 % of what was in flight
 //!   (as TCP CUBIC backs off), once per round trip; the cap rises again by an eighth per
 //!   round trip without congestion. Losses on a path whose round trip stays low change
 //!   nothing.
@@ -77,9 +80,13 @@ const MAX_PROBES: usize = 64;
 const PROBE_MIN: Duration = Duration::from_millis(1);
 const PROBE_MAX: Duration = Duration::from_millis(50);
 
-/// The least queueing delay taken for congestion (with loss): above what a busy host adds to
-/// a round trip by running its receive thread late.
-const QUEUE_MIN: Duration = Duration::from_millis(5);
+/// The least queueing delay taken for congestion (with loss).
+const QUEUE_MIN: Duration = Duration::from_millis(2);
+
+/// Round trips whose smallest tells the queue standing now: one late answer (a receive
+/// thread kept from its CPU, a Wi-Fi retry) raises the smoothed round trip, but not the
+/// smallest of several; a queue raises them all.
+const RECENT_RTTS: usize = 8;
 
 /// Bytes beyond what was sent that an answer may report before its peer's count is taken
 /// to have started again.
@@ -91,7 +98,7 @@ const SILENCE_MIN: Duration = Duration::from_millis(20);
 /// The most loss taken for random (a lossy link's) rather than a queue overflowing: above
 /// it, even with no queue in sight (a flow that holds the queue full since before this one
 /// measured the path's round trip hides it), loss is congestion.
-const RANDOM_LOSS_MAX: f64 = 0.3;
+const RANDOM_LOSS_MAX: f64 = 0.6;
 
 /// A share of lost bytes above which an answer may signal congestion.
 const LOSS_THRESHOLD: f64 = 0.02;
@@ -142,7 +149,9 @@ pub(crate) struct Congestion {
     rttvar: Duration,
     /// The smallest round trip and when it was seen.
     min_rtt: Option<(Duration, Instant)>,
-    latest_rtt: Option<Duration>,
+    /// The last [`RECENT_RTTS`] round trips (zero: not yet measured), and where the next goes.
+    recent: [Duration; RECENT_RTTS],
+    recent_at: usize,
     rates: [f64; RATE_SAMPLES],
     rate_at: usize,
     /// Bytes per second: the largest of `rates`.
@@ -246,7 +255,8 @@ impl Congestion {
             srtt: None,
             rttvar: Duration::ZERO,
             min_rtt: None,
-            latest_rtt: None,
+            recent: [Duration::ZERO; RECENT_RTTS],
+            recent_at: 0,
             rates: [0.0; RATE_SAMPLES],
             rate_at: 0,
             bottleneck: 0.0,
@@ -594,19 +604,27 @@ impl Congestion {
         })
     }
 
-    /// True if a queue stands on the path: the smoothed round trip exceeds the smallest by
-    /// more than the smallest itself and more than [`QUEUE_MIN`] (one late answer, or a
-    /// receive thread kept from its CPU for a few milliseconds, does not count). A link that
-    /// loses at random keeps its round trip.
+    /// True if a queue stands on the path: the smallest of the last [`RECENT_RTTS`] round
+    /// trips exceeds the smallest of all by half of it and by more than [`QUEUE_MIN`] (one
+    /// late answer, or a receive thread kept from its CPU for a few milliseconds, does not
+    /// count: the smoothed round trip would). A link that loses at random keeps its round
+    /// trip.
     fn standing_queue(&self) -> bool {
-        let (Some((min, _)), Some(srtt)) = (self.min_rtt, self.srtt) else {
+        let (Some((min, _)), Some(floor)) = (self.min_rtt, self.recent_floor()) else {
             return false;
         };
-        srtt > min + min.max(QUEUE_MIN)
+        floor > min + (min / 2).max(QUEUE_MIN)
+    }
+
+    /// The smallest of the last [`RECENT_RTTS`] round trips, once that many are measured.
+    fn recent_floor(&self) -> Option<Duration> {
+        let floor = self.recent.iter().copied().min()?;
+        (floor > Duration::ZERO).then_some(floor)
     }
 
     fn on_rtt(&mut self, now: Instant, sample: Duration) {
-        self.latest_rtt = Some(sample);
+        self.recent[self.recent_at] = sample;
+        self.recent_at = (self.recent_at + 1) % RECENT_RTTS;
         match self.srtt {
             None => {
                 self.srtt = Some(sample);
@@ -815,6 +833,12 @@ impl Participant {
             }
         }
         self.peers.controlled = controlled;
+        if !controlled {
+            // Nothing left to probe or hold: no timer may stay due (a stale probe time kept
+            // the receive thread waking without pause once the last peer elsewhere left).
+            self.next_cc_probe = None;
+            self.queued_paths.clear();
+        }
     }
 
     /// Counts a datagram leaving (as built, before pairwise sealing) toward its destination's

@@ -1,5 +1,5 @@
 //! Congestion control on a real congested link: two network namespaces joined by a veth
-//! pair whose sending side is a 5 MB/s bottleneck (`tc tbf`, 64 KB tail-drop queue), a TCP
+//! pair whose sending side is a bottleneck (5, then 2.5 MB/s: `tc tbf`, 64 KB tail-drop queue), a TCP
 //! flow (the kernel's, CUBIC) across it, then a reliable keep-all tether writer publishing
 //! as fast as it is allowed beside it. Needs root, `ip` and `tc`; skips saying why without.
 
@@ -15,9 +15,7 @@ use tether_testkit::netns::Lan;
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 199, 13, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 199, 13, 2);
-const RATE: u64 = 5_000_000;
-
-fn lan() -> Option<Lan> {
+fn lan(rate: u64) -> Option<Lan> {
     let id = std::process::id() % 100_000;
     let lan = match Lan::builder([&format!("tca{id}"), &format!("tcb{id}")], ["vca", "vcb"])
         .addrs([A, B], 24)
@@ -30,7 +28,7 @@ fn lan() -> Option<Lan> {
             return None;
         }
     };
-    if let Err(why) = lan.a().limit_outgoing(RATE, 64 << 10) {
+    if let Err(why) = lan.a().limit_outgoing(rate, 64 << 10) {
         eprintln!("skipping: no tbf ({why})");
         return None;
     }
@@ -85,15 +83,27 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// A TCP flow sharing the bottleneck with a reliable keep-all tether writer keeps at least a
-/// quarter of what it gets alone (a fair share is half; about half measured), and every
-/// tether sample still arrives, once and in order. Without congestion control
-/// (`transport.congestion_control = false`) the writer pours its history into the 64 KB
-/// queue faster than the link drains it, nothing gets through, and within a second `put`
-/// fails with a history full of unacknowledged samples (checked by hand).
+/// A TCP flow sharing the bottleneck with a reliable keep-all tether writer keeps a fair
+/// part of what it gets alone, and every tether sample still arrives, once and in order:
+///
+/// - at 5 MB/s (a 13 ms queue) at least a quarter (a fair share is half; 32-51 % measured);
+/// - at 2.5 MB/s (a 26 ms queue, which TCP keeps so full that tether's smallest round trip
+///   is mostly queue: 6-10 ms where the link's is 0.1 ms) at least a fifth (32-37 %
+///   measured). This is the case that once left TCP 6 %: congestion was told by the
+///   smoothed round trip against a smallest that was already queue.
+///
+/// Without congestion control (`transport.congestion_control = false`) the writer pours
+/// its history into the 64 KB queue faster than the link drains it, nothing gets through,
+/// and within a second `put` fails with a history full of unacknowledged samples (checked
+/// by hand).
 #[test]
 fn a_tcp_flow_keeps_its_share_of_a_congested_link() {
-    let Some(lan) = lan() else { return };
+    share(5_000_000, 0.25);
+    share(2_500_000, 0.2);
+}
+
+fn share(rate: u64, least: f64) {
+    let Some(lan) = lan(rate) else { return };
     let stop = AtomicBool::new(false);
     let tcp = AtomicU64::new(0);
     let got = Arc::new(AtomicU64::new(0));
@@ -193,18 +203,20 @@ fn a_tcp_flow_keeps_its_share_of_a_congested_link() {
         (alone, r)
     });
     eprintln!(
-        "TCP alone {:.2} MB/s; sharing: TCP {:.2} MB/s, tether {:.2} MB/s; {written} written; {path:?}",
+        "{:.1} MB/s link: TCP alone {:.2} MB/s; sharing: TCP {:.2} MB/s, tether {:.2} MB/s; {written} written; {path:?}",
+        rate as f64 / 1e6,
         alone / 1e6,
         shared / 1e6,
         ours / 1e6
     );
-    assert!(alone > 0.5 * RATE as f64, "TCP alone got {alone} B/s");
+    assert!(alone > 0.5 * rate as f64, "TCP alone got {alone} B/s");
     assert!(acked, "the writer's samples were not all acknowledged");
     assert_eq!(got.load(Ordering::Relaxed), written, "every sample, once");
     assert!(order_ok.load(Ordering::Relaxed), "in order");
     assert!(
-        shared >= 0.25 * alone,
-        "TCP kept {:.0} % of its rate beside tether",
-        100.0 * shared / alone
+        shared >= least * alone,
+        "TCP kept {:.0} % of its rate beside tether on a {:.1} MB/s link",
+        100.0 * shared / alone,
+        rate as f64 / 1e6
     );
 }

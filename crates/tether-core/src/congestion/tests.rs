@@ -107,6 +107,42 @@ fn loss_with_a_growing_queue_caps_the_window() {
     assert!(cc.cap.is_some());
 }
 
+/// A queue another flow has held nearly full since before this path was measured (the
+/// smallest round trip seen, 6 ms, is already mostly queue), filling to 12 ms and dropping
+/// a sixth while full (a tail-drop queue beside TCP, as CI measured it): the smoothed
+/// round trip never reaches twice the smallest, but the recent ones all stand above it
+/// while the loss comes, and that is congestion.
+#[test]
+fn a_queue_held_since_before_measuring_is_congestion() {
+    let (cc, now) = run(
+        400,
+        10_000,
+        0.16,
+        |k| Duration::from_millis(if k < 20 { 6 } else { 11 + k % 2 }),
+        false,
+    );
+    let st = cc.stats(0, now);
+    assert_eq!(st.min_rtt, Some(Duration::from_millis(6)));
+    assert!(st.congestion_events >= 1, "{st:?}");
+    assert!(cc.cap.is_some());
+}
+
+/// Random loss on a path whose answers come late now and then (one in four 4 ms late: a
+/// receive thread kept from its CPU, a Wi-Fi retry): the smoothed round trip rises, the
+/// smallest of the recent ones does not, and nothing is taken for congestion.
+#[test]
+fn late_answers_with_random_loss_are_not_congestion() {
+    let (cc, now) = run(
+        400,
+        10_000,
+        0.2,
+        |k| Duration::from_millis(if k % 4 == 0 { 5 } else { 1 }),
+        false,
+    );
+    let st = cc.stats(0, now);
+    assert_eq!(st.congestion_events, 0, "{st:?}");
+}
+
 /// Without answers while bytes are in flight (a full queue drops the probes too), the
 /// window is halved once per answer timeout.
 #[test]
