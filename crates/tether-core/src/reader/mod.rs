@@ -483,6 +483,9 @@ impl Participant {
                     c
                 }
             };
+            // A new fragment is progress: a large sample's repair must not back off while
+            // its fragments keep coming (it arrives whole only at its last).
+            wp.arrivals += 1;
             if let Some(payload) = complete {
                 wp.frags.remove(&f.seq);
                 let s = Sample {

@@ -112,8 +112,8 @@ pub(crate) struct WriterProxy {
     /// or a forged heartbeat announcing what was never written, is not asked every few
     /// milliseconds).
     pub(crate) backoff: u8,
-    /// Samples taken from this writer (new or repaired), and their count at the last
-    /// request of everything missing.
+    /// Samples and fragments taken from this writer (new or repaired), and their count at
+    /// the last request of everything missing.
     pub(crate) arrivals: u64,
     progress_at: u64,
 }
