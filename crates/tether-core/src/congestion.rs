@@ -33,7 +33,8 @@
 //!   nothing.
 //! - Every 10 s without a new smallest round trip, the window drops to [`MIN_WINDOW`] for
 //!   two round trips (at least 10 ms) so any standing queue drains and the propagation time
-//!   is measured again (BBR's PROBE_RTT).
+//!   is measured again (BBR's PROBE_RTT); it rises by a quarter at most each time, so a
+//!   queue another flow keeps full does not become the propagation time.
 //!
 //! A sender whose probes go unanswered for a while, with bytes in flight, sends probes
 //! anyway and halves its window once per timeout: everything is being lost (a full queue
@@ -59,8 +60,9 @@ use crate::writer::state::Writer;
 /// Gain on the bottleneck rate × round trip that makes the window.
 pub const GAIN: f64 = 2.0;
 
-/// The smallest window, in bytes (about 16 path-sized datagrams).
-pub const MIN_WINDOW: u64 = 24 * 1024;
+/// The smallest window, in bytes (about 8 path-sized datagrams: 5 ms of a 20 Mbit/s link,
+/// where 24 KB kept 10 ms of its queue to itself whatever else shared it).
+pub const MIN_WINDOW: u64 = 12 * 1024;
 
 /// The window before any answer has come.
 pub const INITIAL_WINDOW: u64 = 64 * 1024;
@@ -79,6 +81,9 @@ const MAX_PROBES: usize = 64;
 /// Least and most time between probes.
 const PROBE_MIN: Duration = Duration::from_millis(1);
 const PROBE_MAX: Duration = Duration::from_millis(50);
+
+/// The most time between probes to a peer that stopped answering.
+const PROBE_SILENT: Duration = Duration::from_secs(1);
 
 /// The least queueing delay taken for congestion (with loss).
 const QUEUE_MIN: Duration = Duration::from_millis(2);
@@ -414,10 +419,27 @@ impl Congestion {
 
     /// When a probe is due (`total`: bytes sent so far): every probe interval while new
     /// bytes leave; while bytes are in flight and no answer comes, after the answer
-    /// timeout. `None`: nothing to ask.
+    /// timeout; once the oldest probe waiting has gone unanswered for an answer timeout,
+    /// a quarter of the silence after the newest (at least the timeout), up to
+    /// [`PROBE_SILENT`]. `None`: nothing to ask.
     pub(crate) fn probe_at(&self, total: u64) -> Option<Instant> {
         if !self.reports {
             return None;
+        }
+        // A peer that has not answered for an answer timeout may be gone (killed, its link
+        // down) or the path may be losing everything: probes back off, spaced by a quarter
+        // of the silence so far, up to [`PROBE_SILENT`] (without this a reader whose writer
+        // died probed it 14,000 times a second until the lease ran out).
+        if let (Some(oldest), Some(newest)) = (self.probes.front(), self.probes.back()) {
+            let timeout = self.answer_timeout();
+            let silent_from = oldest.at + timeout;
+            if newest.at >= silent_from {
+                // A quarter of the time without an answer so far: a path that loses half
+                // of everything answers one probe in four, and keeps its clock.
+                let silence = newest.at.saturating_duration_since(oldest.at);
+                let spacing = (silence / 4).clamp(timeout.max(self.probe_interval()), PROBE_SILENT);
+                return Some(newest.at + spacing);
+            }
         }
         if self.probes.len() >= MAX_PROBES {
             // Enough on their way: the next once the oldest is given up.
@@ -640,9 +662,14 @@ impl Congestion {
             Some((m, at)) if sample > m && now < at + MIN_RTT_WINDOW => {}
             Some((m, _)) if sample > m => {
                 // Not seen lower for 10 s: drain whatever queue stands, then measure again.
+                // The smallest rises by a quarter at most per window: a queue another flow
+                // holds full (a loss-based one, which never lets it drain) must not become
+                // the path's propagation time, or the window would grow to hold that queue
+                // too and the other flow would starve (TCP kept 8-16 % beside a writer that
+                // started first). A path that really got longer is followed, more slowly.
                 let d = (self.srtt.unwrap_or(m) * 2).max(Duration::from_millis(10));
                 self.draining = Some(now + d);
-                self.min_rtt = Some((sample, now));
+                self.min_rtt = Some((sample.min(m + m / 4), now));
             }
             _ => self.min_rtt = Some((sample, now)),
         }

@@ -221,6 +221,64 @@ fn probes_go_while_bytes_are_in_flight() {
     assert_eq!(cc.probe_at(1000), None, "all answered, nothing new");
 }
 
+/// The smallest round trip is measured again every 10 s, but a queue another flow keeps
+/// full from then on (the round trip goes from 1 ms to 12 ms and stays) raises it by a
+/// quarter per 10 s at most, so the window does not grow to hold that queue too.
+#[test]
+fn a_queue_that_stays_is_not_taken_for_the_path() {
+    let (cc, _) = run(
+        25_000,
+        1_000,
+        0.0,
+        |k| Duration::from_millis(if k < 1_000 { 1 } else { 12 }),
+        false,
+    );
+    let min = cc.min_rtt.unwrap().0;
+    // Two re-measurements in 25 s: 1 ms x 1.25 x 1.25.
+    assert!(min <= Duration::from_micros(1_600), "{min:?}");
+    assert!(
+        min > Duration::from_millis(1),
+        "a longer path is followed: {min:?}"
+    );
+}
+
+/// A peer that stops answering (killed, its link down) while bytes keep leaving for it (a
+/// reader's requests, a writer's heartbeats): probes back off to one a second, where they
+/// went every few milliseconds until the lease ran out (14,000 a second, measured).
+#[test]
+fn probes_back_off_when_the_peer_stops_answering() {
+    let (mut cc, t0) = run(100, 1_000, 0.0, |_| Duration::from_millis(1), false);
+    let mut total = 100 * 1_000;
+    let mut now = t0;
+    let mut id = 1_000;
+    let mut sent = 0;
+    let end = t0 + Duration::from_secs(10);
+    while now < end {
+        // A request leaves every millisecond; nothing answers.
+        cc.on_sent(100);
+        total += 100;
+        if cc.probe_at(total).is_some_and(|at| at <= now) {
+            cc.check_silence(now, total);
+            cc.queue_probe(now, id, total);
+            cc.passed(id, total);
+            id += 1;
+            sent += 1;
+        }
+        now += Duration::from_millis(1);
+    }
+    // Spaced by a quarter of the silence: some 40 in 10 s.
+    assert!(sent <= 60, "{sent} probes in 10 s to a silent peer");
+    assert!(
+        sent >= 10,
+        "{sent}: a silent peer is still asked, to notice it answer again"
+    );
+    // It answers again: probing resumes at the probe interval.
+    cc.on_answer(now, id - 1, Some(total), total);
+    cc.on_sent(100);
+    let at = cc.probe_at(total + 100).unwrap();
+    assert!(at <= now + Duration::from_millis(50), "{:?}", at - now);
+}
+
 /// An answer reporting far more received than was ever sent (the peer's count started
 /// again after it forgot us, or datagrams were forged in our name) is not taken as a
 /// delivery rate: the measurement starts again from it.
