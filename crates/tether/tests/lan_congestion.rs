@@ -86,9 +86,9 @@ impl Drop for StopOnDrop<'_> {
 /// A TCP flow sharing the bottleneck with a reliable keep-all tether writer keeps a fair
 /// part of what it gets alone, and every tether sample still arrives, once and in order:
 ///
-/// - at 5 MB/s (a 13 ms queue) at least a quarter (a fair share is half; 32-52 % measured);
+/// - at 5 MB/s (a 13 ms queue) at least a quarter (a fair share is half; 32-58 % measured);
 /// - at 2.5 MB/s (a 26 ms queue, which TCP keeps so full that tether's smallest round trip
-///   is mostly queue: 6-10 ms where the link's is 0.1 ms) at least a fifth (32-37 %
+///   is mostly queue: 6-10 ms where the link's is 0.1 ms) at least a fifth (30-45 %
 ///   measured). This is the case that once left TCP 6 %: congestion was told by the
 ///   smoothed round trip against a smallest that was already queue.
 ///
