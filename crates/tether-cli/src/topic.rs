@@ -253,7 +253,16 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         } else {
             data.clone()
         };
-        let seq = p.put(sample.clone())?;
+        let seq = match p.put(sample.clone()) {
+            Ok(seq) => seq,
+            Err(e) => {
+                // Say what the readers owe as well as why the put failed: the failure alone
+                // does not tell how much of what was written got through.
+                eprintln!("error: {e}");
+                report_owed(&p, n);
+                return Ok(ExitCode::from(2));
+            }
+        };
         n += 1;
         if !a.quiet {
             if period.is_some_and(|p| p >= Duration::from_millis(50)) {
@@ -273,10 +282,16 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     p.wait_for_acknowledgments(linger);
     // Every reliable sample must be acknowledged by every reader it was written for, those
     // that left included: otherwise the exit status says so, -q or not.
-    let owed = p.unacknowledged();
-    if owed.is_empty() {
+    if report_owed(&p, n) {
         return Ok(ExitCode::SUCCESS);
     }
+    Ok(ExitCode::from(1))
+}
+
+/// Prints, for each reliable reader, how many of the `n` samples written it has not
+/// acknowledged; true if none owes any.
+fn report_owed(p: &tether::Publisher, n: u64) -> bool {
+    let owed = p.unacknowledged();
     for s in &owed {
         let name = if s.name.is_empty() { "?" } else { &s.name };
         let state = if s.departed {
@@ -291,7 +306,7 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
             s.reader, s.samples
         );
     }
-    Ok(ExitCode::from(1))
+    owed.is_empty()
 }
 
 /// Text if printable UTF-8, else hex.

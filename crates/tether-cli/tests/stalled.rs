@@ -177,6 +177,11 @@ fn a_strict_publisher_waits_for_a_stopped_reader() {
     assert_eq!(code, Some(2), "{perr}");
     assert!(perr.contains("put timed out"), "{perr}");
     assert!(!perr.contains("is inactive"), "{perr}");
+    // And what the readers owe of what was written: the stopped one at least.
+    assert!(
+        perr.contains("has not acknowledged") && perr.contains(" samples"),
+        "{perr}"
+    );
     for e in &echoes[..2] {
         assert!(e.lines() < n as usize, "{} samples", e.lines());
     }
