@@ -369,11 +369,13 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{:#?}", st.core);
     }
     if code != ExitCode::SUCCESS {
-        eprintln!(
-            "error: received {n} of {} samples on {} before the timeout",
-            a.count.map_or("any".to_string(), |c| c.to_string()),
-            a.topic
-        );
+        match a.count {
+            Some(c) => eprintln!(
+                "error: received {n} of {c} samples on {} before the timeout",
+                a.topic
+            ),
+            None => eprintln!("error: no sample on {} before the timeout", a.topic),
+        }
     }
     Ok(code)
 }
