@@ -37,8 +37,9 @@
 //!   queue another flow keeps full does not become the propagation time.
 //!
 //! A sender whose probes go unanswered for a while, with bytes in flight, sends probes
-//! anyway and halves its window once per timeout: everything is being lost (a full queue
-//! drops probes too). A peer that answers without `received` (an older version) leaves its
+//! anyway and halves its window once per timeout, taking what was in flight for lost (so
+//! the window opens again, as after TCP's retransmission timeout): everything is being
+//! lost (a full queue drops probes too). A peer that answers without `received` (an older version) leaves its
 //! path uncontrolled.
 
 use std::collections::VecDeque;
@@ -461,8 +462,10 @@ impl Congestion {
     }
 
     /// Before a probe is queued: if bytes are in flight and the oldest probe waiting has
-    /// had no answer for twice the answer timeout (at least 20 ms), everything is being lost (a full queue drops
-    /// probes too, a link went down): the window is halved, once per timeout. True if so.
+    /// had no answer for twice the answer timeout (at least 20 ms), everything is being lost
+    /// (a full queue drops probes too, a link went down): the window is halved, once per
+    /// timeout, and what was in flight is taken for lost, so the window has room again.
+    /// True if so.
     pub(crate) fn check_silence(&mut self, now: Instant, total: u64) -> bool {
         let Some(oldest) = self.probes.front().map(|p| p.at) else {
             return false;
@@ -482,6 +485,10 @@ impl Congestion {
         self.capped_at = Some(now);
         self.congestion_events += 1;
         self.full = true;
+        // What was in flight is taken for lost (as TCP's retransmission timeout does): the
+        // halved window opens again, so a path whose answers were all lost (a start-up in
+        // a burst of loss) is not shut until one gets through; repairs ask for the rest.
+        self.settled = total;
         true
     }
 
@@ -954,6 +961,7 @@ impl Participant {
         let hdr = self.header();
         let mut next: Option<Instant> = None;
         let mut due = Vec::new();
+        let mut reopened = false;
         for (pid, r) in &self.peers.remotes {
             let Some(cc) = r.cc.as_ref() else { continue };
             let total = cc.total(group_sent(&self.peers.group_sent, r.group));
@@ -976,6 +984,7 @@ impl Participant {
             let Some(cc) = r.cc.as_mut() else { continue };
             if cc.check_silence(now, total) {
                 self.stats.congestion_events += 1;
+                reopened = true;
             }
             cc.queue_probe(now, id, total);
             if let Some(at) = cc.probe_at(total) {
@@ -992,6 +1001,9 @@ impl Participant {
             }
         }
         self.next_cc_probe = next;
+        if reopened {
+            self.unblock_writers();
+        }
     }
 
     /// A PROBE_ACK answering a congestion controller's probe: the path's round trip and

@@ -144,7 +144,7 @@ fn late_answers_with_random_loss_are_not_congestion() {
 }
 
 /// Without answers while bytes are in flight (a full queue drops the probes too), the
-/// window is halved once per answer timeout.
+/// window is halved once per answer timeout, and opens again.
 #[test]
 fn silence_halves_the_window_once_per_timeout() {
     let (mut cc, now) = run(100, 10_000, 0.0, |_| Duration::from_millis(2), false);
@@ -163,6 +163,10 @@ fn silence_halves_the_window_once_per_timeout() {
         "{w} -> {halved}"
     );
     assert!(!cc.check_silence(later + Duration::from_millis(1), total));
+    // What was in flight is taken for lost: the halved window has room (a start-up whose
+    // answers were all lost stalled until one got through, past put's time-out).
+    assert_eq!(cc.in_flight(total), 0);
+    assert!(cc.has_room(total, later));
 }
 
 /// A peer whose answers carry no `received` (an older version) leaves the path
