@@ -86,6 +86,16 @@ fn echo_timeout_exits_1() {
     let out = finish(spawn(e), Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("received 0 of 1 samples on /nobody"));
+    // Without --count: nothing came, said plainly.
+    let mut e = tether(dir.path());
+    e.args(["echo", "/nobody", "--timeout", "0.5"]);
+    let out = finish(spawn(e), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no sample on /nobody before the timeout"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
