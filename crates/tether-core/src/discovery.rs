@@ -102,8 +102,9 @@ pub(crate) fn group_sent(counts: &[(SocketAddr, u64)], g: Option<SocketAddr>) ->
 }
 
 impl Participant {
-    /// A datagram from `pid` arrived from `from`: a known participant's lease is renewed,
-    /// its address follows it, and `counted` bytes are added to what we report having
+    /// A datagram from `pid` arrived from `from`: if `authenticated` (security off, or its
+    /// AUTH_TAG verified), a known participant's lease is renewed, its address follows it,
+    /// and `counted` bytes are added to what we report having
     /// received from it (`docs/wire.md#received`). False if `pid` is unknown.
     pub(crate) fn heard_from(
         &mut self,
@@ -111,9 +112,15 @@ impl Participant {
         pid: ParticipantId,
         from: SocketAddr,
         counted: usize,
+        authenticated: bool,
     ) -> bool {
         if let Some(p) = self.peers.remotes.get_mut(&pid) {
             p.last_heard = now;
+            if !authenticated {
+                // In a secure realm, from a peer not yet verified: it may talk (PARTICIPANT
+                // and AUTH), not move its address or count towards what we report received.
+                return true;
+            }
             p.received = p.received.wrapping_add(counted as u64);
             if p.addr != from {
                 // The peer's address changed (new IP, NAT rebinding): follow it.
@@ -270,9 +277,13 @@ impl Participant {
             name: p.name.to_string(),
             addr: from,
         });
-        // Answer at once, so discovery takes one round trip, not one period.
-        for d in self.announcement(None) {
-            self.push_transmit(from, d);
+        // Answer at once, so discovery takes one round trip, not one period. In a secure
+        // realm the AUTH just sent carries our PARTICIPANT, and our endpoints follow once the
+        // peer holds our control key (a peer takes nothing else unauthenticated).
+        if self.cfg.security.is_none() {
+            for d in self.announcement(None) {
+                self.push_transmit(from, d);
+            }
         }
         true
     }
@@ -487,17 +498,22 @@ impl Participant {
         }
     }
 
-    /// Datagrams announcing this participant and its endpoints (`only`: one endpoint).
-    pub(crate) fn announcement(&self, only: Option<EntityId>) -> Vec<Bytes> {
-        let mut out = Vec::new();
-        let hdr = self.header();
-        let part = Submessage::Participant(ParticipantRepr {
+    /// This participant as a PARTICIPANT submessage announces it.
+    pub(crate) fn participant_repr(&self) -> ParticipantRepr<'_> {
+        ParticipantRepr {
             lease_ms: u32::try_from(self.cfg.lease.as_millis())
                 .unwrap_or(u32::MAX)
                 .max(1),
             name: &self.cfg.name,
             data_group: self.cfg.data_group,
-        });
+        }
+    }
+
+    /// Datagrams announcing this participant and its endpoints (`only`: one endpoint).
+    pub(crate) fn announcement(&self, only: Option<EntityId>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let hdr = self.header();
+        let part = Submessage::Participant(self.participant_repr());
         let mut buf = Vec::new();
         let mut b = DatagramBuilder::new(&mut buf, hdr);
         let _ = b.push(&part);

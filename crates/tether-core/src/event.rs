@@ -107,6 +107,12 @@ pub enum AuthFailure {
     BadAnswer,
     /// Its credential was revoked while it was a member.
     Revoked,
+    /// Its AUTH's credential is not sealed with this realm's secret (another realm, or not
+    /// a member).
+    NotSealedForRealm,
+    /// Another credential was presented under its participant id, which a verified
+    /// credential holds until it leaves.
+    IdentityConflict,
 }
 
 impl fmt::Display for AuthFailure {
@@ -117,6 +123,12 @@ impl fmt::Display for AuthFailure {
                 f.write_str("its answer to our challenge does not verify with its credential's key")
             }
             AuthFailure::Revoked => f.write_str("its credential was revoked"),
+            AuthFailure::NotSealedForRealm => f.write_str(
+                "its credential is not sealed with this realm's secret (another realm, or not a member)",
+            ),
+            AuthFailure::IdentityConflict => f.write_str(
+                "another credential was presented under its participant id (refused: the id is bound to the credential it verified with)",
+            ),
         }
     }
 }
@@ -486,4 +498,21 @@ pub struct Stats {
     pub signatures_made: u64,
     /// Batch signatures verified (one per batch received, whatever its size).
     pub signatures_verified: u64,
+
+    // The authenticated control plane (`docs/wire.md#auth_tag`).
+    /// Datagrams given an AUTH_TAG (one per distinct datagram, whatever its destinations).
+    pub datagrams_tagged: u64,
+    /// Datagrams from verified peers whose AUTH_TAG verified.
+    pub datagrams_authenticated: u64,
+    /// Datagrams from a verified peer without a valid AUTH_TAG (forged, altered, or under a
+    /// key we do not hold), dropped whole before anything in them was acted on.
+    pub unauthenticated: u64,
+    /// Submessages other than PARTICIPANT and AUTH from a peer not yet verified, dropped.
+    pub unverified_dropped: u64,
+    /// AUTHs presenting another credential under a verified participant's id, refused.
+    pub identity_conflicts: u64,
+    /// New epochs of this participant's control key.
+    pub control_rekeys: u64,
+    /// This participant's control key wrapped for a peer (once per peer and epoch).
+    pub control_keys_wrapped: u64,
 }

@@ -54,7 +54,7 @@ pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPol
 pub use security::keys::KEPT_EPOCHS;
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};
-pub use transmit::{Head, Transmit};
+pub use transmit::{Head, Tail, Transmit};
 pub use writer::flow::{
     FlowController, Priority, RateError, UnknownPriority, format_rate, parse_rate,
 };

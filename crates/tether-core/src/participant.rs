@@ -23,7 +23,8 @@ use crate::discovery::RemoteEndpoint;
 use crate::error::CreateError;
 use crate::matching::Side;
 use crate::reliability::{ack_interval, heartbeat_all};
-use crate::transmit::Transmit;
+use crate::security::control::{Origin, needs_authentication};
+use crate::transmit::{Tail, Transmit};
 use crate::writer::multicast_peers;
 
 /// Bytes a DATA submessage adds around its payload (datagram header included).
@@ -502,15 +503,29 @@ impl Participant {
         };
         let d = admitted.datagram();
         let pid = d.header().participant;
+        // A datagram sealed for us alone (pairwise mode) is authenticated by its seal, and
+        // what it opens to by its own AUTH_TAG.
+        let sealed = outer && datagram.get(HEADER_LEN) == Some(&(SubmessageKind::Sealed as u8));
+        let origin = if sealed {
+            Origin::Unverified
+        } else {
+            match self.authenticate(pid, datagram) {
+                Some(o) => o,
+                None => return,
+            }
+        };
         // What a sealed datagram opens to is counted, as its sender counted it
         // (`docs/wire.md#received`).
-        let sealed = outer && datagram.get(HEADER_LEN) == Some(&(SubmessageKind::Sealed as u8));
         let counted = if !sealed && counts_as_received(datagram) {
             datagram.len()
         } else {
             0
         };
-        let mut known = self.heard_from(now, pid, from, counted);
+        let mut known = if sealed {
+            self.peers.remotes.contains_key(&pid)
+        } else {
+            self.heard_from(now, pid, from, counted, origin != Origin::Unverified)
+        };
         // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
         let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {
@@ -527,6 +542,16 @@ impl Participant {
                     known = self.on_participant(now, pid, from, p);
                 }
                 Submessage::Unknown(_) => self.stats.unknown_kind += 1,
+                // Checked by the gate (`authenticate`) before anything else.
+                Submessage::AuthTag(_) => {}
+                // Sealed for us alone: opened below, then authenticated.
+                Submessage::Sealed(x) if sealed => {
+                    self.on_sealed(now, from, pid, datagram, x);
+                    break;
+                }
+                _ if origin == Origin::Unverified && needs_authentication(&m) => {
+                    self.stats.unverified_dropped += 1;
+                }
                 _ if !known => self.stats.unknown_sender += 1,
                 Submessage::ParticipantBye => {
                     self.remove_participant(pid);
@@ -534,14 +559,9 @@ impl Participant {
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
                 Submessage::Auth(a) => self.on_auth(now, pid, a),
-                // The rest of the datagram, sealed for us alone (pairwise mode). Once: what
-                // it opens to is handled as a datagram that may not be sealed again.
-                Submessage::Sealed(x) => {
-                    if outer {
-                        self.on_sealed(now, from, pid, datagram, x);
-                    } else {
-                        self.stats.pair_open_failed += 1;
-                    }
+                // A SEALED anywhere but first in an outer datagram, or in what one opened to.
+                Submessage::Sealed(_) => {
+                    self.stats.pair_open_failed += 1;
                     break;
                 }
                 Submessage::EndpointBye(e) => self.remove_remote_endpoint(pid, e),
@@ -739,6 +759,7 @@ impl Participant {
             // No path is congestion controlled (every peer on this host): nothing to count
             // or hold back.
             let t = self.transmits.pop_front()?;
+            let t = self.tag_transmit(t);
             return Some(self.seal_for_peer(t));
         }
         loop {
@@ -751,6 +772,7 @@ impl Participant {
                 },
                 None => self.release_queued()?,
             };
+            let t = self.tag_transmit(t);
             self.count_sent(&t);
             return Some(self.seal_for_peer(t));
         }
@@ -768,6 +790,7 @@ impl Participant {
             dest,
             head: payload.into(),
             body: Bytes::new(),
+            tail: Tail::NONE,
         });
     }
 

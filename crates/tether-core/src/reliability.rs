@@ -20,7 +20,7 @@ use crate::participant::{Config, Participant};
 use crate::reader::note_delivered;
 use crate::reader::state::renack_interval;
 use crate::security::protect::wire_form;
-use crate::transmit::Transmit;
+use crate::transmit::{Tail, Transmit};
 use crate::writer::fanout_addrs;
 use crate::writer::packer::Packer;
 
@@ -108,6 +108,7 @@ pub(crate) fn heartbeat_all(
             dest,
             head: dg.clone().into(),
             body: Bytes::new(),
+            tail: Tail::NONE,
         });
     };
     if w.reliable_dests.len() == w.dests.len() {

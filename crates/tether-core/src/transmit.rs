@@ -73,7 +73,44 @@ impl std::fmt::Debug for Head {
     }
 }
 
-/// One datagram to send: `head` followed by `body`. The body is a sample's payload,
+/// What follows a datagram's body: in a secure realm its AUTH_TAG (`docs/wire.md#auth_tag`),
+/// computed as the datagram leaves the engine; empty otherwise.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Tail {
+    len: u8,
+    buf: [u8; tether_wire::AUTH_TAG_LEN],
+}
+
+impl Tail {
+    /// No tail.
+    pub const NONE: Tail = Tail {
+        len: 0,
+        buf: [0; tether_wire::AUTH_TAG_LEN],
+    };
+
+    /// An AUTH_TAG submessage.
+    pub(crate) fn auth_tag(b: [u8; tether_wire::AUTH_TAG_LEN]) -> Tail {
+        Tail {
+            len: tether_wire::AUTH_TAG_LEN as u8,
+            buf: b,
+        }
+    }
+}
+
+impl std::ops::Deref for Tail {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Tail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tail({} bytes)", self.len)
+    }
+}
+
+/// One datagram to send: `head` followed by `body`, then `tail`. The body is a sample's payload,
 /// referenced rather than copied, so a transport can send both with one scatter-gather call;
 /// several transmits of one sample share the same payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,12 +122,14 @@ pub struct Transmit {
     pub head: Head,
     /// The payload of the datagram's last DATA submessage, or empty.
     pub body: Bytes,
+    /// The datagram's authentication tag (secure realms), or empty.
+    pub tail: Tail,
 }
 
 impl Transmit {
     /// Total datagram length.
     pub fn len(&self) -> usize {
-        self.head.len() + self.body.len()
+        self.head.len() + self.body.len() + self.tail.len()
     }
 
     /// True if the datagram is empty (never for transmits the engine produces).
@@ -100,12 +139,13 @@ impl Transmit {
 
     /// The datagram as one buffer.
     pub fn contiguous(&self) -> Bytes {
-        if self.body.is_empty() {
+        if self.body.is_empty() && self.tail.is_empty() {
             self.head.to_bytes()
         } else {
             let mut v = Vec::with_capacity(self.len());
             v.extend_from_slice(&self.head);
             v.extend_from_slice(&self.body);
+            v.extend_from_slice(&self.tail);
             Bytes::from(v)
         }
     }

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+mod control;
 mod credential;
 mod grant;
 mod identity;
@@ -31,13 +32,17 @@ pub mod sample;
 mod suite;
 mod topic;
 
+pub use control::{
+    CONTROL_TAG_LEN, CREDENTIAL_SEAL_OVERHEAD, ControlKey, control_wrap_context, open_credential,
+    seal_credential,
+};
 pub use credential::{Credential, CredentialError, RevocationList};
 pub use grant::{pattern_matches, valid_pattern};
 pub use identity::{CaKey, Identity, RealmSecret};
 pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};
 pub use pairwise::pair_key;
 pub use random::{OsRandom, Random, random_array, random_bytes};
-pub use replay::ReplayWindow;
+pub use replay::{ControlWindow, ReplayWindow, Window};
 pub use sample::{Protection, UnknownProtection};
 pub use suite::{SMALL_MESSAGE, SealError, SenderKey, Suite, TAG_LEN, UnknownSuite};
 pub use topic::TopicId;

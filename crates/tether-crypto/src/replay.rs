@@ -3,17 +3,34 @@
 /// Accepts each sequence number once: anything newer than the highest seen, or within the
 /// last [`ReplayWindow::SIZE`] and not seen yet. Older or repeated numbers are refused.
 /// Constant memory whatever arrives.
-#[derive(Debug, Clone, Default)]
-pub struct ReplayWindow {
+#[derive(Debug, Clone)]
+pub struct Window<const W: usize> {
     /// Highest accepted, 0 before the first.
     top: u64,
     /// Bit i: `top - i` was accepted.
-    bits: [u64; 4],
+    bits: [u64; W],
 }
 
-impl ReplayWindow {
+/// The window of samples: 256 behind the newest.
+pub type ReplayWindow = Window<4>;
+
+/// The window of authenticated control datagrams (`docs/wire.md#auth_tag`): 1,024 behind the
+/// newest, since a sender's datagrams reach a receiver through two sockets (unicast and its
+/// multicast group) whose queues it drains in batches, one after the other.
+pub type ControlWindow = Window<16>;
+
+impl<const W: usize> Default for Window<W> {
+    fn default() -> Self {
+        Window {
+            top: 0,
+            bits: [0; W],
+        }
+    }
+}
+
+impl<const W: usize> Window<W> {
     /// How far behind the newest a number may be and still be accepted once.
-    pub const SIZE: u64 = 256;
+    pub const SIZE: u64 = 64 * W as u64;
 
     /// An empty window.
     pub fn new() -> Self {
@@ -30,13 +47,13 @@ impl ReplayWindow {
 
     fn shift(&mut self, by: u64) {
         if by >= Self::SIZE {
-            self.bits = [0; 4];
+            self.bits = [0; W];
             return;
         }
         let words = (by / 64) as usize;
         let rem = by % 64;
-        let mut out = [0u64; 4];
-        for i in (0..4).rev() {
+        let mut out = [0u64; W];
+        for i in (0..W).rev() {
             if i < words {
                 continue;
             }
@@ -103,6 +120,15 @@ mod tests {
         assert!(!w.accept(1000 - 256));
         assert!(w.accept(1001));
         assert!(!w.accept(1000));
+    }
+
+    #[test]
+    fn the_control_window_is_wider() {
+        let mut w = ControlWindow::new();
+        assert!(w.accept(5000));
+        assert!(w.accept(5000 - 1023));
+        assert!(!w.accept(5000 - 1024));
+        assert!(!w.accept(5000));
     }
 
     proptest! {

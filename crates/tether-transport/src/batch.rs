@@ -49,6 +49,18 @@ pub trait Outgoing {
     fn head(&self) -> &[u8];
     /// The rest (may be empty).
     fn body(&self) -> &[u8];
+    /// What follows the body (an authentication tag; usually empty).
+    fn tail(&self) -> &[u8] {
+        &[]
+    }
+    /// The datagram's length.
+    fn len(&self) -> usize {
+        self.head().len() + self.body().len() + self.tail().len()
+    }
+    /// Whether the datagram is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Outgoing for (SocketAddr, &[u8], &[u8]) {
@@ -319,19 +331,19 @@ impl Batcher {
         let mut i = 0;
         // First the iovecs, addresses and control messages, then (below) the headers that
         // point into them.
-        while i < batch.len() && s.spans.len() < MAX_MSGS && s.iovs.len() + 2 <= MAX_IOVS {
+        while i < batch.len() && s.spans.len() < MAX_MSGS && s.iovs.len() + 3 <= MAX_IOVS {
             let first = &batch[i];
-            let len = first.head().len() + first.body().len();
+            let len = first.len();
             let dest = first.dest();
             let mut n = 1;
             if gso && len > 0 {
                 let mut total = len;
                 while i + n < batch.len()
                     && n < MAX_SEGMENTS
-                    && s.iovs.len() + 2 * (n + 1) <= MAX_IOVS
+                    && s.iovs.len() + 3 * (n + 1) <= MAX_IOVS
                 {
                     let d = &batch[i + n];
-                    let l = d.head().len() + d.body().len();
+                    let l = d.len();
                     if l == 0 || l > len || total + l > MAX_GSO_BYTES || d.dest() != dest {
                         break;
                     }
@@ -345,7 +357,7 @@ impl Batcher {
             }
             let iovs_before = s.iovs.len();
             for d in &batch[i..i + n] {
-                for part in [d.head(), d.body()] {
+                for part in [d.head(), d.body(), d.tail()] {
                     if !part.is_empty() {
                         s.iovs.push(libc::iovec {
                             iov_base: part.as_ptr() as *mut libc::c_void,
@@ -648,9 +660,7 @@ fn settle<T: Outgoing>(r: io::Result<()>, d: &T, report: &mut SendReport) {
         Err(e) => {
             report.failed += 1;
             if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                report
-                    .too_large
-                    .push((d.dest(), d.head().len() + d.body().len()));
+                report.too_large.push((d.dest(), d.len()));
             }
         }
     }

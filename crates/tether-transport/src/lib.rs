@@ -39,13 +39,19 @@ pub trait Transport: Send + Sync {
     {
         let mut r = SendReport::default();
         for d in batch {
-            match self.send(d.dest(), d.head(), d.body()) {
+            let joined;
+            let body = if d.tail().is_empty() {
+                d.body()
+            } else {
+                joined = [d.body(), d.tail()].concat();
+                &joined[..]
+            };
+            match self.send(d.dest(), d.head(), body) {
                 Ok(()) => r.sent += 1,
                 Err(e) => {
                     r.failed += 1;
                     if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                        r.too_large
-                            .push((d.dest(), d.head().len() + d.body().len()));
+                        r.too_large.push((d.dest(), d.len()));
                     }
                 }
             }
@@ -335,25 +341,34 @@ fn recv_into(
 
 impl UdpTransport {
     /// One datagram, one system call.
-    fn send_one(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()> {
+    fn send_one(&self, dest: SocketAddr, head: &[u8], body: &[u8], tail: &[u8]) -> io::Result<()> {
         let addr = dest.into();
-        if body.is_empty() {
+        let n = head.len() + body.len() + tail.len();
+        if body.is_empty() && tail.is_empty() {
             self.socket.send_to(head, &addr).map(|_| ())
-        } else if head.len() + body.len() <= SMALL {
+        } else if n <= SMALL {
             // For tiny datagrams one contiguous copy is cheaper than the kernel's iovec path.
-            let n = head.len() + body.len();
             let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); SMALL];
-            // SAFETY: head and body fit in `buf` (n <= SMALL) and do not overlap it; the
-            // first n bytes are initialised before the slice over them is made.
+            // SAFETY: head, body and tail fit in `buf` (n <= SMALL) and do not overlap it;
+            // the first n bytes are initialised before the slice over them is made.
             let data = unsafe {
                 let p = buf.as_mut_ptr().cast::<u8>();
                 std::ptr::copy_nonoverlapping(head.as_ptr(), p, head.len());
                 std::ptr::copy_nonoverlapping(body.as_ptr(), p.add(head.len()), body.len());
+                std::ptr::copy_nonoverlapping(
+                    tail.as_ptr(),
+                    p.add(head.len() + body.len()),
+                    tail.len(),
+                );
                 std::slice::from_raw_parts(p.cast_const(), n)
             };
             self.socket.send_to(data, &addr).map(|_| ())
         } else {
-            let iov = [io::IoSlice::new(head), io::IoSlice::new(body)];
+            let iov = [
+                io::IoSlice::new(head),
+                io::IoSlice::new(body),
+                io::IoSlice::new(tail),
+            ];
             self.socket.send_to_vectored(&iov, &addr).map(|_| ())
         }
     }
@@ -368,7 +383,7 @@ impl std::os::fd::AsFd for UdpTransport {
 impl Transport for UdpTransport {
     fn send(&self, dest: SocketAddr, head: &[u8], body: &[u8]) -> io::Result<()> {
         self.batch.count_send();
-        self.send_one(dest, head, body)
+        self.send_one(dest, head, body, &[])
     }
     /// Groups consecutive datagrams to one destination into GSO messages (equal sizes, the
     /// last may be shorter) and sends up to 64 messages per `sendmmsg`; falls back to one
@@ -378,7 +393,7 @@ impl Transport for UdpTransport {
         self.batch.send(
             &self.socket,
             batch,
-            |d| self.send_one(d.dest(), d.head(), d.body()),
+            |d| self.send_one(d.dest(), d.head(), d.body(), d.tail()),
             &mut r,
         );
         r

@@ -48,12 +48,13 @@ pub use keys::{
     pair_key_info, topic_id_input,
 };
 pub use repr::{
-    ACKNACK_START_UNKNOWN, AckNackRepr, AuthRepr, BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr,
-    BatchSigRepr, DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, EndpointKind,
-    EndpointRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr,
-    Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr, PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr,
-    ProbeAckRepr, ProbeRepr, QosRepr, Reliability, SEALED_FIXED_LEN, SealedRepr, StrList,
-    Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry,
+    ACKNACK_START_UNKNOWN, AUTH_TAG_LEN, AckNackRepr, AuthRepr, AuthTagRepr, BATCH_ENTRY_OVERHEAD,
+    BATCH_FIXED_LEN, BatchRepr, BatchSigRepr, ControlKeyRepr, DATA_FRAG_FIXED_LEN, DataFragRepr,
+    DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr,
+    HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr,
+    PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr, QosRepr, Reliability,
+    SEALED_FIXED_LEN, SealedRepr, StrList, Submessage, SubmessageKind, auth_signed_bytes,
+    batch_entry_head, push_batch_entry,
 };
 pub use sample::{
     ProtectedSample, ProtectedSampleRepr, SAMPLE_TAG_LEN, SEALED_EPOCH_LEN, SIGNATURE_LEN,

@@ -430,17 +430,38 @@ proptest! {
         cred in proptest::collection::vec(any::<u8>(), 1..600),
         verified_you in any::<bool>(),
         you_verified_me in any::<bool>(),
+        key in proptest::option::of((1u32.., proptest::collection::vec(any::<u8>(), 1..256))),
+        have_epoch in any::<u32>(),
     ) {
         let response: Option<[u8; 64]> = response.map(|r| r.try_into().unwrap());
-        let a = AuthRepr { to: ParticipantId(to), challenge, response, verified_you, you_verified_me, credential: &cred };
+        let control_key = key.as_ref().map(|(epoch, w)| ControlKeyRepr { epoch: *epoch, wrapped: w });
+        let a = AuthRepr { to: ParticipantId(to), challenge, response, verified_you, you_verified_me, control_key, have_epoch, credential: &cred };
         roundtrip(&[Submessage::Auth(a)]);
+    }
+
+    /// A datagram's AUTH_TAG round-trips, and is found at its end with the bytes it covers.
+    #[test]
+    fn auth_tag_roundtrip_and_split(epoch in 1u32.., counter in 1u64.., tag in any::<[u8; 16]>()) {
+        let t = AuthTagRepr { epoch, counter, tag };
+        roundtrip(&[Submessage::ParticipantBye, Submessage::AuthTag(t)]);
+        let mut dg = Vec::new();
+        DatagramBuilder::new(&mut dg, Header { domain: 1, participant: ParticipantId(3) })
+            .push(&Submessage::ParticipantBye).unwrap();
+        let covered = dg.clone();
+        dg.extend_from_slice(&t.bytes());
+        let (got, c) = AuthTagRepr::split(&dg).unwrap();
+        prop_assert_eq!(got, t);
+        prop_assert_eq!(c, &covered[..]);
+        prop_assert!(Datagram::parse(&dg).is_ok());
+        // Not at the end: not found.
+        prop_assert!(AuthTagRepr::split(&covered).is_none());
     }
 
     /// Every truncation of a valid AUTH is refused, never misread.
     #[test]
     fn auth_truncations_refused(cut in 0usize..200) {
         let cred = [5u8; 100];
-        let a = AuthRepr { to: ParticipantId(9), challenge: [1; 32], response: Some([2; 64]), verified_you: true, you_verified_me: false, credential: &cred };
+        let a = AuthRepr { to: ParticipantId(9), challenge: [1; 32], response: Some([2; 64]), verified_you: true, you_verified_me: false, control_key: Some(ControlKeyRepr { epoch: 1, wrapped: &[7; 60] }), have_epoch: 2, credential: &cred };
         let mut body = Vec::new();
         Submessage::Auth(a).emit_body(&mut body).unwrap();
         let cut = cut.min(body.len() - 1);
@@ -457,6 +478,8 @@ fn auth_bad_values() {
         response: None,
         verified_you: false,
         you_verified_me: false,
+        control_key: None,
+        have_epoch: 0,
         credential: &cred,
     };
     let mut body = Vec::new();
@@ -467,7 +490,7 @@ fn auth_bad_values() {
     assert!(Submessage::parse(0x0C, &b).is_err());
     // unknown flag bits
     let mut b = body.clone();
-    b[40] = 8;
+    b[40] = 16;
     assert!(Submessage::parse(0x0C, &b).is_err());
     // credential length 0, or longer than the limit
     let empty = AuthRepr {
@@ -476,7 +499,7 @@ fn auth_bad_values() {
     };
     assert!(Submessage::Auth(empty).emit_body(&mut Vec::new()).is_err());
     let mut b = body.clone();
-    b[41..43].copy_from_slice(&5000u16.to_le_bytes());
+    b[45..47].copy_from_slice(&5000u16.to_le_bytes());
     assert!(Submessage::parse(0x0C, &b).is_err());
     // trailing bytes
     let mut b = body.clone();

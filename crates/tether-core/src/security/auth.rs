@@ -3,14 +3,12 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use tether_wire::{DatagramBuilder, EndpointKind, EntityId, ParticipantId, Submessage};
+use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
 
 use crate::endpoint::EndpointInfo;
 use crate::event::AuthFailure;
-use crate::event::{Event, Guid};
+use crate::event::Event;
 
-use crate::discovery::RemoteEndpoint;
-use crate::matching::Side;
 use crate::participant::Participant;
 
 impl Participant {
@@ -43,13 +41,18 @@ impl Participant {
         }
     }
 
-    /// Sends our AUTH to `pid`: credential, our challenge, our answer to its challenge.
+    /// Sends our AUTH to `pid`: credential (sealed for members), our challenge, our answer to
+    /// its challenge with our control key wrapped for it, and the epoch of its control key we
+    /// hold; after our PARTICIPANT, so a peer that missed our announcement learns us from it.
     pub(crate) fn send_auth(&mut self, now: Instant, pid: ParticipantId) {
         let me = self.cfg.participant;
         let hdr = self.header();
         let Some(sec) = self.cfg.security.clone() else {
             return;
         };
+        let ours = self.control_tx().key.epoch();
+        let ours_raw = self.control_tx().key.key_bytes().to_vec();
+        let sealed = sec.sealed_credential(me, pid, self.random.get());
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
@@ -58,21 +61,48 @@ impl Participant {
         let response = a.theirs.map(|c| sec.answer(me, pid, &c));
         a.answered = a.theirs;
         a.sent = Some(now);
+        // Our control key goes with our answer, wrapped for the key its credential names
+        // (cached: a key agreement per peer and epoch, not per resend).
+        if response.is_some() && a.wrapped_ours.as_ref().is_none_or(|(e, _)| *e != ours) {
+            if let Some(kx) = a.credential.as_ref().map(|c| c.kx_public) {
+                let ctx = tether_crypto::control_wrap_context(&sec.ca_public, me.0, pid.0, ours);
+                a.wrapped_ours =
+                    tether_crypto::wrap_key(&sec.identity, &kx, &ctx, &ours_raw, self.random.get())
+                        .map(|w| (ours, w));
+                self.stats.control_keys_wrapped += 1;
+            }
+        }
+        let wrapped = a
+            .wrapped_ours
+            .clone()
+            .filter(|(e, _)| response.is_some() && *e == ours);
+        let (challenge, verified_you, you_verified_me, have_epoch) =
+            (a.mine, a.verified, a.verified_us, a.control.epoch());
         let m = tether_wire::AuthRepr {
             to: pid,
-            challenge: a.mine,
+            challenge,
             response,
-            verified_you: a.verified,
-            you_verified_me: a.verified_us,
-            credential: sec.credential_bytes(),
+            verified_you,
+            you_verified_me,
+            control_key: wrapped.as_ref().map(|(e, w)| tether_wire::ControlKeyRepr {
+                epoch: *e,
+                wrapped: w,
+            }),
+            have_epoch,
+            credential: &sealed,
         };
-        let mut dg = Vec::with_capacity(200 + m.credential.len());
-        if DatagramBuilder::new(&mut dg, hdr)
-            .push(&Submessage::Auth(m))
-            .is_ok()
-        {
+        let part = self.participant_repr();
+        let mut dg = Vec::with_capacity(300 + m.credential.len());
+        let mut b = DatagramBuilder::new(&mut dg, hdr);
+        if b.push(&Submessage::Participant(part)).is_ok() && b.push(&Submessage::Auth(m)).is_ok() {
             self.push_transmit(addr, Bytes::from(dg));
         }
+    }
+
+    /// Reports once that `pid`'s AUTH was refused for `reason`.
+    fn auth_refused(&mut self, pid: ParticipantId, reason: AuthFailure) {
+        self.stats.auth_failed += 1;
+        self.report_refusal(pid, reason);
     }
 
     pub(crate) fn on_auth(
@@ -89,67 +119,108 @@ impl Participant {
             self.stats.auth_failed += 1;
             return;
         }
-        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
+        if self.peers.remotes.get(&pid).is_none_or(|p| p.auth.is_none()) {
+            return;
+        }
+        let Some(bytes) = sec.open_credential(pid, me, m.credential) else {
+            self.auth_refused(pid, AuthFailure::NotSealedForRealm);
             return;
         };
-        let Some(a) = rp.auth.as_mut() else { return };
-        let cred = match sec.check(m.credential, now) {
+        let cred = match sec.check(&bytes, now) {
             Ok(c) => c,
             Err(e) => {
-                self.stats.auth_failed += 1;
-                if !a.reported {
-                    a.reported = true;
-                    self.events.push_back(Event::AuthenticationFailed {
-                        participant: pid,
-                        reason: AuthFailure::CredentialRefused(e),
-                    });
-                }
+                self.auth_refused(pid, AuthFailure::CredentialRefused(e));
                 return;
             }
+        };
+        let ours = self.control_tx().key.epoch();
+        let Some(a) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|p| p.auth.as_mut())
+        else {
+            return;
         };
         if a.credential
             .as_ref()
             .is_some_and(|c| c.sign_public != cred.sign_public)
         {
-            // Another identity under the same participant id: start over.
-            a.verified = false;
+            if a.verified {
+                // A verified id stays bound to its credential until it leaves: another
+                // credential under it (a member posing as another) is refused.
+                self.stats.identity_conflicts += 1;
+                if !a.conflict_reported {
+                    a.conflict_reported = true;
+                    self.events.push_back(Event::AuthenticationFailed {
+                        participant: pid,
+                        reason: AuthFailure::IdentityConflict,
+                    });
+                }
+                return;
+            }
+            // Not verified yet: whoever proves a credential first binds the id.
             a.verified_us = false;
+            a.wrapped_ours = None;
         }
+        let kx = cred.kx_public;
+        let sign_public = cred.sign_public;
         a.credential = Some(cred);
         let new_challenge = a.theirs != Some(m.challenge);
         a.theirs = Some(m.challenge);
         a.verified_us = m.verified_you;
+        let had_ours = a.has_ours == ours;
+        a.has_ours = m.have_epoch;
+        let holds_ours = a.has_ours == ours && !had_ours;
+        // Its control key, wrapped for us by the key its credential names: authenticates
+        // itself, whoever relayed the datagram.
+        let theirs = m.control_key.and_then(|k| {
+            let ctx = tether_crypto::control_wrap_context(&sec.ca_public, pid.0, me.0, k.epoch);
+            tether_crypto::unwrap_key(&sec.identity, &kx, &ctx, k.wrapped)
+                .and_then(|raw| tether_crypto::ControlKey::from_bytes(k.epoch, &raw))
+        });
         let mut newly = false;
-        if let (Some(r), false) = (m.response, a.verified) {
-            let signed = tether_wire::auth_signed_bytes(&a.mine, pid, me);
-            let key = a
-                .credential
-                .as_ref()
-                .map(|c| c.sign_public)
-                .unwrap_or_default();
-            if tether_crypto::Identity::verify(&key, &signed, &r) {
-                a.verified = true;
-                newly = true;
-            } else {
-                self.stats.auth_failed += 1;
-                if !a.reported {
-                    a.reported = true;
-                    self.events.push_back(Event::AuthenticationFailed {
-                        participant: pid,
-                        reason: AuthFailure::BadAnswer,
-                    });
+        let mut new_key = false;
+        let mut bad_answer = false;
+        match (m.response, a.verified) {
+            (Some(r), false) => {
+                let signed = tether_wire::auth_signed_bytes(&a.mine, pid, me);
+                match theirs {
+                    Some(k) if tether_crypto::Identity::verify(&sign_public, &signed, &r) => {
+                        a.control.clear();
+                        a.control.install(k);
+                        a.verified = true;
+                        newly = true;
+                    }
+                    _ => bad_answer = true,
                 }
             }
+            (_, true) => {
+                if let Some(k) = theirs {
+                    new_key = a.control.install(k);
+                }
+            }
+            _ => {}
+        }
+        if bad_answer {
+            self.auth_refused(pid, AuthFailure::BadAnswer);
         }
         // Answer whatever the sender still lacks: our answer to a new challenge, our
-        // verdict, or word that we verified it (that word can be lost like any datagram).
+        // verdict, word that we verified it or hold its new key, or our control key (that
+        // word can be lost like any datagram).
         let verified = self
             .peers
             .remotes
             .get(&pid)
             .and_then(|p| p.auth.as_ref())
             .is_some_and(|a| a.verified);
-        if new_challenge || newly || !m.verified_you || (verified && !m.you_verified_me) {
+        if new_challenge
+            || newly
+            || new_key
+            || !m.verified_you
+            || (verified && !m.you_verified_me)
+            || (verified && m.have_epoch != ours)
+        {
             self.send_auth(now, pid);
         }
         if newly {
@@ -165,28 +236,13 @@ impl Participant {
                 participant: pid,
                 name,
             });
-            // Match what it announced before it proved itself.
-            let eps: Vec<(EntityId, RemoteEndpoint)> = self
-                .peers
-                .remotes
-                .get(&pid)
-                .map(|p| p.endpoints.iter().map(|(k, v)| (*k, v.clone())).collect())
-                .unwrap_or_default();
-            for (eid, e) in eps {
-                let g = Guid {
-                    participant: pid,
-                    entity: eid,
-                };
-                let (locals, side): (Vec<EntityId>, Side) = match e.kind {
-                    EndpointKind::Reader => {
-                        (self.writers.keys().copied().collect(), Side::LocalWriter)
-                    }
-                    EndpointKind::Writer => {
-                        (self.readers.keys().copied().collect(), Side::LocalReader)
-                    }
-                };
-                for l in locals {
-                    self.try_match(now, l, g, &e.info, side);
+        }
+        if holds_ours {
+            // It can authenticate our datagrams now: our endpoints, at once, rather than at
+            // the next announcement.
+            if let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) {
+                for d in self.announcement(None) {
+                    self.push_transmit(addr, d);
                 }
             }
         }
@@ -222,6 +278,7 @@ impl Participant {
             })
             .map(|(id, _)| *id)
             .collect();
+        let revoked_any = !revoked.is_empty();
         for pid in revoked {
             let ids: Vec<EntityId> = self
                 .peers
@@ -242,16 +299,21 @@ impl Participant {
             {
                 a.verified = false;
                 a.credential = None;
+                a.control.clear();
             }
             self.events.push_back(Event::AuthenticationFailed {
                 participant: pid,
                 reason: AuthFailure::Revoked,
             });
         }
-        // Revocation is rare and urgent: the new epochs go out now.
+        // Revocation is rare and urgent: the new epochs go out now, and the revoked peers'
+        // copies of our control key stop authenticating anything.
         self.keystore.rekey_wanted = false;
         self.rekey_due_writers();
-        let _ = now;
+        if !revoked_any {
+            return;
+        }
+        self.rekey_control(now);
     }
 
     /// Peers that have not finished authenticating get our AUTH again (lost datagrams).
@@ -260,11 +322,16 @@ impl Participant {
             return;
         }
         let period = self.peers.announce_step;
+        let ours = self.control_tx().key.epoch();
         let due: Vec<ParticipantId> = self
             .peers
             .remotes
             .iter()
-            .filter(|(_, p)| p.auth.as_ref().is_some_and(|a| a.resend_due(now, period)))
+            .filter(|(_, p)| {
+                p.auth
+                    .as_ref()
+                    .is_some_and(|a| a.resend_due(now, period, ours))
+            })
             .map(|(id, _)| *id)
             .collect();
         for pid in due {

@@ -34,6 +34,8 @@ pub(crate) struct KeyStore {
     pub(crate) rekey_at: Option<Instant>,
     /// Some writer lost a reader and `rekey_at` is still to be set.
     pub(crate) rekey_wanted: bool,
+    /// Our control key (secure realms; made at first use).
+    pub(crate) control: Option<crate::security::control::ControlTx>,
 }
 
 /// Whether writer `w` must move to a new epoch before it seals again: a reader left it, or

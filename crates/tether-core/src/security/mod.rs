@@ -2,6 +2,7 @@
 //! revocation list, and each peer's authentication state (`docs/wire.md#auth`).
 
 mod auth;
+pub(crate) mod control;
 pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod protect;
@@ -181,8 +182,25 @@ impl Security {
         unix + now.saturating_duration_since(base).as_secs()
     }
 
-    pub(crate) fn credential_bytes(&self) -> &[u8] {
-        &self.credential_bytes
+    /// Our credential as an AUTH from `me` to `to` carries it: sealed under the realm's AUTH
+    /// key, so only members read it (`docs/wire.md#auth`).
+    pub(crate) fn sealed_credential(
+        &self,
+        me: ParticipantId,
+        to: ParticipantId,
+        rng: &mut dyn tether_crypto::Random,
+    ) -> Vec<u8> {
+        tether_crypto::seal_credential(&self.realm_secret, me.0, to.0, &self.credential_bytes, rng)
+    }
+
+    /// A peer's credential from its AUTH to us; `None` if not sealed in this realm for us.
+    pub(crate) fn open_credential(
+        &self,
+        from: ParticipantId,
+        me: ParticipantId,
+        sealed: &[u8],
+    ) -> Option<Vec<u8>> {
+        tether_crypto::open_credential(&self.realm_secret, from.0, me.0, sealed)
     }
 
     /// Checks a peer's credential bytes at `now`.
@@ -229,6 +247,16 @@ pub(crate) struct PeerAuth {
     pub(crate) pair_tx: Option<(tether_crypto::SenderKey, u64)>,
     /// The key it seals datagrams to us with, and the counters seen.
     pub(crate) pair_rx: Option<(tether_crypto::SenderKey, tether_crypto::ReplayWindow)>,
+    /// Its control keys: its datagrams are authenticated under them
+    /// (`docs/wire.md#auth_tag`).
+    pub(crate) control: control::ControlRx,
+    /// The epoch of our control key it says it holds.
+    pub(crate) has_ours: u32,
+    /// Our control key wrapped for it (epoch and bytes): wrapping costs a key agreement,
+    /// and AUTH is resent until it holds the key.
+    pub(crate) wrapped_ours: Option<(u32, Vec<u8>)>,
+    /// It tried another credential under its verified id (reported once).
+    pub(crate) conflict_reported: bool,
 }
 
 impl PeerAuth {
@@ -244,12 +272,17 @@ impl PeerAuth {
             sent: None,
             pair_tx: None,
             pair_rx: None,
+            control: control::ControlRx::default(),
+            has_ours: 0,
+            wrapped_ours: None,
+            conflict_reported: false,
         }
     }
 
-    /// Whether the periodic resend is due: until both sides have verified each other.
-    pub(crate) fn resend_due(&self, now: Instant, period: Duration) -> bool {
-        !(self.verified && self.verified_us)
+    /// Whether the periodic resend is due: until both sides have verified each other and it
+    /// holds our control key of epoch `ours`.
+    pub(crate) fn resend_due(&self, now: Instant, period: Duration, ours: u32) -> bool {
+        !(self.verified && self.verified_us && self.has_ours == ours)
             && self
                 .sent
                 .is_none_or(|t| now.saturating_duration_since(t) >= period)

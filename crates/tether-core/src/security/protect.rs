@@ -15,7 +15,7 @@ use crate::error::WriteError;
 use crate::event::Stats;
 use crate::participant::{Config, Participant};
 use crate::security::keys::rekey_needed;
-use crate::transmit::{Head, Transmit};
+use crate::transmit::{Head, Tail, Transmit};
 
 /// A written sample after the protect step.
 pub(crate) struct Protected {
@@ -70,7 +70,7 @@ impl Participant {
             return t;
         };
         let head: &[u8] = &t.head;
-        let inner = head.len() - HEADER_LEN + t.body.len();
+        let inner = head.len() - HEADER_LEN + t.body.len() + t.tail.len();
         *counter += 1;
         let c = *counter;
         // header ‖ SEALED(to, counter, seal(submessages) ‖ tag); AAD: everything before the
@@ -84,6 +84,7 @@ impl Participant {
         }
         v.extend_from_slice(&head[HEADER_LEN..]);
         v.extend_from_slice(&t.body);
+        v.extend_from_slice(&t.tail);
         let (aad, rest) = v.split_at_mut(SEALED_PREFIX_LEN);
         let Ok(tag) = key.seal_in_place(c, aad, rest) else {
             return t;
@@ -96,6 +97,7 @@ impl Participant {
             dest: t.dest,
             head: Head::from(Bytes::from(v)),
             body: Bytes::new(),
+            tail: Tail::NONE,
         }
     }
 

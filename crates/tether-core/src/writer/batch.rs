@@ -12,7 +12,7 @@ use tether_wire::{
 
 use crate::participant::{HEARTBEAT_LEN, Participant, after};
 use crate::reliability::ack_interval;
-use crate::transmit::{Head, Transmit};
+use crate::transmit::{Head, Tail, Transmit};
 use crate::writer::packer::Packer;
 
 /// A BATCH_SIG body: writer, first sequence number, count, signature.
@@ -165,6 +165,7 @@ impl Participant {
                         dest: rp.addr,
                         head: head.clone(),
                         body: body.clone(),
+                        tail: Tail::NONE,
                     });
                 }
             }

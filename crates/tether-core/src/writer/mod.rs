@@ -24,7 +24,7 @@ use crate::error::WriteError;
 use crate::participant::{Config, HEARTBEAT_LEN, Participant, after};
 use crate::reliability::{ack_interval, heartbeat_all};
 use crate::security::protect::wire_form;
-use crate::transmit::{Head, Transmit};
+use crate::transmit::{Head, Tail, Transmit};
 use crate::writer::batch::Batched;
 use crate::writer::packer::Outgoing;
 
@@ -386,6 +386,7 @@ impl Participant {
                         dest: rp.addr,
                         head: head.clone(),
                         body: payload.clone(),
+                        tail: Tail::NONE,
                     });
                 }
             }
@@ -404,6 +405,7 @@ impl Participant {
                     dest,
                     head: head.clone(),
                     body: payload.clone(),
+                    tail: Tail::NONE,
                 });
             }
         }

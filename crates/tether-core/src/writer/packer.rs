@@ -11,7 +11,7 @@ use tether_wire::{
 
 use crate::event::Stats;
 
-use crate::transmit::{Head, Transmit};
+use crate::transmit::{Head, Tail, Transmit};
 
 /// Packs submessages for one destination into as few datagrams as fit.
 pub(crate) struct Packer {
@@ -64,6 +64,7 @@ impl Packer {
             dest: self.dest,
             head: dg.into(),
             body: Bytes::new(),
+            tail: Tail::NONE,
         });
     }
 
@@ -142,6 +143,7 @@ impl Outgoing<'_> {
             dest: self.dest,
             head: Head::copy_from_slice(&head),
             body,
+            tail: Tail::NONE,
         }
     }
 }

@@ -19,8 +19,8 @@ pub use reliability::{
     ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
 };
 pub use secure::{
-    AuthRepr, BatchSigRepr, KeyRepr, KeyRequestRepr, MAX_CREDENTIAL_LEN, SEALED_FIXED_LEN,
-    SealedRepr, auth_signed_bytes,
+    AUTH_TAG_LEN, AuthRepr, AuthTagRepr, BatchSigRepr, ControlKeyRepr, KeyRepr, KeyRequestRepr,
+    MAX_CREDENTIAL_LEN, SEALED_FIXED_LEN, SealedRepr, auth_signed_bytes,
 };
 
 use crate::{Cursor, EntityId, Error};
@@ -67,6 +67,9 @@ pub enum SubmessageKind {
     ProbeAck = 0x12,
     /// A reader requests samples beyond its ACKNACK's bitmap; acknowledges nothing.
     Nack = 0x13,
+    /// The datagram's authentication tag under its sender's control key (secure realms);
+    /// always the last submessage.
+    AuthTag = 0x14,
 }
 
 impl SubmessageKind {
@@ -92,6 +95,7 @@ impl SubmessageKind {
             0x11 => Self::Probe,
             0x12 => Self::ProbeAck,
             0x13 => Self::Nack,
+            0x14 => Self::AuthTag,
             _ => return None,
         })
     }
@@ -267,6 +271,8 @@ pub enum Submessage<'a> {
     /// Samples requested beyond an ACKNACK's 256 bits: the ACKNACK layout, but `base`
     /// acknowledges nothing (`docs/wire.md#nack`); `start_unknown` is always false.
     Nack(AckNackRepr),
+    /// See [`AuthTagRepr`].
+    AuthTag(AuthTagRepr),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -315,6 +321,7 @@ impl<'a> Submessage<'a> {
             Submessage::Probe(_) => SubmessageKind::Probe as u8,
             Submessage::ProbeAck(_) => SubmessageKind::ProbeAck as u8,
             Submessage::Nack(_) => SubmessageKind::Nack as u8,
+            Submessage::AuthTag(_) => SubmessageKind::AuthTag as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -363,6 +370,7 @@ impl<'a> Submessage<'a> {
             SubmessageKind::ProbeAck => Submessage::ProbeAck(ProbeAckRepr::parse(c)?),
             //= docs/wire.md#nack
             SubmessageKind::Nack => Submessage::Nack(AckNackRepr::parse(c, 0)?),
+            SubmessageKind::AuthTag => Submessage::AuthTag(AuthTagRepr::parse(c)?),
         };
         c.finish()?;
         Ok(msg)
@@ -393,6 +401,10 @@ impl<'a> Submessage<'a> {
             Submessage::Probe(p) => p.emit(out),
             Submessage::ProbeAck(p) => p.emit(out),
             Submessage::Nack(n) => n.emit(out),
+            Submessage::AuthTag(t) => {
+                t.emit(out);
+                Ok(())
+            }
             Submessage::Unknown(_) => Ok(()),
         }
     }

@@ -3,8 +3,90 @@
 
 use crate::{Cursor, EntityId, Error};
 
-/// Largest credential an AUTH carries.
+/// Largest credential an AUTH carries (sealed: the credential and 28 bytes).
 pub const MAX_CREDENTIAL_LEN: usize = 4096;
+
+/// Bytes of an AUTH_TAG submessage, its header included: always the datagram's last.
+pub const AUTH_TAG_LEN: usize = crate::SUBMESSAGE_HEADER_LEN + 4 + 8 + 16;
+
+/// The authentication of a whole datagram (`docs/wire.md#auth_tag`): its sender's control
+/// key epoch, a counter (the nonce; ≥ 1, never repeated under a key) and the GMAC tag over
+/// every byte before this submessage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthTagRepr {
+    /// The control key's epoch (≥ 1).
+    pub epoch: u32,
+    /// The sender's counter (≥ 1).
+    pub counter: u64,
+    /// The tag.
+    pub tag: [u8; 16],
+}
+
+impl AuthTagRepr {
+    pub(crate) fn parse(c: &mut Cursor<'_>) -> Result<Self, Error> {
+        //= docs/wire.md#auth_tag
+        let epoch = c.u32()?;
+        let counter = c.u64()?;
+        if epoch == 0 || counter == 0 {
+            return Err(Error::BadValue("auth tag"));
+        }
+        let tag = c.take(16)?.try_into().map_err(|_| Error::BadLength)?;
+        Ok(AuthTagRepr {
+            epoch,
+            counter,
+            tag,
+        })
+    }
+
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.counter.to_le_bytes());
+        out.extend_from_slice(&self.tag);
+    }
+
+    /// The submessage's bytes (header included) for a tag not yet computed: what goes after
+    /// the covered bytes; the last 16 bytes are then the tag.
+    pub fn bytes(&self) -> [u8; AUTH_TAG_LEN] {
+        let mut b = [0u8; AUTH_TAG_LEN];
+        b[0] = crate::SubmessageKind::AuthTag as u8;
+        b[2..4]
+            .copy_from_slice(&((AUTH_TAG_LEN - crate::SUBMESSAGE_HEADER_LEN) as u16).to_le_bytes());
+        b[4..8].copy_from_slice(&self.epoch.to_le_bytes());
+        b[8..16].copy_from_slice(&self.counter.to_le_bytes());
+        b[16..].copy_from_slice(&self.tag);
+        b
+    }
+
+    /// A datagram's tag and the bytes it covers (everything before the AUTH_TAG), if the
+    /// datagram ends with a well-formed AUTH_TAG.
+    pub fn split(datagram: &[u8]) -> Option<(AuthTagRepr, &[u8])> {
+        let at = datagram.len().checked_sub(AUTH_TAG_LEN)?;
+        if at < crate::HEADER_LEN {
+            return None;
+        }
+        let t = &datagram[at..];
+        if t[0] != crate::SubmessageKind::AuthTag as u8
+            || t[1] != 0
+            || u16::from_le_bytes([t[2], t[3]]) as usize
+                != AUTH_TAG_LEN - crate::SUBMESSAGE_HEADER_LEN
+        {
+            return None;
+        }
+        let mut c = Cursor::new(&t[crate::SUBMESSAGE_HEADER_LEN..]);
+        let r = AuthTagRepr::parse(&mut c).ok()?;
+        Some((r, &datagram[..at]))
+    }
+}
+
+/// A participant's control key of one epoch, wrapped for the AUTH's addressee
+/// (`docs/wire.md#auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlKeyRepr<'a> {
+    /// The epoch (≥ 1).
+    pub epoch: u32,
+    /// The wrapped key (1 to 255 bytes).
+    pub wrapped: &'a [u8],
+}
 
 /// Mutual authentication in a secure realm (`docs/wire.md#auth`): the sender's credential,
 /// a fresh challenge it sets the addressee, and its signature over the addressee's last
@@ -23,7 +105,12 @@ pub struct AuthRepr<'a> {
     pub verified_you: bool,
     /// The sender has heard that `to` verified it (so `to` need not say it again).
     pub you_verified_me: bool,
-    /// The sender's credential (tether-crypto's canonical form, 1 to 4,096 bytes).
+    /// The sender's control key, wrapped for `to` (it comes with the response: a peer
+    /// that verifies the sender can then authenticate its datagrams).
+    pub control_key: Option<ControlKeyRepr<'a>>,
+    /// The epoch of `to`'s control key the sender holds (0: none).
+    pub have_epoch: u32,
+    /// The sender's credential, sealed under the realm's AUTH key (1 to 4,096 bytes).
     pub credential: &'a [u8],
 }
 
@@ -107,7 +194,7 @@ impl<'a> AuthRepr<'a> {
         }
         let challenge: [u8; 32] = c.take(32)?.try_into().map_err(|_| Error::BadLength)?;
         let flags = c.u8()?;
-        if flags & !0b111 != 0 {
+        if flags & !0b1111 != 0 {
             return Err(Error::BadValue("auth flags"));
         }
         let response = match flags & 1 {
@@ -116,6 +203,21 @@ impl<'a> AuthRepr<'a> {
         };
         let verified_you = flags & 2 != 0;
         let you_verified_me = flags & 4 != 0;
+        let control_key = match flags & 8 {
+            0 => None,
+            _ => {
+                let epoch = c.u32()?;
+                let n = c.u8()? as usize;
+                if epoch == 0 || n == 0 {
+                    return Err(Error::BadValue("control key"));
+                }
+                Some(ControlKeyRepr {
+                    epoch,
+                    wrapped: c.take(n)?,
+                })
+            }
+        };
+        let have_epoch = c.u32()?;
         let n = c.u16()? as usize;
         if n == 0 || n > MAX_CREDENTIAL_LEN {
             return Err(Error::BadValue("credential length"));
@@ -127,6 +229,8 @@ impl<'a> AuthRepr<'a> {
             response,
             verified_you,
             you_verified_me,
+            control_key,
+            have_epoch,
             credential,
         })
     }
@@ -138,13 +242,25 @@ impl<'a> AuthRepr<'a> {
         }
         out.extend_from_slice(&self.to.0.to_le_bytes());
         out.extend_from_slice(&self.challenge);
+        if let Some(k) = &self.control_key {
+            if k.epoch == 0 || k.wrapped.is_empty() || k.wrapped.len() > 255 {
+                return Err(Error::BadLength);
+            }
+        }
         let flags = self.response.is_some() as u8
             | (self.verified_you as u8) << 1
-            | (self.you_verified_me as u8) << 2;
+            | (self.you_verified_me as u8) << 2
+            | (self.control_key.is_some() as u8) << 3;
         out.push(flags);
         if let Some(r) = &self.response {
             out.extend_from_slice(r);
         }
+        if let Some(k) = &self.control_key {
+            out.extend_from_slice(&k.epoch.to_le_bytes());
+            out.push(k.wrapped.len() as u8);
+            out.extend_from_slice(k.wrapped);
+        }
+        out.extend_from_slice(&self.have_epoch.to_le_bytes());
         out.extend_from_slice(&(self.credential.len() as u16).to_le_bytes());
         out.extend_from_slice(self.credential);
         Ok(())

@@ -104,6 +104,9 @@ impl Outgoing for Out {
     fn body(&self) -> &[u8] {
         &self.0.body
     }
+    fn tail(&self) -> &[u8] {
+        &self.0.tail
+    }
 }
 
 /// Work to do after the engine's lock is released: datagrams to send, then callbacks and
