@@ -94,8 +94,8 @@ pub(crate) struct WriterProxy {
     pub(crate) local: bool,
     /// Fragmented samples being reassembled, by sequence number.
     pub(crate) frags: BTreeMap<u64, crate::reader::reassembly::Reassembly>,
-    /// The last reassembled sample's buffer, taken back for the next once it is free.
-    pub(crate) spare: bytes::BytesMut,
+    /// The last reassembled sample, whose memory the next takes back once it is free.
+    pub(crate) spare: Option<bytes::Bytes>,
     pub(crate) nackfrag_count: u32,
     /// When this reader asks the writer again for what it still misses, without waiting
     /// for a heartbeat (on a lossy link heartbeats are lost too): once an answer to its last
@@ -173,11 +173,6 @@ pub(crate) fn renack_interval(rtt: Option<Duration>, heartbeat_period: Duration)
     want.clamp(floor, heartbeat_period.max(floor))
 }
 
-/// Memory a reassembly is charged for: its sample, and at least 1 KiB of bookkeeping.
-pub(crate) fn reassembly_charge(sample_size: u32) -> u64 {
-    (sample_size as u64).max(1024)
-}
-
 /// Most NACKs one request carries beyond its ACKNACK: with it, 4,096 sequence numbers.
 pub(crate) const MAX_NACKS: usize = 15;
 
@@ -204,7 +199,7 @@ impl WriterProxy {
             alive: true,
             local,
             frags: BTreeMap::new(),
-            spare: bytes::BytesMut::new(),
+            spare: None,
             nackfrag_count: 0,
             renack_at: None,
             asked_below: 0,
@@ -215,12 +210,10 @@ impl WriterProxy {
         }
     }
 
-    /// Bytes charged for this writer's reassemblies in progress.
+    /// Bytes charged for this writer's reassemblies in progress (what their fragments
+    /// brought, see `Reassembly::charge`).
     pub(crate) fn frag_bytes(&self) -> u64 {
-        self.frags
-            .values()
-            .map(|r| reassembly_charge(r.sample_size))
-            .sum()
+        self.frags.values().map(|r| r.charge()).sum()
     }
 
     fn pending_room(&self, qos: &Qos, len: usize) -> bool {
