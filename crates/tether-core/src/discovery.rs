@@ -51,6 +51,8 @@ pub(crate) struct RemoteParticipant {
     pub(crate) cc: Option<Box<crate::congestion::Congestion>>,
     /// Counted bytes received from it (`docs/wire.md#received`), reported in PROBE_ACKs.
     pub(crate) received: u64,
+    /// Bytes stored for what it announced, within `max_peer_metadata_bytes` (`limits.rs`).
+    pub(crate) metadata: u64,
 }
 
 /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
@@ -76,6 +78,9 @@ pub(crate) struct Peers {
     pub(crate) group_sent: Vec<(SocketAddr, u64)>,
     /// Some remote participant's path is congestion controlled: sends are counted.
     pub(crate) controlled: bool,
+    /// Peers and kinds of limit last reported over a limit (`limits.rs`), so each is
+    /// reported once.
+    pub(crate) limited: std::collections::VecDeque<(ParticipantId, u8)>,
 }
 
 impl Peers {
@@ -91,6 +96,7 @@ impl Peers {
             groups: Vec::new(),
             group_sent: Vec::new(),
             controlled: false,
+            limited: std::collections::VecDeque::new(),
         }
     }
 }
@@ -242,6 +248,9 @@ impl Participant {
             }
             return true;
         }
+        let Some(metadata) = self.admit_name(pid, p.name) else {
+            return false;
+        };
         if self.peers.remotes.len() >= self.cfg.max_participants {
             self.stats.table_full += 1;
             return false;
@@ -267,6 +276,7 @@ impl Participant {
                 path,
                 cc,
                 received: 0,
+                metadata,
             }),
         );
         self.peers.grouped += group.is_some() as usize;
@@ -289,6 +299,14 @@ impl Participant {
     }
 
     pub(crate) fn on_endpoint(&mut self, now: Instant, pid: ParticipantId, e: EndpointRepr<'_>) {
+        if !self.peers.remotes.contains_key(&pid) {
+            return;
+        }
+        // Sizes are checked on the wire form: nothing is allocated for what is refused.
+        if !self.endpoint_within_limits(pid, &e) {
+            return;
+        }
+        let cost = crate::limits::endpoint_cost(&e);
         let info = EndpointInfo {
             topic: e.topic.to_string(),
             type_name: e.type_name.to_string(),
@@ -310,8 +328,17 @@ impl Participant {
         };
         if rp.endpoints.len() >= max {
             self.stats.table_full += 1;
+            self.over_limit(pid, crate::event::Limit::Endpoints { max });
             return;
         }
+        let max_meta = self.cfg.max_peer_metadata_bytes;
+        if rp.metadata.saturating_add(cost) > max_meta as u64 {
+            self.stats.announcements_over_cap += 1;
+            let limit = crate::event::Limit::MetadataBytes { max: max_meta };
+            self.over_limit(pid, limit);
+            return;
+        }
+        rp.metadata += cost;
         rp.endpoints.insert(e.entity, remote.clone());
         let g = Guid {
             participant: pid,
@@ -340,6 +367,9 @@ impl Participant {
         let Some(e) = rp.endpoints.remove(&eid) else {
             return;
         };
+        rp.metadata = rp
+            .metadata
+            .saturating_sub(crate::limits::stored_cost(&e.info));
         let name = rp.name.clone();
         let gone = Guid {
             participant: pid,

@@ -315,6 +315,116 @@ pub enum Event {
         /// acknowledged them (in all, since it matched).
         released: u64,
     },
+    /// Something a remote participant sent was refused because it would pass one of the
+    /// limits that bound what a peer can make this participant store (`docs/wire.md`
+    /// section 4). Counted every time; reported once per peer and kind of limit.
+    OverLimit {
+        /// The remote participant.
+        participant: ParticipantId,
+        /// Which limit.
+        limit: Limit,
+    },
+}
+
+/// A limit on what a remote participant can make this one store ([`Event::OverLimit`]);
+/// its `Display` says it in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// A string it announced (its name, or an endpoint's topic, type or partition) is
+    /// longer than `Config::max_string_bytes`: the announcement is refused.
+    StringBytes {
+        /// `name`, `topic`, `type` or `partition`.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An endpoint with more partitions than `Config::max_partitions`: refused.
+    Partitions {
+        /// How many it announced.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Its endpoints would take what is stored for it past
+    /// `Config::max_peer_metadata_bytes`: the endpoint is refused.
+    MetadataBytes {
+        /// The limit.
+        max: usize,
+    },
+    /// It announced more than `Config::max_endpoints_per_participant` endpoints: the
+    /// further ones are refused (also counted in `Stats::table_full`).
+    Endpoints {
+        /// The limit.
+        max: usize,
+    },
+    /// One of its writers holds `Config::max_reassembly_bytes_per_writer` in a reader's
+    /// samples being reassembled (or 256 samples): its further fragments are refused
+    /// until some complete or expire.
+    WriterReassembly {
+        /// The writer.
+        writer: Guid,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A local reader holds `Config::max_reassembly_bytes` in samples being reassembled
+    /// (or 1,024 samples): this peer's fragment was refused.
+    ReaderReassembly {
+        /// The reader.
+        reader: EntityId,
+        /// The limit in bytes.
+        max: usize,
+    },
+}
+
+impl Limit {
+    /// Which kind of limit (a peer is reported once per kind).
+    pub(crate) fn kind(&self) -> u8 {
+        match self {
+            Limit::StringBytes { .. } => 0,
+            Limit::Partitions { .. } => 1,
+            Limit::MetadataBytes { .. } => 2,
+            Limit::WriterReassembly { .. } => 3,
+            Limit::ReaderReassembly { .. } => 4,
+            Limit::Endpoints { .. } => 5,
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::StringBytes { field, len, max } => write!(
+                f,
+                "an announced {field} of {len} bytes is longer than max_string_bytes ({max})"
+            ),
+            Limit::Partitions { count, max } => write!(
+                f,
+                "an endpoint with {count} partitions has more than max_partitions ({max})"
+            ),
+            Limit::MetadataBytes { max } => write!(
+                f,
+                "its endpoints would take more than max_peer_metadata_bytes ({max} bytes)"
+            ),
+            Limit::Endpoints { max } => {
+                write!(
+                    f,
+                    "it announced more than max_endpoints_per_participant ({max})"
+                )
+            }
+            Limit::WriterReassembly { writer, max } => write!(
+                f,
+                "writer {writer} holds max_reassembly_bytes_per_writer ({max} bytes) in samples being reassembled"
+            ),
+            Limit::ReaderReassembly { reader, max } => write!(
+                f,
+                "reader {} holds max_reassembly_bytes ({max} bytes) in samples being reassembled",
+                reader.0
+            ),
+        }
+    }
 }
 
 /// Why samples were lost ([`Event::SamplesLost`]); its `Display` says it in words.
@@ -440,7 +550,7 @@ pub struct Stats {
     /// GAPs sent.
     pub gaps_sent: u64,
     /// Fragments refused: sample larger than `max_sample_size`, disagreeing with the rest
-    /// of their sample, or beyond `max_reassembly_bytes`.
+    /// of their sample, or beyond `max_reassembly_bytes_per_writer` or `max_reassembly_bytes`.
     pub fragments_rejected: u64,
     /// Incomplete samples dropped after `reassembly_timeout`.
     pub reassembly_expired: u64,
@@ -515,4 +625,19 @@ pub struct Stats {
     pub control_rekeys: u64,
     /// This participant's control key wrapped for a peer (once per peer and epoch).
     pub control_keys_wrapped: u64,
+
+    // Bounded cost before authentication (`docs/wire.md` section 4).
+    /// Fragments refused because they would take their writer's samples being reassembled
+    /// in a reader past `max_reassembly_bytes_per_writer` (or 256 samples), or the reader's
+    /// past `max_reassembly_bytes` (or 1,024 samples). Also counted in `fragments_rejected`.
+    pub reassembly_over_cap: u64,
+    /// Incomplete samples dropped to make room, within their writer's share, for one more
+    /// likely to be delivered: an earlier one of a reliable writer (delivered in order), a
+    /// later one of a best-effort writer (earlier ones are skipped anyway).
+    pub reassemblies_evicted: u64,
+    /// Announcements refused for their size: a participant name, topic, type or partition
+    /// longer than `max_string_bytes`, an endpoint with more than `max_partitions`
+    /// partitions, or one that would take what is stored for its participant past
+    /// `max_peer_metadata_bytes`.
+    pub announcements_over_cap: u64,
 }

@@ -32,6 +32,7 @@ mod discovery;
 mod endpoint;
 mod error;
 mod event;
+mod limits;
 mod matching;
 mod participant;
 pub mod path;
@@ -46,10 +47,15 @@ pub use discovery::RemoteEndpoint;
 pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
 pub use event::{
-    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, LossReason, Right,
-    Sample, Shortfall, Stats,
+    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, Limit, LossReason,
+    Right, Sample, Shortfall, Stats,
 };
-pub use participant::{Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, MAX_LEASE, Participant};
+pub use participant::{
+    Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MAX_PEER_METADATA_BYTES, DEFAULT_MAX_REASSEMBLY_BYTES,
+    DEFAULT_MAX_REASSEMBLY_BYTES_PER_WRITER, DEFAULT_MAX_SAMPLE_SIZE, DEFAULT_MAX_STRING_BYTES,
+    MAX_LEASE, Participant,
+};
 pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};
 pub use security::keys::KEPT_EPOCHS;
 pub use security::{Protection, Security};

@@ -73,7 +73,11 @@ pub struct Config {
     /// Largest sample a writer accepts and a reader reassembles. Samples larger than one
     /// datagram are fragmented.
     pub max_sample_size: usize,
-    /// Most bytes each reader may hold in samples being reassembled.
+    /// Most bytes each reader may hold in samples being reassembled, from all its writers
+    /// together: what their fragments brought (plus 64 bytes for each kept aside because
+    /// it overtook a missing one), never what a first fragment claims. Twice
+    /// `max_reassembly_bytes_per_writer` by default, so one writer at its cap leaves room
+    /// for a sample of `max_sample_size` from another.
     pub max_reassembly_bytes: usize,
     /// An incomplete sample with no new fragment for this long is dropped.
     pub reassembly_timeout: Duration,
@@ -96,7 +100,41 @@ pub struct Config {
     /// ([`congestion`](crate::congestion)); off: writers send as fast as they are given
     /// samples.
     pub congestion_control: bool,
+    /// Most bytes one remote writer may hold in a reader's samples being reassembled (its
+    /// share of `max_reassembly_bytes`, which bounds all writers together; the smaller of
+    /// the two applies). Its further fragments are refused until some of its samples
+    /// complete or expire. The default, `max_sample_size` and a sixteenth, takes one sample
+    /// of `max_sample_size` even when its fragments all come out of order (64 bytes of
+    /// overhead each, at least 1,024 bytes long).
+    pub max_reassembly_bytes_per_writer: usize,
+    /// Longest string a remote participant may announce: its name, and each endpoint's
+    /// topic, type and partitions. An announcement with a longer one is refused.
+    pub max_string_bytes: usize,
+    /// Most partitions a remote endpoint may announce (the wire carries at most 16).
+    pub max_partitions: usize,
+    /// Most bytes stored for one remote participant's announcements: its name and its
+    /// endpoints' strings, plus what the table spends per endpoint and per string
+    /// (`limits::ENDPOINT_OVERHEAD`, `limits::STRING_OVERHEAD`). An endpoint that would pass
+    /// it is refused.
+    pub max_peer_metadata_bytes: usize,
 }
+
+/// The default [`Config::max_sample_size`]: 256 MiB.
+pub const DEFAULT_MAX_SAMPLE_SIZE: usize = 256 << 20;
+/// The default [`Config::max_reassembly_bytes_per_writer`]: a sample of the default
+/// `max_sample_size` and a sixteenth (272 MiB).
+pub const DEFAULT_MAX_REASSEMBLY_BYTES_PER_WRITER: usize =
+    DEFAULT_MAX_SAMPLE_SIZE + DEFAULT_MAX_SAMPLE_SIZE / 16;
+/// The default [`Config::max_reassembly_bytes`]: two writers' shares (544 MiB).
+pub const DEFAULT_MAX_REASSEMBLY_BYTES: usize = 2 * DEFAULT_MAX_REASSEMBLY_BYTES_PER_WRITER;
+/// The default [`Config::max_string_bytes`].
+pub const DEFAULT_MAX_STRING_BYTES: usize = 512;
+/// The default [`Config::max_partitions`]: what the wire carries.
+pub const DEFAULT_MAX_PARTITIONS: usize = tether_wire::MAX_PARTITIONS;
+/// The default [`Config::max_peer_metadata_bytes`]: 512 KiB, what 1,024 endpoints take
+/// whose topic, type and partition together are about 160 bytes long (600 endpoints of 500
+/// bytes), with the table's overhead (about 350 bytes an endpoint).
+pub const DEFAULT_MAX_PEER_METADATA_BYTES: usize = 512 << 10;
 
 /// The default [`Config::inactive_after`]: well under the lease (10 s), so a stalled reader
 /// stops holding its keep-all writers long before it is forgotten, and long enough that a
@@ -122,14 +160,18 @@ impl Config {
             local_addrs: Vec::new(),
             max_participants: 1024,
             max_endpoints_per_participant: 1024,
-            max_sample_size: 256 << 20,
-            max_reassembly_bytes: 256 << 20,
+            max_sample_size: DEFAULT_MAX_SAMPLE_SIZE,
+            max_reassembly_bytes: DEFAULT_MAX_REASSEMBLY_BYTES,
             reassembly_timeout: Duration::from_secs(10),
             security: None,
             data_group: None,
             multicast_min: 2,
             inactive_after: Some(DEFAULT_INACTIVE_AFTER),
             congestion_control: true,
+            max_reassembly_bytes_per_writer: DEFAULT_MAX_REASSEMBLY_BYTES_PER_WRITER,
+            max_string_bytes: DEFAULT_MAX_STRING_BYTES,
+            max_partitions: DEFAULT_MAX_PARTITIONS,
+            max_peer_metadata_bytes: DEFAULT_MAX_PEER_METADATA_BYTES,
         }
     }
 }

@@ -14,6 +14,11 @@
 //! peers = ["192.0.2.10:7411"] # static unicast peers
 //! announce_period_ms = 1000
 //! lease_ms = 10000
+//! max_endpoints_per_participant = 1024  # more endpoints of one peer are refused
+//! max_string_bytes = 512     # a longer name, topic, type or partition is refused
+//! max_partitions = 16        # per endpoint (the wire carries at most 16)
+//! max_peer_metadata_bytes = 524288  # stored per peer: its name and endpoints, with
+//!                            # the table's overhead; an endpoint past it is refused
 //!
 //! [transport]
 //! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
@@ -37,7 +42,10 @@
 //! congestion_control = true  # reliable writers keep in flight to another host what its
 //!                            # path delivers (measured), not what loss suggests
 //! max_sample_size = 268435456       # larger samples are refused; above one datagram, fragmented
-//! max_reassembly_bytes = 268435456  # per reader, in samples being reassembled
+//! max_reassembly_bytes = 570425344  # per reader, in samples being reassembled (what
+//!                                   # their fragments brought, never what they claim)
+//! max_reassembly_bytes_per_writer = 285212672  # one writer's share of it: a sample of
+//!                                   # max_sample_size and a sixteenth
 //! reassembly_timeout_ms = 10000     # an incomplete sample quiet this long is dropped
 //!
 //! [reliability]
@@ -266,6 +274,17 @@ pub struct DiscoveryConfig {
     pub announce_period_ms: u64,
     /// Our lease in ms: peers forget us after this long without hearing from us.
     pub lease_ms: u64,
+    /// Most endpoints stored per remote participant; more are refused.
+    pub max_endpoints_per_participant: usize,
+    /// Longest string a remote participant may announce (its name; an endpoint's topic,
+    /// type, each partition), in bytes: a longer one is refused.
+    pub max_string_bytes: usize,
+    /// Most partitions a remote endpoint may announce (0 to 16, what the wire carries).
+    pub max_partitions: usize,
+    /// Most bytes stored for one remote participant's announcements: its name and its
+    /// endpoints' strings, with the table's overhead per endpoint and per string. An
+    /// endpoint that would pass it is refused.
+    pub max_peer_metadata_bytes: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -280,6 +299,10 @@ impl Default for DiscoveryConfig {
             peers: Vec::new(),
             announce_period_ms: 1000,
             lease_ms: 10_000,
+            max_endpoints_per_participant: 1024,
+            max_string_bytes: tether_core::DEFAULT_MAX_STRING_BYTES,
+            max_partitions: tether_core::DEFAULT_MAX_PARTITIONS,
+            max_peer_metadata_bytes: tether_core::DEFAULT_MAX_PEER_METADATA_BYTES,
         }
     }
 }
@@ -306,8 +329,15 @@ pub struct TransportConfig {
     pub busy_poll: bool,
     /// Largest sample accepted (bytes); larger than one datagram means fragmented.
     pub max_sample_size: usize,
-    /// Most bytes each reader holds in samples being reassembled.
+    /// Most bytes each reader holds in samples being reassembled, from all its writers:
+    /// what their fragments brought (never what a first fragment claims), plus 64 bytes for
+    /// each fragment kept aside because it overtook a missing one.
     pub max_reassembly_bytes: usize,
+    /// One remote writer's share of `max_reassembly_bytes` (the smaller applies): its
+    /// further fragments are refused until some of its samples complete or expire. Keep it
+    /// above `max_sample_size` (by a sixteenth, for fragments kept aside), and
+    /// `max_reassembly_bytes` at twice it, so that one writer cannot fill a reader.
+    pub max_reassembly_bytes_per_writer: usize,
     /// An incomplete sample with no new fragment for this long is dropped (ms).
     pub reassembly_timeout_ms: u64,
     /// Readers of this session also take data sent to the discovery multicast group (port +
@@ -363,8 +393,9 @@ impl Default for TransportConfig {
             recv_buffer: 16 << 20,
             send_buffer: 4 << 20,
             busy_poll: false,
-            max_sample_size: 256 << 20,
-            max_reassembly_bytes: 256 << 20,
+            max_sample_size: tether_core::DEFAULT_MAX_SAMPLE_SIZE,
+            max_reassembly_bytes: tether_core::DEFAULT_MAX_REASSEMBLY_BYTES,
+            max_reassembly_bytes_per_writer: tether_core::DEFAULT_MAX_REASSEMBLY_BYTES_PER_WRITER,
             reassembly_timeout_ms: 10_000,
             multicast_data: false,
             batch_io: BatchIoMode::Offload,
@@ -481,6 +512,16 @@ impl Config {
                 "transport.max_sample_size",
                 t.max_sample_size as u64,
                 1..=u64::from(u32::MAX),
+            ),
+            (
+                "discovery.max_string_bytes",
+                d.max_string_bytes as u64,
+                1..=u64::from(u16::MAX),
+            ),
+            (
+                "discovery.max_partitions",
+                d.max_partitions as u64,
+                0..=tether_core::DEFAULT_MAX_PARTITIONS as u64,
             ),
         ] {
             if !allowed.contains(&value) {
@@ -618,6 +659,27 @@ mod tests {
         assert_eq!(f[0].1.bytes_per_second(), Some(10e6));
         assert_eq!(f[1].0, "paper");
         assert_eq!(f[1].1.bytes_per_second(), Some(10.0 * 8192.0 * 100.0));
+    }
+
+    /// The limits on what a peer may make us store are taken within what the wire allows.
+    #[test]
+    fn peer_limits_are_checked() {
+        let c = Config::from_toml("[discovery]\nmax_partitions = 0\nmax_string_bytes = 65535\n")
+            .unwrap();
+        assert_eq!(
+            (c.discovery.max_partitions, c.discovery.max_string_bytes),
+            (0, 65535)
+        );
+        for (t, field) in [
+            ("max_partitions = 17", "discovery.max_partitions"),
+            ("max_string_bytes = 0", "discovery.max_string_bytes"),
+            ("max_string_bytes = 65536", "discovery.max_string_bytes"),
+        ] {
+            let e = Config::from_toml(&format!("[discovery]\n{t}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{e}");
+        }
     }
 
     #[test]

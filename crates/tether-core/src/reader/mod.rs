@@ -22,6 +22,10 @@ use crate::participant::{Participant, after};
 /// Most samples one reader reassembles at once, whatever their size.
 pub(crate) const MAX_REASSEMBLIES: usize = 1024;
 
+/// Most samples one reader reassembles at once from one writer: a quarter of
+/// [`MAX_REASSEMBLIES`], so no writer takes them all.
+pub(crate) const MAX_REASSEMBLIES_PER_WRITER: usize = MAX_REASSEMBLIES / 4;
+
 /// After samples entered a reader's cache: count them, restart its deadline, and signal it
 /// once until the application has taken everything.
 pub(crate) fn note_delivered(
@@ -147,11 +151,22 @@ fn ask_soon(
 }
 
 impl Participant {
-    /// Bytes a reader holds in samples being reassembled.
+    /// Bytes a reader holds in samples being reassembled: what their fragments brought, and
+    /// 64 bytes for each fragment kept aside because it overtook a missing one (what
+    /// `max_reassembly_bytes` bounds).
     pub fn reassembly_bytes(&self, id: EntityId) -> u64 {
         self.readers
             .get(&id)
             .map_or(0, |r| r.writers.values().map(|w| w.frag_bytes()).sum())
+    }
+
+    /// The part of [`reassembly_bytes`](Self::reassembly_bytes) that writer `writer` holds
+    /// in reader `id` (what `max_reassembly_bytes_per_writer` bounds).
+    pub fn reassembly_bytes_from(&self, id: EntityId, writer: Guid) -> u64 {
+        self.readers
+            .get(&id)
+            .and_then(|r| r.writers.get(&writer))
+            .map_or(0, |w| w.frag_bytes())
     }
 
     /// Samples `id` will never deliver (its share of [`Stats::lost`]; each also raised in an
@@ -417,7 +432,15 @@ impl Participant {
         }
     }
 
+    /// A fragment. Reassembly starts only for writers matched with a local reader (in a
+    /// secure realm matching takes an authenticated peer); others count as
+    /// `unmatched_writer`. Each fragment must fit within its writer's share
+    /// (`max_reassembly_bytes_per_writer`, [`MAX_REASSEMBLIES_PER_WRITER`]) and the reader's
+    /// budget (`max_reassembly_bytes`, [`MAX_REASSEMBLIES`]), counted in what fragments
+    /// brought; to make room the writer's own sample least likely to be delivered may give
+    /// way. Refused fragments of a reliable writer are repaired later.
     pub(crate) fn on_data_frag(&mut self, now: Instant, pid: ParticipantId, f: DataFragRepr<'_>) {
+        use crate::reader::reassembly::{FragError, Reassembly};
         let g = Guid {
             participant: pid,
             entity: f.writer,
@@ -430,59 +453,111 @@ impl Participant {
             self.stats.fragments_rejected += 1;
             return;
         }
-        let max_bytes = self.cfg.max_reassembly_bytes as u64;
+        let per_reader = self.cfg.max_reassembly_bytes as u64;
+        let per_writer = (self.cfg.max_reassembly_bytes_per_writer as u64).min(per_reader);
         for rid in rs {
             let Some(r) = self.readers.get_mut(&rid) else {
                 continue;
             };
-            let in_progress: u64 = r.writers.values().map(|w| w.frag_bytes()).sum();
-            let count: usize = r.writers.values().map(|w| w.frags.len()).sum();
+            let (mut reader_bytes, mut reader_count) = r
+                .writers
+                .values()
+                .fold((0, 0), |(b, c), w| (b + w.frag_bytes(), c + w.frags.len()));
             let Some(wp) = r.writers.get_mut(&g) else {
                 continue;
             };
             wp.last_heard = now;
-            let done = if wp.reliable {
-                wp.expected.is_some_and(|e| f.seq < e) || wp.pending.contains_key(&f.seq)
-            } else {
-                f.seq <= wp.last_delivered
-            };
-            if done {
+            if wp.holds(f.seq) {
                 self.stats.duplicates += 1;
                 continue;
             }
-            let complete = match wp.frags.get_mut(&f.seq) {
-                Some(ra) => match ra.add(&f, now, &mut wp.spare) {
-                    Ok(c) => c,
-                    Err(crate::reader::reassembly::FragError::Duplicate) => {
-                        self.stats.duplicates += 1;
-                        continue;
+            let cost = match wp.frags.get(&f.seq).map(|ra| ra.cost(&f)) {
+                Some(Ok(c)) => Ok(c),
+                Some(Err(FragError::Duplicate)) => {
+                    self.stats.duplicates += 1;
+                    continue;
+                }
+                Some(Err(FragError::Inconsistent)) => {
+                    self.stats.fragments_rejected += 1;
+                    continue;
+                }
+                Some(Err(FragError::Resized)) => {
+                    // The writer's datagrams to us changed size (its path to us was probed
+                    // up or down): the sample starts again from this fragment.
+                    self.stats.reassemblies_restarted += 1;
+                    if let Some(old) = wp.frags.remove(&f.seq) {
+                        reader_bytes -= old.charge();
+                        reader_count -= 1;
                     }
-                    Err(crate::reader::reassembly::FragError::Resized) => {
-                        // The writer's datagrams to us changed size (its path to us was
-                        // probed up or down): start the sample again from this fragment.
-                        self.stats.reassemblies_restarted += 1;
-                        *ra = crate::reader::reassembly::Reassembly::new(&f, now, &mut wp.spare);
-                        ra.add(&f, now, &mut wp.spare).ok().flatten()
-                    }
-                    Err(crate::reader::reassembly::FragError::Inconsistent) => {
-                        self.stats.fragments_rejected += 1;
-                        continue;
-                    }
-                },
-                None => {
-                    let charge = crate::reader::state::reassembly_charge(f.sample_size);
-                    if in_progress + charge > max_bytes || count >= MAX_REASSEMBLIES {
-                        // Over this reader's reassembly budget: a reliable writer repairs it
-                        // later, when room is back.
-                        self.stats.fragments_rejected += 1;
-                        continue;
-                    }
-                    let mut ra = crate::reader::reassembly::Reassembly::new(&f, now, &mut wp.spare);
-                    let c = ra.add(&f, now, &mut wp.spare).ok().flatten();
-                    wp.frags.insert(f.seq, ra);
-                    c
+                    Reassembly::new(&f, now).cost(&f)
+                }
+                None => Reassembly::new(&f, now).cost(&f),
+            };
+            let Ok((adds, frees)) = cost else {
+                continue;
+            };
+            let new = !wp.frags.contains_key(&f.seq);
+            // Which budget it would pass, if any.
+            let over = |wp: &WriterProxy, reader_bytes: u64, reader_count: usize| {
+                let writer_bytes = wp.frag_bytes();
+                if writer_bytes + adds > per_writer + frees
+                    || new && wp.frags.len() >= MAX_REASSEMBLIES_PER_WRITER
+                {
+                    Some(true)
+                } else if reader_bytes + adds > per_reader + frees
+                    || new && reader_count >= MAX_REASSEMBLIES
+                {
+                    Some(false)
+                } else {
+                    None
                 }
             };
+            while over(wp, reader_bytes, reader_count).is_some() {
+                // Room from the writer's own samples, never another writer's: the one least
+                // likely to be delivered gives way. A reliable writer's are delivered in
+                // order (the latest waits for this one anyway), a best-effort writer's
+                // earlier ones are skipped once a later one is delivered.
+                let victim = if wp.reliable {
+                    wp.frags
+                        .last_key_value()
+                        .map(|(s, _)| *s)
+                        .filter(|s| *s > f.seq)
+                } else {
+                    wp.frags
+                        .first_key_value()
+                        .map(|(s, _)| *s)
+                        .filter(|s| *s < f.seq)
+                };
+                let Some(old) = victim.and_then(|v| wp.frags.remove(&v)) else {
+                    break;
+                };
+                reader_bytes -= old.charge();
+                reader_count -= 1;
+                self.stats.reassemblies_evicted += 1;
+            }
+            if let Some(writers_share) = over(wp, reader_bytes, reader_count) {
+                // A reliable writer repairs it later, when room is back.
+                self.stats.fragments_rejected += 1;
+                self.stats.reassembly_over_cap += 1;
+                let limit = if writers_share {
+                    crate::event::Limit::WriterReassembly {
+                        writer: g,
+                        max: per_writer as usize,
+                    }
+                } else {
+                    crate::event::Limit::ReaderReassembly {
+                        reader: rid,
+                        max: per_reader as usize,
+                    }
+                };
+                self.over_limit(pid, limit);
+                continue;
+            }
+            let ra = wp
+                .frags
+                .entry(f.seq)
+                .or_insert_with(|| Reassembly::new(&f, now));
+            let complete = ra.add(&f, now, &mut wp.spare).ok().flatten();
             // A new fragment is progress: a large sample's repair must not back off while
             // its fragments keep coming (it arrives whole only at its last).
             wp.arrivals += 1;

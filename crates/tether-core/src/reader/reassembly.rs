@@ -1,9 +1,18 @@
 //! Reassembly of fragmented samples on the reader side (`docs/wire.md#data_frag`).
 //!
-//! One [`Reassembly`] per sample in progress. Memory is bounded by the participant's
-//! `max_reassembly_bytes` per reader (checked by the caller before a new one is started); a
-//! fragment that disagrees with the sample it claims to belong to is refused.
+//! One [`Reassembly`] per sample in progress. Its memory follows what arrived, never what
+//! the first fragment claims (a forged one may claim any size up to `max_sample_size`):
+//! fragments in order are appended to one buffer, which grows by doubling (never past the
+//! sample's size) and becomes the sample without a copy; a fragment that overtakes a missing
+//! one is copied aside and joins the buffer once the hole before it is filled. Nothing is
+//! sized by the fragment count either: which fragments arrived is the length of the buffer
+//! plus the numbers kept aside.
+//!
+//! A reassembly is charged ([`Reassembly::charge`]) the bytes it received plus
+//! [`ENTRY_OVERHEAD`] per fragment kept aside; the caller checks what a fragment would add
+//! ([`Reassembly::cost`]) against the writer's and the reader's budgets before adding it.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -21,14 +30,20 @@ pub(crate) enum FragError {
     Duplicate,
 }
 
+/// What a fragment kept aside costs besides its bytes: its map entry and its allocation.
+pub(crate) const ENTRY_OVERHEAD: u64 = 64;
+
 /// A sample being put together from its fragments.
 #[derive(Debug)]
 pub(crate) struct Reassembly {
     pub(crate) sample_size: u32,
     frag_size: u16,
+    /// Fragments `0..prefix`, in order: the sample's first bytes.
     buf: BytesMut,
-    received: Vec<u64>,
-    have: u32,
+    prefix: u32,
+    /// Fragments received past a missing one, by number, until the hole before them fills.
+    ahead: BTreeMap<u32, Box<[u8]>>,
+    ahead_bytes: u64,
     /// Highest fragment number received.
     pub(crate) highest: u32,
     /// When the first and the last new fragment arrived.
@@ -39,28 +54,20 @@ pub(crate) struct Reassembly {
     pub(crate) renack_at: Option<Instant>,
 }
 
-/// Largest buffer a writer proxy keeps for its next reassembly (see [`Reassembly::new`]).
+/// Largest buffer a writer proxy keeps for its next reassembly (see [`Reassembly::add`]).
 pub(crate) const SPARE_MAX: usize = 16 << 20;
 
 impl Reassembly {
-    /// Starts a sample from one of its fragments (already validated by `tether-wire`).
-    ///
-    /// `spare` is the buffer of this writer's previous sample: once the application has
-    /// dropped that sample, its memory is taken back instead of allocating (and faulting
-    /// in) fresh pages, which for samples of megabytes cost more than copying them. The
-    /// buffer is filled in order, without zeroing it first; only the gaps that fragments
-    /// arriving out of order leave are zero-filled.
-    pub(crate) fn new(f: &DataFragRepr<'_>, now: Instant, spare: &mut BytesMut) -> Self {
-        let count = f.frag_count() as usize;
-        let mut buf = std::mem::take(spare);
-        buf.clear();
-        buf.reserve(f.sample_size as usize);
+    /// A sample to be put together, from one of its fragments (already validated by
+    /// `tether-wire`), which is not stored yet: [`add`](Self::add) it. Allocates nothing.
+    pub(crate) fn new(f: &DataFragRepr<'_>, now: Instant) -> Self {
         Reassembly {
             sample_size: f.sample_size,
             frag_size: f.frag_size,
-            buf,
-            received: vec![0; count.div_ceil(64)],
-            have: 0,
+            buf: BytesMut::new(),
+            prefix: 0,
+            ahead: BTreeMap::new(),
+            ahead_bytes: 0,
             highest: 0,
             first: now,
             last: now,
@@ -72,18 +79,25 @@ impl Reassembly {
         self.sample_size.div_ceil(self.frag_size as u32)
     }
 
-    fn has(&self, n: u32) -> bool {
-        self.received[(n / 64) as usize] & (1 << (n % 64)) != 0
+    /// Fragments received.
+    fn have(&self) -> u32 {
+        self.prefix + self.ahead.len() as u32
     }
 
-    /// Stores one fragment. Returns the whole sample once the last missing one arrives; the
-    /// emptied buffer (sharing the sample's allocation) is left in `spare` for the next.
-    pub(crate) fn add(
-        &mut self,
-        f: &DataFragRepr<'_>,
-        now: Instant,
-        spare: &mut BytesMut,
-    ) -> Result<Option<Bytes>, FragError> {
+    fn has(&self, n: u32) -> bool {
+        n < self.prefix || self.ahead.contains_key(&n)
+    }
+
+    /// What this reassembly counts against its writer's and its reader's budgets: the bytes
+    /// received, and [`ENTRY_OVERHEAD`] for each fragment kept aside.
+    pub(crate) fn charge(&self) -> u64 {
+        self.buf.len() as u64 + self.ahead_bytes + self.ahead.len() as u64 * ENTRY_OVERHEAD
+    }
+
+    /// What adding `f` would do to [`charge`](Self::charge): `(adds, frees)`. A fragment
+    /// that fills the hole before fragments kept aside frees their overhead. Refuses one
+    /// that does not belong here.
+    pub(crate) fn cost(&self, f: &DataFragRepr<'_>) -> Result<(u64, u64), FragError> {
         if f.sample_size != self.sample_size {
             return Err(FragError::Inconsistent);
         }
@@ -94,25 +108,76 @@ impl Reassembly {
         if self.has(n) {
             return Err(FragError::Duplicate);
         }
-        // The wire layer checked that n < count and that the length fits exactly.
-        let start = n as usize * self.frag_size as usize;
-        let end = start + f.payload.len();
-        if start >= self.buf.len() {
-            // In order (or ahead: the skipped fragments' room is zero-filled for them).
-            self.buf.resize(start, 0);
-            self.buf.extend_from_slice(f.payload);
-        } else {
-            // A gap left by fragments that overtook this one.
-            self.buf[start..end].copy_from_slice(f.payload);
+        let len = f.payload.len() as u64;
+        if n != self.prefix {
+            return Ok((len + ENTRY_OVERHEAD, 0));
         }
-        self.received[(n / 64) as usize] |= 1 << (n % 64);
-        self.have += 1;
+        // Those kept aside right after it join the buffer: their overhead goes.
+        let joining = self
+            .ahead
+            .range(n + 1..)
+            .zip(n + 1..)
+            .take_while(|((k, _), want)| **k == *want)
+            .count() as u64;
+        Ok((len, joining * ENTRY_OVERHEAD))
+    }
+
+    /// Appends to the in-order buffer, growing it by doubling but never past the sample's
+    /// size.
+    fn append(&mut self, bytes: &[u8]) {
+        let len = self.buf.len();
+        if self.buf.capacity() - len < bytes.len() {
+            let need = len + bytes.len();
+            let want = need
+                .max(self.buf.capacity().saturating_mul(2))
+                .min(self.sample_size as usize)
+                .max(need);
+            self.buf.reserve(want - len);
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Stores one fragment (its [`cost`](Self::cost) checked by the caller). Returns the
+    /// whole sample once the last missing one arrives; a handle on it is left in `spare`,
+    /// so the writer's next sample can take its memory back once the application has let
+    /// go of it.
+    pub(crate) fn add(
+        &mut self,
+        f: &DataFragRepr<'_>,
+        now: Instant,
+        spare: &mut Option<Bytes>,
+    ) -> Result<Option<Bytes>, FragError> {
+        self.cost(f)?;
+        let n = f.frag_num;
+        // The wire layer checked that n < count and that the length fits exactly.
+        if n == self.prefix {
+            if self.prefix == 0 {
+                // The writer's previous sample's memory, if the application let go of it,
+                // rather than fresh pages (for samples of megabytes, faulting them in costs
+                // more than copying them). Taken by a sample whose first fragment came.
+                if let Some(Ok(mut m)) = spare.take().map(Bytes::try_into_mut) {
+                    m.clear();
+                    self.buf = m;
+                }
+            }
+            self.append(f.payload);
+            self.prefix += 1;
+            while let Some(b) = self.ahead.remove(&self.prefix) {
+                self.ahead_bytes -= b.len() as u64;
+                self.append(&b);
+                self.prefix += 1;
+            }
+        } else {
+            self.ahead_bytes += f.payload.len() as u64;
+            self.ahead.insert(n, f.payload.into());
+        }
         self.highest = self.highest.max(n);
         self.last = now;
-        if self.have == self.count() {
-            let whole = self.buf.split().freeze();
-            if self.buf.capacity() == 0 && self.sample_size as usize <= SPARE_MAX {
-                *spare = std::mem::take(&mut self.buf);
+        if self.have() == self.count() {
+            debug_assert!(self.ahead.is_empty() && self.buf.len() == self.sample_size as usize);
+            let whole = std::mem::take(&mut self.buf).freeze();
+            if whole.len() <= SPARE_MAX {
+                *spare = Some(whole.clone());
             }
             return Ok(Some(whole));
         }
@@ -126,7 +191,7 @@ impl Reassembly {
             .last
             .saturating_duration_since(self.first)
             .as_secs_f64();
-        let bytes = self.have.saturating_sub(1) as f64 * self.frag_size as f64;
+        let bytes = self.have().saturating_sub(1) as f64 * self.frag_size as f64;
         if span <= 0.0 || bytes <= 0.0 {
             return std::time::Duration::ZERO;
         }
@@ -136,10 +201,26 @@ impl Reassembly {
 
     /// Missing fragment numbers, from `from`, that a repair request should name: those below
     /// the highest one received (they were overtaken, so they are lost), or every missing one
-    /// when `all` (the sender has finished: its heartbeat came after a quiet period).
+    /// when `all` (the sender has finished: its heartbeat came after a quiet period). Walks
+    /// the fragments kept aside, not the numbers: taking `k` of them costs `k` plus what
+    /// was received among them.
     pub(crate) fn missing(&self, from: u32, all: bool) -> impl Iterator<Item = u32> + '_ {
         let limit = if all { self.count() } else { self.highest };
-        (from..limit).filter(move |n| !self.has(*n))
+        let mut n = from.max(self.prefix);
+        let mut held = self.ahead.range(n..).map(|(k, _)| *k).peekable();
+        std::iter::from_fn(move || {
+            while n < limit {
+                if held.peek() == Some(&n) {
+                    held.next();
+                    n += 1;
+                    continue;
+                }
+                let m = n;
+                n += 1;
+                return Some(m);
+            }
+            None
+        })
     }
 }
 
@@ -165,8 +246,8 @@ mod tests {
     fn reassembles_in_any_order_and_refuses_lies() {
         let now = Instant::now();
         let sample: Vec<u8> = (0..25).collect();
-        let mut spare = BytesMut::new();
-        let mut r = Reassembly::new(&frag(2, &sample[20..]), now, &mut spare);
+        let mut spare = None;
+        let mut r = Reassembly::new(&frag(2, &sample[20..]), now);
         assert_eq!(r.add(&frag(2, &sample[20..]), now, &mut spare), Ok(None));
         assert_eq!(
             r.add(&frag(2, &sample[20..]), now, &mut spare),
@@ -194,9 +275,9 @@ mod tests {
     fn next_sample_reuses_the_buffer_once_free() {
         let now = Instant::now();
         let sample: Vec<u8> = (0..25).collect();
-        let mut spare = BytesMut::new();
-        let whole = |spare: &mut BytesMut| {
-            let mut r = Reassembly::new(&frag(0, &sample[..10]), now, spare);
+        let mut spare = None;
+        let whole = |spare: &mut Option<Bytes>| {
+            let mut r = Reassembly::new(&frag(0, &sample[..10]), now);
             for (n, part) in [(0, &sample[..10]), (1, &sample[10..20]), (2, &sample[20..])] {
                 if let Some(b) = r.add(&frag(n, part), now, spare).unwrap() {
                     return b;
@@ -213,5 +294,66 @@ mod tests {
         assert_ne!(c.as_ptr(), b.as_ptr(), "b is still held: c has its own");
         assert_eq!(&b[..], &sample[..]);
         assert_eq!(&c[..], &sample[..]);
+    }
+
+    fn big(n: u32, data: &[u8]) -> DataFragRepr<'_> {
+        DataFragRepr {
+            sample_size: 256 << 20,
+            frag_size: 1000,
+            ..frag(n, data)
+        }
+    }
+
+    /// A first fragment claiming 256 MiB, in order or the very last one, costs its own
+    /// bytes (and an entry); nothing is reserved or zeroed for the rest.
+    #[test]
+    fn memory_follows_what_arrived_not_the_claim() {
+        let now = Instant::now();
+        let mut spare = None;
+        let kb = [7u8; 1000];
+        let mut r = Reassembly::new(&big(0, &kb), now);
+        assert_eq!(r.cost(&big(0, &kb)), Ok((1000, 0)));
+        r.add(&big(0, &kb), now, &mut spare).unwrap();
+        assert_eq!(r.charge(), 1000);
+        assert!(r.buf.capacity() < 4096, "{}", r.buf.capacity());
+        let last = (256u32 << 20).div_ceil(1000) - 1;
+        let tail = [7u8; (256 << 20) % 1000];
+        let mut r = Reassembly::new(&big(last, &tail), now);
+        r.add(&big(last, &tail), now, &mut spare).unwrap();
+        assert_eq!(r.charge(), tail.len() as u64 + ENTRY_OVERHEAD);
+        assert_eq!(r.buf.capacity(), 0);
+        // Asking for what is missing walks what is held, not the 268,436 numbers.
+        assert_eq!(r.missing(0, false).take(3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(r.missing(last, true).count(), 0);
+    }
+
+    /// The default budgets: a writer's share takes a sample of the default
+    /// `max_sample_size` even when every fragment of it (at least 1,024 bytes, below any
+    /// path's) arrives out of order, and the reader's takes two shares.
+    #[test]
+    fn default_budgets_take_a_largest_sample_from_two_writers() {
+        let c = crate::Config::new(0, tether_wire::ParticipantId(1));
+        let worst = c.max_sample_size as u64 + (c.max_sample_size as u64 / 1024) * ENTRY_OVERHEAD;
+        assert!(c.max_reassembly_bytes_per_writer as u64 >= worst);
+        assert!(c.max_reassembly_bytes >= 2 * c.max_reassembly_bytes_per_writer);
+    }
+
+    /// Fragments kept aside join the buffer when the hole before them fills; the cost of
+    /// the fragment that fills it counts the overhead it frees.
+    #[test]
+    fn overtaking_fragments_join_when_the_hole_fills() {
+        let now = Instant::now();
+        let sample: Vec<u8> = (0..25).collect();
+        let mut spare = None;
+        let mut r = Reassembly::new(&frag(1, &sample[10..20]), now);
+        r.add(&frag(1, &sample[10..20]), now, &mut spare).unwrap();
+        assert_eq!(r.charge(), 10 + ENTRY_OVERHEAD);
+        assert_eq!(r.missing(0, true).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(r.cost(&frag(0, &sample[..10])), Ok((10, ENTRY_OVERHEAD)));
+        r.add(&frag(0, &sample[..10]), now, &mut spare).unwrap();
+        assert_eq!(r.charge(), 20);
+        assert_eq!(r.missing(0, true).collect::<Vec<_>>(), [2]);
+        let done = r.add(&frag(2, &sample[20..]), now, &mut spare).unwrap();
+        assert_eq!(&done.unwrap()[..], &sample[..]);
     }
 }

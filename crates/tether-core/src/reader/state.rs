@@ -94,8 +94,8 @@ pub(crate) struct WriterProxy {
     pub(crate) local: bool,
     /// Fragmented samples being reassembled, by sequence number.
     pub(crate) frags: BTreeMap<u64, crate::reader::reassembly::Reassembly>,
-    /// The last reassembled sample's buffer, taken back for the next once it is free.
-    pub(crate) spare: bytes::BytesMut,
+    /// The last reassembled sample, whose memory the next takes back once it is free.
+    pub(crate) spare: Option<bytes::Bytes>,
     pub(crate) nackfrag_count: u32,
     /// When this reader asks the writer again for what it still misses, without waiting
     /// for a heartbeat (on a lossy link heartbeats are lost too): once an answer to its last
@@ -173,11 +173,6 @@ pub(crate) fn renack_interval(rtt: Option<Duration>, heartbeat_period: Duration)
     want.clamp(floor, heartbeat_period.max(floor))
 }
 
-/// Memory a reassembly is charged for: its sample, and at least 1 KiB of bookkeeping.
-pub(crate) fn reassembly_charge(sample_size: u32) -> u64 {
-    (sample_size as u64).max(1024)
-}
-
 /// Most NACKs one request carries beyond its ACKNACK: with it, 4,096 sequence numbers.
 pub(crate) const MAX_NACKS: usize = 15;
 
@@ -204,7 +199,7 @@ impl WriterProxy {
             alive: true,
             local,
             frags: BTreeMap::new(),
-            spare: bytes::BytesMut::new(),
+            spare: None,
             nackfrag_count: 0,
             renack_at: None,
             asked_below: 0,
@@ -215,12 +210,10 @@ impl WriterProxy {
         }
     }
 
-    /// Bytes charged for this writer's reassemblies in progress.
+    /// Bytes charged for this writer's reassemblies in progress (what their fragments
+    /// brought, see `Reassembly::charge`).
     pub(crate) fn frag_bytes(&self) -> u64 {
-        self.frags
-            .values()
-            .map(|r| reassembly_charge(r.sample_size))
-            .sum()
+        self.frags.values().map(|r| r.charge()).sum()
     }
 
     fn pending_room(&self, qos: &Qos, len: usize) -> bool {
@@ -391,7 +384,8 @@ impl WriterProxy {
             }
             None => base,
         };
-        let first_span = base + MAX_ACKNACK_BITS as u64;
+        // Saturating: a heartbeat or GAP may have moved `base` to within 256 of 2^64.
+        let first_span = base.saturating_add(MAX_ACKNACK_BITS as u64);
         // NACKs only when the caller knows when requests are answered (it can tell a repair
         // on its way from one lost), and at most MAX_NACKS windows ahead.
         // NACKs name only holes below the newest sample held: what a heartbeat announces
@@ -399,7 +393,7 @@ impl WriterProxy {
         // ACKNACK, as before NACKs existed.
         let held = self.pending.keys().next_back().copied().unwrap_or(0);
         let horizon = if repeat.is_some() {
-            last.min(first_span - 1 + MAX_NACKS as u64 * MAX_ACKNACK_BITS as u64)
+            last.min((first_span - 1).saturating_add(MAX_NACKS as u64 * MAX_ACKNACK_BITS as u64))
                 .min(held.max(first_span - 1))
         } else {
             last.min(first_span - 1)
@@ -416,7 +410,7 @@ impl WriterProxy {
             } else {
                 if nack
                     .as_ref()
-                    .is_some_and(|n| seq >= n.base + MAX_ACKNACK_BITS as u64)
+                    .is_some_and(|n| seq >= n.base.saturating_add(MAX_ACKNACK_BITS as u64))
                 {
                     nacks.extend(nack.take());
                     if nacks.len() >= MAX_NACKS {
@@ -589,5 +583,24 @@ mod tests {
         assert_eq!(lost, u64::MAX - 1 - 3);
         assert_eq!(events, 4, "the runs between the held samples");
         assert_eq!(expected, Some(u64::MAX));
+    }
+
+    /// A forged heartbeat or GAP may leave a reader within 256 of 2^64: its ACKNACK (and
+    /// the NACKs it might add) are built without overflowing, and name only what lies
+    /// below the top.
+    #[test]
+    fn acknack_near_the_top_of_the_sequence_space() {
+        let now = Instant::now();
+        let mut wp = WriterProxy::new(true, None, now, false);
+        wp.expected = Some(u64::MAX - 100);
+        wp.hb_last = u64::MAX - 1;
+        for repeat in [None, Some((now, Duration::from_millis(5)))] {
+            let mut nacks = Vec::new();
+            let an = wp.acknack(EntityId(2), EntityId(1), repeat, &mut nacks);
+            assert_eq!(an.base, u64::MAX - 100);
+            assert_eq!(an.num_bits, 100);
+            assert_eq!(an.missing().last(), Some(u64::MAX - 1));
+            assert!(nacks.is_empty());
+        }
     }
 }

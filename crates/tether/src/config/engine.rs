@@ -30,7 +30,12 @@ pub(crate) struct EngineSettings {
     congestion_control: bool,
     max_sample_size: usize,
     max_reassembly_bytes: usize,
+    max_reassembly_bytes_per_writer: usize,
     reassembly_timeout: Duration,
+    max_endpoints_per_participant: usize,
+    max_string_bytes: usize,
+    max_partitions: usize,
+    max_peer_metadata_bytes: usize,
     data_group: Option<SocketAddrV4>,
     /// The named flow controllers, to install in the engine.
     pub(crate) flow_controllers: Vec<(String, FlowController)>,
@@ -99,7 +104,12 @@ impl TryFrom<&Config> for EngineSettings {
             congestion_control: c.transport.congestion_control,
             max_sample_size: c.transport.max_sample_size,
             max_reassembly_bytes: c.transport.max_reassembly_bytes,
+            max_reassembly_bytes_per_writer: c.transport.max_reassembly_bytes_per_writer,
             reassembly_timeout: Duration::from_millis(c.transport.reassembly_timeout_ms),
+            max_endpoints_per_participant: c.discovery.max_endpoints_per_participant,
+            max_string_bytes: c.discovery.max_string_bytes,
+            max_partitions: c.discovery.max_partitions,
+            max_peer_metadata_bytes: c.discovery.max_peer_metadata_bytes,
             data_group,
             flow_controllers: c.flow_controller_specs()?,
             security,
@@ -127,7 +137,12 @@ impl EngineSettings {
         cc.congestion_control = self.congestion_control;
         cc.max_sample_size = self.max_sample_size;
         cc.max_reassembly_bytes = self.max_reassembly_bytes;
+        cc.max_reassembly_bytes_per_writer = self.max_reassembly_bytes_per_writer;
         cc.reassembly_timeout = self.reassembly_timeout;
+        cc.max_endpoints_per_participant = self.max_endpoints_per_participant;
+        cc.max_string_bytes = self.max_string_bytes;
+        cc.max_partitions = self.max_partitions;
+        cc.max_peer_metadata_bytes = self.max_peer_metadata_bytes;
         cc.data_group = self.data_group;
         cc.security = security;
         cc
@@ -143,10 +158,12 @@ mod tests {
     fn maps_every_field() {
         let c = Config::from_toml(
             "domain = 3\nname = \"r\"\n[discovery]\nlease_ms = 5000\nannounce_period_ms = 200\n\
+             max_endpoints_per_participant = 7\nmax_string_bytes = 100\nmax_partitions = 3\n\
+             max_peer_metadata_bytes = 4242\n\
              [reliability]\nheartbeat_period_ms = 7\ninactive_reader_ms = 2500\n\
              [transport]\nmax_datagram = 1400\n\
              max_sample_size = 9000\nmax_reassembly_bytes = 12345\nreassembly_timeout_ms = 50\n\
-             multicast_data = true\n",
+             max_reassembly_bytes_per_writer = 9999\nmulticast_data = true\n",
         )
         .unwrap();
         let s = EngineSettings::try_from(&c).unwrap();
@@ -162,6 +179,16 @@ mod tests {
         assert_eq!(
             (cc.max_datagram, cc.max_sample_size, cc.max_reassembly_bytes),
             (1400, 9000, 12345)
+        );
+        assert_eq!(cc.max_reassembly_bytes_per_writer, 9999);
+        assert_eq!(
+            (
+                cc.max_endpoints_per_participant,
+                cc.max_string_bytes,
+                cc.max_partitions,
+                cc.max_peer_metadata_bytes
+            ),
+            (7, 100, 3, 4242)
         );
         assert_eq!(cc.reassembly_timeout, Duration::from_millis(50));
         assert_eq!(cc.data_group, Some("239.255.0.1:7403".parse().unwrap()));

@@ -1,0 +1,125 @@
+//! What a remote participant may make this one store about it, in bytes and count
+//! (`docs/wire.md` section 4): each announced string is at most `max_string_bytes`, an
+//! endpoint has at most `max_partitions` partitions, and all it announced (name, endpoints'
+//! strings, and the table's own overhead per endpoint and string) stays within
+//! `max_peer_metadata_bytes`. Checked on the wire form, before anything is allocated.
+//!
+//! Refusals are counted ([`Stats::announcements_over_cap`](crate::Stats)) and reported
+//! once per peer and kind of limit ([`Event::OverLimit`]).
+
+use std::collections::VecDeque;
+
+use tether_wire::{EndpointRepr, ParticipantId};
+
+use crate::discovery::RemoteEndpoint;
+use crate::endpoint::EndpointInfo;
+use crate::event::{Event, Limit};
+use crate::participant::Participant;
+
+/// What the table spends on a stored string besides its bytes (its `String`, the
+/// allocation's rounding).
+pub(crate) const STRING_OVERHEAD: u64 = 32;
+
+/// What the table spends on a remote endpoint besides its strings: the entry in its
+/// participant's map of endpoints.
+pub(crate) const ENDPOINT_OVERHEAD: u64 = std::mem::size_of::<RemoteEndpoint>() as u64 + 32;
+
+/// Peers (and kinds of limit) last reported: each is reported once while it is among the
+/// most recent [`REPORTED`]. Bounded, so invented ids refused for their names cannot grow
+/// it.
+pub(crate) const REPORTED: usize = 256;
+
+/// Bytes stored for a participant's name.
+pub(crate) fn name_cost(name: &str) -> u64 {
+    name.len() as u64 + STRING_OVERHEAD
+}
+
+/// Bytes stored for an endpoint announced as `e`.
+pub(crate) fn endpoint_cost(e: &EndpointRepr<'_>) -> u64 {
+    let strings = [e.topic, e.type_name]
+        .into_iter()
+        .chain(e.partitions.iter());
+    ENDPOINT_OVERHEAD
+        + strings
+            .map(|s| s.len() as u64 + STRING_OVERHEAD)
+            .sum::<u64>()
+}
+
+/// Bytes stored for a remote endpoint (what [`endpoint_cost`] charged when it came).
+pub(crate) fn stored_cost(info: &EndpointInfo) -> u64 {
+    let strings = [&info.topic, &info.type_name]
+        .into_iter()
+        .chain(info.partitions.iter());
+    ENDPOINT_OVERHEAD
+        + strings
+            .map(|s| s.len() as u64 + STRING_OVERHEAD)
+            .sum::<u64>()
+}
+
+impl Participant {
+    /// Counts a refusal, and reports it once per peer and kind of limit.
+    pub(crate) fn over_limit(&mut self, pid: ParticipantId, limit: Limit) {
+        let key = (pid, limit.kind());
+        let seen: &mut VecDeque<(ParticipantId, u8)> = &mut self.peers.limited;
+        if seen.contains(&key) {
+            return;
+        }
+        if seen.len() >= REPORTED {
+            seen.pop_front();
+        }
+        seen.push_back(key);
+        self.events.push_back(Event::OverLimit {
+            participant: pid,
+            limit,
+        });
+    }
+
+    /// Whether a new remote participant's announced `name` may be stored: `Some` with what
+    /// it costs its metadata budget, or `None` (counted and reported) if it is longer than
+    /// `max_string_bytes`.
+    pub(crate) fn admit_name(&mut self, pid: ParticipantId, name: &str) -> Option<u64> {
+        let max = self.cfg.max_string_bytes;
+        if name.len() > max {
+            self.stats.announcements_over_cap += 1;
+            let limit = Limit::StringBytes {
+                field: "name",
+                len: name.len(),
+                max,
+            };
+            self.over_limit(pid, limit);
+            return None;
+        }
+        Some(name_cost(name))
+    }
+
+    /// Whether endpoint `e` of `pid` is within the per-string and per-endpoint limits;
+    /// counted and reported if not.
+    pub(crate) fn endpoint_within_limits(
+        &mut self,
+        pid: ParticipantId,
+        e: &EndpointRepr<'_>,
+    ) -> bool {
+        let max = self.cfg.max_string_bytes;
+        let long = [("topic", e.topic), ("type", e.type_name)]
+            .into_iter()
+            .chain(e.partitions.iter().map(|p| ("partition", p)))
+            .find(|(_, s)| s.len() > max);
+        let limit = if let Some((field, s)) = long {
+            Limit::StringBytes {
+                field,
+                len: s.len(),
+                max,
+            }
+        } else if e.partitions.len() > self.cfg.max_partitions {
+            Limit::Partitions {
+                count: e.partitions.len(),
+                max: self.cfg.max_partitions,
+            }
+        } else {
+            return true;
+        };
+        self.stats.announcements_over_cap += 1;
+        self.over_limit(pid, limit);
+        false
+    }
+}
