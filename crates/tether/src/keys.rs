@@ -236,7 +236,7 @@ impl Realm {
             ca,
             secret,
         };
-        realm.write_revocations(&RevocationList::issue(&realm.ca, unix_now(), vec![]))?;
+        realm.write_revocations(&RevocationList::issue(&realm.ca, 1, unix_now(), vec![]))?;
         Ok(realm)
     }
 
@@ -354,10 +354,24 @@ impl Realm {
         if serials.is_empty() {
             return Err(KeyError::Unknown(who.to_string()));
         }
-        let mut all = self.revocations()?.serials;
-        all.extend(&serials);
-        self.write_revocations(&RevocationList::issue(&self.ca, unix_now(), all))?;
+        self.add_revoked(&serials)?;
         Ok(serials)
+    }
+
+    /// Re-signs the revocation list with `serials` added, under the next list serial (one
+    /// more than the list's now): sessions holding the current list take the new one, and
+    /// refuse any older.
+    fn add_revoked(&self, serials: &[u64]) -> Result<(), KeyError> {
+        let current = self.revocations()?;
+        let mut all = current.serials;
+        all.extend(serials);
+        let next = current.serial.checked_add(1).ok_or_else(|| {
+            format(
+                &self.dir.join("revoked.toml"),
+                "the list serial is at its maximum",
+            )
+        })?;
+        self.write_revocations(&RevocationList::issue(&self.ca, next, unix_now(), all))
     }
 
     /// The realm's current revocation list (verified).
@@ -475,7 +489,8 @@ pub fn describe(path: &Path) -> Result<String, KeyError> {
             Err(e) => format!("NOT VALID: {e}"),
         };
         out.push_str(&format!(
-            "revocation list\nrealm        {}\nissued       {}\nrevoked      {}\nsignature    {state}\n",
+            "revocation list\nlist serial  {}\nrealm        {}\nissued       {}\nrevoked      {}\nsignature    {state}\n",
+            r.serial,
             to_hex(&r.realm),
             utc(r.issued),
             if r.serials.is_empty() {
