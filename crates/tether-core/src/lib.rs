@@ -46,8 +46,8 @@ pub use discovery::RemoteEndpoint;
 pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
 pub use event::{
-    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, LossReason, Right,
-    Sample, Shortfall, Stats,
+    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, LossReason,
+    RevocationRefusal, Right, Sample, Shortfall, Stats,
 };
 pub use participant::{Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, MAX_LEASE, Participant};
 pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};

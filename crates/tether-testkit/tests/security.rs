@@ -688,7 +688,8 @@ fn leaving_and_revoked_readers_cause_a_new_epoch() {
         if revoke {
             let now = sim.now;
             sim.p(w)
-                .set_revocations(now, RevocationList::issue(&ca, 1, NOW, vec![3]));
+                .set_revocations(now, RevocationList::issue(&ca, 1, NOW, vec![3]))
+                .unwrap();
         } else {
             let now = sim.now;
             sim.p(b).delete_endpoint(now, rb);

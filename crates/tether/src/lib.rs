@@ -40,5 +40,5 @@ pub use tether_core::congestion::PathStats;
 pub use tether_core::{
     Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
     Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError, Reliability,
-    Sample, Shortfall, Stats, UnknownPriority, format_rate, parse_rate,
+    RevocationRefusal, Sample, Shortfall, Stats, UnknownPriority, format_rate, parse_rate,
 };
