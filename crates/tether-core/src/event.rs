@@ -107,6 +107,8 @@ pub enum AuthFailure {
     BadAnswer,
     /// Its credential was revoked while it was a member.
     Revoked,
+    /// Its credential expired while it was a member.
+    Expired,
 }
 
 impl fmt::Display for AuthFailure {
@@ -117,6 +119,7 @@ impl fmt::Display for AuthFailure {
                 f.write_str("its answer to our challenge does not verify with its credential's key")
             }
             AuthFailure::Revoked => f.write_str("its credential was revoked"),
+            AuthFailure::Expired => f.write_str("its credential expired"),
         }
     }
 }
@@ -350,6 +353,14 @@ pub enum Event {
         /// Why.
         reason: RevocationRefusal,
     },
+    /// This participant's own credential expired: peers refuse it from now on (each
+    /// unmatches it when it notices). Raised once.
+    OwnCredentialExpired {
+        /// Its serial.
+        serial: u64,
+        /// When it expired (unix seconds).
+        expires: u64,
+    },
     /// An inactive reader answered again.
     ReaderActive {
         /// The writer.
@@ -550,4 +561,6 @@ pub struct Stats {
     pub stale_revocation_lists: u64,
     /// Revocation lists refused as not the realm CA's (another realm, a bad signature).
     pub invalid_revocation_lists: u64,
+    /// Verified peers unmatched because their credential expired while they were members.
+    pub credentials_expired: u64,
 }

@@ -1,5 +1,7 @@
-//! Credentials over time, in the simulator (issue 17, point 4): an older revocation list
-//! cannot replace a newer one to bring a revoked member back.
+//! Credentials over time, in the simulator (issue 17, point 4): a member whose credential
+//! expires while the session runs is unmatched and locked out of what is written after, and
+//! an older revocation list cannot replace a newer one to bring a revoked member back.
+//! (The same at run time with real processes: `tether-cli/tests/attack_cred.rs`.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,6 +109,100 @@ fn failures(sim: &Sim, i: usize, pid: ParticipantId, reason: &AuthFailure) -> us
                 if *participant == pid && r == reason)
         })
         .count()
+}
+
+/// A reader whose credential expires while the session runs is unmatched at the writer
+/// within about a second, without any new revocation list or restart; the writer moves to a
+/// new epoch, so the reader cannot open what is written after, even holding every datagram
+/// sent to the reader that stays. The writer reports the expiry once, the expired reader
+/// its own expiry once. (Before: it kept reading until restart.)
+#[test]
+fn expiry_reader_is_unmatched_and_cannot_open_later_samples() {
+    for seed in [1u64, 2] {
+        let mut sim = Sim::new(seed, Link::perfect());
+        let ca = CaKey::generate();
+        let year = NOW + 365 * 86_400;
+        let w = member(&mut sim, &ca, 1, "robot", year, None);
+        let a = member(&mut sim, &ca, 2, "stays", year, None);
+        // b's credential runs out 60 s into the run.
+        let b = member(&mut sim, &ca, 3, "expires", NOW + 60, None);
+        let (wid, rids) = matched(&mut sim, w, &[a, b]);
+        let (ra, rb) = (rids[0], rids[1]);
+        write(&mut sim, w, wid, 0..3);
+        assert_eq!(sim.seqs(b, rb), vec![1, 2, 3], "seed {seed}");
+        let start = sim.now - sim.elapsed();
+
+        // Still a member a moment before its expiry.
+        sim.run_until_time(start + Duration::from_secs(59));
+        assert_eq!(
+            sim.nodes[w].participant.matched_count(wid),
+            2,
+            "seed {seed}"
+        );
+        assert_eq!(sim.nodes[w].participant.stats().credentials_expired, 0);
+        let rekeys = sim.nodes[w].participant.stats().rekeys;
+
+        // Gone a moment after it.
+        sim.run_until_time(start + Duration::from_secs(62));
+        let st = sim.nodes[w].participant.stats().clone();
+        assert_eq!(
+            sim.nodes[w].participant.matched_count(wid),
+            1,
+            "seed {seed}"
+        );
+        assert_eq!(st.credentials_expired, 1, "seed {seed}");
+        assert_eq!(
+            st.rekeys,
+            rekeys + 1,
+            "seed {seed}: the writer did not re-key"
+        );
+        assert_eq!(
+            failures(&sim, w, id(&sim, b), &AuthFailure::Expired),
+            1,
+            "seed {seed}: the writer reports the expiry once"
+        );
+        let own: Vec<&Event> = sim.nodes[b]
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::OwnCredentialExpired { .. }))
+            .collect();
+        assert_eq!(
+            own,
+            vec![&Event::OwnCredentialExpired {
+                serial: 3,
+                expires: NOW + 60
+            }],
+            "seed {seed}"
+        );
+
+        // Written after: the reader that stays reads it (under the new key); the expired
+        // one gets none of it, neither sent to it nor replayed from the wire.
+        sim.wire = Some(Vec::new());
+        write(&mut sim, w, wid, 3..6);
+        assert_eq!(sim.seqs(a, ra), (1..=6).collect::<Vec<_>>(), "seed {seed}");
+        assert_eq!(sim.seqs(b, rb), vec![1, 2, 3], "seed {seed}");
+        let from = sim.nodes[w].addr;
+        for d in sim.wire.take().unwrap() {
+            let now = sim.now;
+            sim.p(b).handle_datagram(now, from, &d);
+        }
+        sim.pump(b);
+        sim.run_for(Duration::from_secs(1));
+        assert_eq!(
+            sim.seqs(b, rb),
+            vec![1, 2, 3],
+            "seed {seed}: the expired reader opened a sample written after its expiry"
+        );
+        // It stays out, reported once, however long it keeps trying.
+        sim.run_for(Duration::from_secs(30));
+        assert_eq!(
+            sim.nodes[w].participant.matched_count(wid),
+            1,
+            "seed {seed}"
+        );
+        assert_eq!(failures(&sim, w, id(&sim, b), &AuthFailure::Expired), 1);
+        assert_eq!(sim.nodes[w].participant.stats().credentials_expired, 1);
+    }
 }
 
 /// A revocation list older than the one in force is refused (counted, reported, and

@@ -2,6 +2,7 @@
 //! revocation list, and each peer's authentication state (`docs/wire.md#auth`).
 
 mod auth;
+pub(crate) mod expiry;
 pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod protect;
