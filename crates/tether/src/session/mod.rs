@@ -191,7 +191,8 @@ impl Session {
 
     /// Loads a newer revocation list of the realm from `path` (e.g. after `tether keys
     /// revoke`): peers it revokes lose every match at once, and the writers they read move to
-    /// a new epoch.
+    /// a new epoch. A session opened with a list file (`security.revocations`) does this by
+    /// itself when the file changes; this is for lists elsewhere.
     ///
     /// Refused, with the list in force kept: when security is off, the file does not read,
     /// the list is not the realm CA's, or it is older than the list in force (a lower list
