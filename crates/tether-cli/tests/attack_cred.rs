@@ -1,7 +1,8 @@
 //! Credentials over time with real processes (issue 17, point 4): a running `tether echo`
 //! that holds the realm's revocation list (`--revocations FILE`) follows the file while it
-//! runs. A member revoked there stops being heard without a restart, and an older list
-//! written back does not bring it back. Every assertion is on delivery.
+//! runs. A member revoked there (by `tether keys revoke`, or by `tether keys issue
+//! --replace` replacing its credential) stops being heard without a restart, and an older
+//! list written back does not bring it back. Every assertion is on delivery.
 
 mod common;
 use common::{Live, text, wait_until};
@@ -159,5 +160,49 @@ fn stale_revocation_list_written_back_keeps_the_publisher_out() {
         "the older list brought the revoked publisher back ({} samples more)\n{}",
         heard(&e, "pose") - before,
         e.stderr()
+    );
+}
+
+/// `tether keys issue --replace` while `echo --revocations` runs: the publisher still
+/// holding the old credential stops being heard, and one holding the new credential (same
+/// name, new serial) is heard by the same running echo.
+#[test]
+fn revocation_at_run_time_replaced_credential_old_refused_new_heard() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("realm");
+    let d = realm(&dir);
+    let reg = t.path().join("reg");
+    let old_key = t.path().join("old-robot.key");
+    std::fs::copy(dir.join("robot.key"), &old_key).unwrap();
+    let e = echo(&reg, &dir, &dir.join("revoked.toml"));
+    let mut old = publish(&reg, &old_key, "old");
+    assert!(
+        wait_until(Duration::from_secs(30), || heard(&e, "old") >= 5),
+        "never heard the publisher: {}",
+        e.stderr()
+    );
+    let out = keys(&["issue", &d, "robot", "--pub", "/robot/**", "--replace"]);
+    assert!(
+        out.contains("issued robot serial 3") && out.contains("revoked serial 1"),
+        "{out}"
+    );
+    assert!(
+        goes_quiet(&e, &mut old, "old"),
+        "the replaced credential is still heard ({} samples)\n{}",
+        heard(&e, "old"),
+        e.stderr()
+    );
+    let _new = publish(&reg, &dir.join("robot.key"), "new");
+    assert!(
+        wait_until(Duration::from_secs(30), || heard(&e, "new") >= 5),
+        "the new credential is not heard: {}",
+        e.stderr()
+    );
+    let before = heard(&e, "old");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        heard(&e, "old"),
+        before,
+        "the old credential is heard again"
     );
 }
