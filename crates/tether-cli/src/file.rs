@@ -344,6 +344,7 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
         .context("the file name is not UTF-8")?
         .to_string();
     let session = Session::open(cfg)?;
+    crate::topic::report_security_events(&session);
     // Before the file writer: see `receipt::subscriber`.
     let receipts = receipt::subscriber(&session, &a.topic)?;
     let qos = Qos::default()
@@ -550,6 +551,7 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&a.dir)
         .with_context(|| format!("cannot create {}", a.dir.display()))?;
     let session = Session::open(cfg)?;
+    crate::topic::report_security_events(&session);
     // Before the file reader: see `receipt::publisher`.
     let receipts = receipt::publisher(&session, &a.topic)?;
     let sub = session.subscriber(a.topic.as_str(), Qos::default().keep_all())?;

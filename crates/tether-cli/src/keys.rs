@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use tether::keys::{Realm, describe, utc};
+use tether::keys::{KeyError, Realm, describe, utc};
 
 #[derive(Args, Debug)]
 pub(crate) struct KeysArgs {
@@ -22,6 +22,12 @@ enum KeysCmd {
     /// Issue NAME a key pair and a credential signed by the realm's CA, granting the
     /// topic patterns given (`*` one level, `**` any depth). Writes DIR/NAME.key (0600, for
     /// `--keys`) and DIR/NAME.cred.
+    ///
+    /// With --replace, NAME already has a credential: it gets new keys and a credential
+    /// under a new serial, and its earlier serials are revoked in the same step (the
+    /// revocation list DIR/revoked.toml is re-signed with the next list serial). Sessions
+    /// that watch that list (--revocations) drop the old credential while they run; hand
+    /// NAME its new DIR/NAME.key.
     Issue {
         /// The realm directory.
         dir: PathBuf,
@@ -36,9 +42,14 @@ enum KeysCmd {
         /// Days until it expires.
         #[arg(long, value_name = "DAYS", default_value_t = 365)]
         expires: u64,
+        /// Replace NAME's credential: new keys and serial, the old serials revoked.
+        #[arg(long)]
+        replace: bool,
     },
     /// Revoke NAME's credentials (or one SERIAL) and re-sign the realm's revocation list
-    /// (DIR/revoked.toml), which participants load.
+    /// (DIR/revoked.toml) with the next list serial. Participants load it with
+    /// --revocations, and reload it while they run when it changes; they refuse a list
+    /// older than the one they hold.
     Revoke {
         /// The realm directory.
         dir: PathBuf,
@@ -70,12 +81,26 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
             publish,
             subscribe,
             expires,
+            replace,
         } => {
             if expires == 0 || expires > 36_500 {
                 anyhow::bail!("--expires {expires} is outside 1..=36500 days");
             }
             let r = Realm::open(&dir)?;
-            let c = r.issue(&name, publish, subscribe, expires)?;
+            let (c, revoked) =
+                if replace {
+                    r.replace(&name, publish, subscribe, expires)?
+                } else {
+                    let c = r.issue(&name, publish, subscribe, expires).map_err(|e| match e {
+                    KeyError::Exists(p) => anyhow::anyhow!(
+                        "{} exists; refusing to overwrite it (to give {name} a new credential \
+                         and revoke its old one: --replace)",
+                        p.display()
+                    ),
+                    e => e.into(),
+                })?;
+                    (c, Vec::new())
+                };
             println!(
                 "issued {} serial {}, expires {}\nkeys: {}\ncredential: {}",
                 c.name,
@@ -84,22 +109,37 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                 dir.join(format!("{name}.key")).display(),
                 dir.join(format!("{name}.cred")).display()
             );
+            if replace {
+                println!(
+                    "revoked serial{} {} (revocation list {}: {})",
+                    if revoked.len() == 1 { "" } else { "s" },
+                    list(&revoked),
+                    r.revocations()?.serial,
+                    dir.join("revoked.toml").display()
+                );
+            }
         }
         KeysCmd::Revoke { dir, who } => {
             let r = Realm::open(&dir)?;
             let serials = r.revoke(&who)?;
             println!(
-                "revoked serial{} {}; revocation list: {}",
+                "revoked serial{} {}; revocation list {}: {}",
                 if serials.len() == 1 { "" } else { "s" },
-                serials
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                list(&serials),
+                r.revocations()?.serial,
                 dir.join("revoked.toml").display()
             );
         }
         KeysCmd::Show { file } => print!("{}", describe(&file)?),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `1, 2, 3`.
+fn list(serials: &[u64]) -> String {
+    serials
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

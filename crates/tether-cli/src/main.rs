@@ -33,7 +33,9 @@ struct Cli {
     /// peers must authenticate, and grants decide what matches.
     #[arg(long, global = true, value_name = "FILE", env = "TETHER_KEYS")]
     keys: Option<PathBuf>,
-    /// The realm's revocation list (with --keys).
+    /// The realm's revocation list (with --keys). Watched while the command runs: when the
+    /// file changes it is reloaded, and members it revokes are dropped at once; a list
+    /// older than the one in force (lower list serial) is refused with a warning.
     #[arg(long, global = true, value_name = "FILE", requires = "keys")]
     revocations: Option<PathBuf>,
     #[command(subcommand)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
-use tether::{Config, Event, Qos, Session, kind_str};
+use tether::{AuthFailure, Config, Event, Qos, Session, kind_str};
 
 use crate::QosArgs;
 
@@ -140,9 +140,36 @@ pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
+/// Prints what changes a secure session's membership while it runs, one line each on
+/// stderr: a revocation list reloaded or refused (the one in force stays), peers unmatched
+/// because their credential was revoked or expired, and our own credential expiring.
+pub(crate) fn report_security_events(session: &Session) {
+    session.on_event(|e| match e {
+        Event::RevocationListApplied { serial, revoked } => {
+            eprintln!("revocation list {serial} in force ({revoked} credentials revoked)")
+        }
+        Event::RevocationListRefused { reason } => {
+            eprintln!("warning: revocation list refused, the one in force stays: {reason}")
+        }
+        Event::AuthenticationFailed {
+            participant,
+            reason: reason @ (AuthFailure::Revoked | AuthFailure::Expired),
+        } => eprintln!(
+            "warning: participant {:016x} unmatched: {reason}",
+            participant.0
+        ),
+        Event::OwnCredentialExpired { serial, expires } => eprintln!(
+            "warning: our credential (serial {serial}) expired at {}: peers refuse us from now on",
+            tether::keys::utc(*expires)
+        ),
+        _ => {}
+    });
+}
+
 /// Prints incompatible-QoS reports, lost samples and readers let go of as one clear line
-/// each on stderr.
+/// each on stderr, and the security events of [`report_security_events`].
 fn report_events(session: &Session) {
+    report_security_events(session);
     session.on_event(|e| match e {
         Event::IncompatibleQos(q) => eprintln!("warning: {q}"),
         Event::SamplesLost {

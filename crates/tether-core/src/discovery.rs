@@ -473,6 +473,7 @@ impl Participant {
         for p in expired {
             self.remove_participant(p);
         }
+        self.expire_credentials(now);
         let timeout = self.cfg.reassembly_timeout;
         for r in self.readers.values_mut() {
             for wp in r.writers.values_mut() {

@@ -113,6 +113,8 @@ pub enum AuthFailure {
     /// Another credential was presented under its participant id, which a verified
     /// credential holds until it leaves.
     IdentityConflict,
+    /// Its credential expired while it was a member.
+    Expired,
 }
 
 impl fmt::Display for AuthFailure {
@@ -129,9 +131,51 @@ impl fmt::Display for AuthFailure {
             AuthFailure::IdentityConflict => f.write_str(
                 "another credential was presented under its participant id (refused: the id is bound to the credential it verified with)",
             ),
+            AuthFailure::Expired => f.write_str("its credential expired"),
         }
     }
 }
+
+/// Why a revocation list was not put in force
+/// ([`Participant::set_revocations`](crate::Participant::set_revocations),
+/// [`Event::RevocationListRefused`]): the list in force stays. Its `Display` says it in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RevocationRefusal {
+    /// Security is off: there is no realm to revoke in.
+    SecurityOff,
+    /// The list could not be read or does not parse (a session reading its file).
+    Unreadable(String),
+    /// It is not the realm CA's: another realm's, or its signature does not verify.
+    Invalid(tether_crypto::CredentialError),
+    /// It is older than the list in force: a lower serial, or the same serial with other
+    /// contents (the CA signs each list under a new serial).
+    Stale {
+        /// The serial of the list in force.
+        held: u64,
+        /// The serial of the list refused.
+        offered: u64,
+    },
+}
+
+impl fmt::Display for RevocationRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RevocationRefusal::SecurityOff => f.write_str("security is off"),
+            RevocationRefusal::Unreadable(e) => write!(f, "unreadable: {e}"),
+            RevocationRefusal::Invalid(e) => write!(f, "not the realm's: {e}"),
+            RevocationRefusal::Stale { held, offered } if held == offered => write!(
+                f,
+                "list {offered} differs from the list {held} in force under the same serial"
+            ),
+            RevocationRefusal::Stale { held, offered } => {
+                write!(f, "list {offered} is older than the list {held} in force")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RevocationRefusal {}
 
 /// What a grant allows: the right a refused match lacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -304,6 +348,30 @@ pub enum Event {
         writer: EntityId,
         /// The reader.
         reader: Guid,
+    },
+    /// A newer revocation list of the realm is in force
+    /// ([`Participant::set_revocations`](crate::Participant::set_revocations)); members it
+    /// revokes were reported as [`AuthFailure::Revoked`].
+    RevocationListApplied {
+        /// The list's serial.
+        serial: u64,
+        /// How many credential serials it revokes.
+        revoked: usize,
+    },
+    /// A revocation list was refused; the list in force stays. Raised by
+    /// [`Participant::set_revocations`](crate::Participant::set_revocations) (which also
+    /// returns the refusal), and by a session for a list file it cannot read.
+    RevocationListRefused {
+        /// Why.
+        reason: RevocationRefusal,
+    },
+    /// This participant's own credential expired: peers refuse it from now on (each
+    /// unmatches it when it notices). Raised once.
+    OwnCredentialExpired {
+        /// Its serial.
+        serial: u64,
+        /// When it expired (unix seconds).
+        expires: u64,
     },
     /// An inactive reader answered again.
     ReaderActive {
@@ -640,4 +708,13 @@ pub struct Stats {
     /// partitions, or one that would take what is stored for its participant past
     /// `max_peer_metadata_bytes`.
     pub announcements_over_cap: u64,
+
+    // Credentials over time (issue 17).
+    /// Revocation lists refused as older than the one in force (a lower serial, or the same
+    /// serial with other contents).
+    pub stale_revocation_lists: u64,
+    /// Revocation lists refused as not the realm CA's (another realm, a bad signature).
+    pub invalid_revocation_lists: u64,
+    /// Verified peers unmatched because their credential expired while they were members.
+    pub credentials_expired: u64,
 }

@@ -48,7 +48,7 @@ pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
 pub use event::{
     AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, Limit, LossReason,
-    Right, Sample, Shortfall, Stats,
+    RevocationRefusal, Right, Sample, Shortfall, Stats,
 };
 pub use participant::{
     Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, DEFAULT_MAX_PARTITIONS,

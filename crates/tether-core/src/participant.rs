@@ -245,6 +245,8 @@ pub struct Participant {
     /// in front of the PARTICIPANT_BYE: at most [`MAX_FAREWELLS`], none older than
     /// [`FAREWELL_KEEP`].
     pub(crate) farewells: VecDeque<(Instant, SocketAddr, tether_wire::AckNackRepr)>,
+    /// When credentials (peers' and our own) are next checked for expiry.
+    pub(crate) expiry: crate::security::expiry::ExpiryTimer,
 }
 
 /// How long a deleted reader's final ACKNACKs ride again with a PARTICIPANT_BYE: far longer
@@ -300,6 +302,7 @@ impl Participant {
             reliable_readers: 0,
             last_dest: None,
             farewells: VecDeque::new(),
+            expiry: Default::default(),
         }
     }
 

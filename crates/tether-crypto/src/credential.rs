@@ -308,7 +308,11 @@ struct CredFile {
 pub struct RevocationList {
     /// The CA's public key.
     pub realm: [u8; 32],
-    /// When it was signed (unix seconds): a participant keeps the newest it has seen.
+    /// The list's own serial (its version, signed with it): each list the CA signs has one
+    /// more than the last. A participant refuses a list with a lower serial than the one it
+    /// holds, so an old list cannot bring a revoked credential back.
+    pub serial: u64,
+    /// When it was signed (unix seconds; for people: the serial orders lists).
     pub issued: u64,
     /// Revoked serials, sorted.
     pub serials: Vec<u64>,
@@ -317,12 +321,13 @@ pub struct RevocationList {
 }
 
 impl RevocationList {
-    /// A list signed by `ca`.
-    pub fn issue(ca: &CaKey, issued: u64, mut serials: Vec<u64>) -> RevocationList {
+    /// List number `serial` of the realm, signed by `ca`, revoking `serials`.
+    pub fn issue(ca: &CaKey, serial: u64, issued: u64, mut serials: Vec<u64>) -> RevocationList {
         serials.sort_unstable();
         serials.dedup();
         let mut r = RevocationList {
             realm: ca.public(),
+            serial,
             issued,
             serials,
             signature: [0; 64],
@@ -335,6 +340,7 @@ impl RevocationList {
     fn repr(&self) -> RevocationListRepr<'_> {
         RevocationListRepr {
             realm: self.realm,
+            serial: self.serial,
             issued: self.issued,
             serials: SerialList::Slice(&self.serials),
             signature: self.signature,
@@ -342,14 +348,14 @@ impl RevocationList {
     }
 
     fn signed_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(48 + 8 * self.serials.len());
+        let mut out = Vec::with_capacity(56 + 8 * self.serials.len());
         self.repr().emit_signed(&mut out);
         out
     }
 
     /// The canonical binary form.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(112 + 8 * self.serials.len());
+        let mut out = Vec::with_capacity(120 + 8 * self.serials.len());
         self.repr().emit(&mut out);
         out
     }
@@ -359,6 +365,7 @@ impl RevocationList {
         let r = RevocationListRepr::parse(b).map_err(|e| malformed("revocation list", e))?;
         Ok(RevocationList {
             realm: r.realm,
+            serial: r.serial,
             issued: r.issued,
             serials: r.serials.iter().collect(),
             signature: r.signature,
@@ -384,8 +391,9 @@ impl RevocationList {
     /// The TOML text form.
     pub fn to_toml(&self) -> String {
         let f = RevokeFile {
-            tether_revocations: 1,
+            tether_revocations: 2,
             realm: to_hex(&self.realm),
+            serial: self.serial,
             issued: self.issued,
             serials: self.serials.clone(),
             signature: to_hex(&self.signature),
@@ -395,6 +403,23 @@ impl RevocationList {
 
     /// From the TOML text form.
     pub fn from_toml(text: &str) -> Result<RevocationList, CredentialError> {
+        // Version 1 had no list serial, and its signature covers other bytes: say so rather
+        // than name a missing field.
+        #[derive(Deserialize)]
+        struct Version {
+            tether_revocations: u32,
+        }
+        if let Ok(Version {
+            tether_revocations: v,
+        }) = toml::from_str(text)
+        {
+            if v != 2 {
+                return Err(CredentialError::Malformed(format!(
+                    "revocation list version {v} (this tether reads 2, which carries the list's serial): \
+                     sign a new one with `tether keys revoke`"
+                )));
+            }
+        }
         let f: RevokeFile =
             toml::from_str(text).map_err(|e| CredentialError::Malformed(e.to_string()))?;
         let bad = |what: &str| CredentialError::Malformed(format!("{what} is not valid hex"));
@@ -408,6 +433,7 @@ impl RevocationList {
         }
         Ok(RevocationList {
             realm: hex_array(&f.realm).ok_or_else(|| bad("realm"))?,
+            serial: f.serial,
             issued: f.issued,
             serials: f.serials,
             signature: from_hex(&f.signature)
@@ -422,6 +448,7 @@ impl RevocationList {
 struct RevokeFile {
     tether_revocations: u32,
     realm: String,
+    serial: u64,
     issued: u64,
     serials: Vec<u64>,
     signature: String,
@@ -472,7 +499,7 @@ mod tests {
             c.verify(&other.public(), 1500, None),
             Err(CredentialError::OtherRealm(_))
         ));
-        let rl = RevocationList::issue(&ca, 1400, vec![9, 3]);
+        let rl = RevocationList::issue(&ca, 1, 1400, vec![9, 3]);
         assert_eq!(rl.verify(&ca.public()), Ok(()));
         assert_eq!(
             c.verify(&ca.public(), 1500, Some(&rl)),
@@ -528,9 +555,22 @@ mod tests {
         let c = cred(&ca, 7);
         assert_eq!(Credential::from_bytes(&c.to_bytes()).unwrap(), c);
         assert_eq!(Credential::from_toml(&c.to_toml()).unwrap(), c);
-        let rl = RevocationList::issue(&ca, 5, vec![1, 2, 40]);
+        let rl = RevocationList::issue(&ca, 3, 5, vec![1, 2, 40]);
         assert_eq!(RevocationList::from_bytes(&rl.to_bytes()).unwrap(), rl);
         assert_eq!(RevocationList::from_toml(&rl.to_toml()).unwrap(), rl);
+        // The list's serial is signed: changing it breaks the signature.
+        let mut older = rl.clone();
+        older.serial = 2;
+        assert_eq!(
+            older.verify(&ca.public()),
+            Err(CredentialError::BadSignature)
+        );
+        // A version-1 file (no list serial) is refused, saying why.
+        let v1 = rl
+            .to_toml()
+            .replace("tether_revocations = 2", "tether_revocations = 1");
+        let e = RevocationList::from_toml(&v1).unwrap_err();
+        assert!(e.to_string().contains("version 1"), "{e}");
         assert!(Credential::from_toml("name = 3").is_err());
         let mut b = c.to_bytes();
         b.push(0);

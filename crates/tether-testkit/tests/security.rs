@@ -190,7 +190,7 @@ fn a_participant_without_credentials_matches_nothing() {
 fn refused_credentials_match_nothing_and_are_reported() {
     let ca = CaKey::generate();
     let other_realm = CaKey::generate();
-    let revoked = RevocationList::issue(&ca, NOW - 10, vec![66]);
+    let revoked = RevocationList::issue(&ca, 1, NOW - 10, vec![66]);
     let cases: Vec<(&str, Member, Option<RevocationList>, &str)> = vec![
         (
             "expired",
@@ -706,7 +706,8 @@ fn leaving_and_revoked_readers_cause_a_new_epoch() {
         if revoke {
             let now = sim.now;
             sim.p(w)
-                .set_revocations(now, RevocationList::issue(&ca, NOW, vec![3]));
+                .set_revocations(now, RevocationList::issue(&ca, 1, NOW, vec![3]))
+                .unwrap();
         } else {
             let now = sim.now;
             sim.p(b).delete_endpoint(now, rb);

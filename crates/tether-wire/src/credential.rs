@@ -7,16 +7,17 @@
 //!              | Ed25519 key (32) | X25519 key (32) | name str16 | publish list | subscribe list
 //!              | CA signature (64)
 //! list:        count u16 | count × str16          (str16: length u16 | UTF-8)
-//! revocations: "TRV1" | realm CA key (32) | issued u64 | count u32 | count × serial u64
-//!              | CA signature (64)
+//! revocations: "TRV2" | realm CA key (32) | list serial u64 | issued u64 | count u32
+//!              | count × serial u64 | CA signature (64)
 //! ```
 
 use crate::{Cursor, Error};
 
 /// The magic a credential starts with.
 pub const CREDENTIAL_MAGIC: [u8; 4] = *b"TCR1";
-/// The magic a revocation list starts with.
-pub const REVOCATION_MAGIC: [u8; 4] = *b"TRV1";
+/// The magic a revocation list starts with (`TRV1`, without the list's serial, is no
+/// longer read).
+pub const REVOCATION_MAGIC: [u8; 4] = *b"TRV2";
 /// Longest participant name, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
 /// Most patterns in one grant list.
@@ -240,6 +241,9 @@ impl PartialEq for SerialList<'_> {
 pub struct RevocationListRepr<'a> {
     /// The CA's public key.
     pub realm: [u8; 32],
+    /// The list's own serial: its version, one more with every list the CA signs. A
+    /// participant refuses a list older than the one it holds.
+    pub serial: u64,
     /// When it was signed (unix seconds).
     pub issued: u64,
     /// Revoked serials, strictly increasing, at most [`MAX_REVOKED`].
@@ -257,6 +261,7 @@ impl<'a> RevocationListRepr<'a> {
             return Err(Error::BadMagic);
         }
         let realm = c.array()?;
+        let serial = c.u64_be()?;
         let issued = c.u64_be()?;
         let n = c.u32_be()? as usize;
         if n > MAX_REVOKED || c.remaining() < n * 8 {
@@ -276,6 +281,7 @@ impl<'a> RevocationListRepr<'a> {
         }
         Ok(RevocationListRepr {
             realm,
+            serial,
             issued,
             serials,
             signature,
@@ -286,6 +292,7 @@ impl<'a> RevocationListRepr<'a> {
     pub fn emit_signed(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&REVOCATION_MAGIC);
         out.extend_from_slice(&self.realm);
+        out.extend_from_slice(&self.serial.to_be_bytes());
         out.extend_from_slice(&self.issued.to_be_bytes());
         out.extend_from_slice(&(self.serials.len() as u32).to_be_bytes());
         for s in self.serials.iter() {

@@ -160,6 +160,7 @@ proptest! {
     #[test]
     fn revocation_list_roundtrip(
         realm in any::<[u8; 32]>(),
+        serial in any::<u64>(),
         issued in any::<u64>(),
         serials in proptest::collection::btree_set(any::<u64>(), 0..50),
         sig in any::<[u8; 32]>(),
@@ -167,6 +168,7 @@ proptest! {
         let serials: Vec<u64> = serials.into_iter().collect();
         let r = RevocationListRepr {
             realm,
+            serial,
             issued,
             serials: SerialList::Slice(&serials),
             signature: [sig, sig].concat().try_into().unwrap(),
@@ -328,6 +330,7 @@ fn credential_known_answer() {
     let serials = [1, 0x0100];
     let r = RevocationListRepr {
         realm: [1; 32],
+        serial: 9,
         issued: 2,
         serials: SerialList::Slice(&serials),
         signature: [7; 64],
@@ -335,8 +338,9 @@ fn credential_known_answer() {
     let mut out = Vec::new();
     r.emit(&mut out);
     let want = [
-        &b"TRV1"[..],
+        &b"TRV2"[..],
         &[1; 32],
+        &[0, 0, 0, 0, 0, 0, 0, 9],
         &[0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 2],
         &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0],
         &[7; 64],
@@ -345,11 +349,15 @@ fn credential_known_answer() {
     assert_eq!(out, want);
     // Limits: too many patterns, a name too long, a count past the bytes.
     let mut bad = want.clone();
-    bad[44] = 0xff;
+    bad[52] = 0xff;
     assert_eq!(
         RevocationListRepr::parse(&bad),
         Err(Error::BadValue("serial count"))
     );
+    // The first layout (no list serial) is not read as this one.
+    let mut v1 = want.clone();
+    v1[..4].copy_from_slice(b"TRV1");
+    assert_eq!(RevocationListRepr::parse(&v1), Err(Error::BadMagic));
     assert_eq!(CredentialRepr::parse(b"TCR0"), Err(Error::BadMagic));
     let long = "x".repeat(MAX_NAME_LEN + 1);
     let mut out = Vec::new();

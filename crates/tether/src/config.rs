@@ -56,7 +56,7 @@
 //!
 //! [security]
 //! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
-//! revocations = "realm/revoked.toml"   # the realm's signed revocation list
+//! revocations = "realm/revoked.toml"   # the realm's signed revocation list (watched)
 //! mode = "encrypt"           # "off" (default without keys), "encrypt" (default with),
 //!                            # "sign" or "encrypt+sign"
 //! suite = "auto"             # "aes128-gcm", "aes256-gcm", "chacha20-poly1305"

@@ -129,9 +129,15 @@ fn write_new(path: &Path, text: &str, secret: bool) -> Result<(), KeyError> {
 
 /// Replaces a public file atomically (write aside, rename).
 fn replace(path: &Path, text: &str) -> Result<(), KeyError> {
+    replace_file(path, text, false)
+}
+
+/// Replaces a file atomically (write aside, rename), secret (0600) or public. A reader
+/// (a session watching a revocation list) sees the old file or the new one, never half.
+fn replace_file(path: &Path, text: &str, secret: bool) -> Result<(), KeyError> {
     let tmp = path.with_extension("tmp");
     let _ = fs::remove_file(&tmp);
-    write_new(&tmp, text, false)?;
+    write_new(&tmp, text, secret)?;
     fs::rename(&tmp, path).map_err(io(path))
 }
 
@@ -198,6 +204,21 @@ struct BundleFile {
     credential: String,
 }
 
+/// A participant name `tether keys` accepts: it names files.
+fn check_name(name: &str) -> Result<(), KeyError> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        || name.starts_with('.')
+    {
+        return Err(KeyError::Credential(CredentialError::Invalid(format!(
+            "name '{name}' (letters, digits, '-', '_' and '.'; it names files)"
+        ))));
+    }
+    Ok(())
+}
+
 /// A realm directory, as `tether keys init` made it.
 #[derive(Debug)]
 pub struct Realm {
@@ -236,7 +257,7 @@ impl Realm {
             ca,
             secret,
         };
-        realm.write_revocations(&RevocationList::issue(&realm.ca, unix_now(), vec![]))?;
+        realm.write_revocations(&RevocationList::issue(&realm.ca, 1, unix_now(), vec![]))?;
         Ok(realm)
     }
 
@@ -283,21 +304,63 @@ impl Realm {
         subscribe: Vec<String>,
         valid_days: u64,
     ) -> Result<Credential, KeyError> {
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            || name.starts_with('.')
-        {
-            return Err(KeyError::Credential(CredentialError::Invalid(format!(
-                "name '{name}' (letters, digits, '-', '_' and '.'; it names files)"
-            ))));
-        }
+        check_name(name)?;
         let key_path = self.dir.join(format!("{name}.key"));
         if key_path.exists() {
             return Err(KeyError::Exists(key_path));
         }
         let mut issued = self.issued()?;
+        let (cred, bundle) = self.new_credential(&issued, name, publish, subscribe, valid_days)?;
+        self.record(&mut issued, &cred)?;
+        write_new(&key_path, &bundle, true)?;
+        self.write_cred(&cred)?;
+        Ok(cred)
+    }
+
+    /// Replaces `name`'s credential: fresh keys and a credential under a new serial
+    /// (`NAME.key` and `NAME.cred` rewritten), and every earlier serial issued to `name`
+    /// revoked in the same step (the revocation list re-signed with the next list serial).
+    /// The old bundle stops working wherever the new list is loaded (sessions watching it
+    /// reload it while they run). Returns the new credential and the serials revoked.
+    pub fn replace(
+        &self,
+        name: &str,
+        publish: Vec<String>,
+        subscribe: Vec<String>,
+        valid_days: u64,
+    ) -> Result<(Credential, Vec<u64>), KeyError> {
+        check_name(name)?;
+        let mut issued = self.issued()?;
+        let old: Vec<u64> = issued
+            .issued
+            .iter()
+            .filter(|e| e.name == name)
+            .map(|e| e.serial)
+            .collect();
+        if old.is_empty() {
+            return Err(KeyError::Unknown(name.to_string()));
+        }
+        let (cred, bundle) = self.new_credential(&issued, name, publish, subscribe, valid_days)?;
+        // The new serial is recorded first and the old ones revoked before the new keys are
+        // written: a step that fails leaves the old credential revoked and the new serial
+        // never handed out, not the old one still valid (run it again).
+        self.record(&mut issued, &cred)?;
+        self.add_revoked(&old)?;
+        replace_file(&self.dir.join(format!("{name}.key")), &bundle, true)?;
+        self.write_cred(&cred)?;
+        Ok((cred, old))
+    }
+
+    /// A credential for `name` under the realm's next serial, with fresh keys, and its bundle
+    /// (`NAME.key`'s text).
+    fn new_credential(
+        &self,
+        issued: &IssuedFile,
+        name: &str,
+        publish: Vec<String>,
+        subscribe: Vec<String>,
+        valid_days: u64,
+    ) -> Result<(Credential, String), KeyError> {
         let serial = issued.issued.iter().map(|e| e.serial).max().unwrap_or(0) + 1;
         let now = unix_now();
         let id = Identity::generate();
@@ -322,20 +385,28 @@ impl Realm {
             credential: to_hex(&cred.to_bytes()),
         })
         .expect("plain fields");
-        write_new(&key_path, &bundle, true)?;
-        let cred_path = self.dir.join(format!("{name}.cred"));
-        let _ = fs::remove_file(&cred_path);
-        write_new(&cred_path, &cred.to_toml(), false)?;
+        Ok((cred, bundle))
+    }
+
+    /// Adds `cred` to `issued.toml`.
+    fn record(&self, issued: &mut IssuedFile, cred: &Credential) -> Result<(), KeyError> {
         issued.issued.push(IssuedEntry {
-            name: name.to_string(),
-            serial,
+            name: cred.name.clone(),
+            serial: cred.serial,
             expires: cred.expires,
         });
         replace(
             &self.dir.join("issued.toml"),
             &toml::to_string(&issued).expect("plain fields"),
-        )?;
-        Ok(cred)
+        )
+    }
+
+    /// Writes `NAME.cred` (public).
+    fn write_cred(&self, cred: &Credential) -> Result<(), KeyError> {
+        replace(
+            &self.dir.join(format!("{}.cred", cred.name)),
+            &cred.to_toml(),
+        )
     }
 
     /// Revokes a credential by name (every credential issued under it) or serial; rewrites
@@ -354,10 +425,24 @@ impl Realm {
         if serials.is_empty() {
             return Err(KeyError::Unknown(who.to_string()));
         }
-        let mut all = self.revocations()?.serials;
-        all.extend(&serials);
-        self.write_revocations(&RevocationList::issue(&self.ca, unix_now(), all))?;
+        self.add_revoked(&serials)?;
         Ok(serials)
+    }
+
+    /// Re-signs the revocation list with `serials` added, under the next list serial (one
+    /// more than the list's now): sessions holding the current list take the new one, and
+    /// refuse any older.
+    fn add_revoked(&self, serials: &[u64]) -> Result<(), KeyError> {
+        let current = self.revocations()?;
+        let mut all = current.serials;
+        all.extend(serials);
+        let next = current.serial.checked_add(1).ok_or_else(|| {
+            format(
+                &self.dir.join("revoked.toml"),
+                "the list serial is at its maximum",
+            )
+        })?;
+        self.write_revocations(&RevocationList::issue(&self.ca, next, unix_now(), all))
     }
 
     /// The realm's current revocation list (verified).
@@ -475,7 +560,8 @@ pub fn describe(path: &Path) -> Result<String, KeyError> {
             Err(e) => format!("NOT VALID: {e}"),
         };
         out.push_str(&format!(
-            "revocation list\nrealm        {}\nissued       {}\nrevoked      {}\nsignature    {state}\n",
+            "revocation list\nlist serial  {}\nrealm        {}\nissued       {}\nrevoked      {}\nsignature    {state}\n",
+            r.serial,
             to_hex(&r.realm),
             utc(r.issued),
             if r.serials.is_empty() {

@@ -38,7 +38,8 @@ pub use session::{
 };
 pub use tether_core::congestion::PathStats;
 pub use tether_core::{
-    Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid, History,
-    Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError, Reliability,
-    Sample, Shortfall, Stats, UnknownPriority, format_rate, parse_rate,
+    AuthFailure, Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid,
+    History, Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError,
+    Reliability, RevocationRefusal, Sample, Shortfall, Stats, UnknownPriority, format_rate,
+    parse_rate,
 };

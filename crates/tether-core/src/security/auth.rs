@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
 
 use crate::endpoint::EndpointInfo;
-use crate::event::AuthFailure;
+use crate::event::{AuthFailure, RevocationRefusal};
 use crate::event::Event;
 
 use crate::participant::Participant;
@@ -248,17 +248,53 @@ impl Participant {
         }
     }
 
-    /// Replaces the realm's revocation list: peers whose credentials it revokes lose their
-    /// authentication and every match, and the writers they read move to a new epoch.
-    pub fn set_revocations(&mut self, now: Instant, list: tether_crypto::RevocationList) {
-        let Some(sec) = self.cfg.security.as_ref() else {
-            return;
+    /// Puts a newer revocation list of the realm in force: peers whose credentials it
+    /// revokes lose their authentication and every match, and the writers they read move to
+    /// a new epoch at once.
+    ///
+    /// Refused, with the list in force kept: a list that is not the realm CA's, and one
+    /// older than the list in force (a lower serial, or the same serial with other
+    /// contents), so an old list cannot bring a revoked member back. Each refusal is counted
+    /// and raised as [`Event::RevocationListRefused`]. The list in force given again changes
+    /// nothing.
+    pub fn set_revocations(
+        &mut self,
+        now: Instant,
+        list: tether_crypto::RevocationList,
+    ) -> Result<(), RevocationRefusal> {
+        //= docs/wire.md#credential
+        //# A participant puts a revocation list in force only if the realm's CA signed it and its
+        //# list serial is higher than that of the list in force; the list in force given again
+        //# changes nothing
+        let refused = match self.cfg.security.as_ref() {
+            None => Some(RevocationRefusal::SecurityOff),
+            Some(sec) => match (list.verify(&sec.ca_public), &sec.revocations) {
+                (Err(e), _) => {
+                    self.stats.invalid_revocation_lists += 1;
+                    Some(RevocationRefusal::Invalid(e))
+                }
+                (Ok(()), Some(held)) if *held == list => return Ok(()),
+                (Ok(()), Some(held)) if list.serial <= held.serial => {
+                    self.stats.stale_revocation_lists += 1;
+                    Some(RevocationRefusal::Stale {
+                        held: held.serial,
+                        offered: list.serial,
+                    })
+                }
+                (Ok(()), _) => None,
+            },
         };
-        if list.verify(&sec.ca_public).is_err() {
-            self.stats.auth_failed += 1;
-            return;
+        if let Some(reason) = refused {
+            self.events.push_back(Event::RevocationListRefused {
+                reason: reason.clone(),
+            });
+            return Err(reason);
         }
+        let Some(sec) = self.cfg.security.as_ref() else {
+            return Err(RevocationRefusal::SecurityOff);
+        };
         let mut sec2 = (**sec).clone_for_revocations();
+        let (serial, count) = (list.serial, list.serials.len());
         sec2.revocations = Some(list);
         let sec2 = std::sync::Arc::new(sec2);
         self.cfg.security = Some(sec2.clone());
@@ -278,8 +314,25 @@ impl Participant {
             })
             .map(|(id, _)| *id)
             .collect();
-        let revoked_any = !revoked.is_empty();
-        for pid in revoked {
+        self.events.push_back(Event::RevocationListApplied {
+            serial,
+            revoked: count,
+        });
+        // It stays refused, since its credential now fails every check.
+        self.forget_authentication(&revoked, AuthFailure::Revoked);
+        let _ = now;
+        Ok(())
+    }
+
+    /// Forgets that `peers` authenticated (their credential was revoked, or expired): their
+    /// endpoints go, which unmatches them and moves the writers they read to a new epoch
+    /// now; they are no longer verified and their credential is dropped (an AUTH they send
+    /// again is checked afresh); `reason` is reported once for each.
+    pub(crate) fn forget_authentication(&mut self, peers: &[ParticipantId], reason: AuthFailure) {
+        if peers.is_empty() {
+            return;
+        }
+        for &pid in peers {
             let ids: Vec<EntityId> = self
                 .peers
                 .remotes
@@ -287,7 +340,7 @@ impl Participant {
                 .map(|p| p.endpoints.keys().copied().collect())
                 .unwrap_or_default();
             // Forget its endpoints (unmatching them, re-keying writers it read) and its
-            // identity; it stays refused, since its credential now fails every check.
+            // identity.
             for e in ids {
                 self.remove_remote_endpoint(pid, e);
             }
@@ -300,19 +353,23 @@ impl Participant {
                 a.verified = false;
                 a.credential = None;
                 a.control.clear();
+                a.wrapped_ours = None;
+                a.has_ours = 0;
+                a.pair_tx = None;
+                a.pair_rx = None;
+                // What it sends under that credential from now on is refused silently.
+                a.reported = true;
             }
             self.events.push_back(Event::AuthenticationFailed {
                 participant: pid,
-                reason: AuthFailure::Revoked,
+                reason: reason.clone(),
             });
         }
-        // Revocation is rare and urgent: the new epochs go out now, and the revoked peers'
-        // copies of our control key stop authenticating anything.
+        // Rare and urgent: the new epochs go out now, and the departed peers' copies of our
+        // control key stop authenticating anything.
         self.keystore.rekey_wanted = false;
         self.rekey_due_writers();
-        if !revoked_any {
-            return;
-        }
+        let now = self.clock;
         self.rekey_control(now);
     }
 

@@ -3,6 +3,7 @@
 
 mod auth;
 pub(crate) mod control;
+pub(crate) mod expiry;
 pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod protect;

@@ -17,7 +17,8 @@ use serde::Deserialize;
 pub struct SecurityConfig {
     /// The participant's key bundle (`tether keys issue` writes `NAME.key`).
     pub keys: Option<PathBuf>,
-    /// The realm's revocation list (`revoked.toml`).
+    /// The realm's revocation list (`revoked.toml`). The session watches the file and
+    /// reloads it when it changes (a list older than the one in force is refused).
     pub revocations: Option<PathBuf>,
     /// How writers protect their samples; [`SecurityMode::Off`] turns security off. Default:
     /// [`SecurityMode::Encrypt`] with keys, off without.

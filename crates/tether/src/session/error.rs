@@ -65,10 +65,6 @@ pub enum OpenError {
         /// The topic.
         topic: String,
     },
-    /// An operation that needs security (e.g. `Session::set_revocations`) on a session
-    /// whose security is off.
-    #[error("security is off in this session")]
-    SecurityOff,
     /// A publisher's QoS names a flow controller the session does not have.
     #[error(
         "unknown flow controller '{0}': define it under [flow_controllers.{0}] or with Session::set_flow_controller"

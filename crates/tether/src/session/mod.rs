@@ -16,14 +16,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::{
-    EndpointInfo, EndpointKind, Event, FlowController, ParticipantId, Qos, RemoteEndpoint, Sample,
-    Stats,
+    EndpointInfo, EndpointKind, Event, FlowController, ParticipantId, Qos, RemoteEndpoint,
+    RevocationRefusal, Sample, Stats,
 };
 use tether_transport::{Registry, Transport};
 
 mod error;
 mod open;
 mod publisher;
+mod revocations;
 mod shared;
 mod subscriber;
 mod threads;
@@ -188,21 +189,17 @@ impl Session {
         })
     }
 
-    /// Loads a new revocation list of the realm (e.g. after `tether keys revoke`): peers it
-    /// revokes lose every match at once, and the writers they read move to a new epoch.
-    /// An error if security is off or the list is not the realm CA's.
-    pub fn set_revocations(&self, path: &std::path::Path) -> Result<(), OpenError> {
-        let ca = {
-            let g = self.shared.lock();
-            match g.core.config().security.as_ref() {
-                Some(sec) => sec.ca_public,
-                None => return Err(OpenError::SecurityOff),
-            }
-        };
-        let list = crate::keys::load_revocations(path, &ca)?;
-        self.shared
-            .with_core(|i, now| i.core.set_revocations(now, list));
-        Ok(())
+    /// Loads a newer revocation list of the realm from `path` (e.g. after `tether keys
+    /// revoke`): peers it revokes lose every match at once, and the writers they read move to
+    /// a new epoch. A session opened with a list file (`security.revocations`) does this by
+    /// itself when the file changes; this is for lists elsewhere.
+    ///
+    /// Refused, with the list in force kept: when security is off, the file does not read,
+    /// the list is not the realm CA's, or it is older than the list in force (a lower list
+    /// serial): an old list never brings a revoked member back. The list in force given
+    /// again changes nothing.
+    pub fn set_revocations(&self, path: &std::path::Path) -> Result<(), RevocationRefusal> {
+        revocations::load(&self.shared, path)
     }
 
     /// With security on: refuses an endpoint our own credential does not grant, with a

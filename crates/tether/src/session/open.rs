@@ -13,6 +13,7 @@ use tether_transport::{
     MulticastReceiver, Registry, UdpOptions, UdpTransport, default_registry_dir, interface_ipv4,
 };
 
+use super::revocations::RevocationWatch;
 use super::shared::{Inner, Shared};
 use super::threads::{RegistryInfo, discovery_loop, recv_loop, sender_loop};
 use super::{OpenError, Session};
@@ -80,8 +81,13 @@ impl Session {
         });
         // The first announcements.
         shared.with_core(|_, _| ());
+        let watch = settings
+            .security
+            .as_ref()
+            .and_then(|p| p.revocations.clone())
+            .map(RevocationWatch::new);
         Ok(Session {
-            threads: start_threads(&shared, scan, multicast)?,
+            threads: start_threads(&shared, scan, multicast, watch)?,
             shared,
             _registry: registry,
         })
@@ -189,6 +195,7 @@ fn start_threads(
     shared: &Arc<Shared>,
     scan: Option<RegistryInfo>,
     multicast: Option<MulticastReceiver>,
+    revocations: Option<RevocationWatch>,
 ) -> Result<Vec<JoinHandle<()>>, OpenError> {
     let spawn = |name: &str, f: Box<dyn FnOnce(&Shared) + Send>| {
         let s = shared.clone();
@@ -201,7 +208,7 @@ fn start_threads(
         spawn("tether-recv", Box::new(recv_loop))?,
         spawn(
             "tether-discovery",
-            Box::new(move |s| discovery_loop(s, scan, multicast)),
+            Box::new(move |s| discovery_loop(s, scan, multicast, revocations)),
         )?,
         spawn(
             "tether-sender",

@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use tether_core::Priority;
 use tether_transport::MulticastReceiver;
 
+use super::revocations::RevocationWatch;
 use super::shared::{Deferred, Inner, Shared};
 
 /// Timers closer than this are waited for precisely (`UdpTransport::wait_readable`) rather
@@ -200,11 +201,12 @@ pub(super) fn sender_loop(
 pub(super) type RegistryInfo = (std::path::PathBuf, u16, u64, SocketAddr);
 
 /// The discovery thread: scans the registry directory and takes multicast announcements
-/// (and data, with `transport.multicast_data`).
+/// (and data, with `transport.multicast_data`), and watches the revocation list file.
 pub(super) fn discovery_loop(
     shared: &Shared,
     registry: Option<RegistryInfo>,
     mcast: Option<MulticastReceiver>,
+    mut revocations: Option<RevocationWatch>,
 ) {
     let reg = registry.as_ref().and_then(|(dir, domain, id, addr)| {
         // A second handle on the same directory, only for scanning (the session's own
@@ -218,6 +220,9 @@ pub(super) fn discovery_loop(
     let mut last_scan = Instant::now() - Duration::from_secs(1);
     let mut scan_every = Duration::from_millis(50);
     while !shared.closed.load(Ordering::Relaxed) {
+        if let Some(w) = revocations.as_mut() {
+            w.poll(shared, Instant::now());
+        }
         if let Some((root, domain, id, _)) = &reg {
             if last_scan.elapsed() >= scan_every {
                 last_scan = Instant::now();
