@@ -107,6 +107,9 @@ pub enum AuthFailure {
     BadAnswer,
     /// Its credential was revoked while it was a member.
     Revoked,
+    /// It did not authenticate within 10 s of its address being validated: it is forgotten
+    /// (and found again if it announces itself again).
+    NotInTime,
 }
 
 impl fmt::Display for AuthFailure {
@@ -117,6 +120,9 @@ impl fmt::Display for AuthFailure {
                 f.write_str("its answer to our challenge does not verify with its credential's key")
             }
             AuthFailure::Revoked => f.write_str("its credential was revoked"),
+            AuthFailure::NotInTime => {
+                f.write_str("it did not authenticate within 10 s of being discovered")
+            }
         }
     }
 }
@@ -486,4 +492,26 @@ pub struct Stats {
     pub signatures_made: u64,
     /// Batch signatures verified (one per batch received, whatever its size).
     pub signatures_verified: u64,
+
+    // Issue 17, the participant table and address validation (`docs/wire.md#validation`).
+    /// Challenges sent: PROBEs carrying a cookie, to the address an unknown participant
+    /// was heard from, or to a known participant's new address.
+    pub challenges_sent: u64,
+    /// Participants whose address echoed our cookie: moved from the pending table to the
+    /// participant table.
+    pub participants_validated: u64,
+    /// Pending participants forgotten unvalidated: evicted for a newer one when the pending
+    /// table was full, or expired 5 s after they were first heard.
+    pub pending_dropped: u64,
+    /// Sends withheld from an address that has not answered a challenge: they would have
+    /// brought what it was sent above 3 × what it sent us.
+    pub amplification_limited: u64,
+    /// PROBE_ACKs from unknown participants (or from a known one's new address) whose
+    /// cookie did not verify, dropped.
+    pub bad_cookies: u64,
+    /// Secure realm: validated participants forgotten because they had not authenticated
+    /// 10 s after validation, or to make room for a newer one.
+    pub unverified_dropped: u64,
+    /// Known participants followed to a new address after it answered a challenge.
+    pub addresses_moved: u64,
 }
