@@ -14,6 +14,8 @@
 //! peers = ["192.0.2.10:7411"] # static unicast peers
 //! announce_period_ms = 1000
 //! lease_ms = 10000
+//! max_pending_participants = 64 # participants heard from but not yet known (address not
+//!                            # validated; secure: not authenticated), oldest out
 //!
 //! [transport]
 //! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
@@ -266,6 +268,11 @@ pub struct DiscoveryConfig {
     pub announce_period_ms: u64,
     /// Our lease in ms: peers forget us after this long without hearing from us.
     pub lease_ms: u64,
+    /// Most participants held before they are known: heard from at an address that has
+    /// not answered our challenge yet (each for at most 5 s), and in a secure realm,
+    /// validated but not yet authenticated (each for at most 10 s). The oldest goes when a
+    /// new one comes (`docs/wire.md#validation`).
+    pub max_pending_participants: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -280,6 +287,7 @@ impl Default for DiscoveryConfig {
             peers: Vec::new(),
             announce_period_ms: 1000,
             lease_ms: 10_000,
+            max_pending_participants: 64,
         }
     }
 }
@@ -477,6 +485,11 @@ impl Config {
                 1024..=65_507,
             ),
             ("transport.path_mtu", t.path_mtu as u64, 1280..=65_535),
+            (
+                "discovery.max_pending_participants",
+                d.max_pending_participants as u64,
+                1..=65_536,
+            ),
             (
                 "transport.max_sample_size",
                 t.max_sample_size as u64,

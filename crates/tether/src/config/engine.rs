@@ -31,6 +31,7 @@ pub(crate) struct EngineSettings {
     max_sample_size: usize,
     max_reassembly_bytes: usize,
     reassembly_timeout: Duration,
+    max_pending_participants: usize,
     data_group: Option<SocketAddrV4>,
     /// The named flow controllers, to install in the engine.
     pub(crate) flow_controllers: Vec<(String, FlowController)>,
@@ -100,6 +101,7 @@ impl TryFrom<&Config> for EngineSettings {
             max_sample_size: c.transport.max_sample_size,
             max_reassembly_bytes: c.transport.max_reassembly_bytes,
             reassembly_timeout: Duration::from_millis(c.transport.reassembly_timeout_ms),
+            max_pending_participants: c.discovery.max_pending_participants,
             data_group,
             flow_controllers: c.flow_controller_specs()?,
             security,
@@ -128,6 +130,7 @@ impl EngineSettings {
         cc.max_sample_size = self.max_sample_size;
         cc.max_reassembly_bytes = self.max_reassembly_bytes;
         cc.reassembly_timeout = self.reassembly_timeout;
+        cc.max_pending_participants = self.max_pending_participants;
         cc.data_group = self.data_group;
         cc.security = security;
         cc
@@ -143,6 +146,7 @@ mod tests {
     fn maps_every_field() {
         let c = Config::from_toml(
             "domain = 3\nname = \"r\"\n[discovery]\nlease_ms = 5000\nannounce_period_ms = 200\n\
+             max_pending_participants = 9\n\
              [reliability]\nheartbeat_period_ms = 7\ninactive_reader_ms = 2500\n\
              [transport]\nmax_datagram = 1400\n\
              max_sample_size = 9000\nmax_reassembly_bytes = 12345\nreassembly_timeout_ms = 50\n\
@@ -164,6 +168,7 @@ mod tests {
             (1400, 9000, 12345)
         );
         assert_eq!(cc.reassembly_timeout, Duration::from_millis(50));
+        assert_eq!(cc.max_pending_participants, 9);
         assert_eq!(cc.data_group, Some("239.255.0.1:7403".parse().unwrap()));
         assert!(s.security.is_none());
     }
