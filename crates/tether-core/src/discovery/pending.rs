@@ -68,6 +68,9 @@ pub(crate) const REANNOUNCE_MIN: Duration = Duration::from_millis(50);
 /// A known participant heard from a new address has it challenged at most this often.
 const MOVE_RETRY: Duration = Duration::from_millis(50);
 
+/// Fewer bytes than any ENDPOINT takes (its fixed fields and QoS).
+const MIN_ENDPOINT: usize = 32;
+
 /// Longest name a pending entry keeps (bytes; longer ones are cut at a character).
 const NAME_MAX: usize = 255;
 
@@ -524,13 +527,23 @@ impl Participant {
             })));
             challenged = true;
         }
-        let announcement = self.announcement(None);
-        if let Some(first) = announcement.first() {
-            for s in submessages(first) {
-                if dg.len() + s.len() > left {
-                    break;
+        let part = encoded(&Submessage::Participant(self.participant_repr()));
+        if dg.len() + part.len() <= left {
+            dg.extend_from_slice(&part);
+            // Our endpoints, if there is room for one at least (building the announcement
+            // costs what our endpoints do, not what the sender sent).
+            if left - dg.len() >= MIN_ENDPOINT
+                && !(self.writers.is_empty() && self.readers.is_empty())
+            {
+                let announcement = self.announcement(None);
+                if let Some(first) = announcement.first() {
+                    for s in submessages(first).skip(1) {
+                        if dg.len() + s.len() > left {
+                            break;
+                        }
+                        dg.extend_from_slice(s);
+                    }
                 }
-                dg.extend_from_slice(s);
             }
         }
         if dg.len() > left && challenged {
