@@ -1,4 +1,7 @@
 //! Discovery: the participant table, announcements, endpoints coming and going, leases.
+//! Participants not yet validated wait in [`pending`].
+
+pub(crate) mod pending;
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -53,6 +56,13 @@ pub(crate) struct RemoteParticipant {
     pub(crate) received: u64,
     /// Bytes stored for what it announced, within `max_peer_metadata_bytes` (`limits.rs`).
     pub(crate) metadata: u64,
+    /// When its address answered our challenge (`pending`): in a secure realm it must
+    /// authenticate within `UNVERIFIED_LIFETIME` of it.
+    pub(crate) validated: Instant,
+    /// A new address it was heard from, challenged at this time (`pending`).
+    pub(crate) moving: Option<(SocketAddr, Instant)>,
+    /// When it last got our whole announcement because it challenged us (`pending`).
+    pub(crate) reannounced: Option<Instant>,
 }
 
 /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
@@ -81,10 +91,13 @@ pub(crate) struct Peers {
     /// Peers and kinds of limit last reported over a limit (`limits.rs`), so each is
     /// reported once.
     pub(crate) limited: std::collections::VecDeque<(ParticipantId, u8)>,
+    /// Participants heard from at addresses that have not answered a challenge.
+    pub(crate) pending: pending::Pending,
 }
 
 impl Peers {
-    pub(crate) fn new(now: Instant) -> Self {
+    /// `secret`: the key of this participant's address-validation cookies (random).
+    pub(crate) fn new(now: Instant, secret: &[u8; 32]) -> Self {
         Peers {
             remotes: BTreeMap::new(),
             remote_at: HashMap::new(),
@@ -97,6 +110,7 @@ impl Peers {
             group_sent: Vec::new(),
             controlled: false,
             limited: std::collections::VecDeque::new(),
+            pending: pending::Pending::new(now, secret),
         }
     }
 }
@@ -129,25 +143,39 @@ impl Participant {
             }
             p.received = p.received.wrapping_add(counted as u64);
             if p.addr != from {
-                // The peer's address changed (new IP, NAT rebinding): follow it.
-                if self.peers.remote_at.get(&p.addr) == Some(&pid) {
-                    self.peers.remote_at.remove(&p.addr);
-                }
-                p.addr = from;
-                self.peers.remote_at.insert(from, pid);
-                // Another address is another path.
-                let path = self.new_path(&from, now);
-                let cc = self.new_congestion(&from, now);
-                if let Some(p) = self.peers.remotes.get_mut(&pid) {
-                    p.path = path;
-                    p.cc = cc;
-                }
-                self.resize_paths();
+                // The peer's address changed (new IP, NAT rebinding), or someone wrote its
+                // id on a datagram from elsewhere: the new address is challenged, and
+                // followed (`move_peer`) once it answers (`discovery/pending.rs`).
+                self.challenge_new_address(now, pid, from);
             }
             true
         } else {
             false
         }
+    }
+
+    /// Participant `pid` moves to `from` (its new address answered our challenge).
+    pub(crate) fn move_peer(&mut self, now: Instant, pid: ParticipantId, from: SocketAddr) {
+        let Some(p) = self.peers.remotes.get_mut(&pid) else {
+            return;
+        };
+        p.moving = None;
+        if p.addr == from {
+            return;
+        }
+        if self.peers.remote_at.get(&p.addr) == Some(&pid) {
+            self.peers.remote_at.remove(&p.addr);
+        }
+        p.addr = from;
+        self.peers.remote_at.insert(from, pid);
+        // Another address is another path.
+        let path = self.new_path(&from, now);
+        let cc = self.new_congestion(&from, now);
+        if let Some(p) = self.peers.remotes.get_mut(&pid) {
+            p.path = path;
+            p.cc = cc;
+        }
+        self.resize_paths();
     }
 
     /// Adds an address that receives our announcements (a registry entry, a multicast group,
@@ -240,6 +268,26 @@ impl Participant {
         let group = p.data_group.map(SocketAddr::V4);
         if let Some(rp) = self.peers.remotes.get_mut(&pid) {
             rp.lease = lease;
+            if rp.name.is_empty() {
+                // Validated without its pending entry (evicted): its name comes now.
+                rp.name = pending::cut(p.name);
+            }
+            if !self.peers.pending.unannounced.is_empty() {
+                self.peers.pending.unannounced.remove(&pid);
+            }
+            // After a PROBE in the same datagram, this is a challenge: it does not know us
+            // (`discovery/pending.rs`). After our answer, it gets what a newly validated
+            // participant gets: our announcement (and AUTH).
+            if self.peers.pending.probed == Some((self.input, pid))
+                && rp.addr == from
+                && rp
+                    .reannounced
+                    .is_none_or(|t| now.saturating_duration_since(t) >= pending::REANNOUNCE_MIN)
+                && !self.peers.pending.promoted.contains(&pid)
+            {
+                rp.reannounced = Some(now);
+                self.peers.pending.promoted.push(pid);
+            }
             if rp.group != group {
                 self.peers.grouped =
                     self.peers.grouped + group.is_some() as usize - rp.group.is_some() as usize;
@@ -248,54 +296,14 @@ impl Participant {
             }
             return true;
         }
-        let Some(metadata) = self.admit_name(pid, p.name) else {
-            return false;
-        };
-        if self.peers.remotes.len() >= self.cfg.max_participants {
-            self.stats.table_full += 1;
+        // Unknown: it waits in the pending table while its address is challenged; what it
+        // announces is taken once it answers (`discovery/pending.rs`). A name over the cap
+        // is refused first (`limits.rs`).
+        if self.admit_name(pid, p.name).is_none() {
             return false;
         }
-        self.peers.remote_at.insert(from, pid);
-        let path = self.new_path(&from, now);
-        let cc = self.new_congestion(&from, now);
-        self.peers.remotes.insert(
-            pid,
-            Box::new(RemoteParticipant {
-                addr: from,
-                name: p.name.to_string(),
-                lease,
-                last_heard: now,
-                endpoints: BTreeMap::new(),
-                auth: self
-                    .cfg
-                    .security
-                    .as_ref()
-                    .map(|_| crate::security::PeerAuth::new(self.random.get())),
-                group,
-                datagram: path.size,
-                path,
-                cc,
-                received: 0,
-                metadata,
-            }),
-        );
-        self.peers.grouped += group.is_some() as usize;
-        self.resize_paths();
-        self.send_auth(now, pid);
-        self.events.push_back(Event::ParticipantDiscovered {
-            participant: pid,
-            name: p.name.to_string(),
-            addr: from,
-        });
-        // Answer at once, so discovery takes one round trip, not one period. In a secure
-        // realm the AUTH just sent carries our PARTICIPANT, and our endpoints follow once the
-        // peer holds our control key (a peer takes nothing else unauthenticated).
-        if self.cfg.security.is_none() {
-            for d in self.announcement(None) {
-                self.push_transmit(from, d);
-            }
-        }
-        true
+        self.on_unknown_participant(now, pid, from, &p);
+        false
     }
 
     pub(crate) fn on_endpoint(&mut self, now: Instant, pid: ParticipantId, e: EndpointRepr<'_>) {
@@ -463,6 +471,7 @@ impl Participant {
 
     pub(crate) fn housekeeping(&mut self, now: Instant) {
         self.probe_paths(now);
+        self.expire_unknown(now);
         let expired: Vec<ParticipantId> = self
             .peers
             .remotes

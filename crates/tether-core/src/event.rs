@@ -115,6 +115,9 @@ pub enum AuthFailure {
     IdentityConflict,
     /// Its credential expired while it was a member.
     Expired,
+    /// It did not authenticate within 10 s of its address being validated: it is forgotten
+    /// (and found again if it announces itself again).
+    NotInTime,
 }
 
 impl fmt::Display for AuthFailure {
@@ -132,6 +135,9 @@ impl fmt::Display for AuthFailure {
                 "another credential was presented under its participant id (refused: the id is bound to the credential it verified with)",
             ),
             AuthFailure::Expired => f.write_str("its credential expired"),
+            AuthFailure::NotInTime => {
+                f.write_str("it did not authenticate within 10 s of being discovered")
+            }
         }
     }
 }
@@ -717,4 +723,26 @@ pub struct Stats {
     pub invalid_revocation_lists: u64,
     /// Verified peers unmatched because their credential expired while they were members.
     pub credentials_expired: u64,
+
+    // Issue 17, the participant table and address validation (`docs/wire.md#validation`).
+    /// Challenges sent: PROBEs carrying a cookie, to the address an unknown participant
+    /// was heard from, or to a known participant's new address.
+    pub challenges_sent: u64,
+    /// Participants whose address echoed our cookie: moved from the pending table to the
+    /// participant table.
+    pub participants_validated: u64,
+    /// Pending participants forgotten unvalidated: evicted for a newer one when the pending
+    /// table was full, or expired 5 s after they were first heard.
+    pub pending_dropped: u64,
+    /// Sends withheld from an address that has not answered a challenge: they would have
+    /// brought what it was sent above 3 × what it sent us.
+    pub amplification_limited: u64,
+    /// PROBE_ACKs from unknown participants (or from a known one's new address) whose
+    /// cookie did not verify, dropped.
+    pub bad_cookies: u64,
+    /// Secure realm: validated participants forgotten because they had not authenticated
+    /// 10 s after validation, or to make room for a newer one.
+    pub unauthenticated_forgotten: u64,
+    /// Known participants followed to a new address after it answered a challenge.
+    pub addresses_moved: u64,
 }

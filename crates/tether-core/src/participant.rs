@@ -68,6 +68,11 @@ pub struct Config {
     pub local_addrs: Vec<std::net::IpAddr>,
     /// Most remote participants remembered.
     pub max_participants: usize,
+    /// Most participants held before they are known (`docs/wire.md#validation`): heard
+    /// from at an address that has not yet answered our challenge (one per address, each for
+    /// at most 5 s), and in a secure realm, validated but not yet authenticated (each for at
+    /// most 10 s). The oldest goes when a new one comes.
+    pub max_pending_participants: usize,
     /// Most endpoints remembered per remote participant.
     pub max_endpoints_per_participant: usize,
     /// Largest sample a writer accepts and a reader reassembles. Samples larger than one
@@ -159,6 +164,7 @@ impl Config {
             probe_paths: true,
             local_addrs: Vec::new(),
             max_participants: 1024,
+            max_pending_participants: 64,
             max_endpoints_per_participant: 1024,
             max_sample_size: DEFAULT_MAX_SAMPLE_SIZE,
             max_reassembly_bytes: DEFAULT_MAX_REASSEMBLY_BYTES,
@@ -275,15 +281,16 @@ impl Participant {
     pub fn with_random(
         cfg: Config,
         now: Instant,
-        random: Box<dyn tether_crypto::Random + Send>,
+        mut random: Box<dyn tether_crypto::Random + Send>,
     ) -> Self {
+        let cookie_secret: [u8; 32] = tether_crypto::random_array(&mut *random);
         Participant {
             cfg,
             random: Randomness(random),
             next_entity: 1,
             writers: BTreeMap::new(),
             readers: BTreeMap::new(),
-            peers: Peers::new(now),
+            peers: Peers::new(now, &cookie_secret),
             keystore: KeyStore::default(),
             sched: Scheduler::default(),
             matches: Matches::default(),
@@ -529,7 +536,10 @@ impl Participant {
         self.input += 1;
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
+        // What may be sent back to `from` while it is not validated (`discovery/pending.rs`).
+        self.peers.pending.arrived(from, datagram.len());
         self.process_datagram(now, from, datagram, true);
+        self.answer_and_announce(now);
         self.schedule_rekeys(now);
         self.congestion_tick(now);
     }
@@ -594,6 +604,14 @@ impl Participant {
                     self.on_sealed(now, from, pid, datagram, x);
                     break;
                 }
+                // Address validation (`discovery/pending.rs`): a challenge from a participant
+                // we do not know is answered, and the answer to ours validates it.
+                Submessage::Probe(p) if !known => {
+                    self.answer_challenge(now, pid, from, p, datagram.len())
+                }
+                Submessage::ProbeAck(a) if !known => {
+                    known = self.on_challenge_answer(now, pid, from, a)
+                }
                 _ if origin == Origin::Unverified && needs_authentication(&m) => {
                     self.stats.unverified_dropped += 1;
                 }
@@ -635,7 +653,7 @@ impl Participant {
                 Submessage::NackFrag(n) => self.on_nack_frag(now, pid, n),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Probe(p) => self.on_probe(from, pid, p, datagram.len()),
-                Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, a),
+                Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, from, a),
                 Submessage::Batch(b) => {
                     let g = Guid {
                         participant: pid,
@@ -664,6 +682,7 @@ impl Participant {
             self.next_renack,
             self.next_cc_probe,
             self.next_release(),
+            self.peers.pending.next_retry(),
         ]
         .into_iter()
         .flatten()
@@ -709,6 +728,7 @@ impl Participant {
             self.check_inactive(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
+        self.retry_challenges(now);
         self.renack(now);
         self.congestion_tick(now);
         self.schedule_rekeys(now);

@@ -475,6 +475,8 @@ impl Participant {
         len: usize,
     ) {
         self.stats.probes_answered += 1;
+        // A PARTICIPANT may follow: then it was a challenge (`discovery/pending.rs`).
+        self.peers.pending.probed = Some((self.input, pid));
         let mut buf = Vec::with_capacity(HEADER_LEN + SUBMESSAGE_HEADER_LEN + PROBE_ACK_LEN);
         let mut b = DatagramBuilder::new(&mut buf, self.header());
         let ack = ProbeAckRepr {
@@ -483,13 +485,28 @@ impl Participant {
             received: self.peers.remotes.get(&pid).map(|r| r.received),
         };
         if b.push(&Submessage::ProbeAck(ack)).is_ok() {
-            self.push_transmit(from, buf.into());
+            // Sent once the datagram is handled: in front of our announcement if the PROBE
+            // was a challenge (`discovery/pending.rs`).
+            self.peers.pending.answers.push((pid, from, buf));
         }
     }
 
     /// A PROBE_ACK: the answer to a congestion controller's probe, or a probe's size
     /// crosses the path.
-    pub(crate) fn on_probe_ack(&mut self, now: Instant, pid: ParticipantId, a: ProbeAckRepr) {
+    /// From an address that is not the participant's, it may answer the challenge of a new
+    /// address (`discovery/pending.rs`).
+    pub(crate) fn on_probe_ack(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        a: ProbeAckRepr,
+    ) {
+        if self.peers.remotes.get(&pid).is_some_and(|r| r.addr != from)
+            && self.on_new_address_answer(now, pid, from, &a)
+        {
+            return;
+        }
         if self.on_rtt_probe_ack(now, pid, &a) {
             return;
         }

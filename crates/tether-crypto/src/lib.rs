@@ -12,6 +12,8 @@
 //!   AES-256-GCM): pairwise work once per reader and epoch, never per sample.
 //! - [`ReplayWindow`]: a sliding window of sequence numbers per writer and epoch.
 //! - [`TopicId`]: 256-bit HMAC-SHA-256 of canonical topic metadata under the realm secret.
+//! - [`CookieKey`]: 64-bit address-validation cookies (HMAC-SHA-256 under a participant's own
+//!   random secret).
 //!
 //! Everything here is pure computation over bytes: files and sockets belong to the crates
 //! above. Randomness is an input ([`Random`]; [`OsRandom`] in production), and byte layouts
@@ -21,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod control;
+mod cookie;
 mod credential;
 mod grant;
 mod identity;
@@ -36,6 +39,7 @@ pub use control::{
     CONTROL_TAG_LEN, CREDENTIAL_SEAL_OVERHEAD, ControlKey, control_wrap_context, open_credential,
     seal_credential,
 };
+pub use cookie::CookieKey;
 pub use credential::{Credential, CredentialError, RevocationList};
 pub use grant::{pattern_matches, valid_pattern};
 pub use identity::{CaKey, Identity, RealmSecret};

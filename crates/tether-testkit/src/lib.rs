@@ -226,6 +226,9 @@ pub struct Sim {
     pub max_in_flight: usize,
     /// When `Some`, every datagram any node sends is recorded here (before loss).
     pub wire: Option<Vec<Bytes>>,
+    /// Datagrams sent to addresses no node holds (a spoofed source's true owner, say), by
+    /// destination: how many, and their bytes.
+    pub unrouted: BTreeMap<SocketAddr, (u64, u64)>,
 }
 
 impl Sim {
@@ -245,6 +248,7 @@ impl Sim {
             too_big: 0,
             max_in_flight: 0,
             wire: None,
+            unrouted: BTreeMap::new(),
         }
     }
 
@@ -355,6 +359,9 @@ impl Sim {
             .map(|(k, _)| k)
             .collect();
         if targets.is_empty() {
+            let u = self.unrouted.entry(t.dest).or_default();
+            u.0 += 1;
+            u.1 += t.len() as u64;
             return;
         }
         let payload = t.contiguous();

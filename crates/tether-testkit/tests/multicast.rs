@@ -292,8 +292,11 @@ fn readers_answer_final_heartbeats_only_when_they_miss_something() {
                 "seed {seed}: {sent} ACKNACKs from {m} readers for {n} samples"
             );
         } else {
+            // One per sample and reader would be m × n; at 10 % loss each way the count is
+            // about half that, give or take 7 % with the seed (464 to 534 over seeds 22 to
+            // 39 before address validation changed the draws; 451 to 567 after).
             assert!(
-                sent < m as u64 * n / 2,
+                sent < m as u64 * n * 3 / 5,
                 "seed {seed}: {sent} ACKNACKs from {m} readers for {n} samples"
             );
         }

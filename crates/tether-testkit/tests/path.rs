@@ -28,11 +28,14 @@ fn pair(link: Link, seed: u64, qos: Qos, tune: fn(&mut Config)) -> (Sim, EntityI
     let rid = sim.p(1).create_reader(now, info(qos));
     sim.pump(0);
     sim.pump(1);
+    // Both ends: each matches when it has validated the other's address and heard its
+    // endpoints, in either order.
     assert!(
         sim.run_until(Duration::from_secs(30), |s| s.nodes[0]
             .participant
             .matched_count(wid)
-            == 1),
+            == 1
+            && s.nodes[1].participant.matched_count(rid) == 1),
         "seed {seed}: no match"
     );
     (sim, wid, rid)

@@ -1185,7 +1185,10 @@ fn pairwise_mode_seals_every_datagram_for_its_peer() {
     let opened = after.datagrams_pair_opened - before.datagrams_pair_opened;
     assert_eq!(failed + replayed + opened, 6);
     assert!(opened <= 1);
-    assert!(failed >= 3 && replayed >= 1);
+    // Whether a flipped copy fails or is a replay depends on whether the genuine one
+    // arrived before (a counter seen is refused first): the one addressed to someone else
+    // always fails, and the genuine one twice is a replay at least once.
+    assert!(failed >= 1 && replayed >= 1);
     assert_eq!(
         sim.seqs(r0, rids[0]).len(),
         n as usize,
@@ -1375,7 +1378,8 @@ fn batches_are_signed_once_in_sign_modes() {
             })
             .collect();
         sim.pump(w);
-        // Matched both ways (a key lost on the way is asked for with the first sample).
+        // Both ends matched. (A reader's first key may be lost on the way: it asks for it
+        // when the first sealed sample comes.)
         assert!(sim.run_until(Duration::from_secs(30), |s| {
             s.nodes[w].participant.matched_count(wid) == 2
                 && rs

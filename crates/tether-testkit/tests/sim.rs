@@ -283,8 +283,10 @@ fn transient_local_late_joiner() {
         sim.pump(vol);
         sim.run_until(Duration::from_secs(30), |s| s.seqs(late, r).len() >= 3);
         assert_eq!(sim.seqs(late, r), vec![8, 9, 10], "seed {seed}");
+        // Both ends (the writer may learn of the reader after the reader of the writer).
         sim.run_until(Duration::from_secs(30), |s| {
             s.nodes[vol].participant.matched_count(rv) == 1
+                && s.nodes[0].participant.matched_count(w) == 2
         });
         let now = sim.now;
         sim.p(0).write(now, w, 11, payload(11)).unwrap();
@@ -675,6 +677,7 @@ fn fragmented_best_effort_expires_incomplete() {
     assert!(sim.run_until(
         Duration::from_secs(30),
         |s| s.nodes[0].participant.matched_count(w) == 1
+            && s.nodes[1].participant.matched_count(r) == 1
     ));
     // Sample 1: drop its third datagram on the way.
     let now = sim.now;
@@ -729,6 +732,7 @@ fn fragment_floods_stay_bounded() {
         Duration::from_secs(30),
         |s| s.nodes[0].participant.matched_count(r) == 1
             && s.nodes[0].participant.matched_count(rok) == 1
+            && s.nodes[1].participant.matched_count(wok) == 1
     ));
     let attacker = sim.nodes[1].participant.id();
     let from = sim.nodes[1].addr;

@@ -19,6 +19,8 @@
 //! max_partitions = 16        # per endpoint (the wire carries at most 16)
 //! max_peer_metadata_bytes = 524288  # stored per peer: its name and endpoints, with
 //!                            # the table's overhead; an endpoint past it is refused
+//! max_pending_participants = 64 # participants heard from but not yet known (address not
+//!                            # validated; secure: not authenticated), oldest out
 //!
 //! [transport]
 //! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
@@ -285,6 +287,11 @@ pub struct DiscoveryConfig {
     /// endpoints' strings, with the table's overhead per endpoint and per string. An
     /// endpoint that would pass it is refused.
     pub max_peer_metadata_bytes: usize,
+    /// Most participants held before they are known: heard from at an address that has
+    /// not answered our challenge yet (each for at most 5 s), and in a secure realm,
+    /// validated but not yet authenticated (each for at most 10 s). The oldest goes when a
+    /// new one comes (`docs/wire.md#validation`).
+    pub max_pending_participants: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -303,6 +310,7 @@ impl Default for DiscoveryConfig {
             max_string_bytes: tether_core::DEFAULT_MAX_STRING_BYTES,
             max_partitions: tether_core::DEFAULT_MAX_PARTITIONS,
             max_peer_metadata_bytes: tether_core::DEFAULT_MAX_PEER_METADATA_BYTES,
+            max_pending_participants: 64,
         }
     }
 }
@@ -508,6 +516,11 @@ impl Config {
                 1024..=65_507,
             ),
             ("transport.path_mtu", t.path_mtu as u64, 1280..=65_535),
+            (
+                "discovery.max_pending_participants",
+                d.max_pending_participants as u64,
+                1..=65_536,
+            ),
             (
                 "transport.max_sample_size",
                 t.max_sample_size as u64,

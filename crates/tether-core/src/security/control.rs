@@ -7,7 +7,8 @@
 //! verified the sender acts on nothing in a datagram of it whose tag does not verify, or
 //! whose counter it has seen (a window of 1,024 per sender and epoch): forged BYEs, GAPs,
 //! HEARTBEATs, ACKNACKs, fragments, keys and addresses are dropped and counted before any
-//! other module sees them. From a peer not yet verified only PARTICIPANT and AUTH are taken.
+//! other module sees them. From a peer not yet verified only PARTICIPANT, AUTH and the
+//! PROBE/PROBE_ACK of address validation are taken.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -91,12 +92,17 @@ pub(crate) enum Origin {
     Unverified,
 }
 
-/// Whether only an authenticated datagram may carry `m` (everything but PARTICIPANT, AUTH
-/// and the tag itself).
+/// Whether only an authenticated datagram may carry `m`: everything but PARTICIPANT, AUTH,
+/// the PROBE and PROBE_ACK that validate addresses before authentication
+/// (`docs/wire.md#validation`), and the tag itself.
 pub(crate) fn needs_authentication(m: &Submessage<'_>) -> bool {
     !matches!(
         m,
-        Submessage::Participant(_) | Submessage::Auth(_) | Submessage::AuthTag(_)
+        Submessage::Participant(_)
+            | Submessage::Auth(_)
+            | Submessage::Probe(_)
+            | Submessage::ProbeAck(_)
+            | Submessage::AuthTag(_)
     )
 }
 

@@ -36,6 +36,7 @@ pub(crate) struct EngineSettings {
     max_string_bytes: usize,
     max_partitions: usize,
     max_peer_metadata_bytes: usize,
+    max_pending_participants: usize,
     data_group: Option<SocketAddrV4>,
     /// The named flow controllers, to install in the engine.
     pub(crate) flow_controllers: Vec<(String, FlowController)>,
@@ -110,6 +111,7 @@ impl TryFrom<&Config> for EngineSettings {
             max_string_bytes: c.discovery.max_string_bytes,
             max_partitions: c.discovery.max_partitions,
             max_peer_metadata_bytes: c.discovery.max_peer_metadata_bytes,
+            max_pending_participants: c.discovery.max_pending_participants,
             data_group,
             flow_controllers: c.flow_controller_specs()?,
             security,
@@ -143,6 +145,7 @@ impl EngineSettings {
         cc.max_string_bytes = self.max_string_bytes;
         cc.max_partitions = self.max_partitions;
         cc.max_peer_metadata_bytes = self.max_peer_metadata_bytes;
+        cc.max_pending_participants = self.max_pending_participants;
         cc.data_group = self.data_group;
         cc.security = security;
         cc
@@ -160,6 +163,7 @@ mod tests {
             "domain = 3\nname = \"r\"\n[discovery]\nlease_ms = 5000\nannounce_period_ms = 200\n\
              max_endpoints_per_participant = 7\nmax_string_bytes = 100\nmax_partitions = 3\n\
              max_peer_metadata_bytes = 4242\n\
+             max_pending_participants = 9\n\
              [reliability]\nheartbeat_period_ms = 7\ninactive_reader_ms = 2500\n\
              [transport]\nmax_datagram = 1400\n\
              max_sample_size = 9000\nmax_reassembly_bytes = 12345\nreassembly_timeout_ms = 50\n\
@@ -191,6 +195,7 @@ mod tests {
             (7, 100, 3, 4242)
         );
         assert_eq!(cc.reassembly_timeout, Duration::from_millis(50));
+        assert_eq!(cc.max_pending_participants, 9);
         assert_eq!(cc.data_group, Some("239.255.0.1:7403".parse().unwrap()));
         assert!(s.security.is_none());
     }

@@ -1,0 +1,862 @@
+//! Participants heard from but not yet known: the pending table, address validation by
+//! cookie, and the anti-amplification budget (`docs/wire.md#validation`).
+//!
+//! A PARTICIPANT from an unknown participant id creates no remote participant. Its sender
+//! goes into a small pending table (one entry per source address, each forgotten
+//! [`PENDING_LIFETIME`] after it was first heard, whatever it sends meanwhile) and its
+//! address is challenged: a PROBE whose id is a cookie, 64 bits of HMAC-SHA-256 under this
+//! participant's own random secret over (participant id, address, time period). Only
+//! whoever receives at that address can echo the cookie in a PROBE_ACK; when the echo comes
+//! back from that address, under that participant id, the participant is validated and
+//! joins the participant table, and only then gets our whole announcement (and, in a secure
+//! realm, our AUTH). The cookie verifies without the pending entry, so a participant whose
+//! entry a flood of invented ids evicted is still validated when its answer comes.
+//!
+//! Until an address is validated, everything sent to it in reply to what came from it (the
+//! challenge, our answer to its challenge) counts against 3 × the bytes received from it,
+//! as QUIC does (RFC 9000, section 8): over that, nothing more goes until more arrives.
+//! Discovery targets (the registry, configured peers, multicast groups) are not replies and
+//! are not limited: this participant chose to announce there.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_wire::{
+    DatagramBuilder, HEADER_LEN, ParticipantId, ParticipantRepr, ProbeAckRepr, ProbeRepr,
+    Submessage,
+};
+
+use crate::event::{AuthFailure, Event};
+use crate::participant::{MAX_LEASE, Participant};
+
+/// How long a pending participant is kept after it was first heard from its address. Its
+/// announcements do not extend it.
+pub const PENDING_LIFETIME: Duration = Duration::from_secs(5);
+
+/// In a secure realm, how long a validated participant stays without authenticating.
+pub const UNVERIFIED_LIFETIME: Duration = Duration::from_secs(10);
+
+/// Bytes sent to an address that has not answered a challenge, per byte received from it.
+pub const AMPLIFICATION_FACTOR: u64 = 3;
+
+/// A cookie stays valid in the period it was made in and the next one (so for 2.5 to 5 s).
+pub(crate) const COOKIE_PERIOD: Duration = Duration::from_millis(2500);
+
+/// A pending participant's announcements bring a new challenge at most this often (its
+/// first ones come in a burst); unanswered challenges are repeated on a timer
+/// ([`CHALLENGE_RETRY`]).
+const RECHALLENGE: Duration = Duration::from_millis(25);
+
+/// An unanswered challenge is repeated after this, then after twice as long each time
+/// (within the address's allowance), up to [`CHALLENGE_RETRY_MAX`].
+const CHALLENGE_RETRY: Duration = Duration::from_millis(10);
+
+/// The longest wait between two challenges of one pending participant.
+const CHALLENGE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// A validated participant not yet heard announcing itself is asked again this many times
+/// (after [`CHALLENGE_RETRY`], then twice as long each time: some 600 ms in all); then its
+/// periodic announcements bring it.
+const MAX_ASKS: u32 = 6;
+
+/// A participant that challenges us although we know it gets our whole announcement again
+/// at most this often (anyone can write its id on a small datagram from its address).
+pub(crate) const REANNOUNCE_MIN: Duration = Duration::from_millis(50);
+
+/// A known participant heard from a new address has it challenged at most this often.
+const MOVE_RETRY: Duration = Duration::from_millis(50);
+
+/// Fewer bytes than any ENDPOINT takes (its fixed fields and QoS).
+const MIN_ENDPOINT: usize = 32;
+
+/// Longest name a pending entry keeps (bytes; longer ones are cut at a character).
+const NAME_MAX: usize = 255;
+
+/// Participants forgotten for not authenticating whose failure was already reported: found
+/// again, they are not reported again.
+const REPORTED_MEMORY: usize = 256;
+
+/// What may still be sent to an unvalidated address.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Allowance {
+    received: u64,
+    sent: u64,
+}
+
+impl Allowance {
+    fn left(&self) -> usize {
+        usize::try_from(
+            (self.received.saturating_mul(AMPLIFICATION_FACTOR)).saturating_sub(self.sent),
+        )
+        .unwrap_or(usize::MAX)
+    }
+}
+
+/// One participant heard from an address that has not answered our challenge.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pid: ParticipantId,
+    first_seen: Instant,
+    name: String,
+    lease: Duration,
+    group: Option<SocketAddr>,
+    /// What may still be sent to its address.
+    allowance: Allowance,
+    /// When it was last challenged.
+    challenged: Option<Instant>,
+    /// When it is challenged again (`None`: not yet challenged).
+    retry_at: Option<Instant>,
+    /// Challenges sent to it so far.
+    tries: u32,
+}
+
+/// The pending table, the cookie key, and what replies to unvalidated addresses may send.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// By source address: one pending participant per address.
+    entries: BTreeMap<SocketAddr, Entry>,
+    key: tether_crypto::CookieKey,
+    /// Time periods of cookies count from here.
+    epoch: Instant,
+    /// The datagram being handled, when it came from an address with no entry: what may be
+    /// sent back to it (3 × its own length).
+    current: Option<(SocketAddr, Allowance)>,
+    /// The last challenge: in which input, to which address, for which participant (one
+    /// challenge per datagram received is enough).
+    last_challenge: Option<(u64, SocketAddr, ParticipantId)>,
+    /// Participants validated while handling the current datagram: they get our whole
+    /// announcement (and AUTH) once that datagram is handled, after what answers it.
+    pub(crate) promoted: Vec<ParticipantId>,
+    /// Participants forgotten for not authenticating, whose failure was reported.
+    reported: std::collections::VecDeque<ParticipantId>,
+    /// A known participant's PROBE handled in this input: if its PARTICIPANT follows in the
+    /// same datagram, that is a challenge, and it does not know us yet.
+    pub(crate) probed: Option<(u64, ParticipantId)>,
+    /// Validated participants not heard announcing themselves since (what they sent before
+    /// was dropped): when to ask again, and how many times we did.
+    pub(crate) unannounced: BTreeMap<ParticipantId, (Instant, u32)>,
+    /// PROBE_ACKs answering known participants' PROBEs in the current datagram (whose
+    /// participant, to where, the datagram): sent once it is handled.
+    pub(crate) answers: Vec<(ParticipantId, SocketAddr, Vec<u8>)>,
+}
+
+impl Pending {
+    pub(crate) fn new(now: Instant, secret: &[u8; 32]) -> Pending {
+        Pending {
+            entries: BTreeMap::new(),
+            key: tether_crypto::CookieKey::new(secret),
+            epoch: now,
+            current: None,
+            last_challenge: None,
+            promoted: Vec::new(),
+            reported: std::collections::VecDeque::new(),
+            probed: None,
+            unannounced: BTreeMap::new(),
+            answers: Vec::new(),
+        }
+    }
+
+    /// Pending participants.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// A datagram of `len` bytes arrived from `from`: it adds to what may be sent back there
+    /// until the address is validated.
+    pub(crate) fn arrived(&mut self, from: SocketAddr, len: usize) {
+        match self.entries.get_mut(&from) {
+            Some(e) => {
+                e.allowance.received += len as u64;
+                self.current = None;
+            }
+            None => {
+                self.current = Some((
+                    from,
+                    Allowance {
+                        received: len as u64,
+                        sent: 0,
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Bytes that may still be sent to unvalidated address `to` (0: nothing).
+    fn left(&self, to: SocketAddr) -> usize {
+        match self.entries.get(&to) {
+            Some(e) => e.allowance.left(),
+            None => match self.current {
+                Some((a, al)) if a == to => al.left(),
+                _ => 0,
+            },
+        }
+    }
+
+    /// Counts `n` bytes sent to unvalidated address `to`.
+    fn spend(&mut self, to: SocketAddr, n: usize) {
+        match self.entries.get_mut(&to) {
+            Some(e) => e.allowance.sent += n as u64,
+            None => {
+                if let Some((a, al)) = self.current.as_mut() {
+                    if *a == to {
+                        al.sent += n as u64;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The cookie for participant `pid` at `addr` in time period `period`.
+    fn cookie_in(&self, pid: ParticipantId, addr: SocketAddr, period: u64) -> u64 {
+        let ip = match addr.ip() {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        let mut input = [0u8; 8 + 16 + 2 + 8];
+        input[..8].copy_from_slice(&pid.0.to_le_bytes());
+        input[8..24].copy_from_slice(&ip.octets());
+        input[24..26].copy_from_slice(&addr.port().to_le_bytes());
+        input[26..].copy_from_slice(&period.to_le_bytes());
+        self.key.cookie(&input)
+    }
+
+    fn period(&self, now: Instant) -> u64 {
+        (now.saturating_duration_since(self.epoch).as_millis() / COOKIE_PERIOD.as_millis()) as u64
+    }
+
+    /// The cookie that challenges `addr` for participant `pid` now.
+    pub(crate) fn cookie(&self, pid: ParticipantId, addr: SocketAddr, now: Instant) -> u64 {
+        self.cookie_in(pid, addr, self.period(now))
+    }
+
+    /// True if `cookie` is one this participant made for `pid` at `addr` lately.
+    pub(crate) fn verify(
+        &self,
+        pid: ParticipantId,
+        addr: SocketAddr,
+        now: Instant,
+        cookie: u64,
+    ) -> bool {
+        let p = self.period(now);
+        self.cookie_in(pid, addr, p) == cookie
+            || (p > 0 && self.cookie_in(pid, addr, p - 1) == cookie)
+    }
+
+    /// Records (or refreshes) participant `pid` pending at `from`; returns how many entries
+    /// were evicted to make room (0 or 1).
+    fn note(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        p: &ParticipantRepr<'_>,
+        cap: usize,
+    ) -> u64 {
+        let lease = Duration::from_millis(p.lease_ms as u64).min(MAX_LEASE);
+        let group = p.data_group.map(SocketAddr::V4);
+        if let Some(e) = self.entries.get_mut(&from) {
+            if e.pid != pid {
+                // Another participant at the same address replaces the older one (and
+                // starts its own lifetime); the address keeps its allowance.
+                e.pid = pid;
+                e.first_seen = now;
+                e.name = cut(p.name);
+                // (Its challenges keep the address's pace: `tries` stays.)
+                e.challenged = None;
+                e.retry_at = None;
+            }
+            e.lease = lease;
+            e.group = group;
+            return 0;
+        }
+        let mut evicted = 0;
+        if self.entries.len() >= cap.max(1) {
+            if let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.first_seen)
+                .map(|(a, _)| *a)
+            {
+                self.entries.remove(&oldest);
+                evicted = 1;
+            }
+        }
+        let allowance = match self.current.take() {
+            Some((a, al)) if a == from => al,
+            other => {
+                self.current = other;
+                Allowance::default()
+            }
+        };
+        self.entries.insert(
+            from,
+            Entry {
+                pid,
+                first_seen: now,
+                name: cut(p.name),
+                lease,
+                group,
+                allowance,
+                challenged: None,
+                retry_at: None,
+                tries: 0,
+            },
+        );
+        evicted
+    }
+
+    /// When the next pending participant is challenged again.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        let asks = self.unannounced.values().map(|(t, _)| *t).min();
+        let challenges = self.entries.values().filter_map(|e| e.retry_at).min();
+        match (asks, challenges) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Forgets entries older than [`PENDING_LIFETIME`]; returns how many.
+    fn expire(&mut self, now: Instant) -> u64 {
+        let before = self.entries.len();
+        self.entries
+            .retain(|_, e| now.saturating_duration_since(e.first_seen) < PENDING_LIFETIME);
+        (before - self.entries.len()) as u64
+    }
+
+    /// Takes what participant `pid`'s announcement said, if `from` holds it.
+    fn take(
+        &mut self,
+        pid: ParticipantId,
+        from: SocketAddr,
+    ) -> Option<(String, Duration, Option<SocketAddr>)> {
+        match self.entries.get(&from) {
+            Some(e) if e.pid == pid => {
+                let e = self.entries.remove(&from)?;
+                Some((e.name, e.lease, e.group))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `pid` at `to` was challenged lately: while handling input `input`, or (if it
+    /// is pending there) less than [`RECHALLENGE`] ago.
+    fn challenged(&self, input: u64, now: Instant, to: SocketAddr, pid: ParticipantId) -> bool {
+        self.last_challenge == Some((input, to, pid))
+            || self.entries.get(&to).is_some_and(|e| {
+                e.pid == pid
+                    && e.challenged
+                        .is_some_and(|t| now.saturating_duration_since(t) < RECHALLENGE)
+            })
+    }
+
+    /// Records a challenge of `pid` at `to` now.
+    fn mark_challenged(&mut self, input: u64, now: Instant, to: SocketAddr, pid: ParticipantId) {
+        self.last_challenge = Some((input, to, pid));
+        if let Some(e) = self.entries.get_mut(&to) {
+            if e.pid == pid {
+                e.challenged = Some(now);
+                let wait = CHALLENGE_RETRY
+                    .saturating_mul(1 << e.tries.min(16))
+                    .min(CHALLENGE_RETRY_MAX);
+                e.tries += 1;
+                e.retry_at = Some(crate::participant::after(now, wait));
+            }
+        }
+    }
+}
+
+/// `name`, cut to [`NAME_MAX`] bytes at a character boundary.
+pub(crate) fn cut(name: &str) -> String {
+    let mut end = name.len().min(NAME_MAX);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
+
+/// `m` as it is laid out in a datagram (its submessage header first, no datagram header).
+fn encoded(m: &Submessage<'_>) -> Vec<u8> {
+    let mut dg = Vec::new();
+    let hdr = tether_wire::Header {
+        domain: 0,
+        participant: ParticipantId(1),
+    };
+    if DatagramBuilder::new(&mut dg, hdr).push(m).is_err() {
+        return Vec::new();
+    }
+    dg.split_off(HEADER_LEN)
+}
+
+/// The submessages of a datagram laid out by `DatagramBuilder` (header skipped), each with
+/// its submessage header.
+fn submessages(d: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut pos = HEADER_LEN;
+    std::iter::from_fn(move || {
+        let h = d.get(pos..pos + 4)?;
+        let end = pos + 4 + u16::from_le_bytes([h[2], h[3]]) as usize;
+        let s = d.get(pos..end)?;
+        pos = end;
+        Some(s)
+    })
+}
+
+impl Participant {
+    /// Pending participants: heard from at an address that has not answered our challenge.
+    pub fn pending_participants(&self) -> usize {
+        self.peers.pending.len()
+    }
+
+    /// Sends `dg` to `to`, an address that has not answered a challenge, if its allowance
+    /// takes it; else counts it withheld.
+    fn send_unvalidated(&mut self, to: SocketAddr, dg: Vec<u8>) -> bool {
+        if dg.len() > self.peers.pending.left(to) {
+            self.stats.amplification_limited += 1;
+            return false;
+        }
+        self.peers.pending.spend(to, dg.len());
+        self.push_transmit(to, Bytes::from(dg));
+        true
+    }
+
+    /// A PARTICIPANT from unknown participant `pid` at `from`: it waits in the pending table
+    /// while its address is challenged, with a PROBE carrying our cookie and our own
+    /// PARTICIPANT (so it learns us), within what the address's allowance takes.
+    pub(crate) fn on_unknown_participant(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        p: &ParticipantRepr<'_>,
+    ) {
+        let cap = self.cfg.max_pending_participants;
+        self.stats.pending_dropped += self.peers.pending.note(now, pid, from, p, cap);
+        let input = self.input;
+        if self.peers.pending.last_challenge == Some((input, from, pid)) {
+            // Challenged in this datagram's answer, before its entry existed.
+            self.peers.pending.mark_challenged(input, now, from, pid);
+            return;
+        }
+        if self.peers.pending.challenged(input, now, from, pid) {
+            return;
+        }
+        self.challenge(now, pid, from, false);
+    }
+
+    /// Challenges `pid` at `to`: our cookie, and our PARTICIPANT if the allowance takes it.
+    /// `retry`: a repeat from housekeeping, sent only if it fits (not counted as withheld).
+    /// True if it went.
+    fn challenge(&mut self, now: Instant, pid: ParticipantId, to: SocketAddr, retry: bool) -> bool {
+        let from = to;
+        let cookie = self.peers.pending.cookie(pid, from, now);
+        let mut dg = Vec::new();
+        let _ = DatagramBuilder::new(&mut dg, self.header()).push(&Submessage::Probe(ProbeRepr {
+            id: cookie,
+            padding: 0,
+        }));
+        let bare = dg.len();
+        let left = self.peers.pending.left(from);
+        dg.extend(encoded(&Submessage::Participant(self.participant_repr())));
+        if dg.len() > left {
+            // Our name does not fit: the challenge alone (the peer learns us once it is
+            // validated, from our announcement).
+            dg.truncate(bare);
+        }
+        if retry && dg.len() > left {
+            return false;
+        }
+        if self.send_unvalidated(from, dg) {
+            self.stats.challenges_sent += 1;
+            let input = self.input;
+            self.peers.pending.mark_challenged(input, now, from, pid);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A PROBE from a participant we do not know: a challenge (or a path probe of a peer
+    /// that knows us). Answered to where it came from with its id and, in the same
+    /// datagram, our own challenge, our PARTICIPANT and as many of our ENDPOINTs as the
+    /// address's allowance takes: the answer validates us there, so what follows it in the
+    /// datagram is taken from a known participant.
+    pub(crate) fn answer_challenge(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        p: ProbeRepr,
+        len: usize,
+    ) {
+        self.stats.probes_answered += 1;
+        let mut dg = Vec::new();
+        let ack = Submessage::ProbeAck(ProbeAckRepr {
+            id: p.id,
+            size: len as u32,
+            received: None,
+        });
+        if DatagramBuilder::new(&mut dg, self.header())
+            .push(&ack)
+            .is_err()
+        {
+            return;
+        }
+        let answer = dg.len();
+        let left = self.peers.pending.left(from).min(crate::path::link_size(
+            self.cfg.path_mtu,
+            self.cfg.max_datagram,
+        ));
+        let mut challenged = false;
+        if !self.peers.pending.challenged(self.input, now, from, pid) {
+            let cookie = self.peers.pending.cookie(pid, from, now);
+            dg.extend(encoded(&Submessage::Probe(ProbeRepr {
+                id: cookie,
+                padding: 0,
+            })));
+            challenged = true;
+        }
+        let part = encoded(&Submessage::Participant(self.participant_repr()));
+        if dg.len() + part.len() <= left {
+            dg.extend_from_slice(&part);
+            // Our endpoints, if there is room for one at least (building the announcement
+            // costs what our endpoints do, not what the sender sent).
+            if left - dg.len() >= MIN_ENDPOINT
+                && !(self.writers.is_empty() && self.readers.is_empty())
+            {
+                let announcement = self.announcement(None);
+                if let Some(first) = announcement.first() {
+                    for s in submessages(first).skip(1) {
+                        if dg.len() + s.len() > left {
+                            break;
+                        }
+                        dg.extend_from_slice(s);
+                    }
+                }
+            }
+        }
+        if dg.len() > left && challenged {
+            // The answer alone, then.
+            dg.truncate(answer);
+            challenged = false;
+        }
+        if self.send_unvalidated(from, dg) && challenged {
+            self.stats.challenges_sent += 1;
+            let input = self.input;
+            self.peers.pending.mark_challenged(input, now, from, pid);
+        }
+    }
+
+    /// A PROBE_ACK from a participant we do not know: if it echoes our cookie for it at the
+    /// address it came from, its address is validated and it joins the participant table.
+    /// True if it did.
+    pub(crate) fn on_challenge_answer(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        a: ProbeAckRepr,
+    ) -> bool {
+        if !self.peers.pending.verify(pid, from, now, a.id) {
+            self.stats.bad_cookies += 1;
+            return false;
+        }
+        self.promote(now, pid, from)
+    }
+
+    /// Moves validated participant `pid` at `from` into the participant table. False if
+    /// the table is full.
+    fn promote(&mut self, now: Instant, pid: ParticipantId, from: SocketAddr) -> bool {
+        if self.peers.remotes.contains_key(&pid) {
+            return true;
+        }
+        // Another participant at the same address (a restarted process), not authenticated:
+        // gone (one socket, one participant).
+        if let Some(old) = self.peers.remote_at.get(&from).copied() {
+            let verified = self
+                .peers
+                .remotes
+                .get(&old)
+                .is_some_and(|p| p.auth.as_ref().is_some_and(|a| a.verified));
+            if !verified {
+                self.remove_participant(old);
+            }
+        }
+        if self.cfg.security.is_some() {
+            self.make_room_for_unverified();
+        }
+        if self.peers.remotes.len() >= self.cfg.max_participants {
+            self.stats.table_full += 1;
+            return false;
+        }
+        let (name, lease, group) =
+            self.peers
+                .pending
+                .take(pid, from)
+                .unwrap_or((String::new(), self.cfg.lease, None));
+        self.stats.participants_validated += 1;
+        self.peers.remote_at.insert(from, pid);
+        let path = self.new_path(&from, now);
+        let cc = self.new_congestion(&from, now);
+        let reported = self.peers.pending.reported.contains(&pid);
+        let auth = self.cfg.security.as_ref().map(|_| {
+            let mut a = crate::security::PeerAuth::new(self.random.get());
+            a.reported = reported;
+            a
+        });
+        self.peers.remotes.insert(
+            pid,
+            Box::new(super::RemoteParticipant {
+                addr: from,
+                name: name.clone(),
+                lease,
+                last_heard: now,
+                endpoints: std::collections::BTreeMap::new(),
+                auth,
+                group,
+                datagram: path.size,
+                path,
+                cc,
+                received: 0,
+                metadata: crate::limits::name_cost(&name),
+                validated: now,
+                moving: None,
+                reannounced: None,
+            }),
+        );
+        self.peers.fanout_gen += 1;
+        self.peers.grouped += group.is_some() as usize;
+        self.resize_paths();
+        self.events.push_back(Event::ParticipantDiscovered {
+            participant: pid,
+            name,
+            addr: from,
+        });
+        self.peers.pending.promoted.push(pid);
+        self.peers
+            .pending
+            .unannounced
+            .insert(pid, (crate::participant::after(now, CHALLENGE_RETRY), 0));
+        true
+    }
+
+    /// Once a datagram is handled: our answers to its PROBEs go out, and participants
+    /// validated while handling it (or that challenged us, not knowing us) get our whole
+    /// announcement and, in a secure realm, our AUTH. The announcement's first datagram
+    /// starts with the answer to their challenge when it fits: whatever the path reorders,
+    /// they take it from a participant they have just validated.
+    pub(crate) fn answer_and_announce(&mut self, now: Instant) {
+        if self.peers.pending.promoted.is_empty() && self.peers.pending.answers.is_empty() {
+            return;
+        }
+        let mut answers = std::mem::take(&mut self.peers.pending.answers);
+        let promoted = std::mem::take(&mut self.peers.pending.promoted);
+        // In a secure realm our endpoints wait until the peer holds our control key (it
+        // takes nothing but PARTICIPANT and AUTH from us before): the AUTH below carries our
+        // PARTICIPANT, and `on_auth` sends the endpoints.
+        let dgrams = if promoted.is_empty() || self.cfg.security.is_some() {
+            Vec::new()
+        } else {
+            self.announcement(None)
+        };
+        let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram);
+        for pid in promoted {
+            let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
+                continue;
+            };
+            let mut rest = &dgrams[..];
+            if let Some(k) = answers.iter().position(|(p, a, _)| *p == pid && *a == addr) {
+                let (_, _, mut ack) = answers.remove(k);
+                match dgrams.first() {
+                    Some(first) if ack.len() + first.len() - HEADER_LEN <= limit => {
+                        ack.extend_from_slice(&first[HEADER_LEN..]);
+                        rest = &dgrams[1..];
+                    }
+                    _ => {}
+                }
+                self.push_transmit(addr, Bytes::from(ack));
+            }
+            for d in rest {
+                self.push_transmit(addr, d.clone());
+            }
+            self.send_auth(now, pid);
+        }
+        for (_, to, ack) in answers {
+            self.push_transmit(to, Bytes::from(ack));
+        }
+    }
+
+    /// Secure realm: when as many validated participants as the pending table holds have
+    /// not authenticated, the one validated first goes.
+    fn make_room_for_unverified(&mut self) {
+        let unverified = self
+            .peers
+            .remotes
+            .iter()
+            .filter(|(_, p)| !p.auth.as_ref().is_some_and(|a| a.verified))
+            .map(|(id, p)| (p.validated, *id));
+        let mut n = 0;
+        let mut oldest: Option<(Instant, ParticipantId)> = None;
+        for x in unverified {
+            n += 1;
+            if oldest.is_none_or(|o| x < o) {
+                oldest = Some(x);
+            }
+        }
+        if n >= self.cfg.max_pending_participants.max(1) {
+            if let Some((_, pid)) = oldest {
+                self.stats.unauthenticated_forgotten += 1;
+                self.remove_participant(pid);
+            }
+        }
+    }
+
+    /// Pending participants whose challenge went unanswered are challenged again, after
+    /// [`CHALLENGE_RETRY`] and twice as long each time, while their address's allowance
+    /// lasts: a lost challenge or answer costs a retry, not a wait for the peer's next
+    /// announcement.
+    pub(crate) fn retry_challenges(&mut self, now: Instant) {
+        if self.peers.pending.next_retry().is_none_or(|t| now < t) {
+            return;
+        }
+        let due: Vec<(SocketAddr, ParticipantId)> = self
+            .peers
+            .pending
+            .entries
+            .iter()
+            .filter(|(_, e)| e.retry_at.is_some_and(|t| now >= t))
+            .map(|(a, e)| (*a, e.pid))
+            .collect();
+        for (to, pid) in due {
+            if !self.challenge(now, pid, to, true) {
+                // Nothing more until more arrives from there.
+                if let Some(e) = self.peers.pending.entries.get_mut(&to) {
+                    e.retry_at = None;
+                }
+            }
+        }
+        // Validated participants whose announcement we dropped (it came before we knew
+        // them) and have not heard since: a challenge and our PARTICIPANT tell them we do
+        // not know them, and they announce themselves again after answering.
+        let asks: Vec<ParticipantId> = self
+            .peers
+            .pending
+            .unannounced
+            .iter()
+            .filter(|(_, (t, _))| now >= *t)
+            .map(|(p, _)| *p)
+            .collect();
+        for pid in asks {
+            let Some(addr) = self.peers.remotes.get(&pid).map(|r| r.addr) else {
+                self.peers.pending.unannounced.remove(&pid);
+                continue;
+            };
+            let Some((at, tries)) = self.peers.pending.unannounced.get_mut(&pid) else {
+                continue;
+            };
+            *tries += 1;
+            if *tries > MAX_ASKS {
+                self.peers.pending.unannounced.remove(&pid);
+                continue;
+            }
+            *at = crate::participant::after(
+                now,
+                CHALLENGE_RETRY.saturating_mul(1 << (*tries).min(16)),
+            );
+            let mut dg = Vec::new();
+            let cookie = self.peers.pending.cookie(pid, addr, now);
+            let _ =
+                DatagramBuilder::new(&mut dg, self.header()).push(&Submessage::Probe(ProbeRepr {
+                    id: cookie,
+                    padding: 0,
+                }));
+            dg.extend(encoded(&Submessage::Participant(self.participant_repr())));
+            self.push_transmit(addr, Bytes::from(dg));
+        }
+    }
+
+    /// Housekeeping: pending participants expire; in a secure realm, validated
+    /// participants that have not authenticated in [`UNVERIFIED_LIFETIME`] are forgotten
+    /// (and reported once).
+    pub(crate) fn expire_unknown(&mut self, now: Instant) {
+        self.stats.pending_dropped += self.peers.pending.expire(now);
+        if self.cfg.security.is_none() {
+            return;
+        }
+        let late: Vec<(ParticipantId, bool)> = self
+            .peers
+            .remotes
+            .iter()
+            .filter_map(|(id, p)| {
+                let a = p.auth.as_ref()?;
+                (!a.verified && now.saturating_duration_since(p.validated) > UNVERIFIED_LIFETIME)
+                    .then_some((*id, a.reported))
+            })
+            .collect();
+        for (pid, reported) in late {
+            self.stats.unauthenticated_forgotten += 1;
+            let memory = &mut self.peers.pending.reported;
+            if !reported && !memory.contains(&pid) {
+                self.events.push_back(Event::AuthenticationFailed {
+                    participant: pid,
+                    reason: AuthFailure::NotInTime,
+                });
+            }
+            if !memory.contains(&pid) {
+                if memory.len() >= REPORTED_MEMORY {
+                    memory.pop_front();
+                }
+                memory.push_back(pid);
+            }
+            self.remove_participant(pid);
+        }
+    }
+
+    /// A known participant heard from `from`, not its address: the new address is
+    /// challenged (within its allowance), and followed once it answers.
+    pub(crate) fn challenge_new_address(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+    ) {
+        let Some(p) = self.peers.remotes.get_mut(&pid) else {
+            return;
+        };
+        if p.moving
+            .is_some_and(|(a, t)| a == from && now.saturating_duration_since(t) < MOVE_RETRY)
+        {
+            return;
+        }
+        p.moving = Some((from, now));
+        let cookie = self.peers.pending.cookie(pid, from, now);
+        let mut dg = Vec::new();
+        let mut b = DatagramBuilder::new(&mut dg, self.header());
+        if b.push(&Submessage::Probe(ProbeRepr {
+            id: cookie,
+            padding: 0,
+        }))
+        .is_ok()
+            && self.send_unvalidated(from, dg)
+        {
+            self.stats.challenges_sent += 1;
+        }
+    }
+
+    /// A PROBE_ACK from known participant `pid`, from `from`, which is not its address: if it
+    /// echoes our cookie for that address, the participant has moved there. True if so.
+    pub(crate) fn on_new_address_answer(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+        a: &ProbeAckRepr,
+    ) -> bool {
+        if !self.peers.pending.verify(pid, from, now, a.id) {
+            return false;
+        }
+        self.stats.addresses_moved += 1;
+        self.move_peer(now, pid, from);
+        true
+    }
+}
