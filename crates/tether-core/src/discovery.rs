@@ -268,10 +268,19 @@ impl Participant {
         let group = p.data_group.map(SocketAddr::V4);
         if let Some(rp) = self.peers.remotes.get_mut(&pid) {
             rp.lease = lease;
-            if rp.name.is_empty() {
-                // Validated without its pending entry (evicted): its name comes now.
-                rp.name = pending::cut(p.name);
+            if rp.name.is_empty() && !p.name.is_empty() {
+                // Validated without its pending entry (evicted, or refused for a name over
+                // `max_string_bytes`): its name comes now, if within the cap.
+                if self.admit_name(pid, p.name).is_some() {
+                    if let Some(rp) = self.peers.remotes.get_mut(&pid) {
+                        rp.name = pending::cut(p.name);
+                        rp.metadata = crate::limits::name_cost(&rp.name);
+                    }
+                }
             }
+            let Some(rp) = self.peers.remotes.get_mut(&pid) else {
+                return false;
+            };
             if !self.peers.pending.unannounced.is_empty() {
                 self.peers.pending.unannounced.remove(&pid);
             }

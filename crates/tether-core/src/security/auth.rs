@@ -6,8 +6,8 @@ use bytes::Bytes;
 use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
 
 use crate::endpoint::EndpointInfo;
-use crate::event::{AuthFailure, RevocationRefusal};
 use crate::event::Event;
+use crate::event::{AuthFailure, RevocationRefusal};
 
 use crate::participant::Participant;
 
@@ -119,7 +119,12 @@ impl Participant {
             self.stats.auth_failed += 1;
             return;
         }
-        if self.peers.remotes.get(&pid).is_none_or(|p| p.auth.is_none()) {
+        if self
+            .peers
+            .remotes
+            .get(&pid)
+            .is_none_or(|p| p.auth.is_none())
+        {
             return;
         }
         let Some(bytes) = sec.open_credential(pid, me, m.credential) else {
