@@ -433,7 +433,11 @@ pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
             "  {} {} (session {})",
             kind_str(d.endpoint.kind),
             d.guid,
-            d.participant_name
+            if d.participant_name.is_empty() {
+                "unnamed"
+            } else {
+                &d.participant_name
+            }
         );
         println!(
             "    type: {}",
