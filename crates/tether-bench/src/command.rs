@@ -110,7 +110,8 @@ enum Which {
     /// loss rate beside the lossless figure; with the cargo feature `zenoh`, Zenoh over TCP
     /// measured the same way beside it.
     Lossy(lossy::LossyArgs),
-    /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP.
+    /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP
+    /// (and in a secure realm beside plain, with `--secure` or `--keys`).
     Latency {
         /// Round trips measured per size (after 200 warm-up ones).
         #[arg(long, default_value_t = 5000)]
@@ -121,12 +122,18 @@ enum Which {
         /// Receive modes to measure.
         #[arg(long, value_enum, default_value = "both")]
         mode: ModeArg,
+        /// Also measure in a secure realm, in turn with plain block by block, with the
+        /// secure/plain ratio: a throwaway realm made for the run (a CA, a realm secret, two
+        /// members granted /bench/**). With `--keys` instead, both processes use that bundle.
+        #[arg(long)]
+        secure: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Samples per second from one process to another: best effort and reliable keep-all,
-    /// each unbatched and batched, beside raw UDP.
+    /// each unbatched and batched, beside raw UDP (and in a secure realm beside plain, with
+    /// `--secure` or `--keys`).
     Throughput {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 3.0)]
@@ -152,6 +159,15 @@ enum Which {
         /// `transport.max_datagram` of both sessions (default: the configuration's).
         #[arg(long)]
         max_datagram: Option<usize>,
+        /// Also measure in a secure realm, in turn with plain row by row, with the
+        /// secure/plain ratio: a throwaway realm made for the run (a CA, a realm secret, two
+        /// members granted /bench/**). With `--keys` instead, both processes use that bundle.
+        #[arg(long)]
+        secure: bool,
+        /// Measurements of each tether row (plain and secure alternate, each leading in turn);
+        /// the rates are over all of them.
+        #[arg(long, default_value_t = 1)]
+        reps: usize,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -292,8 +308,9 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
             samples,
             sizes,
             mode,
+            secure,
             json,
-        } => loopback::latency(cfg, samples, &sizes, mode, json),
+        } => loopback::latency(cfg, samples, &sizes, mode, secure, json),
         Which::Throughput {
             duration,
             sizes,
@@ -302,7 +319,12 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
             qos,
             hosts,
             max_datagram,
+            secure,
+            reps,
         } => {
+            if reps == 0 {
+                anyhow::bail!("--reps must be at least 1");
+            }
             let mut cfg = cfg;
             if let Some(m) = max_datagram {
                 cfg.transport.max_datagram = m;
@@ -315,6 +337,8 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
                     mode,
                     shapes: qos,
                     hosts,
+                    secure,
+                    reps,
                     json,
                 },
             )

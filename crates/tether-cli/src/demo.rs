@@ -78,7 +78,7 @@ pub(crate) fn run(mut cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
             "--best-effort",
             "--quiet",
         ])?,
-        spawn(&["echo", "/demo/chatter", "--no-print"])?,
+        spawn(&["echo", "/demo/chatter", "--no-print", "--quiet"])?,
     ]);
     let session = Session::open(cfg)?;
     let topics = [

@@ -363,6 +363,7 @@ impl Tally {
                     names
                         .iter()
                         .find(|(p, ..)| *p == guid.participant)
+                        .filter(|(_, n, _)| !n.is_empty())
                         .map_or_else(|| "?".to_string(), |(_, n, _)| n.clone())
                 };
                 Receiver {

@@ -35,9 +35,13 @@ pub(crate) struct PubArgs {
     /// Seconds to wait for --wait-matched, and for acknowledgements before exiting.
     #[arg(long, default_value_t = 10.0)]
     linger: f64,
-    /// Print nothing but errors and warnings.
+    /// Print nothing but errors and warnings (no start line either).
     #[arg(long, short)]
     quiet: bool,
+    /// Print the session's counters that are not zero (every refusal is one) to stderr on
+    /// exit.
+    #[arg(long)]
+    stats: bool,
     /// Prefix each sample with its number ("1 DATA", "2 DATA", …).
     #[arg(long)]
     numbered: bool,
@@ -89,12 +93,16 @@ pub(crate) struct EchoArgs {
     /// Exit 1 if fewer than --count samples (or none) arrived within SECS.
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
-    /// Print the session's counters (drops included) to stderr on exit.
+    /// Print the session's counters that are not zero (every drop and refusal is one) to
+    /// stderr on exit.
     #[arg(long)]
     stats: bool,
     /// Count samples without printing them.
     #[arg(long)]
     no_print: bool,
+    /// Print no start line (which realm and identity this runs as) on stderr.
+    #[arg(long, short)]
+    quiet: bool,
     #[command(flatten)]
     qos: QosArgs,
 }
@@ -166,6 +174,59 @@ pub(crate) fn report_security_events(session: &Session) {
     });
 }
 
+/// The line `pub` and `echo` start with (on stderr): the realm and the identity the
+/// session runs as, or that security is off. Called once the session is open, so the key
+/// bundle has been checked.
+fn start_line(cfg: &Config) -> anyhow::Result<String> {
+    let keys = match &cfg.security.keys {
+        Some(k) if cfg.security.enabled() => k,
+        Some(_) => {
+            return Ok(
+                "security off (security.mode = \"off\"): anyone on the network can \
+                       read and write"
+                    .into(),
+            );
+        }
+        None => {
+            return Ok("security off (no --keys): anyone on the network can read and write".into());
+        }
+    };
+    let b = tether::keys::KeyBundle::load(keys)?;
+    let ca = tether_crypto::to_hex(&b.ca_public);
+    let c = &b.credential;
+    Ok(format!(
+        "secure realm {}, as {} (serial {}), credential expires {}",
+        &ca[..16],
+        c.name,
+        c.serial,
+        tether::keys::utc(c.expires)
+    ))
+}
+
+/// Opens the session of `pub` or `echo` and says, unless `quiet`, which realm and identity
+/// it runs as.
+fn open_and_say(cfg: Config, quiet: bool) -> anyhow::Result<Session> {
+    let line = (!quiet).then(|| cfg.clone());
+    let session = Session::open(cfg)?;
+    if let Some(cfg) = line {
+        eprintln!("{}", start_line(&cfg)?);
+    }
+    Ok(session)
+}
+
+/// `--stats`: the session's counters that are not zero, one `name: value` line each, on
+/// stderr. Every drop and refusal has a counter ([`tether::Stats::counters`]), so a new
+/// one shows here without a change.
+fn print_stats(session: &Session) {
+    let st = session.stats();
+    eprintln!("session counters (zeros omitted):");
+    for (name, v) in st.counters() {
+        if v != 0 {
+            eprintln!("  {name}: {v}");
+        }
+    }
+}
+
 /// Prints incompatible-QoS reports, lost samples and readers let go of as one clear line
 /// each on stderr, and the security events of [`report_security_events`].
 fn report_events(session: &Session) {
@@ -207,7 +268,7 @@ fn payload(data: &str, size: Option<usize>) -> Bytes {
 }
 
 pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
-    let session = Session::open(cfg)?;
+    let session = open_and_say(cfg, a.quiet)?;
     report_events(&session);
     let mut qos = a.qos.qos();
     if a.batch
@@ -287,6 +348,9 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                 // does not tell how much of what was written got through.
                 eprintln!("error: {e}");
                 report_owed(&p, n);
+                if a.stats {
+                    print_stats(&session);
+                }
                 return Ok(ExitCode::from(2));
             }
         };
@@ -307,6 +371,9 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     }
     p.flush();
     p.wait_for_acknowledgments(linger);
+    if a.stats {
+        print_stats(&session);
+    }
     // Every reliable sample must be acknowledged by every reader it was written for, those
     // that left included: otherwise the exit status says so, -q or not.
     if report_owed(&p, n) {
@@ -351,7 +418,7 @@ pub(crate) fn render(b: &[u8]) -> String {
 }
 
 pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
-    let session = Session::open(cfg)?;
+    let session = open_and_say(cfg, a.quiet)?;
     report_events(&session);
     let sub = session.subscriber(a.qos.topic(&a.topic), a.qos.qos())?;
     let deadline = match a.timeout {
@@ -391,9 +458,8 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
     };
     let _ = out.flush();
     if a.stats {
-        let st = session.stats();
         eprintln!("received {n} samples, lost {}", sub.lost());
-        eprintln!("{:#?}", st.core);
+        print_stats(&session);
     }
     if code != ExitCode::SUCCESS {
         match a.count {
@@ -460,7 +526,11 @@ pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
             "  {} {} (session {})",
             kind_str(d.endpoint.kind),
             d.guid,
-            d.participant_name
+            if d.participant_name.is_empty() {
+                "unnamed"
+            } else {
+                &d.participant_name
+            }
         );
         println!(
             "    type: {}",

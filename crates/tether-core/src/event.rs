@@ -746,3 +746,127 @@ pub struct Stats {
     /// Known participants followed to a new address after it answered a challenge.
     pub addresses_moved: u64,
 }
+
+impl Stats {
+    /// Every counter by name, in the order of the fields: what `tether echo --stats` and
+    /// `tether pub --stats` print. A new counter is listed by adding its name here (a test
+    /// checks that none is missing).
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        macro_rules! named {
+            ($($f:ident,)*) => {
+                vec![$((stringify!($f), self.$f)),*]
+            };
+        }
+        named!(
+            datagrams_received,
+            bytes_received,
+            datagrams_sent,
+            bytes_sent,
+            malformed,
+            wrong_domain,
+            unknown_sender,
+            unmatched_writer,
+            unmatched_reader,
+            unknown_kind,
+            probes_sent,
+            probes_answered,
+            rtt_probes_sent,
+            rtt_probes_answered,
+            congestion_events,
+            datagrams_queued,
+            datagrams_dropped_for_room,
+            resends_suppressed,
+            nacks_sent,
+            window_full,
+            paths_raised,
+            paths_lowered,
+            datagrams_too_big,
+            reassemblies_restarted,
+            renacks,
+            table_full,
+            samples_written,
+            samples_delivered,
+            samples_retransmitted,
+            duplicates,
+            rejected_full,
+            expired,
+            lost,
+            heartbeats_sent,
+            acknacks_sent,
+            final_heartbeats_unanswered,
+            gaps_sent,
+            fragments_rejected,
+            reassembly_expired,
+            fragments_retransmitted,
+            nackfrags_sent,
+            datagrams_scheduled,
+            auth_failed,
+            access_denied,
+            samples_sealed,
+            samples_opened,
+            open_failed,
+            no_key,
+            keys_received,
+            keys_wrapped,
+            rekeys,
+            samples_signed,
+            signature_failed,
+            datagrams_pair_sealed,
+            datagrams_pair_opened,
+            pair_open_failed,
+            replayed,
+            datagrams_multicast,
+            heartbeats_multicast,
+            under_protected,
+            signatures_made,
+            signatures_verified,
+            datagrams_tagged,
+            datagrams_authenticated,
+            unauthenticated,
+            unverified_dropped,
+            identity_conflicts,
+            control_rekeys,
+            control_keys_wrapped,
+            reassembly_over_cap,
+            reassemblies_evicted,
+            announcements_over_cap,
+            stale_revocation_lists,
+            invalid_revocation_lists,
+            credentials_expired,
+            challenges_sent,
+            participants_validated,
+            pending_dropped,
+            amplification_limited,
+            bad_cookies,
+            unauthenticated_forgotten,
+            addresses_moved,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stats;
+
+    /// `counters` names every field of `Stats` (read from its `Debug` form), in order.
+    #[test]
+    fn counters_list_every_field() {
+        let s = Stats::default();
+        let debug = format!("{s:?}");
+        let inner = debug
+            .strip_prefix("Stats { ")
+            .and_then(|d| d.strip_suffix(" }"))
+            .expect("Stats { ... }");
+        let fields: Vec<&str> = inner
+            .split(", ")
+            .map(|f| f.split(':').next().unwrap_or(""))
+            .collect();
+        let names: Vec<&str> = s.counters().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, fields);
+        let t = Stats {
+            replayed: 7,
+            ..Stats::default()
+        };
+        assert!(t.counters().contains(&("replayed", 7)));
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! domain = 0                 # sessions of other domains never meet
-//! name = "robot1"            # shown by `tether info`
+//! name = "robot1"            # shown by `tether info`; announced in clear (default: none)
 //!
 //! [discovery]
 //! registry = true            # same-host discovery through a directory (no multicast needed)
@@ -157,7 +157,9 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 pub struct Config {
     /// Domain id.
     pub domain: u16,
-    /// Session name.
+    /// Session name, announced in clear to every participant that hears this one and shown
+    /// by `tether info`. Default empty: the announcement says nothing about the process. In
+    /// a secure realm, peers name a session by the name its credential certifies instead.
     pub name: String,
     /// Discovery settings.
     pub discovery: DiscoveryConfig,

@@ -32,6 +32,7 @@ use report::{print_row, publisher_scaling, row, schedule, summarize};
 
 use crate::harness::cpu::{CpuTicks, PollIdle, cpus, is_root};
 use crate::harness::lan::{Lan, RECEIVER_IP, SENDER_IP};
+use crate::harness::realm::{self, Member};
 use crate::harness::{BenchCfg, Peer, bench_cfg, machine};
 
 /// How the publishers protect what they send.
@@ -350,17 +351,23 @@ pub(crate) fn run(cfg: Config, mut a: FanoutArgs) -> anyhow::Result<()> {
 /// The benchmark's realm in its private directory: a credential per publisher and per
 /// subscriber, granting `/fanout/**`.
 fn realm(bc: &BenchCfg, a: &FanoutArgs) -> anyhow::Result<PathBuf> {
-    let realm = bc.dir().join("realm");
-    let r = tether::keys::Realm::init(&realm).context("creating the benchmark realm")?;
+    let dir = bc.dir().join("realm");
     let grant = vec!["/fanout/**".to_string()];
-    for i in 0..a.publishers {
-        r.issue(&format!("pub{i}"), grant.clone(), vec![], 1)?;
-    }
     let most = a.subs.iter().copied().max().unwrap_or(0);
-    for j in 0..most {
-        r.issue(&format!("sub{j}"), vec![], grant.clone(), 1)?;
-    }
-    Ok(realm)
+    let members: Vec<Member> = (0..a.publishers)
+        .map(|i| Member {
+            name: format!("pub{i}"),
+            publish: grant.clone(),
+            subscribe: vec![],
+        })
+        .chain((0..most).map(|j| Member {
+            name: format!("sub{j}"),
+            publish: vec![],
+            subscribe: grant.clone(),
+        }))
+        .collect();
+    realm::create(&dir, &members)?;
+    Ok(dir)
 }
 
 /// The table's title and column heads.

@@ -14,6 +14,7 @@ use tether::{Config, Qos, Session};
 use super::{Mode, topic};
 use crate::harness::cpu::{pin, process_cpu_ns, thread_cpu_ns};
 use crate::harness::process::{read_line, say};
+use crate::harness::realm::member_config;
 use crate::harness::stats::quantile;
 use crate::harness::wall_ns;
 
@@ -76,11 +77,11 @@ fn session_config(
     // socket on it (they would receive every other publisher's samples).
     c.transport.multicast_data = a.multicast && a.role == "sub";
     c.discovery.interface = a.ip.to_string();
-    if a.mode != Mode::Plain {
-        c.security.keys = Some(a.realm.join(format!("{keys}.key")));
-        c.security.mode = Some(tether::SecurityMode::Encrypt);
-        c.security.pairwise = a.mode == Mode::Pairwise;
+    if a.mode == Mode::Plain {
+        return c;
     }
+    let mut c = member_config(&c, &a.realm.join(format!("{keys}.key")));
+    c.security.pairwise = a.mode == Mode::Pairwise;
     c
 }
 

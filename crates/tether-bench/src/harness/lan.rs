@@ -177,6 +177,7 @@ pub(crate) fn sender_and_sink(
         "--config".into(),
         path.display().to_string(),
     ];
+    args.extend(bc.peer_args());
     if busy {
         args.push("--busy-poll".into());
     }

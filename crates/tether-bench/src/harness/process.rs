@@ -37,8 +37,8 @@ impl Peer {
         Peer::start(cmd, "starting a benchmark process")
     }
 
-    /// `tether bench-peer ROLE` in `cfg`'s private domain and registry, busy-polling if
-    /// `busy`, pinned to `cpu` if given.
+    /// `tether bench-peer ROLE` in `cfg`'s private domain and registry (and its realm, if
+    /// secure), busy-polling if `busy`, pinned to `cpu` if given.
     pub(crate) fn spawn(
         cfg: &BenchCfg,
         role: &str,
@@ -52,7 +52,8 @@ impl Peer {
             .arg("--domain")
             .arg(cfg.domain().to_string())
             .arg("--registry-dir")
-            .arg(cfg.dir());
+            .arg(cfg.dir())
+            .args(cfg.peer_args());
         if busy {
             cmd.arg("--busy-poll");
         }
@@ -63,6 +64,8 @@ impl Peer {
     }
 
     fn start(mut cmd: Command, what: &'static str) -> anyhow::Result<Peer> {
+        // A peer's keys come from its flags alone: a plain run's peer stays plain.
+        cmd.env_remove("TETHER_KEYS");
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -6,17 +6,21 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use tether::Config;
 
+use super::realm::{PairKeys, SecureSide};
+
 /// The configuration of a benchmark's sessions: a private domain and registry directory,
 /// so benchmarks never meet other sessions. The directory is removed on drop.
 pub(crate) struct BenchCfg {
     pub(crate) base: Config,
     domain: u16,
     registry: PathBuf,
+    /// The keys of the peer processes in a secure realm (none: security off).
+    peer_keys: Option<PairKeys>,
     _dir: TempDir,
 }
 
-/// A private registry directory, removed on drop.
-struct TempDir(PathBuf);
+/// A private directory, removed on drop.
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -34,23 +38,56 @@ impl BenchCfg {
     pub(crate) fn dir(&self) -> &Path {
         &self.registry
     }
+
+    /// The flags that make a peer process a member of this run's realm (none when
+    /// security is off).
+    pub(crate) fn peer_args(&self) -> Vec<String> {
+        self.peer_keys
+            .as_ref()
+            .map_or_else(Vec::new, PairKeys::peer_args)
+    }
 }
 
-/// `base` moved to a private domain and registry directory.
-pub(crate) fn bench_cfg(mut base: Config) -> anyhow::Result<BenchCfg> {
+/// `base` moved to a private domain and registry directory. If `base` takes part in a
+/// secure realm (`--keys`), the peer processes take part with the same key bundle.
+pub(crate) fn bench_cfg(base: Config) -> anyhow::Result<BenchCfg> {
+    let peer_keys = match &base.security.keys {
+        Some(k) if base.security.enabled() => Some(PairKeys {
+            mine: k.clone(),
+            theirs: k.clone(),
+            revocations: base.security.revocations.clone(),
+        }),
+        _ => None,
+    };
+    private(base, 0, peer_keys)
+}
+
+/// The secure side of a secure/plain comparison: `plain` as a member of `side`'s realm,
+/// in a private domain of its own (50 above the plain side's, so the two never meet) and
+/// a private registry directory.
+pub(crate) fn secure_bench_cfg(plain: &Config, side: &SecureSide) -> anyhow::Result<BenchCfg> {
+    private(side.config(plain), 50, Some(side.keys().clone()))
+}
+
+fn private(
+    mut base: Config,
+    domain_offset: u16,
+    peer_keys: Option<PairKeys>,
+) -> anyhow::Result<BenchCfg> {
     let dir = std::env::temp_dir().join(format!(
         "tether-bench-{}-{}",
         std::process::id(),
         wall_ns() % 1_000_000
     ));
     std::fs::create_dir_all(&dir)?;
-    let domain = 200 + (std::process::id() % 50) as u16;
+    let domain = 200 + (std::process::id() % 50) as u16 + domain_offset;
     base.domain = domain;
     base.discovery.registry_dir = Some(dir.clone());
     Ok(BenchCfg {
         base,
         domain,
         registry: dir.clone(),
+        peer_keys,
         _dir: TempDir(dir),
     })
 }

@@ -1,5 +1,6 @@
 //! `tether bench latency`: one-way latency (ping-pong RTT / 2) for each sample size,
-//! tether beside raw UDP, in alternating blocks.
+//! tether beside raw UDP, and in a secure realm beside plain when asked (`--secure`, or
+//! `--keys`), in alternating blocks.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Condvar, Mutex};
@@ -14,7 +15,9 @@ use super::{PING, PONG, receive_modes};
 use crate::command::ModeArg;
 use crate::harness::cpu::{cpus, pin};
 use crate::harness::stats::quantile;
-use crate::harness::{Peer, bench_cfg, machine, wait_matched};
+use crate::harness::{
+    BenchCfg, Peer, SecureSide, bench_cfg, machine, secure_bench_cfg, wait_matched,
+};
 
 /// Round trips per interleaved block; raw UDP and tether alternate block by block so both
 /// see the same machine conditions (the VM's noise moves whole runs by ±30 %).
@@ -63,8 +66,8 @@ impl Placement {
 }
 
 /// One row: receive mode (busy-poll or not), placement, size, tether's and raw UDP's
-/// one-way latency.
-type Row = (bool, Placement, usize, Pct, Pct);
+/// one-way latency, and tether's in a secure realm (if measured).
+type Row = (bool, Placement, usize, Pct, Pct, Option<Pct>);
 
 fn raw_block(
     sock: &UdpSocket,
@@ -117,45 +120,130 @@ struct PingState {
 
 type Ping = Arc<(Mutex<PingState>, Condvar)>;
 
-fn tether_block(
-    st: &Ping,
-    publisher: &Publisher,
-    size: usize,
-    n: usize,
-) -> anyhow::Result<Vec<u64>> {
-    let payload = Bytes::from(vec![0xcdu8; size]);
-    {
-        let mut g = st.0.lock().unwrap_or_else(|p| p.into_inner());
-        g.remaining = BLOCK_WARMUP + n - 1;
-        g.rtts = Vec::with_capacity(BLOCK_WARMUP + n);
-        g.payload = payload.clone();
-        g.done = false;
-        g.t0 = Instant::now();
-    }
-    publisher.put(payload)?;
-    let (m, cv) = &**st;
-    let g = m.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut g, to) = cv
-        .wait_timeout_while(g, Duration::from_secs(60), |g| !g.done)
-        .unwrap_or_else(|p| p.into_inner());
-    if to.timed_out() {
-        g.done = true;
-        bail!("tether ping-pong of {size} B stalled");
-    }
-    let skip = BLOCK_WARMUP.min(g.rtts.len());
-    Ok(g.rtts.split_off(skip))
+/// One side of tether's ping-pong: this process's session (publishing pings, the next one
+/// from the thread that received the pong) and the `pong` peer, in `bc`'s domain (and
+/// realm, if secure). Fields drop in order: the subscriber first, while `publisher` still
+/// holds the publisher its callback shares (the last handle of a publisher must not go
+/// with a subscriber's callback: the subscriber drops it under the session's lock, which
+/// the publisher's drop takes).
+struct PingPong {
+    _sub: tether::Subscriber,
+    publisher: Arc<Publisher>,
+    session: Session,
+    pong: Peer,
+    st: Ping,
 }
 
-/// `tether bench latency`.
+impl PingPong {
+    fn open(bc: &BenchCfg, theirs: usize) -> anyhow::Result<PingPong> {
+        let pong = Peer::spawn(bc, "pong", false, Some(theirs))?;
+        let session = Session::open(bc.base.clone())?;
+        let publisher = Arc::new(session.publisher(PING, Qos::default())?);
+        let st: Ping = Arc::new((
+            Mutex::new(PingState {
+                remaining: 0,
+                t0: Instant::now(),
+                rtts: Vec::new(),
+                payload: Bytes::new(),
+                done: true,
+            }),
+            Condvar::new(),
+        ));
+        let (st2, p2) = (st.clone(), publisher.clone());
+        // The next ping leaves from the thread that received the pong: no hand-off.
+        let sub = session.subscriber_with_callback(PONG, Qos::default(), move |_s| {
+            let now = Instant::now();
+            let (m, cv) = &*st2;
+            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+            if g.done {
+                return;
+            }
+            let rtt = (now - g.t0).as_nanos() as u64;
+            g.rtts.push(rtt);
+            if g.remaining == 0 {
+                g.done = true;
+                cv.notify_all();
+                return;
+            }
+            g.remaining -= 1;
+            g.t0 = Instant::now();
+            let p = g.payload.clone();
+            drop(g);
+            let _ = p2.put(p);
+        })?;
+        let secure = bc.base.security.enabled();
+        wait_matched(|| publisher.matched() >= 1 && sub.matched() >= 1).with_context(|| {
+            if secure {
+                "in the secure realm (do its credentials grant /bench/ping and /bench/pong?)"
+            } else {
+                "plain"
+            }
+        })?;
+        Ok(PingPong {
+            _sub: sub,
+            publisher,
+            session,
+            pong,
+            st,
+        })
+    }
+
+    /// One block of `n` round trips (after [`BLOCK_WARMUP`]); both sides busy-poll during
+    /// it if `busy`.
+    fn block(&mut self, size: usize, n: usize, busy: bool) -> anyhow::Result<Vec<u64>> {
+        if busy {
+            self.pong.send("busy")?;
+            self.pong.line()?;
+            self.session.set_busy_poll(true);
+        }
+        let rtts = self.run(size, n);
+        if busy {
+            self.session.set_busy_poll(false);
+            self.pong.send("block")?;
+            self.pong.line()?;
+        }
+        rtts
+    }
+
+    fn run(&self, size: usize, n: usize) -> anyhow::Result<Vec<u64>> {
+        let st = &self.st;
+        let payload = Bytes::from(vec![0xcdu8; size]);
+        {
+            let mut g = st.0.lock().unwrap_or_else(|p| p.into_inner());
+            g.remaining = BLOCK_WARMUP + n - 1;
+            g.rtts = Vec::with_capacity(BLOCK_WARMUP + n);
+            g.payload = payload.clone();
+            g.done = false;
+            g.t0 = Instant::now();
+        }
+        self.publisher.put(payload)?;
+        let (m, cv) = &**st;
+        let g = m.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut g, to) = cv
+            .wait_timeout_while(g, Duration::from_secs(60), |g| !g.done)
+            .unwrap_or_else(|p| p.into_inner());
+        if to.timed_out() {
+            g.done = true;
+            bail!("tether ping-pong of {size} B stalled");
+        }
+        let skip = BLOCK_WARMUP.min(g.rtts.len());
+        Ok(g.rtts.split_off(skip))
+    }
+}
+
+/// `tether bench latency`: `secure` asks for a throwaway realm; with keys in `cfg`
+/// (`--keys`) both processes use them. Either way plain and secure are measured in turn.
 pub(crate) fn latency(
     cfg: Config,
     samples: usize,
     sizes: &[usize],
     mode: ModeArg,
+    secure: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let machine = machine();
     let two = cpus() >= 2;
+    let side = SecureSide::choose(&cfg, secure, &["/bench/**"])?;
     let (blocking, busy_poll) = receive_modes(mode);
     let mut runs: Vec<(bool, Placement)> = Vec::new();
     if blocking {
@@ -170,28 +258,38 @@ pub(crate) fn latency(
     }
     let mut rows = Vec::new();
     for &(busy, placement) in &runs {
-        rows.extend(measure(&cfg, busy, placement, samples, sizes)?);
+        rows.extend(measure(
+            &cfg,
+            side.as_ref(),
+            busy,
+            placement,
+            samples,
+            sizes,
+        )?);
     }
     pin(None);
+    let realm = side.as_ref().map(SecureSide::describe);
     if json {
-        print_json(&machine, samples, &rows)
+        print_json(&machine, samples, realm.as_deref(), &rows)
     } else {
-        print_table(&machine, samples, &rows);
+        print_table(&machine, samples, realm.as_deref(), &rows);
         Ok(())
     }
 }
 
-/// Every size in one receive mode and placement: a raw UDP echo and a tether pong peer,
-/// measured block by block in turn.
+/// Every size in one receive mode and placement: a raw UDP echo, a tether pong peer and,
+/// with `side`, a tether pong peer in a secure realm, measured block by block in turn.
 fn measure(
     cfg: &Config,
+    side: Option<&SecureSide>,
     busy: bool,
     placement: Placement,
     samples: usize,
     sizes: &[usize],
 ) -> anyhow::Result<Vec<Row>> {
     let blocks = samples.div_ceil(BLOCK).max(1);
-    let bc = bench_cfg(cfg.clone())?;
+    let plain_cfg = crate::harness::realm::plain_config(cfg);
+    let bc = bench_cfg(plain_cfg.clone())?;
     let (mine, theirs) = placement.cpus();
     pin(Some(mine));
     let mut udp_peer = Peer::spawn(&bc, "udp-echo", false, Some(theirs))?;
@@ -200,45 +298,15 @@ fn measure(
     // socket skips the route lookup per datagram, which no middleware socket can.
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     let udp_addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut pong = Peer::spawn(&bc, "pong", false, Some(theirs))?;
-    let session = Session::open(bc.base.clone())?;
-    let publisher = Arc::new(session.publisher(PING, Qos::default())?);
-    let st: Ping = Arc::new((
-        Mutex::new(PingState {
-            remaining: 0,
-            t0: Instant::now(),
-            rtts: Vec::new(),
-            payload: Bytes::new(),
-            done: true,
-        }),
-        Condvar::new(),
-    ));
-    let (st2, p2) = (st.clone(), publisher.clone());
-    // The next ping leaves from the thread that received the pong: no hand-off.
-    let sub = session.subscriber_with_callback(PONG, Qos::default(), move |_s| {
-        let now = Instant::now();
-        let (m, cv) = &*st2;
-        let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
-        if g.done {
-            return;
-        }
-        let rtt = (now - g.t0).as_nanos() as u64;
-        g.rtts.push(rtt);
-        if g.remaining == 0 {
-            g.done = true;
-            cv.notify_all();
-            return;
-        }
-        g.remaining -= 1;
-        g.t0 = Instant::now();
-        let p = g.payload.clone();
-        drop(g);
-        let _ = p2.put(p);
-    })?;
-    wait_matched(|| publisher.matched() >= 1 && sub.matched() >= 1)?;
+    let mut plain = PingPong::open(&bc, theirs)?;
+    let sbc = side.map(|s| secure_bench_cfg(&plain_cfg, s)).transpose()?;
+    let mut secure = sbc
+        .as_ref()
+        .map(|b| PingPong::open(b, theirs))
+        .transpose()?;
     let mut rows = Vec::new();
     for &size in sizes {
-        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        let (mut raw, mut ours, mut sealed) = (Vec::new(), Vec::new(), Vec::new());
         for b in 0..blocks {
             let n = BLOCK.min(samples - b * BLOCK);
             // Only the side being measured spins; two spinners on one CPU would
@@ -251,55 +319,94 @@ fn measure(
             if busy {
                 udp_peer.send("block")?;
                 udp_peer.line()?;
-                pong.send("busy")?;
-                pong.line()?;
-                session.set_busy_poll(true);
             }
-            ours.extend(tether_block(&st, &publisher, size, n)?);
-            if busy {
-                session.set_busy_poll(false);
-                pong.send("block")?;
-                pong.line()?;
+            // Plain and secure take turns leading, so neither always follows raw UDP.
+            match secure.as_mut() {
+                Some(sec) if b % 2 == 1 => {
+                    sealed.extend(sec.block(size, n, busy)?);
+                    ours.extend(plain.block(size, n, busy)?);
+                }
+                Some(sec) => {
+                    ours.extend(plain.block(size, n, busy)?);
+                    sealed.extend(sec.block(size, n, busy)?);
+                }
+                None => ours.extend(plain.block(size, n, busy)?),
             }
         }
-        rows.push((busy, placement, size, one_way(&mut ours), one_way(&mut raw)));
+        let sealed = secure.is_some().then(|| one_way(&mut sealed));
+        rows.push((
+            busy,
+            placement,
+            size,
+            one_way(&mut ours),
+            one_way(&mut raw),
+            sealed,
+        ));
     }
     Ok(rows)
 }
 
-fn print_json(machine: &str, samples: usize, rows: &[Row]) -> anyhow::Result<()> {
+fn print_json(
+    machine: &str,
+    samples: usize,
+    realm: Option<&str>,
+    rows: &[Row],
+) -> anyhow::Result<()> {
     let v: Vec<_> = rows
         .iter()
-        .map(|(busy, pl, size, o, r)| {
-            json!({
+        .map(|(busy, pl, size, o, r, sec)| {
+            let mut row = json!({
                 "mode": if *busy { "busy-poll" } else { "blocking" },
                 "placement": pl.name(),
                 "size": size,
                 "tether_p50_us": o.p50, "tether_p99_us": o.p99,
                 "udp_p50_us": r.p50, "udp_p99_us": r.p99,
                 "ratio_p50": o.p50 / r.p50,
-            })
+            });
+            if let Some(s) = sec {
+                row["secure_p50_us"] = json!(s.p50);
+                row["secure_p99_us"] = json!(s.p99);
+                row["secure_over_plain_p50"] = json!(s.p50 / o.p50);
+                row["secure_over_plain_p99"] = json!(s.p99 / o.p99);
+            }
+            row
         })
         .collect();
     println!(
         "{}",
-        serde_json::to_string_pretty(
-            &json!({"bench": "latency", "machine": machine, "samples": samples, "results": v})
-        )?
+        serde_json::to_string_pretty(&json!({
+            "bench": "latency", "machine": machine, "samples": samples,
+            "secure_realm": realm, "results": v
+        }))?
     );
     Ok(())
 }
 
-fn print_table(machine: &str, samples: usize, rows: &[Row]) {
+fn print_table(machine: &str, samples: usize, realm: Option<&str>, rows: &[Row]) {
+    let others = if realm.is_some() {
+        "raw UDP and tether in a secure realm"
+    } else {
+        "raw UDP"
+    };
     println!(
-        "tether bench latency — one-way = RTT/2, {samples} round trips per row in blocks of {BLOCK} alternating with raw UDP, {machine}"
+        "tether bench latency — one-way = RTT/2, {samples} round trips per row in blocks of {BLOCK} alternating with {others}, {machine}"
     );
-    println!(
+    if let Some(r) = realm {
+        println!("secure: {r}; \"sec ×plain\" is the secure p50 over the plain p50");
+    }
+    print!(
         "{:<10} {:<11} {:>7} {:>12} {:>12} {:>12} {:>12} {:>8}",
         "mode", "placement", "size", "tether p50", "tether p99", "UDP p50", "UDP p99", "p50 ×UDP"
     );
-    for (busy, pl, size, o, r) in rows {
-        println!(
+    if realm.is_some() {
+        print!(
+            " {:>12} {:>12} {:>10}",
+            "secure p50", "secure p99", "sec ×plain"
+        );
+    }
+    println!();
+    for (busy, pl, size, o, r, sec) in rows {
+        print!(
             "{:<10} {:<11} {:>7} {:>10.1}µs {:>10.1}µs {:>10.1}µs {:>10.1}µs {:>8.2}",
             if *busy { "busy-poll" } else { "blocking" },
             pl.name(),
@@ -310,5 +417,14 @@ fn print_table(machine: &str, samples: usize, rows: &[Row]) {
             r.p99,
             o.p50 / r.p50
         );
+        if let Some(s) = sec {
+            print!(
+                " {:>10.1}µs {:>10.1}µs {:>10.2}",
+                s.p50,
+                s.p99,
+                s.p50 / o.p50
+            );
+        }
+        println!();
     }
 }

@@ -1,6 +1,7 @@
 //! `tether bench throughput`: samples per second from one process to another, best effort
-//! and reliable keep-all, each unbatched and batched, beside raw UDP; on loopback, or
-//! between two hosts (network namespaces joined by a veth pair).
+//! and reliable keep-all, each unbatched and batched, beside raw UDP, and in a secure realm
+//! beside plain when asked (`--secure`, or `--keys`); on loopback, or between two hosts
+//! (network namespaces joined by a veth pair).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -14,7 +15,10 @@ use super::{THR, receive_modes};
 use crate::command::{HostsArg, ModeArg, ShapeArg};
 use crate::harness::cpu::{cpus, pin};
 use crate::harness::lan::{Lan, RECEIVER_IP, SENDER_IP, in_namespace, sender_and_sink};
-use crate::harness::{BenchCfg, Peer, bench_cfg, machine, secs, wait_matched};
+use crate::harness::realm::plain_config;
+use crate::harness::{
+    BenchCfg, Peer, SecureSide, bench_cfg, machine, secs, secure_bench_cfg, wait_matched,
+};
 
 /// The settings of one `tether bench throughput`.
 pub(crate) struct ThroughputArgs {
@@ -28,6 +32,10 @@ pub(crate) struct ThroughputArgs {
     pub(crate) shapes: Vec<ShapeArg>,
     /// Loopback or two hosts.
     pub(crate) hosts: HostsArg,
+    /// Also in a throwaway secure realm.
+    pub(crate) secure: bool,
+    /// Measurements per tether row and side.
+    pub(crate) reps: usize,
     /// Print JSON.
     pub(crate) json: bool,
 }
@@ -60,8 +68,19 @@ impl Place<'_> {
 /// What one measurement counted: sent, seconds sending, received, seconds receiving.
 type Counts = (u64, f64, u64, f64);
 
-/// One row: receive mode (busy-poll or not), QoS, size, and its [`Counts`].
-type Row = (bool, &'static str, usize, u64, f64, u64, f64);
+/// Adds up the counts of several measurements of one row.
+fn add(a: Counts, b: Counts) -> Counts {
+    (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3)
+}
+
+/// Samples received per second.
+fn received_rate(c: &Counts) -> f64 {
+    c.2 as f64 / c.3
+}
+
+/// One row: receive mode (busy-poll or not), QoS, size, its [`Counts`], and those in a
+/// secure realm (if measured).
+type Row = (bool, &'static str, usize, Counts, Option<Counts>);
 
 /// The sink's answer to `report`: its count and the seconds from its first to its last.
 fn sink_report(peer: &mut Peer) -> anyhow::Result<(u64, f64)> {
@@ -75,15 +94,19 @@ fn sink_report(peer: &mut Peer) -> anyhow::Result<(u64, f64)> {
 
 /// The sender's session and the sink peer of a tether row: on loopback, both in a private
 /// domain and registry; on two hosts, the sink in the receivers' namespace with the
-/// sender's address as its static peer. The directory lives as long as the returned
-/// [`BenchCfg`].
+/// sender's address as its static peer; plain (`cfg` has security off), or both members of
+/// `side`'s realm. The directory lives as long as the returned [`BenchCfg`].
 fn open_pair(
     place: Place<'_>,
     cfg: &Config,
+    side: Option<&SecureSide>,
     role: &str,
     busy: bool,
 ) -> anyhow::Result<(Session, Peer, BenchCfg)> {
-    let bc = bench_cfg(cfg.clone())?;
+    let bc = match side {
+        None => bench_cfg(cfg.clone())?,
+        Some(s) => secure_bench_cfg(cfg, s)?,
+    };
     match place {
         Place::Loopback => {
             let peer = Peer::spawn(&bc, role, busy, busy.then_some(1))?;
@@ -158,10 +181,12 @@ fn raw_send(ip: IpAddr, port: u16, duration: f64, size: usize) -> anyhow::Result
     Ok((sent, t0.elapsed().as_secs_f64()))
 }
 
-/// tether from this process to a sink peer, for `duration` seconds.
+/// tether from this process to a sink peer, for `duration` seconds; plain, or in `side`'s
+/// realm.
 fn tether_throughput(
     place: Place<'_>,
     cfg: &Config,
+    side: Option<&SecureSide>,
     duration: f64,
     size: usize,
     busy: bool,
@@ -169,14 +194,15 @@ fn tether_throughput(
 ) -> anyhow::Result<Counts> {
     place.sender(|| {
         let role = if shape.0 { "sink-reliable" } else { "sink" };
-        let (session, mut peer, _bc) = open_pair(place, cfg, role, busy)?;
-        put_loop(&session, &mut peer, duration, size, shape)
+        let (session, mut peer, _bc) = open_pair(place, cfg, side, role, busy)?;
+        put_loop(&session, side.is_some(), &mut peer, duration, size, shape)
     })
 }
 
 /// Puts for `duration` seconds, then asks the sink what arrived.
 fn put_loop(
     session: &Session,
+    secure: bool,
     peer: &mut Peer,
     duration: f64,
     size: usize,
@@ -191,7 +217,13 @@ fn put_loop(
         qos = qos.batching(tether::Batching::default());
     }
     let p = session.publisher(THR, qos)?;
-    wait_matched(|| p.matched() >= 1)?;
+    wait_matched(|| p.matched() >= 1).with_context(|| {
+        if secure {
+            "in the secure realm (do its credentials grant /bench/thr?)"
+        } else {
+            "plain"
+        }
+    })?;
     let payload = Bytes::from(vec![0x5au8; size]);
     let t0 = Instant::now();
     let d = secs("--duration", duration)?;
@@ -213,10 +245,13 @@ fn put_loop(
     Ok((sent, send_secs, count, secs))
 }
 
-/// `tether bench throughput`.
+/// `tether bench throughput`: with `a.secure` or keys in `cfg` (`--keys`), every tether
+/// row is measured plain and in a secure realm, in turn.
 pub(crate) fn throughput(cfg: Config, a: ThroughputArgs) -> anyhow::Result<()> {
     let machine = machine();
     let two = cpus() >= 2;
+    let side = SecureSide::choose(&cfg, a.secure, &["/bench/**"])?;
+    let plain = plain_config(&cfg);
     let lan = match a.hosts {
         HostsArg::Loopback => None,
         HostsArg::Veth => Some(Lan::create()?),
@@ -238,8 +273,8 @@ pub(crate) fn throughput(cfg: Config, a: ThroughputArgs) -> anyhow::Result<()> {
         pin(busy.then_some(0));
         if a.shapes.contains(&ShapeArg::Raw) {
             for &size in &a.sizes {
-                let (sent, ss, count, secs) = raw_udp_throughput(place, a.duration, size, busy)?;
-                rows.push((busy, "raw UDP", size, sent, ss, count, secs));
+                let c = raw_udp_throughput(place, a.duration, size, busy)?;
+                rows.push((busy, "raw UDP", size, c, None));
             }
         }
         for shape in &a.shapes {
@@ -251,9 +286,26 @@ pub(crate) fn throughput(cfg: Config, a: ThroughputArgs) -> anyhow::Result<()> {
                 ShapeArg::ReliableBatched => ("reliable batched", (true, true)),
             };
             for &size in &a.sizes {
-                let (sent, ss, count, secs) =
-                    tether_throughput(place, &cfg, a.duration, size, busy, flags)?;
-                rows.push((busy, qos, size, sent, ss, count, secs));
+                let mut ours = (0, 0.0, 0, 0.0);
+                let mut sealed = (0, 0.0, 0, 0.0);
+                for r in 0..a.reps {
+                    let measure = |s: Option<&SecureSide>| {
+                        tether_throughput(place, &plain, s, a.duration, size, busy, flags)
+                    };
+                    // Plain and secure take turns leading, from row to row and rep to rep.
+                    match side.as_ref() {
+                        Some(s) if (rows.len() + r) % 2 == 1 => {
+                            sealed = add(sealed, measure(Some(s))?);
+                            ours = add(ours, measure(None)?);
+                        }
+                        Some(s) => {
+                            ours = add(ours, measure(None)?);
+                            sealed = add(sealed, measure(Some(s))?);
+                        }
+                        None => ours = add(ours, measure(None)?),
+                    }
+                }
+                rows.push((busy, qos, size, ours, side.is_some().then_some(sealed)));
             }
         }
     }
@@ -262,56 +314,115 @@ pub(crate) fn throughput(cfg: Config, a: ThroughputArgs) -> anyhow::Result<()> {
         HostsArg::Loopback => "two processes on loopback",
         HostsArg::Veth => "two hosts (network namespaces, veth, MTU 1500)",
     };
-    let max_datagram = cfg.transport.max_datagram;
+    let report = Report {
+        machine: &machine,
+        hosts,
+        max_datagram: cfg.transport.max_datagram,
+        duration: a.duration,
+        reps: a.reps,
+        realm: side.as_ref().map(SecureSide::describe),
+    };
     if a.json {
-        print_json(&machine, hosts, max_datagram, &rows)
+        report.json(&rows)
     } else {
-        print_table(&machine, hosts, max_datagram, a.duration, &rows);
+        report.table(&rows);
         Ok(())
     }
 }
 
-fn print_json(machine: &str, hosts: &str, max_datagram: usize, rows: &[Row]) -> anyhow::Result<()> {
-    let v: Vec<_> = rows
-        .iter()
-        .map(|(busy, qos, size, sent, ss, count, secs)| {
-            json!({
-                "receiver": if *busy { "busy-poll" } else { "blocking" },
-                "qos": qos,
-                "size": size, "sent": sent, "sent_per_s": *sent as f64 / ss,
-                "received": count, "received_per_s": *count as f64 / secs,
-                "delivered_fraction": *count as f64 / *sent as f64,
-            })
-        })
-        .collect();
-    println!(
-        "{}",
-        serde_json::to_string_pretty(
-            &json!({"bench": "throughput", "machine": machine, "hosts": hosts,
-                "max_datagram": max_datagram, "results": v})
-        )?
-    );
-    Ok(())
+/// What a throughput report says of its run.
+struct Report<'a> {
+    machine: &'a str,
+    hosts: &'a str,
+    max_datagram: usize,
+    duration: f64,
+    reps: usize,
+    realm: Option<String>,
 }
 
-fn print_table(machine: &str, hosts: &str, max_datagram: usize, duration: f64, rows: &[Row]) {
-    println!(
-        "tether bench throughput — {hosts}, max_datagram {max_datagram}, {duration} s per row, \
-         {machine}"
-    );
-    println!(
-        "{:<10} {:<18} {:>6} {:>12} {:>12} {:>10}",
-        "receiver", "qos", "size", "sent/s", "received/s", "delivered"
-    );
-    for (busy, qos, size, sent, ss, count, secs) in rows {
+impl Report<'_> {
+    fn json(&self, rows: &[Row]) -> anyhow::Result<()> {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(busy, qos, size, c, sec)| {
+                let (sent, ss, count, secs) = *c;
+                let mut row = json!({
+                    "receiver": if *busy { "busy-poll" } else { "blocking" },
+                    "qos": qos,
+                    "size": size, "sent": sent, "sent_per_s": sent as f64 / ss,
+                    "received": count, "received_per_s": count as f64 / secs,
+                    "delivered_fraction": count as f64 / sent as f64,
+                });
+                if let Some(s) = sec {
+                    row["secure_sent_per_s"] = json!(s.0 as f64 / s.1);
+                    row["secure_received_per_s"] = json!(received_rate(s));
+                    row["secure_delivered_fraction"] = json!(s.2 as f64 / s.0 as f64);
+                    row["secure_over_plain"] = json!(received_rate(s) / received_rate(c));
+                }
+                row
+            })
+            .collect();
         println!(
-            "{:<10} {:<18} {:>6} {:>12.0} {:>12.0} {:>9.1}%",
-            if *busy { "busy-poll" } else { "blocking" },
-            qos,
-            size,
-            *sent as f64 / ss,
-            *count as f64 / secs,
-            100.0 * *count as f64 / *sent as f64
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "bench": "throughput", "machine": self.machine, "hosts": self.hosts,
+                "max_datagram": self.max_datagram, "duration_s": self.duration,
+                "reps": self.reps, "secure_realm": self.realm, "results": v
+            }))?
         );
+        Ok(())
+    }
+
+    fn table(&self, rows: &[Row]) {
+        let Report {
+            machine,
+            hosts,
+            max_datagram,
+            duration,
+            reps,
+            ..
+        } = self;
+        println!(
+            "tether bench throughput — {hosts}, max_datagram {max_datagram}, {duration} s per \
+             measurement, {reps} per row, {machine}"
+        );
+        if let Some(r) = &self.realm {
+            println!(
+                "secure: {r}, in turn with plain; \"sec/plain\" is the secure received/s over \
+                 the plain"
+            );
+        }
+        print!(
+            "{:<10} {:<19} {:>6} {:>12} {:>12} {:>10}",
+            "receiver", "qos", "size", "sent/s", "received/s", "delivered"
+        );
+        if self.realm.is_some() {
+            print!(
+                " {:>12} {:>10} {:>9}",
+                "secure rx/s", "delivered", "sec/plain"
+            );
+        }
+        println!();
+        for (busy, qos, size, c, sec) in rows {
+            let (sent, ss, count, _) = *c;
+            print!(
+                "{:<10} {:<19} {:>6} {:>12.0} {:>12.0} {:>9.1}%",
+                if *busy { "busy-poll" } else { "blocking" },
+                qos,
+                size,
+                sent as f64 / ss,
+                received_rate(c),
+                100.0 * count as f64 / sent as f64
+            );
+            if let Some(s) = sec {
+                print!(
+                    " {:>12.0} {:>9.1}% {:>9.2}",
+                    received_rate(s),
+                    100.0 * s.2 as f64 / s.0 as f64,
+                    received_rate(s) / received_rate(c)
+                );
+            }
+            println!();
+        }
     }
 }

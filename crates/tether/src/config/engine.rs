@@ -90,11 +90,8 @@ impl TryFrom<&Config> for EngineSettings {
             .then(|| SocketAddrV4::new(c.discovery.multicast_group, c.multicast_port()));
         Ok(EngineSettings {
             domain: c.domain,
-            name: if c.name.is_empty() {
-                format!("pid{}", std::process::id())
-            } else {
-                c.name.clone()
-            },
+            // Announced in clear: nothing about the process unless the user names it.
+            name: c.name.clone(),
             lease: Duration::from_millis(c.discovery.lease_ms),
             announce_period: c.announce_period(),
             heartbeat_period: Duration::from_millis(c.reliability.heartbeat_period_ms),
@@ -198,6 +195,16 @@ mod tests {
         assert_eq!(cc.max_pending_participants, 9);
         assert_eq!(cc.data_group, Some("239.255.0.1:7403".parse().unwrap()));
         assert!(s.security.is_none());
+    }
+
+    /// Without a `name` the session announces none: not the process id, nothing another
+    /// host could learn about this process from.
+    #[test]
+    fn default_name_reveals_nothing() {
+        let s = EngineSettings::try_from(&Config::default()).unwrap();
+        let name = s.engine_config(ParticipantId(1), None).name;
+        assert!(!name.contains(&std::process::id().to_string()), "{name}");
+        assert_eq!(name, "");
     }
 
     /// A stalled reader is let go of after 3 s by default; 0 and "strict" keep DDS's

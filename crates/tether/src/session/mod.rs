@@ -121,6 +121,21 @@ pub struct SessionStats {
     pub recv_calls: u64,
 }
 
+impl SessionStats {
+    /// Every counter by name: the engine's ([`Stats::counters`]), then the transport's.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.core.counters();
+        v.extend([
+            ("send_errors", self.send_errors),
+            ("too_large", self.too_large),
+            ("recv_errors", self.recv_errors),
+            ("send_calls", self.send_calls),
+            ("recv_calls", self.recv_calls),
+        ]);
+        v
+    }
+}
+
 /// A tether session: one participant in a domain, with its sockets and threads.
 ///
 /// ```no_run
