@@ -411,11 +411,18 @@ impl Participant {
     /// Sends `dg` to `to`, an address that has not answered a challenge, if its allowance
     /// takes it; else counts it withheld.
     fn send_unvalidated(&mut self, to: SocketAddr, dg: Vec<u8>) -> bool {
-        if dg.len() > self.peers.pending.left(to) {
+        // In a secure realm every datagram leaves with its AUTH_TAG: counted too.
+        let tag = if self.cfg.security.is_some() {
+            tether_wire::AUTH_TAG_LEN
+        } else {
+            0
+        };
+        let len = dg.len() + tag;
+        if len > self.peers.pending.left(to) {
             self.stats.amplification_limited += 1;
             return false;
         }
-        self.peers.pending.spend(to, dg.len());
+        self.peers.pending.spend(to, len);
         self.push_transmit(to, Bytes::from(dg));
         true
     }
