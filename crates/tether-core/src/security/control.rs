@@ -188,14 +188,26 @@ impl Participant {
             }
             .bytes(),
         );
-        let mut dests = HashSet::new();
-        dests.insert(t.dest);
-        tx.last = Some(LastTagged {
-            head: t.head.clone(),
-            body: t.body.clone(),
-            tail,
-            dests,
-        });
+        // The last datagram's record is reused: no allocation per datagram.
+        match tx.last.as_mut() {
+            Some(last) => {
+                last.head = t.head.clone();
+                last.body = t.body.clone();
+                last.tail = tail;
+                last.dests.clear();
+                last.dests.insert(t.dest);
+            }
+            None => {
+                let mut dests = HashSet::new();
+                dests.insert(t.dest);
+                tx.last = Some(LastTagged {
+                    head: t.head.clone(),
+                    body: t.body.clone(),
+                    tail,
+                    dests,
+                });
+            }
+        }
         t.tail = tail;
         self.stats.datagrams_tagged += 1;
         self.stats.bytes_sent += AUTH_TAG_LEN as u64;
