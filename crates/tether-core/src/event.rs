@@ -697,6 +697,9 @@ pub struct Stats {
     pub identity_conflicts: u64,
     /// New epochs of this participant's control key.
     pub control_rekeys: u64,
+    /// Authenticated datagrams meant for another participant (a member's datagram replayed
+    /// to us by someone else), dropped.
+    pub misaddressed: u64,
     /// This participant's control key wrapped for a peer (once per peer and epoch).
     pub control_keys_wrapped: u64,
 
@@ -826,6 +829,7 @@ impl Stats {
             unverified_dropped,
             identity_conflicts,
             control_rekeys,
+            misaddressed,
             control_keys_wrapped,
             reassembly_over_cap,
             reassemblies_evicted,

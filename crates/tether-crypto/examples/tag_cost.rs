@@ -16,7 +16,7 @@ fn main() {
         let t = Instant::now();
         let mut x = 0u8;
         for c in 1..=n as u64 {
-            x ^= key.tag(c, &data)[0];
+            x ^= key.tag(c, &data, 0).1[0];
         }
         let aws = t.elapsed().as_nanos() as f64 / n as f64;
         let t = Instant::now();
@@ -34,10 +34,10 @@ fn main() {
         }
         let ring_ns = t.elapsed().as_nanos() as f64 / n as f64;
         let t = Instant::now();
-        let tag = key.tag(1, &data);
+        let (to, tag) = key.tag(1, &data, 0);
         let mut ok = 0;
         for _ in 0..n {
-            ok += key.verify(1, &data, &tag) as u32;
+            ok += key.open(1, &data, &to, &tag).is_some() as u32;
         }
         let verify = t.elapsed().as_nanos() as f64 / n as f64;
         println!(

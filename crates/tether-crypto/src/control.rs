@@ -65,23 +65,44 @@ impl ControlKey {
         &self.raw[..]
     }
 
-    /// The tag of `covered` (every byte of a datagram before its tag) under nonce `counter`
-    /// (≥ 1, never repeated for two different datagrams under one key): AES-128-GCM with
-    /// `covered` as associated data and nothing to encrypt, i.e. GMAC.
-    pub fn tag(&self, counter: u64, covered: &[u8]) -> [u8; CONTROL_TAG_LEN] {
+    /// Authenticates a datagram for `to` (a participant id; 0: any receiver): AES-128-GCM
+    /// under nonce `counter` (≥ 1, never repeated for two different datagrams under one key)
+    /// with `covered` (every byte of the datagram before its AUTH_TAG) as associated data and
+    /// `to` as the plaintext. Returns `to` sealed and the tag: a receiver that opens them
+    /// knows the datagram was meant for it, so one replayed to another member is refused.
+    pub fn tag(&self, counter: u64, covered: &[u8], to: u64) -> ([u8; 8], [u8; CONTROL_TAG_LEN]) {
+        let mut sealed_to = to.to_le_bytes();
         let t = self
             .key
-            .seal_in_place_separate_tag(nonce(self.epoch, counter), Aad::from(covered), &mut [])
-            .expect("sealing nothing cannot fail");
-        t.as_ref().try_into().expect("a GCM tag is 16 bytes")
+            .seal_in_place_separate_tag(
+                nonce(self.epoch, counter),
+                Aad::from(covered),
+                &mut sealed_to,
+            )
+            .expect("sealing 8 bytes cannot fail");
+        (
+            sealed_to,
+            t.as_ref().try_into().expect("a GCM tag is 16 bytes"),
+        )
     }
 
-    /// Whether `tag` is the tag of `covered` under `counter` (constant time).
-    pub fn verify(&self, counter: u64, covered: &[u8], tag: &[u8; CONTROL_TAG_LEN]) -> bool {
-        let mut t = *tag;
-        self.key
-            .open_in_place(nonce(self.epoch, counter), Aad::from(covered), &mut t)
-            .is_ok()
+    /// The participant a datagram was authenticated for (0: any), if `sealed_to` and `tag`
+    /// verify over `covered` under `counter` (constant time).
+    pub fn open(
+        &self,
+        counter: u64,
+        covered: &[u8],
+        sealed_to: &[u8; 8],
+        tag: &[u8; CONTROL_TAG_LEN],
+    ) -> Option<u64> {
+        let mut buf = [0u8; 8 + CONTROL_TAG_LEN];
+        buf[..8].copy_from_slice(sealed_to);
+        buf[8..].copy_from_slice(tag);
+        let to = self
+            .key
+            .open_in_place(nonce(self.epoch, counter), Aad::from(covered), &mut buf)
+            .ok()?;
+        Some(u64::from_le_bytes(to.try_into().ok()?))
     }
 }
 
@@ -173,17 +194,21 @@ mod tests {
     use crate::OsRandom;
 
     #[test]
-    fn a_tag_verifies_only_for_its_bytes_counter_and_key() {
+    fn a_tag_verifies_only_for_its_bytes_counter_key_and_addressee() {
         let k = ControlKey::generate(1, &mut OsRandom);
-        let t = k.tag(7, b"datagram");
-        assert!(k.verify(7, b"datagram", &t));
-        assert!(!k.verify(8, b"datagram", &t));
-        assert!(!k.verify(7, b"datagraM", &t));
+        let (to, t) = k.tag(7, b"datagram", 42);
+        assert_ne!(to, 42u64.to_le_bytes(), "the addressee is sealed");
+        assert_eq!(k.open(7, b"datagram", &to, &t), Some(42));
+        assert_eq!(k.open(8, b"datagram", &to, &t), None);
+        assert_eq!(k.open(7, b"datagraM", &to, &t), None);
+        let mut other_to = to;
+        other_to[0] ^= 1;
+        assert_eq!(k.open(7, b"datagram", &other_to, &t), None);
         let other = ControlKey::generate(1, &mut OsRandom);
-        assert!(!other.verify(7, b"datagram", &t));
+        assert_eq!(other.open(7, b"datagram", &to, &t), None);
         // The same bytes under another epoch of the same raw key: another nonce.
         let k2 = ControlKey::from_bytes(2, k.key_bytes()).unwrap();
-        assert!(!k2.verify(7, b"datagram", &t));
+        assert_eq!(k2.open(7, b"datagram", &to, &t), None);
         assert!(ControlKey::from_bytes(1, &[0; 15]).is_none());
     }
 

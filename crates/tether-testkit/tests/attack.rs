@@ -339,3 +339,87 @@ fn metadata_on_the_wire_shows_no_names_or_grants() {
         );
     }
 }
+
+/// A member's datagram meant for one participant, replayed by an outsider to another
+/// (entity ids repeat across participants, so the reader's ACKNACK to one writer's
+/// participant also names the other's writer): refused, because the tag seals whom the
+/// datagram is for. Here the reader's acknowledgement of everything from the first
+/// publisher would make the second drop samples the reader never got.
+#[test]
+fn forged_control_a_datagram_replayed_to_another_member_is_refused() {
+    let mut sim = Sim::new(77, Link::perfect());
+    let ca = CaKey::generate();
+    let p1 = member(&mut sim, &ca, 1, "robot-1");
+    let p2 = member(&mut sim, &ca, 2, "robot-2");
+    let v = member(&mut sim, &ca, 3, "viewer");
+    let now = sim.now;
+    let w1 = sim.p(p1).create_writer(now, info("/cmd")).unwrap();
+    let w2 = sim.p(p2).create_writer(now, info("/cmd")).unwrap();
+    assert_eq!(w1, w2, "entity ids repeat across participants");
+    let rid = sim.p(v).create_reader(now, info("/cmd"));
+    for i in 0..3 {
+        sim.pump(i);
+    }
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[v].participant.matched_count(rid) == 2
+            && s.nodes[p1].participant.matched_count(w1) == 1
+            && s.nodes[p2].participant.matched_count(w2) == 1
+    }));
+    sim.wire = Some(Vec::new());
+    for k in 1..=20u64 {
+        let now = sim.now;
+        sim.p(p1)
+            .write(now, w1, k, Bytes::from(format!("a{k}")))
+            .unwrap();
+        sim.pump(p1);
+        sim.run_for(Duration::from_millis(5));
+    }
+    sim.run_for(Duration::from_secs(1));
+    let vpid = sim.nodes[v].participant.id();
+    let acks: Vec<Bytes> = sim
+        .wire
+        .take()
+        .unwrap()
+        .into_iter()
+        .filter(|d| {
+            d[8..16] == vpid.0.to_le_bytes()
+                && tether_wire::Datagram::parse(d).is_ok_and(|x| {
+                    x.submessages()
+                        .any(|m| matches!(m, Ok(Submessage::AckNack(a)) if a.base == 21))
+                })
+        })
+        .collect();
+    assert!(
+        !acks.is_empty(),
+        "the reader acknowledged the first publisher"
+    );
+    // The reader misses what the second publisher writes now; an outsider plays the
+    // reader's acknowledgement to the first publisher back to the second.
+    sim.nodes[v].up = false;
+    for k in 1..=5u64 {
+        let now = sim.now;
+        sim.p(p2)
+            .write(now, w2, k, Bytes::from(format!("b{k}")))
+            .unwrap();
+        sim.pump(p2);
+    }
+    sim.run_for(Duration::from_millis(50));
+    let vaddr = sim.nodes[v].addr;
+    for d in &acks {
+        inject(&mut sim, p2, vaddr, d);
+    }
+    sim.nodes[v].up = true;
+    sim.run_for(Duration::from_secs(3));
+    let from_b: Vec<Bytes> = sim
+        .payloads(v, rid)
+        .into_iter()
+        .filter(|p| p.starts_with(b"b"))
+        .collect();
+    assert_eq!(
+        from_b,
+        (1..=5)
+            .map(|k| Bytes::from(format!("b{k}")))
+            .collect::<Vec<_>>(),
+        "the second publisher dropped samples the reader never got"
+    );
+}

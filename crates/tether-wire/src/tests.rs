@@ -441,8 +441,8 @@ proptest! {
 
     /// A datagram's AUTH_TAG round-trips, and is found at its end with the bytes it covers.
     #[test]
-    fn auth_tag_roundtrip_and_split(epoch in 1u32.., counter in 1u64.., tag in any::<[u8; 16]>()) {
-        let t = AuthTagRepr { epoch, counter, tag };
+    fn auth_tag_roundtrip_and_split(epoch in 1u32.., counter in 1u64.., to in any::<[u8; 8]>(), tag in any::<[u8; 16]>()) {
+        let t = AuthTagRepr { epoch, counter, to, tag };
         roundtrip(&[Submessage::ParticipantBye, Submessage::AuthTag(t)]);
         let mut dg = Vec::new();
         DatagramBuilder::new(&mut dg, Header { domain: 1, participant: ParticipantId(3) })

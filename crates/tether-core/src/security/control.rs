@@ -43,6 +43,8 @@ impl std::fmt::Debug for ControlTx {
 /// unicast fan-out costs one MAC), never to the same destination twice (its receiver would
 /// take the second for a replay).
 struct LastTagged {
+    /// The participant it was tagged for (0: any; only those are shared).
+    to: u64,
     head: Head,
     /// Kept, so its address cannot be another payload's while it is compared.
     body: bytes::Bytes,
@@ -54,7 +56,12 @@ struct LastTagged {
 #[derive(Debug, Default)]
 pub(crate) struct ControlRx {
     keys: Vec<(ControlKey, ControlWindow)>,
+    /// When a key of a newer epoch was last unwrapped from a datagram's AUTH.
+    unwrap_tried: Option<std::time::Instant>,
 }
+
+/// Least time between two unwraps of a newer control key from one peer's datagrams.
+const UNWRAP_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl ControlRx {
     /// The newest epoch held (0: none).
@@ -159,9 +166,25 @@ impl Participant {
             let now = self.clock;
             self.rekey_control(now);
         }
+        // Whom it is for: the one participant at its destination, unless the same bytes go
+        // to several (the next transmit queued is this one to another destination: a
+        // unicast fan-out) or to a group or an address no participant is known at: then any
+        // receiver. A datagram for one participant, replayed to another, is refused there.
+        let shared = self.transmits.front().is_some_and(|n| {
+            n.dest != t.dest
+                && same_bytes(&n.head, &t.head)
+                && n.body.as_ptr() == t.body.as_ptr()
+                && n.body.len() == t.body.len()
+        });
+        let to = match self.peers.remote_at.get(&t.dest) {
+            Some(pid) if !shared => pid.0,
+            _ => 0,
+        };
         let tx = self.control_tx();
         if let Some(last) = tx.last.as_mut() {
-            if same_bytes(&last.head, &t.head)
+            if last.to == 0
+                && to == 0
+                && same_bytes(&last.head, &t.head)
                 && last.body.as_ptr() == t.body.as_ptr()
                 && last.body.len() == t.body.len()
                 && last.dests.insert(t.dest)
@@ -172,18 +195,19 @@ impl Participant {
         }
         tx.counter += 1;
         let counter = tx.counter;
-        let tag = if t.body.is_empty() {
-            tx.key.tag(counter, &t.head)
+        let (sealed_to, tag) = if t.body.is_empty() {
+            tx.key.tag(counter, &t.head, to)
         } else {
             tx.scratch.clear();
             tx.scratch.extend_from_slice(&t.head);
             tx.scratch.extend_from_slice(&t.body);
-            tx.key.tag(counter, &tx.scratch)
+            tx.key.tag(counter, &tx.scratch, to)
         };
         let tail = Tail::auth_tag(
             AuthTagRepr {
                 epoch: tx.key.epoch(),
                 counter,
+                to: sealed_to,
                 tag,
             }
             .bytes(),
@@ -191,6 +215,7 @@ impl Participant {
         // The last datagram's record is reused: no allocation per datagram.
         match tx.last.as_mut() {
             Some(last) => {
+                last.to = to;
                 last.head = t.head.clone();
                 last.body = t.body.clone();
                 last.tail = tail;
@@ -201,6 +226,7 @@ impl Participant {
                 let mut dests = HashSet::new();
                 dests.insert(t.dest);
                 tx.last = Some(LastTagged {
+                    to,
                     head: t.head.clone(),
                     body: t.body.clone(),
                     tail,
@@ -252,8 +278,22 @@ impl Participant {
         if !a.control.keys.iter().any(|(k, _)| k.epoch() == t.epoch) {
             // A newer epoch: its key comes in an AUTH of this datagram, wrapped for us by the
             // peer's own key (so it authenticates itself); then the tag must verify under it.
+            // A key agreement costs some 40 µs: a forged datagram naming a newer epoch gets at
+            // most one every 100 ms per peer (a genuine new key is sent again with every
+            // AUTH until the peer says it holds it).
+            let now = self.clock;
+            if a.control
+                .unwrap_tried
+                .is_some_and(|t0| now.saturating_duration_since(t0) < UNWRAP_SPACING)
+            {
+                self.stats.unauthenticated += 1;
+                return None;
+            }
             let kx = a.credential.as_ref().map(|c| c.kx_public);
             let wrapped = newer_control_key(covered, t.epoch);
+            if wrapped.is_some() {
+                a.control.unwrap_tried = Some(now);
+            }
             let key = match (kx, wrapped) {
                 (Some(kx), Some(w)) if t.epoch > a.control.epoch() => {
                     let ctx =
@@ -287,8 +327,13 @@ impl Participant {
             self.stats.replayed += 1;
             return None;
         }
-        if !key.verify(t.counter, covered, &t.tag) {
+        let Some(to) = key.open(t.counter, covered, &t.to, &t.tag) else {
             self.stats.unauthenticated += 1;
+            return None;
+        };
+        if to != 0 && to != me.0 {
+            // Genuine, but meant for another participant: replayed here by someone else.
+            self.stats.misaddressed += 1;
             return None;
         }
         window.accept(t.counter);

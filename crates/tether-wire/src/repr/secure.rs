@@ -7,17 +7,19 @@ use crate::{Cursor, EntityId, Error};
 pub const MAX_CREDENTIAL_LEN: usize = 4096;
 
 /// Bytes of an AUTH_TAG submessage, its header included: always the datagram's last.
-pub const AUTH_TAG_LEN: usize = crate::SUBMESSAGE_HEADER_LEN + 4 + 8 + 16;
+pub const AUTH_TAG_LEN: usize = crate::SUBMESSAGE_HEADER_LEN + 4 + 8 + 8 + 16;
 
 /// The authentication of a whole datagram (`docs/wire.md#auth_tag`): its sender's control
-/// key epoch, a counter (the nonce; ≥ 1, never repeated under a key) and the GMAC tag over
-/// every byte before this submessage.
+/// key epoch, a counter (the nonce; ≥ 1, never repeated under a key), the participant it is
+/// for (sealed), and the AES-GCM tag over every byte before this submessage and that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthTagRepr {
     /// The control key's epoch (≥ 1).
     pub epoch: u32,
     /// The sender's counter (≥ 1).
     pub counter: u64,
+    /// The participant the datagram is for (0: any receiver), sealed under the control key.
+    pub to: [u8; 8],
     /// The tag.
     pub tag: [u8; 16],
 }
@@ -30,10 +32,12 @@ impl AuthTagRepr {
         if epoch == 0 || counter == 0 {
             return Err(Error::BadValue("auth tag"));
         }
+        let to = c.take(8)?.try_into().map_err(|_| Error::BadLength)?;
         let tag = c.take(16)?.try_into().map_err(|_| Error::BadLength)?;
         Ok(AuthTagRepr {
             epoch,
             counter,
+            to,
             tag,
         })
     }
@@ -41,6 +45,7 @@ impl AuthTagRepr {
     pub(crate) fn emit(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&self.counter.to_le_bytes());
+        out.extend_from_slice(&self.to);
         out.extend_from_slice(&self.tag);
     }
 
@@ -53,7 +58,8 @@ impl AuthTagRepr {
             .copy_from_slice(&((AUTH_TAG_LEN - crate::SUBMESSAGE_HEADER_LEN) as u16).to_le_bytes());
         b[4..8].copy_from_slice(&self.epoch.to_le_bytes());
         b[8..16].copy_from_slice(&self.counter.to_le_bytes());
-        b[16..].copy_from_slice(&self.tag);
+        b[16..24].copy_from_slice(&self.to);
+        b[24..].copy_from_slice(&self.tag);
         b
     }
 
