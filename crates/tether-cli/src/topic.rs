@@ -166,6 +166,24 @@ pub(crate) fn report_security_events(session: &Session) {
             "warning: participant {:016x} unmatched: {reason}",
             participant.0
         ),
+        // Every other refusal, once per peer: why nothing arrives from it.
+        Event::AuthenticationFailed {
+            participant,
+            reason,
+        } => eprintln!(
+            "warning: participant {:016x} refused: {reason}",
+            participant.0
+        ),
+        Event::AccessDenied {
+            remote,
+            topic,
+            reason,
+            ..
+        } => eprintln!("warning: {remote} not matched on {topic}: {reason}"),
+        Event::OverLimit { participant, limit } => eprintln!(
+            "warning: participant {:016x}: announcement refused: {limit}",
+            participant.0
+        ),
         Event::OwnCredentialExpired { serial, expires } => eprintln!(
             "warning: our credential (serial {serial}) expired at {}: peers refuse us from now on",
             tether::keys::utc(*expires)

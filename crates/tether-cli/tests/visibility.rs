@@ -251,3 +251,48 @@ fn default_name_reveals_nothing() {
         finish(echo, Duration::from_secs(30));
     }
 }
+
+/// Nothing arrives, and each side says why: an `echo` without keys beside a secure `pub`
+/// learns the peer is in a secure realm and it has no keys; an `echo` of another realm
+/// learns the peer's credential is not sealed for its realm.
+#[test]
+fn refusals_say_why_nothing_arrives() {
+    let t = tempfile::tempdir().unwrap();
+    let reg = t.path().join("reg");
+    let (r1, r2) = (t.path().join("r1"), t.path().join("r2"));
+    realm(&r1, &[("talker", "/chatter", "/none")]);
+    realm(&r2, &[("listener", "/none", "/chatter")]);
+    let mut p = tether(&reg);
+    p.arg("--keys").arg(r1.join("talker.key")).args([
+        "pub", "/chatter", "hi", "--rate", "20", "--count", "200", "-q",
+    ]);
+    let publisher = spawn(p);
+    let mut plain = tether(&reg);
+    plain.args(["echo", "/chatter", "--count", "1", "--timeout", "4"]);
+    let plain = spawn(plain);
+    let mut other = tether(&reg);
+    other.arg("--keys").arg(r2.join("listener.key")).args([
+        "echo",
+        "/chatter",
+        "--count",
+        "1",
+        "--timeout",
+        "4",
+    ]);
+    let other = spawn(other);
+    let plain = finish(plain, Duration::from_secs(30));
+    let other = finish(other, Duration::from_secs(30));
+    let _ = finish(publisher, Duration::from_secs(30));
+    assert_eq!(plain.status.code(), Some(1), "{}", text(&plain.stderr));
+    assert!(
+        text(&plain.stderr).contains("is in a secure realm and this session has no keys"),
+        "{}",
+        text(&plain.stderr)
+    );
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other.stderr));
+    assert!(
+        text(&other.stderr).contains("not sealed with this realm's secret"),
+        "{}",
+        text(&other.stderr)
+    );
+}

@@ -56,6 +56,8 @@ pub(crate) struct RemoteParticipant {
     pub(crate) received: u64,
     /// Bytes stored for what it announced, within `max_peer_metadata_bytes` (`limits.rs`).
     pub(crate) metadata: u64,
+    /// Security off here: it sent AUTH (it is in a secure realm), and that was reported.
+    pub(crate) secure_noted: bool,
     /// When its address answered our challenge (`pending`): in a secure realm it must
     /// authenticate within `UNVERIFIED_LIFETIME` of it.
     pub(crate) validated: Instant,
@@ -579,7 +581,8 @@ impl Participant {
             .filter(|(id, _, _)| only.is_none_or(|o| o == *id));
         let mut tmp = Vec::new();
         // Announcements go to every participant and discovery target alike: sized for a link.
-        let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram);
+        let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
+            .saturating_sub(crate::path::security_overhead(&self.cfg));
         for (id, kind, info) in eps {
             let wire = self.wire_info(info);
             let info = &wire;

@@ -115,6 +115,8 @@ pub enum AuthFailure {
     IdentityConflict,
     /// Its credential expired while it was a member.
     Expired,
+    /// It is a member of a secure realm (it sent AUTH), and this session has no keys.
+    NoKeysHere,
     /// It did not authenticate within 10 s of its address being validated: it is forgotten
     /// (and found again if it announces itself again).
     NotInTime,
@@ -135,6 +137,9 @@ impl fmt::Display for AuthFailure {
                 "another credential was presented under its participant id (refused: the id is bound to the credential it verified with)",
             ),
             AuthFailure::Expired => f.write_str("its credential expired"),
+            AuthFailure::NoKeysHere => f.write_str(
+                "it is in a secure realm and this session has no keys (--keys): nothing is exchanged with it",
+            ),
             AuthFailure::NotInTime => {
                 f.write_str("it did not authenticate within 10 s of being discovered")
             }

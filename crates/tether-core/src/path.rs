@@ -312,6 +312,19 @@ impl PathMtu {
     }
 }
 
+/// Bytes security adds to every datagram as it leaves the engine: the AUTH_TAG in a secure
+/// realm (`docs/wire.md#auth_tag`), and in pairwise mode the SEALED wrapping too. Sizes the
+/// engine builds to (paths, probes, announcements) leave room for them.
+pub(crate) fn security_overhead(cfg: &Config) -> usize {
+    match cfg.security.as_deref() {
+        Some(s) if s.pairwise => {
+            tether_wire::AUTH_TAG_LEN + crate::security::protect::SEAL_OVERHEAD
+        }
+        Some(_) => tether_wire::AUTH_TAG_LEN,
+        None => 0,
+    }
+}
+
 /// [`Participant::datagram_size`], for callers holding other parts of the participant.
 pub(crate) fn datagram_size(peers: &Peers, cfg: &Config, dest: SocketAddr) -> usize {
     let size = match peers.remote_at.get(&dest) {
@@ -322,10 +335,7 @@ pub(crate) fn datagram_size(peers: &Peers, cfg: &Config, dest: SocketAddr) -> us
             .find(|(g, _)| *g == dest)
             .map(|(_, s)| *s),
     };
-    let overhead = match cfg.security.as_deref() {
-        Some(s) if s.pairwise => crate::security::protect::SEAL_OVERHEAD,
-        _ => 0,
-    };
+    let overhead = security_overhead(cfg);
     size.unwrap_or_else(|| starting_size(&dest, &cfg.local_addrs, cfg.path_mtu, cfg.max_datagram))
         .saturating_sub(overhead)
 }
@@ -342,12 +352,10 @@ impl Participant {
         }
     }
 
-    /// Bytes sealing adds to a datagram in pairwise mode (0 otherwise).
+    /// Bytes security adds to a datagram once the engine has built it: its AUTH_TAG in a
+    /// secure realm, and the SEALED wrapping in pairwise mode (0 with security off).
     pub(crate) fn seal_overhead(&self) -> usize {
-        match self.cfg.security.as_deref() {
-            Some(s) if s.pairwise => crate::security::protect::SEAL_OVERHEAD,
-            _ => 0,
-        }
+        security_overhead(&self.cfg)
     }
 
     /// The largest datagram the engine builds for `dest`: a participant's path size (the

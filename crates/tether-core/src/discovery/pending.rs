@@ -510,10 +510,10 @@ impl Participant {
             return;
         }
         let answer = dg.len();
-        let left = self.peers.pending.left(from).min(crate::path::link_size(
-            self.cfg.path_mtu,
-            self.cfg.max_datagram,
-        ));
+        let left = self.peers.pending.left(from).min(
+            crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
+                .saturating_sub(crate::path::security_overhead(&self.cfg)),
+        );
         let mut challenged = false;
         if !self.peers.pending.challenged(self.input, now, from, pid) {
             let cookie = self.peers.pending.cookie(pid, from, now);
@@ -626,6 +626,7 @@ impl Participant {
                 cc,
                 received: 0,
                 metadata: crate::limits::name_cost(&name),
+                secure_noted: false,
                 validated: now,
                 moving: None,
                 reannounced: None,
@@ -666,7 +667,8 @@ impl Participant {
         } else {
             self.announcement(None)
         };
-        let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram);
+        let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
+            .saturating_sub(crate::path::security_overhead(&self.cfg));
         for pid in promoted {
             let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
                 continue;

@@ -113,7 +113,17 @@ impl Participant {
     ) {
         let me = self.cfg.participant;
         let Some(sec) = self.cfg.security.clone() else {
-            return; // security off: nothing to prove
+            // Security off: nothing to prove, and nothing will be exchanged with it. Said
+            // once, so a user without --keys learns why a secure peer stays silent.
+            if let Some(rp) = self.peers.remotes.get_mut(&pid) {
+                if !std::mem::replace(&mut rp.secure_noted, true) {
+                    self.events.push_back(Event::AuthenticationFailed {
+                        participant: pid,
+                        reason: AuthFailure::NoKeysHere,
+                    });
+                }
+            }
+            return;
         };
         if m.to != me {
             self.stats.auth_failed += 1;
