@@ -547,6 +547,53 @@ impl Config {
                 });
             }
         }
+        // Limits that would refuse what the rest of the configuration allows: said now,
+        // rather than found as samples or peers that silently never arrive.
+        for (field, value) in [
+            (
+                "transport.max_reassembly_bytes",
+                t.max_reassembly_bytes as u64,
+            ),
+            (
+                "transport.max_reassembly_bytes_per_writer",
+                t.max_reassembly_bytes_per_writer as u64,
+            ),
+        ] {
+            if value < t.max_sample_size as u64 {
+                return Err(ConfigError::invalid(
+                    field,
+                    format!(
+                        "{value} is below transport.max_sample_size ({}): a sample that large could never be reassembled",
+                        t.max_sample_size
+                    ),
+                ));
+            }
+        }
+        if d.max_endpoints_per_participant == 0 {
+            return Err(ConfigError::invalid(
+                "discovery.max_endpoints_per_participant",
+                "0 would refuse every remote endpoint".to_string(),
+            ));
+        }
+        let one_endpoint = 3 * d.max_string_bytes.min(256) + 1024;
+        if d.max_peer_metadata_bytes < one_endpoint {
+            return Err(ConfigError::invalid(
+                "discovery.max_peer_metadata_bytes",
+                format!(
+                    "{} is below what one endpoint with strings of max_string_bytes takes (at least {one_endpoint})",
+                    d.max_peer_metadata_bytes
+                ),
+            ));
+        }
+        if d.max_string_bytes < 65 {
+            return Err(ConfigError::invalid(
+                "discovery.max_string_bytes",
+                format!(
+                    "{} would refuse a topic id (65 bytes in a secure realm) and most names",
+                    d.max_string_bytes
+                ),
+            ));
+        }
         if d.announce_period_ms == 0 || d.lease_ms < 3 * d.announce_period_ms.min(1000) {
             return Err(ConfigError::invalid(
                 "discovery.lease_ms",
@@ -572,9 +619,8 @@ impl Config {
                 ));
             }
         }
-        if sec.enabled() && sec.keys.is_none() {
-            return Err(ConfigError::MissingKeys);
-        }
+        // Keys may come later (`--keys`, TETHER_KEYS): a session refuses to open without
+        // them (`engine.rs`), not the file.
         for (field, value) in [
             ("discovery.announce_period_ms", d.announce_period_ms),
             ("discovery.lease_ms", d.lease_ms),
@@ -688,13 +734,34 @@ mod tests {
         for (t, field) in [
             ("max_partitions = 17", "discovery.max_partitions"),
             ("max_string_bytes = 0", "discovery.max_string_bytes"),
+            ("max_string_bytes = 64", "discovery.max_string_bytes"),
             ("max_string_bytes = 65536", "discovery.max_string_bytes"),
+            (
+                "max_endpoints_per_participant = 0",
+                "discovery.max_endpoints_per_participant",
+            ),
+            (
+                "max_peer_metadata_bytes = 10",
+                "discovery.max_peer_metadata_bytes",
+            ),
         ] {
             let e = Config::from_toml(&format!("[discovery]\n{t}\n"))
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(field), "{e}");
         }
+        // Reassembly budgets below the largest sample would refuse it silently.
+        for t in [
+            "max_reassembly_bytes_per_writer = 100000",
+            "max_reassembly_bytes = 0",
+        ] {
+            let e = Config::from_toml(&format!("[transport]\nmax_sample_size = 200000\n{t}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("max_sample_size"), "{e}");
+        }
+        // Keys may come from --keys after the file: a mode without them loads.
+        assert!(Config::from_toml("[security]\nmode = \"encrypt+sign\"\n").is_ok());
     }
 
     #[test]

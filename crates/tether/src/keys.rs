@@ -182,6 +182,13 @@ struct SecretFile {
 struct IssuedFile {
     #[serde(default)]
     issued: Vec<IssuedEntry>,
+    /// The highest revocation-list serial signed: a list restored from a backup cannot
+    /// make the next one reuse a serial sessions already hold.
+    #[serde(default)]
+    list_serial: u64,
+    /// Every serial ever revoked: a restored list cannot bring one back.
+    #[serde(default)]
+    revoked: Vec<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -434,14 +441,30 @@ impl Realm {
     /// refuse any older.
     fn add_revoked(&self, serials: &[u64]) -> Result<(), KeyError> {
         let current = self.revocations()?;
+        let mut issued = self.issued()?;
+        // What `issued.toml` remembers counts too: `revoked.toml` may have been restored
+        // from an older copy, and sessions refuse a list whose serial they have seen.
         let mut all = current.serials;
+        all.extend(&issued.revoked);
         all.extend(serials);
-        let next = current.serial.checked_add(1).ok_or_else(|| {
-            format(
-                &self.dir.join("revoked.toml"),
-                "the list serial is at its maximum",
-            )
-        })?;
+        all.sort_unstable();
+        all.dedup();
+        let next = current
+            .serial
+            .max(issued.list_serial)
+            .checked_add(1)
+            .ok_or_else(|| {
+                format(
+                    &self.dir.join("revoked.toml"),
+                    "the list serial is at its maximum",
+                )
+            })?;
+        issued.list_serial = next;
+        issued.revoked = all.clone();
+        replace(
+            &self.dir.join("issued.toml"),
+            &toml::to_string(&issued).expect("plain fields"),
+        )?;
         self.write_revocations(&RevocationList::issue(&self.ca, next, unix_now(), all))
     }
 
@@ -599,5 +622,30 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(1_795_336_000), "2026-11-22 08:26:40 UTC");
+    }
+
+    /// `revoked.toml` restored from an older copy: the next revocation still moves the
+    /// list serial past every list signed, and keeps every serial ever revoked (sessions
+    /// refuse a reused serial, and a restored list must not bring a revoked member back).
+    #[test]
+    fn a_restored_list_does_not_rewind_revocation() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("realm");
+        let realm = Realm::init(&dir).unwrap();
+        let a = realm.issue("a", vec!["/**".into()], vec![], 30).unwrap();
+        let b = realm.issue("b", vec!["/**".into()], vec![], 30).unwrap();
+        let c = realm.issue("c", vec!["/**".into()], vec![], 30).unwrap();
+        let list = dir.join("revoked.toml");
+        let old = fs::read_to_string(&list).unwrap(); // list 1, nothing revoked
+        realm.revoke("a").unwrap(); // list 2
+        realm.revoke("b").unwrap(); // list 3
+        fs::write(&list, old).unwrap();
+        assert_eq!(realm.revocations().unwrap().serial, 1);
+        realm.revoke("c").unwrap();
+        let r = realm.revocations().unwrap();
+        assert_eq!(r.serial, 4, "a serial past every list signed");
+        for x in [&a, &b, &c] {
+            assert!(r.contains(x.serial), "serial {} came back", x.serial);
+        }
     }
 }
