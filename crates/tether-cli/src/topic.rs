@@ -184,6 +184,9 @@ pub(crate) fn report_security_events(session: &Session) {
             "warning: participant {:016x}: announcement refused: {limit}",
             participant.0
         ),
+        Event::OwnCredentialRevoked { serial, list } => eprintln!(
+            "warning: our credential (serial {serial}) is revoked by revocation list {list}: peers that load it refuse us (a replacement comes from `tether keys issue DIR NAME --replace`)"
+        ),
         Event::OwnCredentialExpired { serial, expires } => eprintln!(
             "warning: our credential (serial {serial}) expired at {}: peers refuse us from now on",
             tether::keys::utc(*expires)

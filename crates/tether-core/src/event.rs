@@ -384,6 +384,14 @@ pub enum Event {
         /// When it expired (unix seconds).
         expires: u64,
     },
+    /// A revocation list taken by this participant revokes its own credential: peers that
+    /// load the list refuse it from now on.
+    OwnCredentialRevoked {
+        /// Its serial.
+        serial: u64,
+        /// The list's serial.
+        list: u64,
+    },
     /// An inactive reader answered again.
     ReaderActive {
         /// The writer.

@@ -347,6 +347,16 @@ impl Realm {
         if old.is_empty() {
             return Err(KeyError::Unknown(name.to_string()));
         }
+        // No grants given: the member keeps those of its credential now (a replacement is
+        // new keys, not fewer rights).
+        let (publish, subscribe) = if publish.is_empty() && subscribe.is_empty() {
+            let p = self.dir.join(format!("{name}.cred"));
+            let text = fs::read_to_string(&p).map_err(io(&p))?;
+            let c = Credential::from_toml(&text).map_err(|e| format(&p, e.to_string()))?;
+            (c.publish, c.subscribe)
+        } else {
+            (publish, subscribe)
+        };
         let (cred, bundle) = self.new_credential(&issued, name, publish, subscribe, valid_days)?;
         // The new serial is recorded first and the old ones revoked before the new keys are
         // written: a step that fails leaves the old credential revoked and the new serial
@@ -647,5 +657,26 @@ mod tests {
         for x in [&a, &b, &c] {
             assert!(r.contains(x.serial), "serial {} came back", x.serial);
         }
+    }
+
+    /// `--replace` without grants keeps the member's grants; with grants, takes them.
+    #[test]
+    fn a_replacement_keeps_its_grants_unless_given() {
+        let t = tempfile::tempdir().unwrap();
+        let realm = Realm::init(&t.path().join("realm")).unwrap();
+        let old = realm
+            .issue("arm", vec!["/arm/**".into()], vec!["/cmd".into()], 30)
+            .unwrap();
+        let (new, revoked) = realm.replace("arm", vec![], vec![], 30).unwrap();
+        assert_eq!(revoked, vec![old.serial]);
+        assert_eq!(
+            (new.publish.clone(), new.subscribe.clone()),
+            (old.publish.clone(), old.subscribe.clone())
+        );
+        let (narrower, _) = realm
+            .replace("arm", vec![], vec!["/cmd".into()], 30)
+            .unwrap();
+        assert!(narrower.publish.is_empty());
+        assert_eq!(narrower.subscribe, vec!["/cmd".to_string()]);
     }
 }

@@ -333,6 +333,24 @@ impl Participant {
             serial,
             revoked: count,
         });
+        if let Some(own) = self
+            .cfg
+            .security
+            .as_deref()
+            .map(|s| s.credential.serial)
+            .filter(|own| {
+                self.cfg
+                    .security
+                    .as_deref()
+                    .and_then(|s| s.revocations.as_ref())
+                    .is_some_and(|r| r.contains(*own))
+            })
+        {
+            self.events.push_back(Event::OwnCredentialRevoked {
+                serial: own,
+                list: serial,
+            });
+        }
         // It stays refused, since its credential now fails every check.
         self.forget_authentication(&revoked, AuthFailure::Revoked);
         let _ = now;
