@@ -296,3 +296,44 @@ fn stale_revocation_list_does_not_bring_a_revoked_reader_back() {
     assert_eq!(sim.seqs(b, rb), vec![1, 2], "the revoked reader is back");
     assert_eq!(failures(&sim, w, id(&sim, b), &AuthFailure::Revoked), 1);
 }
+
+/// A session that loads a list revoking its own credential is told so, once: a revoked
+/// member learns why its peers go quiet.
+#[test]
+fn revocation_at_run_time_of_our_own_credential_is_reported() {
+    let mut sim = Sim::new(8, Link::perfect());
+    let ca = CaKey::generate();
+    let year = NOW + 365 * 86_400;
+    let w = member(&mut sim, &ca, 1, "robot", year, None);
+    let r = member(&mut sim, &ca, 2, "viewer", year, None);
+    let _ = matched(&mut sim, w, &[r]);
+    let now = sim.now;
+    sim.p(r)
+        .set_revocations(now, RevocationList::issue(&ca, 2, NOW, vec![2]))
+        .unwrap();
+    sim.pump(r);
+    let own: Vec<&Event> = sim.nodes[r]
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::OwnCredentialRevoked { .. }))
+        .collect();
+    assert!(
+        matches!(
+            own.as_slice(),
+            [Event::OwnCredentialRevoked { serial: 2, list: 2 }]
+        ),
+        "{own:?}"
+    );
+    // A list that revokes someone else says nothing of ours.
+    let now = sim.now;
+    sim.p(w)
+        .set_revocations(now, RevocationList::issue(&ca, 2, NOW, vec![2]))
+        .unwrap();
+    sim.pump(w);
+    assert!(
+        !sim.nodes[w]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::OwnCredentialRevoked { .. }))
+    );
+}
