@@ -53,8 +53,9 @@ pub use repr::{
     DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr,
     HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr,
     PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr, QosRepr, Reliability,
-    SEALED_FIXED_LEN, SealedRepr, StrList, Submessage, SubmessageKind, auth_signed_bytes,
-    batch_entry_head, push_batch_entry,
+    SEALED_BATCH_FIXED_LEN, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr, StrList, Submessage,
+    SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry, sealed_batch_aad,
+    sealed_batch_ciphertext,
 };
 pub use sample::{
     ProtectedSample, ProtectedSampleRepr, SAMPLE_TAG_LEN, SEALED_EPOCH_LEN, SIGNATURE_LEN,

@@ -697,3 +697,159 @@ fn acknack_start_unknown_flag() {
     }
     assert_eq!(ACKNACK_START_UNKNOWN, 0x01);
 }
+
+proptest! {
+    #[test]
+    fn sealed_batch_roundtrip(
+        writer in 1u32.., reader in any::<u32>(), first_seq in 1u64..(u64::MAX / 2),
+        count in 1u32..50, epoch in 1u32.., tag in any::<[u8; 16]>(),
+        extra in proptest::collection::vec(any::<u8>(), 0..2000),
+    ) {
+        let mut ciphertext = vec![3u8; count as usize * BATCH_ENTRY_OVERHEAD];
+        ciphertext.extend_from_slice(&extra);
+        let x = SealedBatchRepr {
+            writer: EntityId(writer),
+            reader: EntityId(reader),
+            first_seq,
+            count,
+            epoch,
+            tag: &tag,
+            ciphertext: &ciphertext,
+        };
+        roundtrip(&[Submessage::SealedBatch(x)]);
+        // Built by head and scatter-gather as the writer does: the same bytes.
+        let mut whole = Vec::new();
+        DatagramBuilder::new(&mut whole, header()).push(&Submessage::SealedBatch(x)).unwrap();
+        let mut head = Vec::new();
+        DatagramBuilder::new(&mut head, header())
+            .push_sealed_batch_head(&x, ciphertext.len())
+            .unwrap();
+        // The AUTH_TAG leaves out exactly the ciphertext, seen from the head or the whole.
+        prop_assert_eq!(sealed_batch_ciphertext(&head, whole.len()), Some(head.len()));
+        prop_assert_eq!(sealed_batch_ciphertext(&whole, whole.len()), Some(head.len()));
+        head.extend_from_slice(&ciphertext);
+        prop_assert_eq!(head, whole);
+    }
+}
+
+#[test]
+fn sealed_batch_bad_values() {
+    let tag = [9u8; 16];
+    let x = SealedBatchRepr {
+        writer: EntityId(3),
+        reader: EntityId::ALL,
+        first_seq: 10,
+        count: 2,
+        epoch: 4,
+        tag: &tag,
+        ciphertext: &[1; 30],
+    };
+    let mut body = Vec::new();
+    Submessage::SealedBatch(x).emit_body(&mut body).unwrap();
+    assert!(Submessage::parse(0x15, &body).is_ok());
+    // Shorter than the fixed part and `count` entry heads: refused.
+    for cut in 0..SEALED_BATCH_FIXED_LEN + 24 {
+        assert!(Submessage::parse(0x15, &body[..cut]).is_err(), "cut {cut}");
+    }
+    let set = |at: usize, v: &[u8]| {
+        let mut b = body.clone();
+        b[at..at + v.len()].copy_from_slice(v);
+        b
+    };
+    for (what, b) in [
+        ("writer 0", set(0, &0u32.to_le_bytes())),
+        ("first_seq 0", set(8, &0u64.to_le_bytes())),
+        ("count 0", set(16, &0u32.to_le_bytes())),
+        ("count overflows", set(8, &(u64::MAX - 1).to_le_bytes())),
+        ("count beyond the bytes", set(16, &3u32.to_le_bytes())),
+        ("epoch 0", set(20, &0u32.to_le_bytes())),
+    ] {
+        assert!(Submessage::parse(0x15, &b).is_err(), "{what}");
+    }
+    for bad in [
+        SealedBatchRepr { epoch: 0, ..x },
+        SealedBatchRepr { count: 0, ..x },
+        SealedBatchRepr {
+            ciphertext: &[0; 23],
+            ..x
+        },
+    ] {
+        assert!(
+            Submessage::SealedBatch(bad)
+                .emit_body(&mut Vec::new())
+                .is_err()
+        );
+    }
+}
+
+/// The AUTH_TAG's exemption applies only to a SEALED_BATCH that ends the covered bytes:
+/// one followed by anything, or any other last submessage, is covered whole.
+#[test]
+fn only_a_last_sealed_batch_is_left_out_of_the_tag() {
+    let tag = [9u8; 16];
+    let ct = [1u8; 40];
+    let x = SealedBatchRepr {
+        writer: EntityId(3),
+        reader: EntityId::ALL,
+        first_seq: 10,
+        count: 2,
+        epoch: 4,
+        tag: &tag,
+        ciphertext: &ct,
+    };
+    let hb = Submessage::Heartbeat(HeartbeatRepr {
+        writer: EntityId(3),
+        reader: EntityId::ALL,
+        first: 1,
+        last: 11,
+        count: 1,
+        final_: false,
+    });
+    let mut last = Vec::new();
+    DatagramBuilder::new(&mut last, header())
+        .push(&hb)
+        .unwrap()
+        .push(&Submessage::SealedBatch(x))
+        .unwrap();
+    let start = last.len() - ct.len();
+    assert_eq!(sealed_batch_ciphertext(&last, last.len()), Some(start));
+    let mut not_last = Vec::new();
+    DatagramBuilder::new(&mut not_last, header())
+        .push(&Submessage::SealedBatch(x))
+        .unwrap()
+        .push(&hb)
+        .unwrap();
+    assert_eq!(sealed_batch_ciphertext(&not_last, not_last.len()), None);
+    let mut plain = Vec::new();
+    DatagramBuilder::new(&mut plain, header())
+        .push(&hb)
+        .unwrap();
+    assert_eq!(sealed_batch_ciphertext(&plain, plain.len()), None);
+    // A length that runs past the covered bytes, or a header cut short: covered whole.
+    assert_eq!(sealed_batch_ciphertext(&last, last.len() - 1), None);
+    assert_eq!(
+        sealed_batch_ciphertext(&last[..HEADER_LEN + 2], last.len()),
+        None
+    );
+    // A prefix that stops before the ciphertext cannot name it.
+    assert_eq!(
+        sealed_batch_ciphertext(&last[..start - 1], last.len()),
+        None
+    );
+}
+
+#[test]
+fn batch_from_entries_checks_them_as_a_batch() {
+    let mut e = Vec::new();
+    push_batch_entry(&mut e, 5, b"ab");
+    push_batch_entry(&mut e, 6, b"");
+    let b = BatchRepr::from_entries(EntityId(1), EntityId::ALL, 7, 2, &e).unwrap();
+    let got: Vec<_> = b.samples().collect();
+    assert_eq!(got, vec![(7, 5, &b"ab"[..]), (8, 6, &b""[..])]);
+    assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, 7, 3, &e).is_err());
+    assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, 7, 1, &e).is_err());
+    assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, 0, 2, &e).is_err());
+    assert!(BatchRepr::from_entries(EntityId(0), EntityId::ALL, 7, 2, &e).is_err());
+    assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, u64::MAX, 2, &e).is_err());
+    assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, 7, 2, &e[..e.len() - 1]).is_err());
+}

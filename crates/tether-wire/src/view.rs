@@ -192,6 +192,25 @@ impl<'b> DatagramBuilder<'b> {
         Ok(self)
     }
 
+    /// Appends a SEALED_BATCH submessage's header and fields for `ciphertext_len` bytes of
+    /// ciphertext that the caller sends right after (scatter-gather); the datagram must end
+    /// with them (then its AUTH_TAG). `batch.ciphertext` is ignored.
+    pub fn push_sealed_batch_head(
+        &mut self,
+        batch: &crate::SealedBatchRepr<'_>,
+        ciphertext_len: usize,
+    ) -> Result<&mut Self, Error> {
+        let len = crate::SEALED_BATCH_FIXED_LEN + ciphertext_len;
+        if len > MAX_BODY_LEN {
+            return Err(Error::TooLong);
+        }
+        self.out.push(crate::SubmessageKind::SealedBatch as u8);
+        self.out.push(0);
+        self.out.extend_from_slice(&(len as u16).to_le_bytes());
+        batch.emit_fixed(self.out);
+        Ok(self)
+    }
+
     /// Appends a SEALED submessage's header, `to` and `counter`, for `sealed_len` bytes of
     /// ciphertext and tag that the caller appends right after (sealing in place, with every
     /// byte before them as associated data: `docs/wire.md#sealed`).
@@ -345,6 +364,7 @@ pub fn writer_stream(bytes: &[u8]) -> Option<WriterStream> {
         SubmessageKind::Data
             | SubmessageKind::DataFrag
             | SubmessageKind::Batch
+            | SubmessageKind::SealedBatch
             | SubmessageKind::BatchSig
             | SubmessageKind::Heartbeat
             | SubmessageKind::Gap
@@ -360,7 +380,12 @@ pub fn writer_stream(bytes: &[u8]) -> Option<WriterStream> {
         let kind = SubmessageKind::from_u8(h[0]);
         samples |= matches!(
             kind,
-            Some(SubmessageKind::Data | SubmessageKind::DataFrag | SubmessageKind::Batch)
+            Some(
+                SubmessageKind::Data
+                    | SubmessageKind::DataFrag
+                    | SubmessageKind::Batch
+                    | SubmessageKind::SealedBatch
+            )
         );
         if matches!(kind, Some(SubmessageKind::Data | SubmessageKind::DataFrag)) {
             let r = i + SUBMESSAGE_HEADER_LEN + 4;

@@ -188,6 +188,20 @@ impl<'a> BatchRepr<'a> {
     }
 }
 
+/// Whether `entries` is exactly `count` whole entries.
+fn check_entries(count: u32, entries: &[u8]) -> Result<(), Error> {
+    if (count as usize).saturating_mul(BATCH_ENTRY_OVERHEAD) > entries.len() {
+        return Err(Error::BadLength);
+    }
+    let mut check = Cursor::new(entries);
+    for _ in 0..count {
+        let _ts = check.u64()?;
+        let len = check.u32()? as usize;
+        check.take(len)?;
+    }
+    check.finish()
+}
+
 /// Appends one BATCH entry to `out`.
 pub fn push_batch_entry(out: &mut Vec<u8>, timestamp_ns: u64, payload: &[u8]) {
     out.extend_from_slice(&batch_entry_head(timestamp_ns, payload.len()));
@@ -204,6 +218,32 @@ pub fn batch_entry_head(timestamp_ns: u64, len: usize) -> [u8; BATCH_ENTRY_OVERH
 }
 
 impl<'a> BatchRepr<'a> {
+    /// A batch of `count` entries in `entries` (the plaintext of a SEALED_BATCH, say),
+    /// validated as a BATCH's are: exactly `count` whole entries.
+    pub fn from_entries(
+        writer: EntityId,
+        reader: EntityId,
+        first_seq: u64,
+        count: u32,
+        entries: &'a [u8],
+    ) -> Result<Self, Error> {
+        if writer.0 == 0
+            || first_seq == 0
+            || count == 0
+            || first_seq.checked_add(count as u64).is_none()
+        {
+            return Err(Error::BadValue("count"));
+        }
+        check_entries(count, entries)?;
+        Ok(BatchRepr {
+            writer,
+            reader,
+            first_seq,
+            count,
+            entries,
+        })
+    }
+
     /// Parses the body's fields from `c` (the caller checks that they fill the body).
     pub(crate) fn parse(c: &mut Cursor<'a>) -> Result<Self, Error> {
         //= docs/wire.md#batch
@@ -215,16 +255,7 @@ impl<'a> BatchRepr<'a> {
             return Err(Error::BadValue("count"));
         }
         let entries = c.rest();
-        if (count as usize).saturating_mul(BATCH_ENTRY_OVERHEAD) > entries.len() {
-            return Err(Error::BadLength);
-        }
-        let mut check = Cursor::new(entries);
-        for _ in 0..count {
-            let _ts = check.u64()?;
-            let len = check.u32()? as usize;
-            check.take(len)?;
-        }
-        check.finish()?;
+        check_entries(count, entries)?;
         Ok(BatchRepr {
             writer,
             reader,

@@ -20,7 +20,8 @@ pub use reliability::{
 };
 pub use secure::{
     AUTH_TAG_LEN, AuthRepr, AuthTagRepr, BatchSigRepr, ControlKeyRepr, KeyRepr, KeyRequestRepr,
-    MAX_CREDENTIAL_LEN, SEALED_FIXED_LEN, SealedRepr, auth_signed_bytes,
+    MAX_CREDENTIAL_LEN, SEALED_BATCH_FIXED_LEN, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr,
+    auth_signed_bytes, sealed_batch_aad, sealed_batch_ciphertext,
 };
 
 use crate::{Cursor, EntityId, Error};
@@ -70,6 +71,8 @@ pub enum SubmessageKind {
     /// The datagram's authentication tag under its sender's control key (secure realms);
     /// always the last submessage.
     AuthTag = 0x14,
+    /// Consecutive samples of one writer sealed once as a whole (secure realms).
+    SealedBatch = 0x15,
 }
 
 impl SubmessageKind {
@@ -96,6 +99,7 @@ impl SubmessageKind {
             0x12 => Self::ProbeAck,
             0x13 => Self::Nack,
             0x14 => Self::AuthTag,
+            0x15 => Self::SealedBatch,
             _ => return None,
         })
     }
@@ -273,6 +277,8 @@ pub enum Submessage<'a> {
     Nack(AckNackRepr),
     /// See [`AuthTagRepr`].
     AuthTag(AuthTagRepr),
+    /// See [`SealedBatchRepr`].
+    SealedBatch(SealedBatchRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -322,6 +328,7 @@ impl<'a> Submessage<'a> {
             Submessage::ProbeAck(_) => SubmessageKind::ProbeAck as u8,
             Submessage::Nack(_) => SubmessageKind::Nack as u8,
             Submessage::AuthTag(_) => SubmessageKind::AuthTag as u8,
+            Submessage::SealedBatch(_) => SubmessageKind::SealedBatch as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -371,6 +378,7 @@ impl<'a> Submessage<'a> {
             //= docs/wire.md#nack
             SubmessageKind::Nack => Submessage::Nack(AckNackRepr::parse(c, 0)?),
             SubmessageKind::AuthTag => Submessage::AuthTag(AuthTagRepr::parse(c)?),
+            SubmessageKind::SealedBatch => Submessage::SealedBatch(SealedBatchRepr::parse(c)?),
         };
         c.finish()?;
         Ok(msg)
@@ -405,6 +413,7 @@ impl<'a> Submessage<'a> {
                 t.emit(out);
                 Ok(())
             }
+            Submessage::SealedBatch(x) => x.emit(out),
             Submessage::Unknown(_) => Ok(()),
         }
     }

@@ -1,5 +1,5 @@
-//! AUTH, KEY, KEY_REQUEST, SEALED and BATCH_SIG: security (`docs/wire.md` sections 3.10 to
-//! 3.13).
+//! AUTH, KEY, KEY_REQUEST, SEALED, BATCH_SIG and SEALED_BATCH: security (`docs/wire.md`
+//! sections 3.10 to 3.13a).
 
 use crate::{Cursor, EntityId, Error};
 
@@ -189,6 +189,142 @@ pub struct BatchSigRepr<'a> {
 
 /// Bytes of a SEALED body before the sealed bytes: `to` and `counter`.
 pub const SEALED_FIXED_LEN: usize = 16;
+
+/// Consecutive samples of one writer sealed as one message under the writer's batch key
+/// (`docs/wire.md#sealed_batch`): the BATCH layout's fields, the epoch, the AEAD tag, then
+/// the ciphertext of the entries exactly as a BATCH would carry them. Always the last
+/// submessage before the datagram's AUTH_TAG, which covers everything but `ciphertext`.
+///
+/// ```text
+/// 0               4               8                              16
+/// +---------------+---------------+-------------------------------+
+/// |    writer     |    reader     |           first_seq           |
+/// +---------------+---------------+-------------------------------+
+/// |     count     |     epoch     |        tag (16 bytes) ...     |
+/// +---------------+---------------+-------------------------------+
+/// |   ... tag     |  ciphertext of the entries (rest of the body) |
+/// +---------------+-----------------------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedBatchRepr<'a> {
+    /// The writer (non-zero).
+    pub writer: EntityId,
+    /// The reader addressed, or [`EntityId::ALL`].
+    pub reader: EntityId,
+    /// Sequence number of the first entry (≥ 1).
+    pub first_seq: u64,
+    /// Number of entries (≥ 1; `first_seq + count` does not overflow).
+    pub count: u32,
+    /// The epoch of the writer's key it is sealed under (≥ 1).
+    pub epoch: u32,
+    /// The AEAD tag.
+    pub tag: &'a [u8; 16],
+    /// The entries' ciphertext: at least `count` × 12 bytes.
+    pub ciphertext: &'a [u8],
+}
+
+/// Bytes of a SEALED_BATCH body before its ciphertext.
+pub const SEALED_BATCH_FIXED_LEN: usize = 40;
+
+impl<'a> SealedBatchRepr<'a> {
+    /// Parses a SEALED_BATCH body (what follows its submessage header).
+    pub fn from_body(body: &'a [u8]) -> Result<Self, Error> {
+        Self::parse(&mut Cursor::new(body))
+    }
+
+    /// Parses the body's fields from `c` (the caller checks that they fill the body).
+    pub(crate) fn parse(c: &mut Cursor<'a>) -> Result<Self, Error> {
+        //= docs/wire.md#sealed_batch
+        let writer = c.entity("writer")?;
+        let reader = EntityId(c.u32()?);
+        let first_seq = c.seq("first_seq")?;
+        let count = c.u32()?;
+        if count == 0 || first_seq.checked_add(count as u64).is_none() {
+            return Err(Error::BadValue("count"));
+        }
+        let epoch = c.u32()?;
+        if epoch == 0 {
+            return Err(Error::BadValue("epoch"));
+        }
+        let tag: &[u8; 16] = c.take(16)?.try_into().map_err(|_| Error::BadLength)?;
+        let ciphertext = c.rest();
+        if (count as usize).saturating_mul(crate::BATCH_ENTRY_OVERHEAD) > ciphertext.len() {
+            return Err(Error::BadLength);
+        }
+        Ok(SealedBatchRepr {
+            writer,
+            reader,
+            first_seq,
+            count,
+            epoch,
+            tag,
+            ciphertext,
+        })
+    }
+
+    /// Appends the fields before the ciphertext.
+    pub fn emit_fixed(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.writer.0.to_le_bytes());
+        out.extend_from_slice(&self.reader.0.to_le_bytes());
+        out.extend_from_slice(&self.first_seq.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(self.tag);
+    }
+
+    /// Appends the body.
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+        if self.writer.0 == 0
+            || self.first_seq == 0
+            || self.count == 0
+            || self.epoch == 0
+            || (self.count as usize).saturating_mul(crate::BATCH_ENTRY_OVERHEAD)
+                > self.ciphertext.len()
+        {
+            return Err(Error::BadLength);
+        }
+        self.emit_fixed(out);
+        out.extend_from_slice(self.ciphertext);
+        Ok(())
+    }
+}
+
+/// What a sealed batch binds besides its bytes: `writer (12) ‖ epoch (u32 BE) ‖ first_seq
+/// (u64 BE) ‖ count (u32 BE)` (`docs/wire.md#sealed_batch`). Its nonce is
+/// [`sender_key_nonce`](crate::sender_key_nonce)`(epoch, first_seq)` under the batch key,
+/// which is not the sample key, so it never meets a sample's nonce.
+pub fn sealed_batch_aad(writer: &[u8; 12], epoch: u32, first_seq: u64, count: u32) -> [u8; 28] {
+    let mut a = [0u8; 28];
+    a[..12].copy_from_slice(writer);
+    a[12..16].copy_from_slice(&epoch.to_be_bytes());
+    a[16..24].copy_from_slice(&first_seq.to_be_bytes());
+    a[24..].copy_from_slice(&count.to_be_bytes());
+    a
+}
+
+/// Where the bytes an AUTH_TAG leaves out begin (`docs/wire.md#auth_tag`): the ciphertext of
+/// a SEALED_BATCH that is the last submessage of `prefix` and ends exactly at `total` (its
+/// own tag authenticates it). `prefix` is the datagram's first bytes (at least up to that
+/// ciphertext), `total` the length of everything before the AUTH_TAG. `None` when the
+/// datagram has no such submessage: the tag then covers all `total` bytes. Reads only
+/// submessage headers.
+pub fn sealed_batch_ciphertext(prefix: &[u8], total: usize) -> Option<usize> {
+    let mut i = crate::HEADER_LEN;
+    while let Some(h) = prefix.get(i..i + crate::SUBMESSAGE_HEADER_LEN) {
+        let len = u16::from_le_bytes([h[2], h[3]]) as usize;
+        let next = i + crate::SUBMESSAGE_HEADER_LEN + len;
+        if next >= total {
+            let ct = i + crate::SUBMESSAGE_HEADER_LEN + SEALED_BATCH_FIXED_LEN;
+            return (next == total
+                && h[0] == crate::SubmessageKind::SealedBatch as u8
+                && len >= SEALED_BATCH_FIXED_LEN
+                && ct <= prefix.len())
+            .then_some(ct);
+        }
+        i = next;
+    }
+    None
+}
 
 impl<'a> AuthRepr<'a> {
     /// Parses the body's fields from `c` (the caller checks that they fill the body).
