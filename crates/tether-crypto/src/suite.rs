@@ -170,6 +170,45 @@ pub struct SenderKey {
     /// The same key, for shorter messages.
     small: ring::aead::LessSafeKey,
     raw: zeroize::Zeroizing<Vec<u8>>,
+    /// What whole batches are sealed with (`docs/wire.md#sealed_batch`).
+    batch: BatchKey,
+}
+
+/// A sender key's second key, for sealed batches: HKDF-SHA-256 of the sender key (salt
+/// `"tether batch key v1"`, info the suite's code), so a batch sealed under the nonce `epoch
+/// ‖ first_seq` never shares a key and nonce with the sample of that number sealed alone.
+struct BatchKey {
+    key: LessSafeKey,
+    small: ring::aead::LessSafeKey,
+}
+
+impl BatchKey {
+    fn derive(suite: Suite, key: &[u8]) -> Result<BatchKey, SealError> {
+        use aws_lc_rs::hkdf::{HKDF_SHA256, KeyType, Salt};
+        struct Len(usize);
+        impl KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let prk = Salt::new(HKDF_SHA256, b"tether batch key v1").extract(key);
+        let info = [suite.code()];
+        let parts = [&info[..]];
+        let okm = prk
+            .expand(&parts, Len(suite.key_len()))
+            .map_err(|_| SealError::BadKey)?;
+        let mut k = zeroize::Zeroizing::new(vec![0u8; suite.key_len()]);
+        okm.fill(&mut k).map_err(|_| SealError::BadKey)?;
+        Ok(BatchKey {
+            key: LessSafeKey::new(
+                UnboundKey::new(suite.algorithm(), &k).map_err(|_| SealError::BadKey)?,
+            ),
+            small: ring::aead::LessSafeKey::new(
+                ring::aead::UnboundKey::new(suite.ring_algorithm(), &k)
+                    .map_err(|_| SealError::BadKey)?,
+            ),
+        })
+    }
 }
 
 impl fmt::Debug for SenderKey {
@@ -200,6 +239,7 @@ impl SenderKey {
             key: LessSafeKey::new(k),
             small: ring::aead::LessSafeKey::new(small),
             raw: zeroize::Zeroizing::new(key.to_vec()),
+            batch: BatchKey::derive(suite, key)?,
         })
     }
 
@@ -354,6 +394,83 @@ impl SenderKey {
             .map_err(|_| SealError::Forged)
     }
 
+    /// Seals the entries of a batch (`buf`, in place) under this key's batch key and returns
+    /// the tag: nonce `epoch ‖ first_seq`, associated data
+    /// [`tether_wire::sealed_batch_aad`] (`docs/wire.md#sealed_batch`). One AEAD call for
+    /// every sample of the batch.
+    pub fn seal_batch(
+        &self,
+        writer: &[u8; 12],
+        first_seq: u64,
+        count: u32,
+        buf: &mut [u8],
+    ) -> Result<[u8; TAG_LEN], SealError> {
+        let aad = tether_wire::sealed_batch_aad(writer, self.epoch, first_seq, count);
+        let mut t = [0u8; TAG_LEN];
+        if buf.len() < SMALL_MESSAGE {
+            let tag = self
+                .batch
+                .small
+                .seal_in_place_separate_tag(
+                    self.small_nonce(first_seq),
+                    ring::aead::Aad::from(&aad[..]),
+                    buf,
+                )
+                .map_err(|_| SealError::BadKey)?;
+            t.copy_from_slice(tag.as_ref());
+        } else {
+            let tag = self
+                .batch
+                .key
+                .seal_in_place_separate_tag(self.nonce(first_seq), Aad::from(&aad[..]), buf)
+                .map_err(|_| SealError::BadKey)?;
+            t.copy_from_slice(tag.as_ref());
+        }
+        Ok(t)
+    }
+
+    /// Opens what [`seal_batch`](Self::seal_batch) made (`ciphertext`, and `tag` apart)
+    /// into `out`, exactly as long as the ciphertext. `out` is unspecified on an error.
+    pub fn open_batch_into(
+        &self,
+        writer: &[u8; 12],
+        first_seq: u64,
+        count: u32,
+        ciphertext: &[u8],
+        tag: &[u8; TAG_LEN],
+        out: &mut [u8],
+    ) -> Result<(), SealError> {
+        if out.len() != ciphertext.len() {
+            return Err(SealError::BadOutput);
+        }
+        let aad = tether_wire::sealed_batch_aad(writer, self.epoch, first_seq, count);
+        if ciphertext.len() < SMALL_MESSAGE {
+            out.copy_from_slice(ciphertext);
+            return self
+                .batch
+                .small
+                .open_in_place_separate_tag(
+                    self.small_nonce(first_seq),
+                    ring::aead::Aad::from(&aad[..]),
+                    ring::aead::Tag::from(*tag),
+                    out,
+                    0..,
+                )
+                .map(|_| ())
+                .map_err(|_| SealError::Forged);
+        }
+        self.batch
+            .key
+            .open_separate_gather(
+                self.nonce(first_seq),
+                Aad::from(&aad[..]),
+                ciphertext,
+                tag.as_slice(),
+                out,
+            )
+            .map_err(|_| SealError::Forged)
+    }
+
     /// Opens `sealed` (ciphertext followed by its tag) in place; returns the plaintext.
     pub fn open_in_place<'a>(
         &self,
@@ -450,6 +567,50 @@ mod tests {
                 k.open_into(42, b"aad", &buf[..10], &mut out),
                 Err(SealError::TooShort)
             );
+        }
+    }
+
+    /// A sealed batch opens only with its own writer, epoch, first sequence number and
+    /// count, and never as the sample of its first number sealed alone (another key).
+    #[test]
+    fn sealed_batches_open_only_as_sealed() {
+        for suite in Suite::ALL {
+            for len in [24usize, 5000] {
+                let k = SenderKey::generate(suite, 3, &mut crate::OsRandom);
+                let w = [7u8; 12];
+                let plain: Vec<u8> = (0..len).map(|i| i as u8).collect();
+                let mut buf = plain.clone();
+                let tag = k.seal_batch(&w, 100, 2, &mut buf).unwrap();
+                assert_ne!(buf, plain);
+                let mut out = vec![0u8; len];
+                k.open_batch_into(&w, 100, 2, &buf, &tag, &mut out).unwrap();
+                assert_eq!(out, plain);
+                // Another key of the same bytes under another epoch, another writer, first
+                // number or count: refused.
+                let again = SenderKey::from_bytes(suite, 4, k.key_bytes()).unwrap();
+                let refused = |r: Result<(), SealError>| assert_eq!(r, Err(SealError::Forged));
+                refused(again.open_batch_into(&w, 100, 2, &buf, &tag, &mut out));
+                refused(k.open_batch_into(&[8; 12], 100, 2, &buf, &tag, &mut out));
+                refused(k.open_batch_into(&w, 101, 2, &buf, &tag, &mut out));
+                refused(k.open_batch_into(&w, 100, 3, &buf, &tag, &mut out));
+                for i in (0..len).step_by(len / 7) {
+                    let mut c = buf.clone();
+                    c[i] ^= 1;
+                    refused(k.open_batch_into(&w, 100, 2, &c, &tag, &mut out));
+                }
+                let mut t = tag;
+                t[0] ^= 1;
+                refused(k.open_batch_into(&w, 100, 2, &buf, &t, &mut out));
+                // Not the sample key: the same bytes do not open as sample 100.
+                let mut s = buf.clone();
+                s.extend_from_slice(&tag);
+                let aad = tether_wire::sealed_batch_aad(&w, 3, 100, 2);
+                assert!(k.open_in_place(100, &aad, &mut s).is_err());
+                assert_eq!(
+                    k.open_batch_into(&w, 100, 2, &buf, &tag, &mut out[..1]),
+                    Err(SealError::BadOutput)
+                );
+            }
         }
     }
 
