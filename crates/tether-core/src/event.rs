@@ -761,6 +761,16 @@ pub struct Stats {
     pub unauthenticated_forgotten: u64,
     /// Known participants followed to a new address after it answered a challenge.
     pub addresses_moved: u64,
+
+    // Sealed batches (`docs/wire.md#sealed_batch`).
+    /// SEALED_BATCHes sealed by local writers: one AEAD each, for all its samples (which
+    /// `samples_sealed` counts).
+    pub batches_sealed: u64,
+    /// SEALED_BATCHes opened for local readers (their samples count in `samples_opened`).
+    pub batches_opened: u64,
+    /// Samples a batch-sealing writer kept clear and sealed alone to send them outside a
+    /// batch: repairs, a late joiner's history, a sample too large for its batch.
+    pub samples_resealed: u64,
 }
 
 impl Stats {
@@ -857,6 +867,9 @@ impl Stats {
             bad_cookies,
             unauthenticated_forgotten,
             addresses_moved,
+            batches_sealed,
+            batches_opened,
+            samples_resealed,
         )
     }
 }

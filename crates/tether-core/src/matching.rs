@@ -237,14 +237,11 @@ impl Participant {
         let mut p = Packer::new(addr, hdr, max_dg);
         if transient {
             for c in w.history.iter() {
-                let payload = wire_form(
-                    &self.cfg,
-                    &mut self.stats,
-                    writer,
-                    c.seq,
-                    c.timestamp_ns,
-                    &c.payload,
-                );
+                let Some(payload) =
+                    wire_form(&self.cfg, &mut self.stats, writer, w.key.as_deref(), c)
+                else {
+                    continue;
+                };
                 if payload.len() > single {
                     big.push((c.seq, c.timestamp_ns, payload));
                     continue;

@@ -569,6 +569,8 @@ impl Participant {
                 None => return,
             }
         };
+        // The SEALED_BATCH the gate opened, if the datagram ends with one.
+        let mut opened = self.keystore.gate_opened.take();
         // What a sealed datagram opens to is counted, as its sender counted it
         // (`docs/wire.md#received`).
         let counted = if !sealed && counts_as_received(datagram) {
@@ -654,6 +656,13 @@ impl Participant {
                 Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Probe(p) => self.on_probe(from, pid, p, datagram.len()),
                 Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, from, a),
+                Submessage::SealedBatch(x) => {
+                    let g = Guid {
+                        participant: pid,
+                        entity: x.writer,
+                    };
+                    self.on_sealed_batch(now, g, x, opened.take());
+                }
                 Submessage::Batch(b) => {
                     let g = Guid {
                         participant: pid,

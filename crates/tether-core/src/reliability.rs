@@ -378,7 +378,13 @@ impl Participant {
         let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) else {
             return;
         };
-        match w.find(nf.seq).map(|c| (c.timestamp_ns, c.payload.clone())) {
+        let found = w.find(nf.seq).cloned().and_then(|c| {
+            Some((
+                c.timestamp_ns,
+                wire_form(&self.cfg, &mut self.stats, nf.writer, w.key.as_deref(), &c)?,
+            ))
+        });
+        match found {
             Some((ts, payload)) => {
                 // The repair ends with a heartbeat to the reader, on its last fragment: it
                 // learns the sample is all sent (if the original last fragment, which carried
@@ -392,8 +398,6 @@ impl Participant {
                     count: w.hb_count,
                     final_: true,
                 };
-                let payload =
-                    wire_form(&self.cfg, &mut self.stats, nf.writer, nf.seq, ts, &payload);
                 let frags: Vec<u32> = nf.missing().collect();
                 self.stats.fragments_retransmitted += frags.len() as u64;
                 self.stats.heartbeats_sent += 1;
@@ -613,28 +617,18 @@ impl Participant {
                     // A young sample's fragments may still be in flight: the reader then
                     // repairs it by NACK_FRAG, so only an old one is re-sent whole.
                     if now.saturating_duration_since(c.written) >= self.cfg.heartbeat_period {
-                        let p = wire_form(
-                            &self.cfg,
-                            r.stats,
-                            an.writer,
-                            seq,
-                            c.timestamp_ns,
-                            &c.payload,
-                        );
-                        big.push((seq, c.timestamp_ns, p));
-                        r.stats.samples_retransmitted += 1;
+                        if let Some(p) =
+                            wire_form(&self.cfg, r.stats, an.writer, w.key.as_deref(), c)
+                        {
+                            big.push((seq, c.timestamp_ns, p));
+                            r.stats.samples_retransmitted += 1;
+                        }
                     }
                 }
                 Some(c) => {
-                    let p = wire_form(
-                        &self.cfg,
-                        r.stats,
-                        an.writer,
-                        seq,
-                        c.timestamp_ns,
-                        &c.payload,
-                    );
-                    r.resend(seq, c.timestamp_ns, &p);
+                    if let Some(p) = wire_form(&self.cfg, r.stats, an.writer, w.key.as_deref(), c) {
+                        r.resend(seq, c.timestamp_ns, &p);
+                    }
                 }
                 None => r.gone(seq),
             }

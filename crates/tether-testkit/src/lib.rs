@@ -12,6 +12,7 @@
 pub mod fuzz;
 pub mod netns;
 mod random;
+pub mod realm;
 
 pub use random::SeededRandom;
 

@@ -15,7 +15,7 @@ use crate::qos::Qos;
 use crate::reader::lost::Losses;
 use crate::reader::state::{Reader, WriterProxy};
 use crate::reliability::repair_wait;
-use crate::security::gate::Opened;
+use crate::security::gate::{Clear, Opened};
 
 use crate::participant::{Participant, after};
 
@@ -376,6 +376,19 @@ impl Participant {
             }
             return;
         };
+        self.deliver_batch(now, g, b, datagram, plain);
+    }
+
+    /// The samples of batch `b` of writer `g`, in `source` (a datagram, or what the gate
+    /// opened a SEALED_BATCH to), to every local reader they are for.
+    pub(crate) fn deliver_batch(
+        &mut self,
+        now: Instant,
+        g: Guid,
+        b: BatchRepr<'_>,
+        source: &Bytes,
+        clear: Clear,
+    ) {
         let rs = self.addressed_readers(g, b.reader);
         for reader in rs {
             let Some(r) = self.readers.get_mut(&reader) else {
@@ -398,13 +411,13 @@ impl Participant {
                     writer: g,
                     seq,
                     timestamp_ns,
-                    payload: datagram.slice_ref(payload),
+                    payload: source.slice_ref(payload),
                 };
                 d += accept(
                     &mut r.cache,
                     &r.info.qos,
                     wp,
-                    plain.pass(s),
+                    clear.pass(s),
                     now,
                     self.input,
                     &mut losses,

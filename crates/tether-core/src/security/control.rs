@@ -180,6 +180,11 @@ impl Participant {
             Some(pid) if !shared => pid.0,
             _ => 0,
         };
+        // A SEALED_BATCH's ciphertext (the whole body) is left out: its own tag, in the
+        // head, stands for it (`docs/wire.md#sealed_batch`).
+        let batch_sealed = !t.body.is_empty()
+            && tether_wire::sealed_batch_ciphertext(&t.head, t.head.len() + t.body.len())
+                == Some(t.head.len());
         let tx = self.control_tx();
         if let Some(last) = tx.last.as_mut() {
             if last.to == 0
@@ -195,7 +200,7 @@ impl Participant {
         }
         tx.counter += 1;
         let counter = tx.counter;
-        let (sealed_to, tag) = if t.body.is_empty() {
+        let (sealed_to, tag) = if t.body.is_empty() || batch_sealed {
             tx.key.tag(counter, &t.head, to)
         } else {
             tx.scratch.clear();
@@ -258,6 +263,7 @@ impl Participant {
     /// The gate's check of a datagram from `pid` in a secure realm: `None` if it must be
     /// dropped (counted), else what it may do.
     pub(crate) fn authenticate(&mut self, pid: ParticipantId, datagram: &[u8]) -> Option<Origin> {
+        self.keystore.gate_opened = None;
         let Some(sec) = self.cfg.security.clone() else {
             return Some(Origin::Plain);
         };
@@ -275,6 +281,11 @@ impl Participant {
             self.stats.unauthenticated += 1;
             return None;
         };
+        // A SEALED_BATCH that ends the covered bytes is authenticated by its own AEAD: the
+        // tag leaves its ciphertext out (`docs/wire.md#sealed_batch`), and the batch is
+        // opened below before the datagram counts.
+        let ciphertext = tether_wire::sealed_batch_ciphertext(covered, covered.len());
+        let mac = ciphertext.map_or(covered, |at| &covered[..at]);
         if !a.control.keys.iter().any(|(k, _)| k.epoch() == t.epoch) {
             // A newer epoch: its key comes in an AUTH of this datagram, wrapped for us by the
             // peer's own key (so it authenticates itself); then the tag must verify under it.
@@ -327,7 +338,7 @@ impl Participant {
             self.stats.replayed += 1;
             return None;
         }
-        let Some(to) = key.open(t.counter, covered, &t.to, &t.tag) else {
+        let Some(to) = key.open(t.counter, mac, &t.to, &t.tag) else {
             self.stats.unauthenticated += 1;
             return None;
         };
@@ -336,6 +347,24 @@ impl Participant {
             self.stats.misaddressed += 1;
             return None;
         }
+        if let Some(at) = ciphertext {
+            let body = at - tether_wire::SEALED_BATCH_FIXED_LEN;
+            match self.open_sealed_batch(pid, covered, body) {
+                Ok(o) => self.keystore.gate_opened = o,
+                Err(()) => {
+                    // Its ciphertext was altered on the way: nothing in it counts, and its
+                    // counter stays free for the genuine copy.
+                    self.stats.open_failed += 1;
+                    return None;
+                }
+            }
+        }
+        let a = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|p| p.auth.as_mut())?;
+        let window = &mut a.control.keys.get_mut(i)?.1;
         window.accept(t.counter);
         if i + 1 == a.control.keys.len() && i > 0 {
             // The newest epoch is in use: the one before it (which a departed member may

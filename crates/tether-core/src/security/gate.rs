@@ -44,17 +44,32 @@ impl Opened {
     }
 }
 
-/// Proof that this participant is in no secure realm: remote samples pass the gate as they
-/// came (the batch path takes many at once with one check).
+/// Proof that a batch's samples need no opening: this participant is in no secure realm,
+/// or the gate opened the SEALED_BATCH they came in (the batch path takes many at once with
+/// one check).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Plain(());
+pub(crate) struct Clear(());
 
-impl Plain {
+impl Clear {
     /// `s`, let through.
     pub(crate) fn pass(self, s: Sample) -> Opened {
         Opened(s)
     }
 }
+
+/// A SEALED_BATCH the gate opened (`docs/wire.md#sealed_batch`): its entries, in clear,
+/// authenticated under the writer's batch key. Only the gate makes one.
+#[derive(Debug)]
+pub(crate) struct OpenedBatch {
+    writer: Guid,
+    first_seq: u64,
+    count: u32,
+    entries: Bytes,
+}
+
+/// Where SEALED_BATCHes are opened: a fresh allocation of this many bytes when the last
+/// one is still held (by samples not yet taken), so that one serves many batches.
+const OPENED_CHUNK: usize = 256 * 1024;
 
 /// A local writer's history for a late-joining local reader (transient local): in a secure
 /// realm the history holds sealed samples, which our own readers get opened.
@@ -69,7 +84,7 @@ pub(crate) fn own_history(me: ParticipantId, w: &Writer) -> Vec<Opened> {
     w.history
         .iter()
         .filter_map(|c| {
-            let payload = if secure {
+            let payload = if secure && !c.clear {
                 let parts = tether_crypto::sample::parts(&c.payload)?;
                 match (parts.prot.encrypt, key.as_deref()) {
                     (true, Some(k)) => Bytes::from(tether_crypto::sample::open(
@@ -119,8 +134,108 @@ impl Participant {
     }
 
     /// With security off, the proof that remote samples need no opening.
-    pub(crate) fn plain(&self) -> Option<Plain> {
-        self.cfg.security.is_none().then_some(Plain(()))
+    pub(crate) fn plain(&self) -> Option<Clear> {
+        self.cfg.security.is_none().then_some(Clear(()))
+    }
+
+    /// Opens the SEALED_BATCH whose body starts at `body` in `covered` (a datagram of `pid`
+    /// whose AUTH_TAG verified over everything but this batch's ciphertext), if it is from
+    /// a writer we are matched with and we hold its key for the epoch: `Ok(None)` when we
+    /// cannot (the dispatcher then counts why), `Err` when it does not open (the datagram
+    /// is then dropped whole: its ciphertext was altered).
+    pub(crate) fn open_sealed_batch(
+        &mut self,
+        pid: ParticipantId,
+        covered: &[u8],
+        body: usize,
+    ) -> Result<Option<OpenedBatch>, ()> {
+        let Some(x) = covered
+            .get(body..)
+            .and_then(|b| tether_wire::SealedBatchRepr::from_body(b).ok())
+        else {
+            return Ok(None); // malformed: the dispatcher refuses the datagram
+        };
+        let g = Guid {
+            participant: pid,
+            entity: x.writer,
+        };
+        if !self.matches.remote_writer_readers.contains_key(&g) {
+            return Ok(None);
+        }
+        let Some(k) = self.keystore.keys.get(&(g, x.epoch)) else {
+            return Ok(None);
+        };
+        let n = x.ciphertext.len();
+        let buf = &mut self.keystore.opened_buf;
+        if buf.capacity() < n {
+            buf.reserve(n.max(OPENED_CHUNK));
+        }
+        buf.resize(n, 0);
+        let wid = tether_crypto::sample::endpoint_id(pid.0, x.writer.0);
+        if k.open_batch_into(&wid, x.first_seq, x.count, x.ciphertext, x.tag, buf)
+            .is_err()
+        {
+            buf.clear();
+            return Err(());
+        }
+        Ok(Some(OpenedBatch {
+            writer: g,
+            first_seq: x.first_seq,
+            count: x.count,
+            entries: buf.split().freeze(),
+        }))
+    }
+
+    /// A SEALED_BATCH of writer `g` (`docs/wire.md#sealed_batch`): its samples, if the gate
+    /// opened it (`opened`); otherwise counted by why not, and the key asked for if that is
+    /// what is missing.
+    pub(crate) fn on_sealed_batch(
+        &mut self,
+        now: Instant,
+        g: Guid,
+        x: tether_wire::SealedBatchRepr<'_>,
+        opened: Option<OpenedBatch>,
+    ) {
+        let count = x.count as u64;
+        if self.cfg.security.is_none() {
+            // No key could open it here: a plain session never matches a secure writer.
+            self.stats.under_protected += count;
+            return;
+        }
+        let Some(o) =
+            opened.filter(|o| o.writer == g && o.first_seq == x.first_seq && o.count == x.count)
+        else {
+            if !self.matches.remote_writer_readers.contains_key(&g) {
+                self.stats.unmatched_writer += 1;
+            } else if self.keystore.keys.contains_key(&(g, x.epoch)) {
+                // Not the last submessage before the AUTH_TAG: the tag covered its
+                // ciphertext, but the format puts it last (the writer always does).
+                self.stats.malformed += 1;
+            } else {
+                self.stats.no_key += count;
+                self.ask_for_key(now, g, x.reader, x.epoch);
+            }
+            return;
+        };
+        // A reader whose policy asks for signatures takes no sealed batch (they carry none).
+        if self.required_protection(g, x.reader).sign {
+            self.stats.under_protected += count;
+            return;
+        }
+        let Ok(b) = tether_wire::BatchRepr::from_entries(
+            x.writer,
+            x.reader,
+            x.first_seq,
+            x.count,
+            &o.entries,
+        ) else {
+            // Opened, so sealed by a holder of the writer's key, but not entries.
+            self.stats.open_failed += count;
+            return;
+        };
+        self.stats.batches_opened += 1;
+        self.stats.samples_opened += count;
+        self.deliver_batch(now, g, b, &o.entries, Clear(()));
     }
 
     /// A sample of this participant's own writer, for its own readers.

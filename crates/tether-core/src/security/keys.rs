@@ -36,6 +36,12 @@ pub(crate) struct KeyStore {
     pub(crate) rekey_wanted: bool,
     /// Our control key (secure realms; made at first use).
     pub(crate) control: Option<crate::security::control::ControlTx>,
+    /// Where SEALED_BATCHes are opened: one allocation serves many batches, each handed on
+    /// as a slice of it (and its samples as slices of that).
+    pub(crate) opened_buf: bytes::BytesMut,
+    /// The SEALED_BATCH of the datagram in hand, opened by the gate before anything in the
+    /// datagram was acted on.
+    pub(crate) gate_opened: Option<crate::security::gate::OpenedBatch>,
 }
 
 /// Whether writer `w` must move to a new epoch before it seals again: a reader left it, or

@@ -16,6 +16,7 @@ use crate::event::Stats;
 use crate::participant::{Config, Participant};
 use crate::security::keys::rekey_needed;
 use crate::transmit::{Head, Tail, Transmit};
+use crate::writer::state::Cached;
 
 /// A written sample after the protect step.
 pub(crate) struct Protected {
@@ -25,6 +26,9 @@ pub(crate) struct Protected {
     pub(crate) wire: Bytes,
     /// What this participant's own readers get, when it differs from `wire`.
     pub(crate) plain: Option<Bytes>,
+    /// `wire` is the application's bytes, kept clear: the writer seals them with their
+    /// batch (`docs/wire.md#sealed_batch`).
+    pub(crate) clear: bool,
 }
 
 impl Participant {
@@ -129,12 +133,22 @@ impl Participant {
                 seq,
                 wire: payload,
                 plain: None,
+                clear: false,
             });
         };
         let in_batch = w.info.qos.batch().is_some()
             && !w.info.qos.coalesces()
             && w.asyncw.is_none()
             && !w.dests.is_empty();
+        if in_batch && seals_batches(w) {
+            // Sealed with its batch, once for all its samples, as the batch leaves.
+            return Ok(Protected {
+                seq,
+                wire: payload,
+                plain: None,
+                clear: true,
+            });
+        }
         let wid = tether_crypto::sample::endpoint_id(me.0, writer.0);
         let p = if prot.sign && in_batch {
             tether_crypto::sample::protect_for_batch(
@@ -177,36 +191,71 @@ impl Participant {
             seq,
             wire: Bytes::from(p),
             plain: Some(payload),
+            clear: false,
         })
     }
 }
 
+/// Whether `w`'s batches leave as SEALED_BATCHes (`docs/wire.md#sealed_batch`): a writer
+/// whose samples are sealed and not signed, with a key, that batches into BATCH layouts
+/// (coalescing writers send DATA submessages, each sample sealed alone). Its samples wait
+/// in the batch, and in the history, as the application wrote them.
+pub(crate) fn seals_batches(w: &crate::writer::state::Writer) -> bool {
+    w.prot.is_some_and(|p| p.encrypt && !p.sign)
+        && w.key.is_some()
+        && w.info.qos.batch().is_some()
+        && !w.info.qos.coalesces()
+}
+
 /// What a sample from a writer's history goes on the wire as when it travels alone (not
-/// in a batch): itself, unless it is batch-signed, in which case it gets its own signature
-/// (deterministic, so every repair of it is the same bytes).
+/// in a batch): itself, unless it is batch-signed, in which case it gets its own signature,
+/// or kept clear by a batch-sealing writer, in which case it is sealed alone under the
+/// writer's current `key` (AES-GCM and signatures are deterministic, so every repair of it
+/// under one epoch is the same bytes). `None` if a clear sample cannot be sealed (no key, or
+/// no secure realm): it is then not sent at all, never in clear.
 pub(crate) fn wire_form(
     cfg: &Config,
     stats: &mut Stats,
     writer: EntityId,
-    seq: u64,
-    timestamp_ns: u64,
-    payload: &Bytes,
-) -> Bytes {
+    key: Option<&tether_crypto::SenderKey>,
+    c: &Cached,
+) -> Option<Bytes> {
+    let (seq, timestamp_ns, payload) = (c.seq, c.timestamp_ns, &c.payload);
     let Some(sec) = cfg.security.as_deref() else {
-        return payload.clone();
+        return (!c.clear).then(|| payload.clone());
     };
+    if c.clear {
+        let wid = tether_crypto::sample::endpoint_id(cfg.participant.0, writer.0);
+        let prot = tether_crypto::Protection {
+            encrypt: true,
+            sign: false,
+        };
+        let mut v = Vec::new();
+        tether_crypto::sample::protect_into(
+            &mut v,
+            prot,
+            Some(key?),
+            &sec.identity,
+            &wid,
+            seq,
+            timestamp_ns,
+            payload,
+        )?;
+        stats.samples_resealed += 1;
+        return Some(Bytes::from(v));
+    }
     if payload
         .first()
         .is_none_or(|b| b & tether_crypto::sample::BATCH_SIGNED == 0)
     {
-        return payload.clone();
+        return Some(payload.clone());
     }
     let wid = tether_crypto::sample::endpoint_id(cfg.participant.0, writer.0);
     match tether_crypto::sample::individual(payload, &sec.identity, &wid, seq, timestamp_ns) {
         Some(v) => {
             stats.signatures_made += 1;
-            Bytes::from(v)
+            Some(Bytes::from(v))
         }
-        None => payload.clone(),
+        None => Some(payload.clone()),
     }
 }

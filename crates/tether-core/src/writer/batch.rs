@@ -7,11 +7,14 @@ use std::time::Instant;
 use bytes::Bytes;
 use tether_wire::{
     BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DataRepr, DatagramBuilder, EntityId,
-    HEADER_LEN, HeartbeatRepr, SUBMESSAGE_HEADER_LEN, Submessage, batch_entry_head,
+    HEADER_LEN, HeartbeatRepr, SEALED_BATCH_FIXED_LEN, SUBMESSAGE_HEADER_LEN, SealedBatchRepr,
+    Submessage, batch_entry_head,
 };
 
 use crate::participant::{HEARTBEAT_LEN, Participant, after};
 use crate::reliability::ack_interval;
+use crate::security::keys::rekey_needed;
+use crate::security::protect::seals_batches;
 use crate::transmit::{Head, Tail, Transmit};
 use crate::writer::packer::Packer;
 
@@ -86,6 +89,8 @@ impl Participant {
     /// Room for entries in one datagram of `writer`'s batch: it goes to every matched
     /// participant, so it fits the smallest datagram any of them takes.
     fn batch_room(&mut self, writer: EntityId) -> usize {
+        // A SEALED_BATCH's fields take no more than a BATCH's with its BATCH_SIG.
+        const _: () = assert!(SEALED_BATCH_FIXED_LEN <= BATCH_FIXED_LEN + 4 + BATCH_SIG_LEN);
         self.writer_datagram(writer)
             .saturating_sub(HEADER_LEN + HEARTBEAT_LEN + SUBMESSAGE_HEADER_LEN + BATCH_FIXED_LEN)
             .saturating_sub(SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN)
@@ -99,15 +104,25 @@ impl Participant {
 
     pub(crate) fn flush_batch(&mut self, now: Instant, writer: EntityId) {
         let hdr = self.header();
-        let Some(w) = self.writers.get_mut(&writer) else {
+        let Some(w) = self.writers.get(&writer) else {
             return;
         };
         if w.batch_count == 0 {
             return;
         }
+        // A batch-sealing writer's entries are clear until now: they are sealed as they
+        // leave, under a new epoch first if a reader left or the key is spent.
+        let sealing = seals_batches(w);
+        if sealing && rekey_needed(self.cfg.security.as_deref(), w) {
+            self.rekey(writer);
+        }
+        let room = self.batch_room(writer);
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
         let count = w.batch_count;
         let first_seq = w.batch_first;
-        let entries = w.batch_buf.split().freeze();
+        let mut entries = w.batch_buf.split();
         w.batch_count = 0;
         w.batch_deadline = None;
         w.since_hb += count;
@@ -125,30 +140,73 @@ impl Participant {
             self.timers_changed = true;
         }
         if w.info.qos.coalesces() {
+            let entries = entries.freeze();
             self.send_coalesced(writer, hb, first_seq, count, &entries);
             return;
         }
-        // Whole entries, as many per datagram as fit: one BATCH each (a batch of path-sized
-        // datagrams leaves as several, to one destination after another, which the driver
-        // sends as one GSO message per destination).
-        let room = self.batch_room(writer);
-        let mut parts: Vec<(Head, Bytes)> = Vec::new();
-        // One buffer for every head of this batch (each is copied into its Head).
-        let mut scratch = Vec::with_capacity(96 + SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
-        let mut start = 0;
-        let mut seq = first_seq;
+        // Whole entries, as many per datagram as fit: one BATCH (or SEALED_BATCH) each (a
+        // batch of path-sized datagrams leaves as several, to one destination after
+        // another, which the driver sends as one GSO message per destination).
+        let mut spans: Vec<(usize, usize, u64, u32)> = Vec::new();
+        let (mut start, mut seq) = (0, first_seq);
         while start < entries.len() {
             let (end, n) = entries_within(&entries, start, room);
-            let last = end >= entries.len();
-            let body = entries.slice(start..end);
-            let hb = if last { hb } else { None };
             if n > 0 {
-                if let Some(head) = self.batch_head(&mut scratch, hdr, writer, seq, n, &body, hb) {
-                    parts.push((head, body));
-                }
+                spans.push((start, end, seq, n));
             }
             seq += n as u64;
             start = end;
+        }
+        // Sealed in place, one AEAD per datagram's entries (`docs/wire.md#sealed_batch`).
+        let mut tags: Vec<Option<(u32, [u8; 16])>> = vec![None; spans.len()];
+        if sealing {
+            let wid = tether_crypto::sample::endpoint_id(hdr.participant.0, writer.0);
+            if let Some(key) = w.key.clone() {
+                for (t, &(a, b, seq, n)) in tags.iter_mut().zip(&spans) {
+                    *t = key
+                        .seal_batch(&wid, seq, n, &mut entries[a..b])
+                        .ok()
+                        .map(|tag| (key.epoch(), tag));
+                }
+            }
+            let sealed = tags.iter().filter(|t| t.is_some()).count() as u64;
+            w.seals += sealed;
+            self.stats.batches_sealed += sealed;
+            self.stats.samples_sealed += spans
+                .iter()
+                .zip(&tags)
+                .filter(|(_, t)| t.is_some())
+                .map(|(s, _)| s.3 as u64)
+                .sum::<u64>();
+        }
+        let entries = entries.freeze();
+        let mut parts: Vec<(Head, Bytes)> = Vec::with_capacity(spans.len());
+        // One buffer for every head of this batch (each is copied into its Head).
+        let mut scratch = Vec::with_capacity(96 + SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
+        let last = spans.len().saturating_sub(1);
+        for (i, (&(a, b, seq, n), tag)) in spans.iter().zip(&tags).enumerate() {
+            let body = entries.slice(a..b);
+            let hb = if i == last { hb } else { None };
+            let head = match (sealing, tag) {
+                (false, _) => self.batch_head(&mut scratch, hdr, writer, seq, n, &body, hb),
+                (true, Some((epoch, tag))) => sealed_batch_head(
+                    &mut scratch,
+                    hdr,
+                    writer,
+                    seq,
+                    n,
+                    *epoch,
+                    tag,
+                    body.len(),
+                    hb,
+                ),
+                // Not sealed (never: the writer has a key): not sent in clear; the
+                // history repairs it, sealed alone.
+                (true, None) => None,
+            };
+            if let Some(head) = head {
+                parts.push((head, body));
+            }
         }
         let Some(w) = self.writers.get(&writer) else {
             return;
@@ -289,6 +347,38 @@ impl Participant {
             }
         }
     }
+}
+
+/// The head of one SEALED_BATCH datagram: header, the heartbeat when `hb`, the
+/// SEALED_BATCH's fields for `len` bytes of ciphertext (the body that follows).
+#[allow(clippy::too_many_arguments)]
+fn sealed_batch_head(
+    head: &mut Vec<u8>,
+    hdr: tether_wire::Header,
+    writer: EntityId,
+    first_seq: u64,
+    count: u32,
+    epoch: u32,
+    tag: &[u8; 16],
+    len: usize,
+    hb: Option<HeartbeatRepr>,
+) -> Option<Head> {
+    head.clear();
+    let mut b = DatagramBuilder::new(head, hdr);
+    if let Some(hb) = &hb {
+        let _ = b.push(&Submessage::Heartbeat(*hb));
+    }
+    let x = SealedBatchRepr {
+        writer,
+        reader: EntityId::ALL,
+        first_seq,
+        count,
+        epoch,
+        tag,
+        ciphertext: &[],
+    };
+    b.push_sealed_batch_head(&x, len).ok()?;
+    Some(Head::copy_from_slice(head))
 }
 
 /// The end of the entries from `start` that fit in `room` bytes (at least one entry), and

@@ -185,30 +185,45 @@ impl Participant {
         let payload = self.make_room(now, writer, payload)?;
         let p = self.protect(writer, timestamp_ns, payload)?;
         let seq = p.seq;
-        let path = self.keep(now, writer, timestamp_ns, &p.wire);
+        let kept = Cached {
+            seq,
+            timestamp_ns,
+            payload: p.wire,
+            written: now,
+            clear: p.clear,
+        };
+        let path = self.keep(now, writer, kept.clone());
+        let wire = kept.payload.clone();
         let wire = match path {
-            Path::Scheduled => p.wire,
+            Path::Scheduled => wire,
             Path::Batch(b) => {
-                match self.write_batched(now, writer, b, seq, timestamp_ns, &p.wire) {
-                    Batched::Joined => p.wire,
-                    // Too large for a batch: it travels alone, with its own signature.
+                match self.write_batched(now, writer, b, seq, timestamp_ns, &wire) {
+                    Batched::Joined => wire,
+                    // Too large for a batch: it travels alone, with its own signature, or
+                    // sealed alone if its batch would have sealed it.
                     Batched::TooLarge => {
-                        let alone = wire_form(
-                            &self.cfg,
-                            &mut self.stats,
-                            writer,
-                            seq,
-                            timestamp_ns,
-                            &p.wire,
-                        );
-                        self.transmit(now, writer, seq, timestamp_ns, &alone);
-                        alone
+                        let Some(w) = self.writers.get_mut(&writer) else {
+                            return Ok(seq);
+                        };
+                        if kept.clear {
+                            self.stats.samples_sealed += 1;
+                            w.seals += 1;
+                        }
+                        let alone =
+                            wire_form(&self.cfg, &mut self.stats, writer, w.key.as_deref(), &kept);
+                        if let Some(alone) = &alone {
+                            self.transmit(now, writer, seq, timestamp_ns, alone);
+                        }
+                        wire
                     }
                 }
             }
+            // Never clear: a writer keeps samples clear only for a batch it sends to someone.
             Path::Direct => {
-                self.transmit(now, writer, seq, timestamp_ns, &p.wire);
-                p.wire
+                if !kept.clear {
+                    self.transmit(now, writer, seq, timestamp_ns, &wire);
+                }
+                wire
             }
         };
         // This participant's own readers get the plain bytes.
@@ -296,19 +311,14 @@ impl Participant {
         Err(WriteError::WouldBlock(payload))
     }
 
-    /// Keeps a protected sample in its writer's history and says which way it leaves.
-    /// An asynchronous writer with no one to send to releases it at once.
-    fn keep(&mut self, now: Instant, writer: EntityId, timestamp_ns: u64, wire: &Bytes) -> Path {
+    /// Keeps a protected (or, batch-sealed, clear) sample in its writer's history and says
+    /// which way it leaves. An asynchronous writer with no one to send to releases it at once.
+    fn keep(&mut self, now: Instant, writer: EntityId, kept: Cached) -> Path {
         let Some(w) = self.writers.get_mut(&writer) else {
             return Path::Scheduled;
         };
-        let seq = w.next_seq - 1;
-        w.push_history(Cached {
-            seq,
-            timestamp_ns,
-            payload: wire.clone(),
-            written: now,
-        });
+        let seq = kept.seq;
+        w.push_history(kept);
         if let Some(d) = w.info.qos.deadline_period() {
             w.deadline_at = Some(after(now, d));
         }

@@ -16,8 +16,13 @@ use crate::qos::History;
 pub(crate) struct Cached {
     pub(crate) seq: u64,
     pub(crate) timestamp_ns: u64,
+    /// As it goes on the wire alone (protected in a secure realm), unless `clear`.
     pub(crate) payload: Bytes,
     pub(crate) written: Instant,
+    /// The application's bytes, not yet protected: a batch-sealing writer's samples are
+    /// sealed with their batch (`docs/wire.md#sealed_batch`), and alone only when they
+    /// travel alone ([`wire_form`](crate::security::protect::wire_form)).
+    pub(crate) clear: bool,
 }
 
 /// A writer's view of one matched reader.
@@ -363,7 +368,11 @@ impl Writer {
             }
             // A secure writer's history holds buffers it sealed; one no datagram still
             // refers to comes back for the next seal.
-            if self.prot.is_some() && self.spare.is_none() && c.payload.len() <= SPARE_MAX {
+            if self.prot.is_some()
+                && !c.clear
+                && self.spare.is_none()
+                && c.payload.len() <= SPARE_MAX
+            {
                 if let Ok(m) = c.payload.try_into_mut() {
                     self.spare = Some(Vec::from(m));
                 }

@@ -1,0 +1,356 @@
+//! Sealed batches (`docs/wire.md#sealed_batch`): a batching writer in an `encrypt` realm
+//! seals each batch datagram once, whatever its number of samples, and its readers open it
+//! once. What it must keep: every sample delivered, in order, intact; nothing in clear on
+//! the wire; repairs and late joiners served with samples sealed alone; and an outsider who
+//! alters, replays or reorders a sealed batch changes nothing a member does.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_core::{Batching, EntityId, Qos, Security};
+use tether_testkit::realm::{Realm, info};
+use tether_testkit::{Link, Sim};
+use tether_wire::{Datagram, Submessage, SubmessageKind};
+
+fn batching(q: Qos, max_samples: u32) -> Qos {
+    q.batching(Batching {
+        max_bytes: 60_000,
+        max_samples,
+        max_delay: Duration::from_millis(2),
+    })
+}
+
+/// Sample `k`: `len` bytes of a marker that must never be seen on the wire.
+fn sample(k: u64, len: usize) -> Bytes {
+    let mut v = b"PLAINTEXT-MARKER".repeat(len / 16 + 1);
+    v.truncate(len);
+    v[..8].copy_from_slice(&k.to_le_bytes());
+    Bytes::from(v)
+}
+
+fn plaintext_on(wire: &[Bytes]) -> bool {
+    wire.iter()
+        .any(|d| d.windows(16).any(|x| x == b"PLAINTEXT-MARKER"))
+}
+
+/// The kinds of every submessage on the wire.
+fn kinds(wire: &[Bytes]) -> Vec<u8> {
+    wire.iter()
+        .filter_map(|d| Datagram::parse(d).ok())
+        .flat_map(|d| {
+            d.submessages()
+                .filter_map(Result::ok)
+                .map(|m| m.kind())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A batching writer on node 0 and `readers` readers, one per node after it, matched.
+fn realm(
+    seed: u64,
+    link: Link,
+    readers: usize,
+    wq: Qos,
+    rq: Qos,
+    tune: impl Fn(Security) -> Security,
+) -> (Sim, Realm, EntityId, Vec<(usize, EntityId)>) {
+    let mut sim = Sim::new(seed, link);
+    sim.wire = Some(Vec::new());
+    let realm = Realm::new();
+    let sec = tune(realm.security(&sim, 1, "robot", &["/**"], &[]));
+    let w = sim.add_node_with(move |c| c.security = Some(std::sync::Arc::new(sec)));
+    let rs: Vec<usize> = (0..readers)
+        .map(|i| realm.member_with(&mut sim, 10 + i as u64, "viewer", &[], &["/**"]))
+        .collect();
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/cam", wq)).unwrap();
+    let rids: Vec<(usize, EntityId)> = rs
+        .iter()
+        .map(|&r| {
+            let now = sim.now;
+            (r, sim.p(r).create_reader(now, info("/cam", rq)))
+        })
+        .collect();
+    sim.pump(w);
+    for &(r, _) in &rids {
+        sim.pump(r);
+    }
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == readers
+            && rids
+                .iter()
+                .all(|&(r, rid)| s.nodes[r].participant.matched_count(rid) == 1)
+    }));
+    // Every reader holds the key before the first sample (the KEY leaves at the match).
+    sim.run_for(Duration::from_millis(50));
+    (sim, realm, wid, rids)
+}
+
+fn delivered_in_order(sim: &Sim, rids: &[(usize, EntityId)], n: u64, len: usize) -> bool {
+    rids.iter().all(|&(r, rid)| {
+        let got = sim.payloads(r, rid);
+        got.len() == n as usize
+            && got
+                .iter()
+                .enumerate()
+                .all(|(k, p)| *p == sample(k as u64, len))
+    })
+}
+
+/// On a perfect link: one seal per batch datagram at the writer, one open per batch at
+/// each reader, each sample counted once as sealed; only SEALED_BATCHes carry samples.
+#[test]
+fn batches_are_sealed_once_and_opened_once() {
+    let q = batching(Qos::new().keep_all(), 8);
+    let (mut sim, _, wid, rids) = realm(1, Link::perfect(), 3, q, Qos::new().keep_all(), |s| s);
+    sim.wire = Some(Vec::new());
+    let n = 64u64;
+    for k in 0..n {
+        sim.write(0, wid, k, sample(k, 300), Duration::from_secs(5));
+    }
+    assert!(
+        sim.run_until(Duration::from_secs(10), |s| delivered_in_order(
+            s, &rids, n, 300
+        ))
+    );
+    let ws = sim.nodes[0].participant.stats().clone();
+    assert_eq!((ws.batches_sealed, ws.samples_sealed), (n / 8, n));
+    assert_eq!(ws.samples_resealed, 0, "nothing was repaired");
+    for &(r, _) in &rids {
+        let rs = sim.nodes[r].participant.stats();
+        assert_eq!((rs.batches_opened, rs.samples_opened), (n / 8, n));
+        assert_eq!((rs.open_failed, rs.unauthenticated, rs.no_key), (0, 0, 0));
+    }
+    let wire = sim.wire.take().unwrap();
+    assert!(!plaintext_on(&wire), "plaintext on the wire");
+    let k = kinds(&wire);
+    assert!(k.contains(&(SubmessageKind::SealedBatch as u8)));
+    assert!(
+        !k.iter()
+            .any(|&x| x == SubmessageKind::Batch as u8 || x == SubmessageKind::Data as u8),
+        "a sample left outside a sealed batch"
+    );
+}
+
+/// With 10 % frame loss on 1,500-byte frames: batches go as path-sized SEALED_BATCHes, what
+/// was lost is repaired sealed alone, every reader gets everything, in order, intact, and
+/// nothing goes in clear.
+#[test]
+fn sealed_batches_under_loss_are_repaired_sealed_alone() {
+    for seed in [2u64, 3] {
+        let q = batching(Qos::new().keep_all(), 64);
+        let (mut sim, _, wid, rids) = realm(
+            seed,
+            Link::lan(1500, 0.1),
+            2,
+            q,
+            Qos::new().keep_all(),
+            |s| s,
+        );
+        sim.wire = Some(Vec::new());
+        let n = 300u64;
+        for k in 0..n {
+            sim.write(0, wid, k, sample(k, 200), Duration::from_secs(30));
+            if k % 16 == 0 {
+                sim.run_for(Duration::from_millis(1));
+            }
+        }
+        assert!(
+            sim.run_until(Duration::from_secs(120), |s| delivered_in_order(
+                s, &rids, n, 200
+            )),
+            "seed {seed}: not every sample delivered in order"
+        );
+        let ws = sim.nodes[0].participant.stats().clone();
+        assert!(ws.batches_sealed > 0 && ws.samples_resealed > 0, "{ws:?}");
+        let wire = sim.wire.take().unwrap();
+        assert!(!plaintext_on(&wire), "seed {seed}: plaintext on the wire");
+        // (PROBEs try larger sizes, and the link refuses them: don't-fragment.)
+        for d in wire
+            .iter()
+            .filter(|d| !kinds(std::slice::from_ref(*d)).contains(&17))
+        {
+            assert!(
+                d.len() <= 1472,
+                "seed {seed}: {} bytes: {:?}",
+                d.len(),
+                kinds(std::slice::from_ref(d))
+            );
+        }
+    }
+}
+
+/// The writer's datagrams for one flushed batch, taken from it before the network sees
+/// them: (destination, bytes).
+fn intercept(sim: &mut Sim, wid: EntityId, from: u64, n: u64) -> Vec<Bytes> {
+    for k in from..from + n {
+        let now = sim.now;
+        sim.p(0).write(now, wid, k, sample(k, 300)).unwrap();
+    }
+    let now = sim.now;
+    sim.p(0).flush(now, wid);
+    let mut out = Vec::new();
+    while let Some(t) = sim.p(0).poll_transmit() {
+        out.push(t.contiguous());
+    }
+    out
+}
+
+/// Where in `d` the SEALED_BATCH's body starts.
+fn sealed_batch_body(d: &[u8]) -> usize {
+    let parsed = Datagram::parse(d).unwrap();
+    let x = parsed
+        .submessages()
+        .find_map(|m| match m {
+            Ok(Submessage::SealedBatch(x)) => Some(x),
+            _ => None,
+        })
+        .expect("a sealed batch");
+    x.ciphertext.as_ptr() as usize - d.as_ptr() as usize - tether_wire::SEALED_BATCH_FIXED_LEN
+}
+
+/// An outsider alters a sealed batch on the way and gets its copy in first: its
+/// ciphertext, its tag, its first sequence number, its epoch. None of the copies delivers
+/// anything or is acted on; the genuine datagram, arriving after them, still counts (its
+/// counter was not used up) and delivers the batch once; replayed, it is refused.
+#[test]
+fn an_altered_sealed_batch_changes_nothing_and_the_genuine_copy_counts() {
+    let q = batching(Qos::new().keep_all(), 8);
+    let (mut sim, _, wid, rids) = realm(4, Link::perfect(), 1, q, Qos::new().keep_all(), |s| s);
+    let (r, rid) = rids[0];
+    let from = sim.nodes[0].addr;
+    let dgs = intercept(&mut sim, wid, 0, 8);
+    let genuine = dgs
+        .iter()
+        .find(|d| {
+            Datagram::parse(d)
+                .unwrap()
+                .submessages()
+                .any(|m| matches!(m, Ok(Submessage::SealedBatch(_))))
+        })
+        .expect("the batch")
+        .clone();
+    let body = sealed_batch_body(&genuine);
+    let ct = body + tether_wire::SEALED_BATCH_FIXED_LEN;
+    let flip = |at: usize| {
+        let mut v = genuine.to_vec();
+        v[at] ^= 0x01;
+        Bytes::from(v)
+    };
+    let before = sim.nodes[r].participant.stats().clone();
+    // (where, the counter that must rise)
+    let altered = [
+        (flip(ct + 5), "open_failed"), // ciphertext: its own AEAD refuses it
+        (flip(body + 24), "unauthenticated"), // the batch's tag: the AUTH_TAG covers it
+        (flip(body + 8), "unauthenticated"), // first_seq: the AUTH_TAG covers it
+        (flip(body + 20), "unauthenticated"), // epoch
+    ];
+    for (d, counter) in &altered {
+        let was = sim.nodes[r].participant.stats().counters();
+        tether_testkit::realm::inject(&mut sim, r, from, d);
+        let now = sim.nodes[r].participant.stats().counters();
+        let get = |c: &[(&str, u64)]| c.iter().find(|(n, _)| n == counter).unwrap().1;
+        assert_eq!(get(&now), get(&was) + 1, "{counter}");
+        assert!(
+            sim.payloads(r, rid).is_empty(),
+            "an altered batch delivered"
+        );
+    }
+    let after = sim.nodes[r].participant.stats();
+    assert_eq!(
+        after.datagrams_authenticated,
+        before.datagrams_authenticated
+    );
+    assert_eq!(after.batches_opened, before.batches_opened);
+    tether_testkit::realm::inject(&mut sim, r, from, &genuine);
+    assert_eq!(
+        sim.payloads(r, rid).len(),
+        8,
+        "the genuine batch was refused"
+    );
+    assert!(delivered_in_order(&sim, &rids, 8, 300));
+    tether_testkit::realm::inject(&mut sim, r, from, &genuine);
+    assert_eq!(
+        sim.nodes[r].participant.stats().replayed,
+        before.replayed + 1
+    );
+    assert_eq!(sim.payloads(r, rid).len(), 8);
+    // The stream goes on: the rest of the writer's datagrams, then more samples.
+    for d in dgs.iter().filter(|d| **d != genuine) {
+        tether_testkit::realm::inject(&mut sim, r, from, d);
+    }
+    for k in 8..40 {
+        sim.write(0, wid, k, sample(k, 300), Duration::from_secs(5));
+    }
+    assert!(
+        sim.run_until(Duration::from_secs(10), |s| delivered_in_order(
+            s, &rids, 40, 300
+        ))
+    );
+}
+
+/// A transient-local reader that joins after the writer's samples went out in sealed
+/// batches gets the history, each sample sealed alone, and opens every one.
+#[test]
+fn a_late_joiner_gets_a_batch_sealing_writers_history_sealed() {
+    let q = batching(Qos::new().keep_all().transient_local(), 8);
+    let rq = Qos::new().keep_all().transient_local();
+    let (mut sim, realm, wid, mut rids) = realm(5, Link::perfect(), 1, q, rq, |s| s);
+    let n = 24u64;
+    for k in 0..n {
+        sim.write(0, wid, k, sample(k, 300), Duration::from_secs(5));
+    }
+    assert!(
+        sim.run_until(Duration::from_secs(10), |s| delivered_in_order(
+            s, &rids, n, 300
+        ))
+    );
+    assert_eq!(sim.nodes[0].participant.stats().samples_resealed, 0);
+    sim.wire = Some(Vec::new());
+    let late = realm.member_with(&mut sim, 99, "late", &[], &["/**"]);
+    let now = sim.now;
+    let lid = sim.p(late).create_reader(now, info("/cam", rq));
+    sim.pump(late);
+    rids.push((late, lid));
+    assert!(
+        sim.run_until(Duration::from_secs(10), |s| delivered_in_order(
+            s, &rids, n, 300
+        )),
+        "the late joiner did not get the history: {:?}",
+        sim.seqs(late, lid)
+    );
+    assert!(sim.nodes[0].participant.stats().samples_resealed >= n);
+    assert!(!plaintext_on(&sim.wire.take().unwrap()));
+}
+
+/// A reader whose policy asks for signatures on the topic takes no sealed batch: it
+/// carries none. Nothing is delivered; every sample counts as under-protected.
+#[test]
+fn a_reader_asking_for_signatures_takes_no_sealed_batch() {
+    let q = batching(Qos::new().best_effort(), 8);
+    let mut sim = Sim::new(6, Link::perfect());
+    let realm = Realm::new();
+    let w = realm.member(&mut sim, 1, "robot");
+    let strict = realm
+        .security(&sim, 2, "viewer", &[], &["/**"])
+        .with_protection("encrypt+sign".parse().unwrap(), vec![]);
+    let r = sim.add_node_with(move |c| c.security = Some(std::sync::Arc::new(strict)));
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/cam", q)).unwrap();
+    let rid = sim
+        .p(r)
+        .create_reader(now, info("/cam", Qos::new().best_effort()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+    }));
+    sim.run_for(Duration::from_millis(50));
+    for k in 0..16 {
+        sim.write(w, wid, k, sample(k, 100), Duration::from_secs(5));
+    }
+    sim.run_for(Duration::from_secs(1));
+    assert!(sim.payloads(r, rid).is_empty());
+    assert_eq!(sim.nodes[r].participant.stats().under_protected, 16);
+}
