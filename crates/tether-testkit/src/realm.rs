@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use tether_core::{EndpointInfo, Qos, Security};
@@ -41,7 +42,7 @@ impl Realm {
     /// `publish` and subscribe to `subscribe` (topic patterns).
     pub fn security(
         &self,
-        sim: &Sim,
+        now: Instant,
         serial: u64,
         name: &str,
         publish: &[&str],
@@ -67,7 +68,7 @@ impl Realm {
             ca_public,
             RealmSecret::from_bytes(ca_public),
             None,
-            sim.now,
+            now,
             NOW,
         )
     }
@@ -86,7 +87,7 @@ impl Realm {
         publish: &[&str],
         subscribe: &[&str],
     ) -> usize {
-        let sec = Arc::new(self.security(sim, serial, name, publish, subscribe));
+        let sec = Arc::new(self.security(sim.now, serial, name, publish, subscribe));
         sim.add_node_with(move |c| c.security = Some(sec))
     }
 }

@@ -58,7 +58,7 @@ fn realm(
     let mut sim = Sim::new(seed, link);
     sim.wire = Some(Vec::new());
     let realm = Realm::new();
-    let sec = tune(realm.security(&sim, 1, "robot", &["/**"], &[]));
+    let sec = tune(realm.security(sim.now, 1, "robot", &["/**"], &[]));
     let w = sim.add_node_with(move |c| c.security = Some(std::sync::Arc::new(sec)));
     let rs: Vec<usize> = (0..readers)
         .map(|i| realm.member_with(&mut sim, 10 + i as u64, "viewer", &[], &["/**"]))
@@ -333,7 +333,7 @@ fn a_reader_asking_for_signatures_takes_no_sealed_batch() {
     let realm = Realm::new();
     let w = realm.member(&mut sim, 1, "robot");
     let strict = realm
-        .security(&sim, 2, "viewer", &[], &["/**"])
+        .security(sim.now, 2, "viewer", &[], &["/**"])
         .with_protection("encrypt+sign".parse().unwrap(), vec![]);
     let r = sim.add_node_with(move |c| c.security = Some(std::sync::Arc::new(strict)));
     let now = sim.now;
