@@ -363,7 +363,12 @@ impl Participant {
             participant: pid,
             entity: e.entity,
         };
-        match e.kind {
+        self.match_remote(now, g, &remote);
+    }
+
+    /// Remote endpoint `g` against every local endpoint of the other kind.
+    fn match_remote(&mut self, now: Instant, g: Guid, remote: &RemoteEndpoint) {
+        match remote.kind {
             EndpointKind::Reader => {
                 let ws: Vec<EntityId> = self.writers.keys().copied().collect();
                 for w in ws {
@@ -376,6 +381,24 @@ impl Participant {
                     self.try_match(now, r, g, &remote.info, Side::LocalReader);
                 }
             }
+        }
+    }
+
+    /// Every endpoint `pid` announced, against ours: once both sides of a secure realm have
+    /// verified each other, endpoints that arrived before then match.
+    pub(crate) fn match_known_endpoints(&mut self, now: Instant, pid: ParticipantId) {
+        let known: Vec<(EntityId, RemoteEndpoint)> = self
+            .peers
+            .remotes
+            .get(&pid)
+            .map(|p| p.endpoints.iter().map(|(e, r)| (*e, r.clone())).collect())
+            .unwrap_or_default();
+        for (entity, remote) in known {
+            let g = Guid {
+                participant: pid,
+                entity,
+            };
+            self.match_remote(now, g, &remote);
         }
     }
 

@@ -771,6 +771,10 @@ pub struct Stats {
     /// Samples a batch-sealing writer kept clear and sealed alone to send them outside a
     /// batch: repairs, a late joiner's history, a sample too large for its batch.
     pub samples_resealed: u64,
+    /// Sealed samples of a matched writer that came before its key for their epoch and
+    /// were held until it came (opened then, or dropped as `no_key` after 500 ms or beyond
+    /// 4 MiB held).
+    pub held_for_key: u64,
 }
 
 impl Stats {
@@ -870,6 +874,7 @@ impl Stats {
             batches_sealed,
             batches_opened,
             samples_resealed,
+            held_for_key,
         )
     }
 }

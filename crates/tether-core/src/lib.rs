@@ -58,7 +58,7 @@ pub use participant::{
     MAX_LEASE, Participant,
 };
 pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};
-pub use security::keys::KEPT_EPOCHS;
+pub use security::keys::{HELD_FOR_KEY_BYTES, HELD_FOR_KEY_TIME, KEPT_EPOCHS};
 pub use security::{Protection, Security};
 pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};
 pub use transmit::{Head, Tail, Transmit};

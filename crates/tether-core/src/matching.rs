@@ -63,8 +63,9 @@ pub(crate) struct Matches {
 
 impl Participant {
     /// Whether a local endpoint may match a remote one: always with security off; with it,
-    /// only if the remote participant proved its identity and its credential grants what
-    /// the match needs (publish for a remote writer, subscribe for a remote reader).
+    /// only if the remote participant proved its identity, said it verified ours (so it
+    /// takes what we send it), and its credential grants what the match needs (publish for
+    /// a remote writer, subscribe for a remote reader).
     /// Refusals on grants are reported once per pair and counted.
     pub(crate) fn permitted(
         &mut self,
@@ -81,7 +82,7 @@ impl Participant {
             .remotes
             .get(&remote.participant)
             .and_then(|p| p.auth.as_ref())
-            .filter(|a| a.verified)
+            .filter(|a| a.verified && a.mutual)
         else {
             return false;
         };

@@ -645,7 +645,7 @@ impl Participant {
                         self.on_remote_data(now, data.reader, s);
                     }
                 }
-                Submessage::Key(k) => self.on_key(pid, k),
+                Submessage::Key(k) => self.on_key(now, pid, k),
                 Submessage::KeyRequest(k) => self.on_key_request(pid, k),
                 Submessage::Heartbeat(hb) => self.on_heartbeat(now, pid, hb),
                 Submessage::AckNack(an) => self.on_acknack(now, pid, an, true),
@@ -661,7 +661,7 @@ impl Participant {
                         participant: pid,
                         entity: x.writer,
                     };
-                    self.on_sealed_batch(now, g, x, opened.take());
+                    self.on_sealed_batch(now, g, x, datagram, opened.take());
                 }
                 Submessage::Batch(b) => {
                     let g = Guid {
@@ -735,6 +735,7 @@ impl Participant {
                 .retain(|(t, _, _)| now.saturating_duration_since(*t) < FAREWELL_KEEP);
             self.housekeeping(now);
             self.check_inactive(now);
+            self.expire_held(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
         self.retry_challenges(now);

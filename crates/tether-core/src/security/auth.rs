@@ -217,6 +217,9 @@ impl Participant {
             }
             _ => {}
         }
+        // Both sides verified now: endpoints already known may match.
+        let became_mutual = a.verified && a.verified_us && !a.mutual;
+        a.mutual |= became_mutual;
         if bad_answer {
             self.auth_refused(pid, AuthFailure::BadAnswer);
         }
@@ -251,6 +254,9 @@ impl Participant {
                 participant: pid,
                 name,
             });
+        }
+        if became_mutual {
+            self.match_known_endpoints(now, pid);
         }
         if holds_ours {
             // It can authenticate our datagrams now: our endpoints, at once, rather than at
@@ -384,6 +390,7 @@ impl Participant {
                 .and_then(|p| p.auth.as_mut())
             {
                 a.verified = false;
+                a.mutual = false;
                 a.credential = None;
                 a.control.clear();
                 a.wrapped_ours = None;

@@ -67,6 +67,52 @@ pub(crate) struct OpenedBatch {
     entries: Bytes,
 }
 
+/// Sealed samples waiting for their writer's key (see `KeyStore::held`), per writer and
+/// epoch, oldest first, with the bytes they hold in all.
+#[derive(Debug, Default)]
+pub(crate) struct HeldForKey {
+    waiting: std::collections::BTreeMap<(Guid, u32), std::collections::VecDeque<Held>>,
+    bytes: usize,
+}
+
+/// One sealed sample, or one sealed batch, that came before its key.
+#[derive(Debug)]
+struct Held {
+    at: Instant,
+    reader: EntityId,
+    what: HeldKind,
+}
+
+#[derive(Debug)]
+enum HeldKind {
+    Sample {
+        s: Sample,
+        batch_signed: bool,
+    },
+    Batch {
+        first_seq: u64,
+        count: u32,
+        tag: [u8; 16],
+        ciphertext: Bytes,
+    },
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        match &self.what {
+            HeldKind::Sample { s, .. } => s.payload.len(),
+            HeldKind::Batch { ciphertext, .. } => ciphertext.len(),
+        }
+    }
+
+    fn samples(&self) -> u64 {
+        match &self.what {
+            HeldKind::Sample { .. } => 1,
+            HeldKind::Batch { count, .. } => *count as u64,
+        }
+    }
+}
+
 /// Where SEALED_BATCHes are opened: a fresh allocation of this many bytes when the last
 /// one is still held (by samples not yet taken), so that one serves many batches.
 const OPENED_CHUNK: usize = 256 * 1024;
@@ -159,6 +205,16 @@ impl Participant {
             participant: pid,
             entity: x.writer,
         };
+        self.open_batch(g, &x)
+    }
+
+    /// Opens sealed batch `x` of writer `g` if we read `g` and hold its key for the epoch
+    /// (`Ok(None)` if not); `Err` if it does not open.
+    fn open_batch(
+        &mut self,
+        g: Guid,
+        x: &tether_wire::SealedBatchRepr<'_>,
+    ) -> Result<Option<OpenedBatch>, ()> {
         if !self.matches.remote_writer_readers.contains_key(&g) {
             return Ok(None);
         }
@@ -171,7 +227,7 @@ impl Participant {
             buf.reserve(n.max(OPENED_CHUNK));
         }
         buf.resize(n, 0);
-        let wid = tether_crypto::sample::endpoint_id(pid.0, x.writer.0);
+        let wid = tether_crypto::sample::endpoint_id(g.participant.0, g.entity.0);
         if k.open_batch_into(&wid, x.first_seq, x.count, x.ciphertext, x.tag, buf)
             .is_err()
         {
@@ -194,6 +250,7 @@ impl Participant {
         now: Instant,
         g: Guid,
         x: tether_wire::SealedBatchRepr<'_>,
+        source: &Bytes,
         opened: Option<OpenedBatch>,
     ) {
         let count = x.count as u64;
@@ -212,7 +269,17 @@ impl Participant {
                 // ciphertext, but the format puts it last (the writer always does).
                 self.stats.malformed += 1;
             } else {
-                self.stats.no_key += count;
+                let held = Held {
+                    at: now,
+                    reader: x.reader,
+                    what: HeldKind::Batch {
+                        first_seq: x.first_seq,
+                        count: x.count,
+                        tag: *x.tag,
+                        ciphertext: source.slice_ref(x.ciphertext),
+                    },
+                };
+                self.hold_for_key(g, x.epoch, held, x.ciphertext.len());
                 self.ask_for_key(now, g, x.reader, x.epoch);
             }
             return;
@@ -403,11 +470,101 @@ impl Participant {
                 }
             }
             None => {
-                self.stats.no_key += 1;
-                self.ask_for_key(now, s.writer, reader, epoch);
+                let (writer, n) = (s.writer, s.payload.len());
+                let held = Held {
+                    at: now,
+                    reader,
+                    what: HeldKind::Sample { s, batch_signed },
+                };
+                self.hold_for_key(writer, epoch, held, n);
+                self.ask_for_key(now, writer, reader, epoch);
                 None
             }
         }
+    }
+
+    /// Keeps a sealed sample (or batch) of matched writer `writer` until its key for `epoch`
+    /// comes, within [`HELD_FOR_KEY_BYTES`](crate::security::keys::HELD_FOR_KEY_BYTES) for
+    /// all writers; beyond it, drops it (`no_key`).
+    fn hold_for_key(&mut self, writer: Guid, epoch: u32, held: Held, len: usize) {
+        let h = &mut self.keystore.held;
+        if h.bytes + len > crate::security::keys::HELD_FOR_KEY_BYTES {
+            self.stats.no_key += held.samples();
+            return;
+        }
+        h.bytes += len;
+        self.stats.held_for_key += held.samples();
+        h.waiting
+            .entry((writer, epoch))
+            .or_default()
+            .push_back(held);
+    }
+
+    /// The key of `writer` for `epoch` came: what waited for it is opened and delivered.
+    pub(crate) fn release_held(&mut self, now: Instant, writer: Guid, epoch: u32) {
+        let Some(q) = self.keystore.held.waiting.remove(&(writer, epoch)) else {
+            return;
+        };
+        for held in q {
+            self.keystore.held.bytes -= held.len();
+            match held.what {
+                HeldKind::Sample { s, batch_signed } => {
+                    if let Some(s) = self.unseal_in(now, held.reader, s, batch_signed) {
+                        self.on_remote_data(now, held.reader, s);
+                    }
+                }
+                HeldKind::Batch {
+                    first_seq,
+                    count,
+                    tag,
+                    ciphertext,
+                } => {
+                    let x = tether_wire::SealedBatchRepr {
+                        writer: writer.entity,
+                        reader: held.reader,
+                        first_seq,
+                        count,
+                        epoch,
+                        tag: &tag,
+                        ciphertext: &ciphertext,
+                    };
+                    let opened = match self.open_batch(writer, &x) {
+                        Ok(o) => o,
+                        Err(()) => {
+                            self.stats.open_failed += count as u64;
+                            continue;
+                        }
+                    };
+                    self.on_sealed_batch(now, writer, x, &ciphertext, opened);
+                }
+            }
+        }
+    }
+
+    /// Drops sealed samples that waited for their key longer than
+    /// [`HELD_FOR_KEY_TIME`](crate::security::keys::HELD_FOR_KEY_TIME), or whose writer is
+    /// no longer matched (`no_key`).
+    pub(crate) fn expire_held(&mut self, now: Instant) {
+        if self.keystore.held.waiting.is_empty() {
+            return;
+        }
+        let limit = crate::security::keys::HELD_FOR_KEY_TIME;
+        let matched = &self.matches.remote_writer_readers;
+        let h = &mut self.keystore.held;
+        let mut dropped = 0;
+        h.waiting.retain(|(g, _), q| {
+            let gone = !matched.contains_key(g);
+            while let Some(f) = q.front() {
+                if !gone && now.saturating_duration_since(f.at) < limit {
+                    break;
+                }
+                h.bytes -= f.len();
+                dropped += f.samples();
+                q.pop_front();
+            }
+            !q.is_empty()
+        });
+        self.stats.no_key += dropped;
     }
 
     /// The local reader a sample of `writer` addressed to `reader` speaks for: `reader`

@@ -42,7 +42,19 @@ pub(crate) struct KeyStore {
     /// The SEALED_BATCH of the datagram in hand, opened by the gate before anything in the
     /// datagram was acted on.
     pub(crate) gate_opened: Option<crate::security::gate::OpenedBatch>,
+    /// Sealed samples of matched writers that came before the key for their epoch (the
+    /// KEY goes by unicast, samples often by multicast, and either may overtake the
+    /// other): opened when the key comes, dropped after [`HELD_FOR_KEY_TIME`].
+    pub(crate) held: crate::security::gate::HeldForKey,
 }
+
+/// Bytes of sealed samples a participant holds, for all writers together, while their keys
+/// are on their way (`docs/wire.md#key`). Beyond it they are dropped (`no_key`), and a
+/// reliable writer repairs them.
+pub const HELD_FOR_KEY_BYTES: usize = 4 << 20;
+
+/// How long a sealed sample waits for its key before it is dropped (`no_key`).
+pub const HELD_FOR_KEY_TIME: Duration = Duration::from_millis(500);
 
 /// Whether writer `w` must move to a new epoch before it seals again: a reader left it, or
 /// its key has sealed as much as its suite (or the realm's setting) allows.
@@ -184,7 +196,7 @@ impl Participant {
         }
     }
 
-    pub(crate) fn on_key(&mut self, pid: ParticipantId, k: tether_wire::KeyRepr<'_>) {
+    pub(crate) fn on_key(&mut self, now: Instant, pid: ParticipantId, k: tether_wire::KeyRepr<'_>) {
         let me = self.cfg.participant;
         let Some(sec) = self.cfg.security.clone() else {
             return;
@@ -226,6 +238,8 @@ impl Participant {
                 for e in &held[..held.len().saturating_sub(KEPT_EPOCHS)] {
                     self.keystore.keys.remove(&(g, *e));
                 }
+                // What came before it opens now.
+                self.release_held(now, g, k.epoch);
             }
             None => self.stats.open_failed += 1,
         }

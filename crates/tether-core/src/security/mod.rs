@@ -240,6 +240,12 @@ pub(crate) struct PeerAuth {
     pub(crate) verified: bool,
     /// It says it has verified us.
     pub(crate) verified_us: bool,
+    /// Both sides verified each other: we verified it, and it said it verified us. Only
+    /// then do endpoints match: a side that has not yet verified the other drops all it
+    /// sends (its KEY among it), so a writer that matched earlier would need repairs for
+    /// its first samples. Kept once set (an old AUTH of its, replayed, cannot undo it)
+    /// until it loses its authentication.
+    pub(crate) mutual: bool,
     /// A failure was reported (once per peer).
     pub(crate) reported: bool,
     /// When we last sent it an AUTH.
@@ -269,6 +275,7 @@ impl PeerAuth {
             credential: None,
             verified: false,
             verified_us: false,
+            mutual: false,
             reported: false,
             sent: None,
             pair_tx: None,
