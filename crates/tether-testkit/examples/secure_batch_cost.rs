@@ -11,21 +11,35 @@ use tether_core::{Batching, Config, EndpointInfo, Event, Participant, Participan
 use tether_testkit::realm::Realm;
 
 fn main() {
-    // `secure_batch_cost SIZE secure|plain`: one run of reliable batches, for a profiler.
+    // `secure_batch_cost SIZE secure|plain [unbatched]`: one run of reliable samples, for a
+    // profiler.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [size, mode] = args.as_slice() {
+    if let [size, mode, rest @ ..] = args.as_slice() {
         let size = size.parse().expect("a size in bytes");
-        let (w, r) = run(size, Qos::new().keep_all(), mode == "secure");
+        let batched = rest.first().is_none_or(|a| a != "unbatched");
+        let (w, r) = run(size, Qos::new().keep_all(), mode == "secure", batched);
         println!("{size} B {mode}: writer {w:.0} ns a sample, reader {r:.0}");
         return;
+    }
+    // One sample a datagram (what the latency bench sends), 64 B.
+    for (name, q) in [
+        ("best effort", Qos::new().best_effort()),
+        ("reliable", Qos::new().keep_all()),
+    ] {
+        let plain = run(64, q, false, false);
+        let secure = run(64, q, true, false);
+        println!(
+            "   64 B {name:>11}, unbatched: writer {:5.0} / {:5.0} ns a sample (plain / secure), reader {:5.0} / {:5.0}",
+            plain.0, secure.0, plain.1, secure.1
+        );
     }
     for size in [256usize, 1024] {
         for (name, q) in [
             ("best effort", Qos::new().best_effort()),
             ("reliable", Qos::new().keep_all()),
         ] {
-            let plain = run(size, q, false);
-            let secure = run(size, q, true);
+            let plain = run(size, q, false, true);
+            let secure = run(size, q, true, true);
             println!(
                 "{size:>5} B {name:>11}: writer {:5.0} / {:5.0} ns a sample (plain / secure), reader {:5.0} / {:5.0}",
                 plain.0, secure.0, plain.1, secure.1
@@ -35,7 +49,7 @@ fn main() {
 }
 
 /// (writer ns a sample, reader ns a sample).
-fn run(size: usize, q: Qos, secure: bool) -> (f64, f64) {
+fn run(size: usize, q: Qos, secure: bool, batched: bool) -> (f64, f64) {
     let t0 = Instant::now();
     let (a_addr, b_addr): (SocketAddr, SocketAddr) = (
         "127.0.0.1:1".parse().unwrap(),
@@ -58,9 +72,12 @@ fn run(size: usize, q: Qos, secure: bool) -> (f64, f64) {
         partitions: vec![],
         qos: q,
     };
-    let w = a
-        .create_writer(t0, info(q.batching(Batching::default())))
-        .unwrap();
+    let wq = if batched {
+        q.batching(Batching::default())
+    } else {
+        q
+    };
+    let w = a.create_writer(t0, info(wq)).unwrap();
     let _r = b.create_reader(t0, info(q));
     let mut now = t0;
     for _ in 0..100 {

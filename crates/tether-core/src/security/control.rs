@@ -49,7 +49,37 @@ struct LastTagged {
     /// Kept, so its address cannot be another payload's while it is compared.
     body: bytes::Bytes,
     tail: Tail,
-    dests: HashSet<SocketAddr>,
+    dests: Dests,
+}
+
+/// The destinations a tag went to: a few, searched in a list (most datagrams go to one or
+/// a handful), and a hash set once there are many (a unicast fan-out to 100 readers).
+#[derive(Default)]
+struct Dests {
+    few: Vec<SocketAddr>,
+    many: HashSet<SocketAddr>,
+}
+
+impl Dests {
+    const FEW: usize = 16;
+
+    /// Adds `a`; false if it was there.
+    fn insert(&mut self, a: SocketAddr) -> bool {
+        if self.few.contains(&a) || self.many.contains(&a) {
+            return false;
+        }
+        if self.few.len() < Self::FEW {
+            self.few.push(a);
+        } else {
+            self.many.insert(a);
+        }
+        true
+    }
+
+    fn clear(&mut self) {
+        self.few.clear();
+        self.many.clear();
+    }
 }
 
 /// A peer's control keys as we hold them: at most two epochs, newest last.
@@ -228,7 +258,7 @@ impl Participant {
                 last.dests.insert(t.dest);
             }
             None => {
-                let mut dests = HashSet::new();
+                let mut dests = Dests::default();
                 dests.insert(t.dest);
                 tx.last = Some(LastTagged {
                     to,
