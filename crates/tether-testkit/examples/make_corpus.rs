@@ -141,6 +141,29 @@ fn main() {
     for (i, c) in conversation.iter().enumerate() {
         std::fs::write(d.join(format!("seed-{i}")), c).unwrap();
     }
+    // A sealed batch (secure realms), behind a heartbeat, as a writer sends it.
+    let tag = [7u8; 16];
+    let sealed = [3u8; 40];
+    let sealed_batch = dg(&[
+        Submessage::Heartbeat(HeartbeatRepr {
+            writer: EntityId(1),
+            reader: EntityId(0),
+            first: 1,
+            last: 3,
+            count: 2,
+            final_: false,
+        }),
+        Submessage::SealedBatch(SealedBatchRepr {
+            writer: EntityId(1),
+            reader: EntityId(0),
+            first_seq: 1,
+            count: 3,
+            epoch: 1,
+            tag: &tag,
+            ciphertext: &sealed,
+        }),
+    ]);
+    std::fs::write(d.join("seed-sealed-batch"), sealed_batch).unwrap();
     let p = root.join("participant");
     std::fs::create_dir_all(&p).unwrap();
     let mut framed = Vec::new();
