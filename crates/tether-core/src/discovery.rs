@@ -418,6 +418,7 @@ impl Participant {
             entity: eid,
         };
         self.keystore.keys.retain(|(g, _), _| *g != gone);
+        self.keystore.batch_windows.retain(|(g, _), _| *g != gone);
         self.keystore.key_asked.remove(&gone);
         let g = Guid {
             participant: pid,

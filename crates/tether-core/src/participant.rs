@@ -23,7 +23,7 @@ use crate::discovery::RemoteEndpoint;
 use crate::error::CreateError;
 use crate::matching::Side;
 use crate::reliability::{ack_interval, heartbeat_all};
-use crate::security::control::{Origin, needs_authentication};
+use crate::security::control::{Gate, Origin, needs_authentication};
 use crate::transmit::{Tail, Transmit};
 use crate::writer::multicast_peers;
 
@@ -565,8 +565,12 @@ impl Participant {
             Origin::Unverified
         } else {
             match self.authenticate(pid, datagram) {
-                Some(o) => o,
-                None => return,
+                Gate::Act(o) => o,
+                Gate::Drop => return,
+                Gate::Hold(writer, epoch) => {
+                    self.hold_datagram(now, from, datagram, outer, writer, epoch);
+                    return;
+                }
             }
         };
         // The SEALED_BATCH the gate opened, if the datagram ends with one.
@@ -661,7 +665,7 @@ impl Participant {
                         participant: pid,
                         entity: x.writer,
                     };
-                    self.on_sealed_batch(now, g, x, datagram, opened.take());
+                    self.on_sealed_batch(now, g, x, opened.take());
                 }
                 Submessage::Batch(b) => {
                     let g = Guid {

@@ -4,8 +4,9 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 
-/// Largest head kept inline in a [`Transmit`] (datagram header, heartbeat, DATA header).
-pub(crate) const INLINE_HEAD: usize = 80;
+/// Largest head kept inline in a [`Transmit`] (datagram header, heartbeat, DATA header; or
+/// SEALED_BATCH fields and tag: 92 bytes).
+pub(crate) const INLINE_HEAD: usize = 96;
 
 /// The first bytes of a transmit: inline when they are a sample's headers (no allocation per
 /// sample), shared otherwise.
@@ -19,7 +20,7 @@ pub(crate) enum HeadRepr {
 }
 
 impl Head {
-    /// An inline head (at most 80 bytes; longer input is truncated, which the engine never
+    /// An inline head (at most 96 bytes; longer input is truncated, which the engine never
     /// produces: `DATA_HEAD_MAX` is 76).
     pub(crate) fn inline(s: &[u8]) -> Self {
         let n = s.len().min(INLINE_HEAD);

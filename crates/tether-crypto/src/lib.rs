@@ -46,7 +46,7 @@ pub use identity::{CaKey, Identity, RealmSecret};
 pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};
 pub use pairwise::pair_key;
 pub use random::{OsRandom, Random, random_array, random_bytes};
-pub use replay::{ControlWindow, ReplayWindow, Window};
+pub use replay::{BatchWindow, ControlWindow, ReplayWindow, Window};
 pub use sample::{Protection, UnknownProtection};
 pub use suite::{SMALL_MESSAGE, SealError, SenderKey, Suite, TAG_LEN, UnknownSuite};
 pub use topic::TopicId;

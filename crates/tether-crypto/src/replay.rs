@@ -23,6 +23,10 @@ pub type ReplayWindow = Window<5>;
 /// multicast group) whose queues it drains in batches, one after the other.
 pub type ControlWindow = Window<17>;
 
+/// The window of sealed batches' first sequence numbers (`docs/wire.md#sealed_batch`):
+/// 4,096 sequence numbers behind the newest, several batches of any size.
+pub type BatchWindow = Window<65>;
+
 impl<const W: usize> Default for Window<W> {
     fn default() -> Self {
         Window {

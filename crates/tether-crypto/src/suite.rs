@@ -395,17 +395,15 @@ impl SenderKey {
     }
 
     /// Seals the entries of a batch (`buf`, in place) under this key's batch key and returns
-    /// the tag: nonce `epoch ‖ first_seq`, associated data
-    /// [`tether_wire::sealed_batch_aad`] (`docs/wire.md#sealed_batch`). One AEAD call for
-    /// every sample of the batch.
+    /// the tag: nonce `epoch ‖ first_seq`, `aad` authenticated with it (tether binds every
+    /// byte of the datagram before the tag: `docs/wire.md#sealed_batch`). One AEAD call for
+    /// every sample of the batch, and for the datagram's authentication.
     pub fn seal_batch(
         &self,
-        writer: &[u8; 12],
         first_seq: u64,
-        count: u32,
+        aad: &[u8],
         buf: &mut [u8],
     ) -> Result<[u8; TAG_LEN], SealError> {
-        let aad = tether_wire::sealed_batch_aad(writer, self.epoch, first_seq, count);
         let mut t = [0u8; TAG_LEN];
         if buf.len() < SMALL_MESSAGE {
             let tag = self
@@ -413,7 +411,7 @@ impl SenderKey {
                 .small
                 .seal_in_place_separate_tag(
                     self.small_nonce(first_seq),
-                    ring::aead::Aad::from(&aad[..]),
+                    ring::aead::Aad::from(aad),
                     buf,
                 )
                 .map_err(|_| SealError::BadKey)?;
@@ -422,7 +420,7 @@ impl SenderKey {
             let tag = self
                 .batch
                 .key
-                .seal_in_place_separate_tag(self.nonce(first_seq), Aad::from(&aad[..]), buf)
+                .seal_in_place_separate_tag(self.nonce(first_seq), Aad::from(aad), buf)
                 .map_err(|_| SealError::BadKey)?;
             t.copy_from_slice(tag.as_ref());
         }
@@ -433,9 +431,8 @@ impl SenderKey {
     /// into `out`, exactly as long as the ciphertext. `out` is unspecified on an error.
     pub fn open_batch_into(
         &self,
-        writer: &[u8; 12],
         first_seq: u64,
-        count: u32,
+        aad: &[u8],
         ciphertext: &[u8],
         tag: &[u8; TAG_LEN],
         out: &mut [u8],
@@ -443,7 +440,6 @@ impl SenderKey {
         if out.len() != ciphertext.len() {
             return Err(SealError::BadOutput);
         }
-        let aad = tether_wire::sealed_batch_aad(writer, self.epoch, first_seq, count);
         if ciphertext.len() < SMALL_MESSAGE {
             out.copy_from_slice(ciphertext);
             return self
@@ -451,7 +447,7 @@ impl SenderKey {
                 .small
                 .open_in_place_separate_tag(
                     self.small_nonce(first_seq),
-                    ring::aead::Aad::from(&aad[..]),
+                    ring::aead::Aad::from(aad),
                     ring::aead::Tag::from(*tag),
                     out,
                     0..,
@@ -463,7 +459,7 @@ impl SenderKey {
             .key
             .open_separate_gather(
                 self.nonce(first_seq),
-                Aad::from(&aad[..]),
+                Aad::from(aad),
                 ciphertext,
                 tag.as_slice(),
                 out,
@@ -570,44 +566,48 @@ mod tests {
         }
     }
 
-    /// A sealed batch opens only with its own writer, epoch, first sequence number and
-    /// count, and never as the sample of its first number sealed alone (another key).
+    /// A sealed batch opens only with its own epoch, first sequence number and associated
+    /// data, and never as the sample of its first number sealed alone (another key).
     #[test]
     fn sealed_batches_open_only_as_sealed() {
         for suite in Suite::ALL {
             for len in [24usize, 5000] {
                 let k = SenderKey::generate(suite, 3, &mut crate::OsRandom);
-                let w = [7u8; 12];
+                let aad = b"the datagram before the tag";
                 let plain: Vec<u8> = (0..len).map(|i| i as u8).collect();
                 let mut buf = plain.clone();
-                let tag = k.seal_batch(&w, 100, 2, &mut buf).unwrap();
+                let tag = k.seal_batch(100, aad, &mut buf).unwrap();
                 assert_ne!(buf, plain);
                 let mut out = vec![0u8; len];
-                k.open_batch_into(&w, 100, 2, &buf, &tag, &mut out).unwrap();
+                k.open_batch_into(100, aad, &buf, &tag, &mut out).unwrap();
                 assert_eq!(out, plain);
-                // Another key of the same bytes under another epoch, another writer, first
-                // number or count: refused.
+                // The same key bytes under another epoch, another first number, any other
+                // associated data: refused.
                 let again = SenderKey::from_bytes(suite, 4, k.key_bytes()).unwrap();
                 let refused = |r: Result<(), SealError>| assert_eq!(r, Err(SealError::Forged));
-                refused(again.open_batch_into(&w, 100, 2, &buf, &tag, &mut out));
-                refused(k.open_batch_into(&[8; 12], 100, 2, &buf, &tag, &mut out));
-                refused(k.open_batch_into(&w, 101, 2, &buf, &tag, &mut out));
-                refused(k.open_batch_into(&w, 100, 3, &buf, &tag, &mut out));
+                refused(again.open_batch_into(100, aad, &buf, &tag, &mut out));
+                refused(k.open_batch_into(101, aad, &buf, &tag, &mut out));
+                refused(k.open_batch_into(
+                    100,
+                    b"the datagram before the taG",
+                    &buf,
+                    &tag,
+                    &mut out,
+                ));
                 for i in (0..len).step_by(len / 7) {
                     let mut c = buf.clone();
                     c[i] ^= 1;
-                    refused(k.open_batch_into(&w, 100, 2, &c, &tag, &mut out));
+                    refused(k.open_batch_into(100, aad, &c, &tag, &mut out));
                 }
                 let mut t = tag;
                 t[0] ^= 1;
-                refused(k.open_batch_into(&w, 100, 2, &buf, &t, &mut out));
+                refused(k.open_batch_into(100, aad, &buf, &t, &mut out));
                 // Not the sample key: the same bytes do not open as sample 100.
                 let mut s = buf.clone();
                 s.extend_from_slice(&tag);
-                let aad = tether_wire::sealed_batch_aad(&w, 3, 100, 2);
-                assert!(k.open_in_place(100, &aad, &mut s).is_err());
+                assert!(k.open_in_place(100, aad, &mut s).is_err());
                 assert_eq!(
-                    k.open_batch_into(&w, 100, 2, &buf, &tag, &mut out[..1]),
+                    k.open_batch_into(100, aad, &buf, &tag, &mut out[..1]),
                     Err(SealError::BadOutput)
                 );
             }

@@ -233,25 +233,34 @@ fn an_altered_sealed_batch_changes_nothing_and_the_genuine_copy_counts() {
         .clone();
     let body = sealed_batch_body(&genuine);
     let ct = body + tether_wire::SEALED_BATCH_FIXED_LEN;
-    let flip = |at: usize| {
+    let flip = |at: usize, bit: u8| {
         let mut v = genuine.to_vec();
-        v[at] ^= 0x01;
+        v[at] ^= bit;
         Bytes::from(v)
     };
     let before = sim.nodes[r].participant.stats().clone();
-    // (where, the counter that must rise)
-    let altered = [
-        (flip(ct + 5), "open_failed"), // ciphertext: its own AEAD refuses it
-        (flip(body + 24), "unauthenticated"), // the batch's tag: the AUTH_TAG covers it
-        (flip(body + 8), "unauthenticated"), // first_seq: the AUTH_TAG covers it
-        (flip(body + 20), "unauthenticated"), // epoch
+    // The seal covers every byte before its tag as associated data, and the ciphertext:
+    // (the altered copy, the counter that must rise).
+    let mut altered = vec![
+        (flip(ct + 5, 1), "open_failed"),    // the ciphertext
+        (flip(body + 24, 1), "open_failed"), // the tag
+        (flip(body + 8, 4), "open_failed"),  // first_seq (the nonce)
+        (flip(body + 4, 1), "open_failed"),  // reader
+        // The next epoch, whose key it does not hold yet: kept a while, never opened.
+        (flip(body + 20, 3), "held_for_key"),
+        // An epoch further ahead: no key on its way could explain it, dropped at once.
+        (flip(body + 20, 4), "no_key"),
     ];
-    for (d, counter) in &altered {
+    // A heartbeat in front, if the writer put one there: covered too.
+    if body > tether_wire::HEADER_LEN + tether_wire::SUBMESSAGE_HEADER_LEN {
+        altered.push((flip(tether_wire::HEADER_LEN + 12, 1), "open_failed"));
+    }
+    for (i, (d, counter)) in altered.iter().enumerate() {
         let was = sim.nodes[r].participant.stats().counters();
         tether_testkit::realm::inject(&mut sim, r, from, d);
         let now = sim.nodes[r].participant.stats().counters();
         let get = |c: &[(&str, u64)]| c.iter().find(|(n, _)| n == counter).unwrap().1;
-        assert_eq!(get(&now), get(&was) + 1, "{counter}");
+        assert!(get(&now) > get(&was), "copy {i}: {counter} did not rise");
         assert!(
             sim.payloads(r, rid).is_empty(),
             "an altered batch delivered"
@@ -353,4 +362,127 @@ fn a_reader_asking_for_signatures_takes_no_sealed_batch() {
     sim.run_for(Duration::from_secs(1));
     assert!(sim.payloads(r, rid).is_empty());
     assert_eq!(sim.nodes[r].participant.stats().under_protected, 16);
+}
+
+/// A writer that does not batch sends each sample in a sealed datagram of its own (a
+/// SEALED_BATCH of one): one AEAD for the sample and the datagram, no AUTH_TAG, nothing in
+/// clear; its readers get every sample, in order.
+#[test]
+fn unbatched_samples_leave_in_sealed_datagrams_without_a_tag() {
+    for q in [Qos::new().keep_all(), Qos::new().best_effort()] {
+        let (mut sim, _, wid, rids) = realm(7, Link::perfect(), 2, q, q, |s| s);
+        sim.wire = Some(Vec::new());
+        let n = 20u64;
+        for k in 0..n {
+            sim.write(0, wid, k, sample(k, 64), Duration::from_secs(5));
+            sim.run_for(Duration::from_millis(2));
+        }
+        assert!(
+            sim.run_until(Duration::from_secs(10), |s| delivered_in_order(
+                s, &rids, n, 64
+            ))
+        );
+        let ws = sim.nodes[0].participant.stats();
+        assert_eq!((ws.batches_sealed, ws.samples_sealed), (n, n));
+        let wire = sim.wire.take().unwrap();
+        assert!(!plaintext_on(&wire));
+        let from_writer: Vec<&Bytes> = wire
+            .iter()
+            .filter(|d| {
+                d[8..16]
+                    == sim.nodes[0]
+                        .participant
+                        .config()
+                        .participant
+                        .0
+                        .to_le_bytes()
+            })
+            .filter(|d| {
+                kinds(std::slice::from_ref(*d)).contains(&(SubmessageKind::SealedBatch as u8))
+            })
+            .collect();
+        assert_eq!(
+            from_writer.len() as u64,
+            n * 2,
+            "one datagram per sample and reader"
+        );
+        for d in from_writer {
+            assert!(
+                !kinds(std::slice::from_ref(d)).contains(&(SubmessageKind::AuthTag as u8)),
+                "a sealed datagram carries no AUTH_TAG"
+            );
+        }
+    }
+}
+
+/// An outsider without keys forges sealed datagrams under the writer's id (any fields, a
+/// made-up tag and ciphertext) and replays genuine ones: nothing it sends is delivered or
+/// acted on, every copy is a counted drop, and the stream goes on complete.
+#[test]
+fn forged_and_replayed_sealed_datagrams_change_nothing() {
+    let q = Qos::new().keep_all();
+    let (mut sim, _, wid, rids) = realm(8, Link::perfect(), 1, q, q, |s| s);
+    let (r, rid) = rids[0];
+    let writer_pid = sim.nodes[0].participant.config().participant;
+    let from = sim.nodes[0].addr;
+    let dgs = intercept(&mut sim, wid, 0, 1);
+    let genuine = dgs.last().expect("the sample's datagram").clone();
+    tether_testkit::realm::inject(&mut sim, r, from, &genuine);
+    assert_eq!(sim.payloads(r, rid).len(), 1);
+    let before = sim.nodes[r].participant.stats().clone();
+    // Replayed, from the writer's address and from the outsider's own.
+    for src in [from, tether_testkit::realm::attacker()] {
+        tether_testkit::realm::inject(&mut sim, r, src, &genuine);
+    }
+    // Forged: every epoch the writer could be at, the next sequence numbers, any tag.
+    let tag = [0x5a; 16];
+    let ct = [0x11u8; 12 + 64];
+    for (epoch, first_seq) in [(1u32, 2u64), (1, 3), (2, 2), (u32::MAX, 2)] {
+        let d = tether_testkit::realm::forged(
+            writer_pid,
+            &[
+                Submessage::Heartbeat(tether_wire::HeartbeatRepr {
+                    writer: wid,
+                    reader: EntityId::ALL,
+                    first: 1,
+                    last: 1_000_000,
+                    count: 1_000,
+                    final_: false,
+                }),
+                Submessage::SealedBatch(tether_wire::SealedBatchRepr {
+                    writer: wid,
+                    reader: EntityId::ALL,
+                    first_seq,
+                    count: 1,
+                    epoch,
+                    tag: &tag,
+                    ciphertext: &ct,
+                }),
+            ],
+        );
+        tether_testkit::realm::inject(&mut sim, r, tether_testkit::realm::attacker(), &d);
+        tether_testkit::realm::inject(&mut sim, r, from, &d);
+    }
+    let after = sim.nodes[r].participant.stats().clone();
+    assert_eq!(
+        sim.payloads(r, rid).len(),
+        1,
+        "a replay or forgery delivered"
+    );
+    assert_eq!(
+        after.datagrams_authenticated,
+        before.datagrams_authenticated
+    );
+    assert_eq!(after.addresses_moved, before.addresses_moved);
+    assert!(after.replayed >= before.replayed + 2);
+    assert!(after.open_failed >= before.open_failed + 2);
+    // The rest of the stream: everything, in order.
+    for k in 1..30 {
+        sim.write(0, wid, k, sample(k, 300), Duration::from_secs(5));
+    }
+    assert!(
+        sim.run_until(Duration::from_secs(10), |s| delivered_in_order(
+            s, &rids, 30, 300
+        ))
+    );
 }

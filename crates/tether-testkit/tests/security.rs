@@ -519,7 +519,9 @@ fn samples_are_sealed_once_and_never_sent_in_clear() {
 }
 
 /// A flipped bit anywhere in a sealed sample, or a sealed sample replayed under another
-/// sequence number, is refused and counted; the session goes on.
+/// sequence number, is refused and counted; the session goes on. (Samples sealed alone, in
+/// DATA: repairs, late joiners' histories, coalescing and asynchronous writers. Samples in
+/// sealed datagrams are tested in sealed_batch.rs.)
 #[test]
 fn tampered_sealed_samples_are_refused() {
     let mut sim = Sim::new(14, Link::perfect());
@@ -542,7 +544,11 @@ fn tampered_sealed_samples_are_refused() {
         .create_writer(
             now,
             EndpointInfo {
-                qos: Qos::new().best_effort(),
+                qos: Qos::new().best_effort().coalescing(tether_core::Batching {
+                    max_bytes: 8000,
+                    max_samples: 1,
+                    max_delay: Duration::from_millis(1),
+                }),
                 ..info("/t")
             },
         )
@@ -640,7 +646,15 @@ fn untagged(dg: &[u8]) -> Vec<u8> {
 /// The epoch a sealed DATA datagram's payload names, if it is one (the sample is the
 /// datagram's last bytes: epoch, ciphertext of `len` bytes, tag).
 fn epoch_of(dg: &[u8], len: usize) -> Option<u32> {
-    // Before the datagram's AUTH_TAG.
+    // A sample in a sealed datagram of its own (`docs/wire.md#sealed_batch`).
+    if let Some(ct) = tether_wire::sealed_batch_ciphertext(dg, dg.len()) {
+        let x = tether_wire::SealedBatchRepr::from_body(
+            &dg[ct - tether_wire::SEALED_BATCH_FIXED_LEN..],
+        )
+        .ok()?;
+        return (x.ciphertext.len() == tether_wire::BATCH_ENTRY_OVERHEAD + len).then_some(x.epoch);
+    }
+    // A sealed DATA, before the datagram's AUTH_TAG.
     let dg = tether_wire::AuthTagRepr::split(dg).map_or(dg, |(_, covered)| covered);
     let at = dg.len().checked_sub(4 + len + 16)?;
     Some(u32::from_le_bytes(dg[at..at + 4].try_into().ok()?))

@@ -53,8 +53,8 @@ pub use repr::{
     DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr,
     HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr,
     PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr, QosRepr, Reliability,
-    SEALED_BATCH_FIXED_LEN, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr, StrList, Submessage,
-    SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry, sealed_batch_aad,
+    SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr,
+    StrList, Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry,
     sealed_batch_ciphertext,
 };
 pub use sample::{

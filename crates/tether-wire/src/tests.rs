@@ -724,7 +724,7 @@ proptest! {
         DatagramBuilder::new(&mut head, header())
             .push_sealed_batch_head(&x, ciphertext.len())
             .unwrap();
-        // The AUTH_TAG leaves out exactly the ciphertext, seen from the head or the whole.
+        // The ciphertext starts right after the head, seen from the head or the whole.
         prop_assert_eq!(sealed_batch_ciphertext(&head, whole.len()), Some(head.len()));
         prop_assert_eq!(sealed_batch_ciphertext(&whole, whole.len()), Some(head.len()));
         head.extend_from_slice(&ciphertext);
@@ -782,10 +782,10 @@ fn sealed_batch_bad_values() {
     }
 }
 
-/// The AUTH_TAG's exemption applies only to a SEALED_BATCH that ends the covered bytes:
-/// one followed by anything, or any other last submessage, is covered whole.
+/// Only a datagram whose last submessage is a SEALED_BATCH authenticates itself (and has no
+/// AUTH_TAG): one followed by anything, or any other last submessage, does not.
 #[test]
-fn only_a_last_sealed_batch_is_left_out_of_the_tag() {
+fn only_a_datagram_ending_with_a_sealed_batch_authenticates_itself() {
     let tag = [9u8; 16];
     let ct = [1u8; 40];
     let x = SealedBatchRepr {

@@ -129,6 +129,18 @@ pub(crate) enum Origin {
     Unverified,
 }
 
+/// The gate's verdict on a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Act on it, as the origin allows.
+    Act(Origin),
+    /// Drop it (counted).
+    Drop,
+    /// It ends with a SEALED_BATCH of writer `.0`, which we read, under epoch `.1`, whose
+    /// key we do not hold yet: keep it until the key comes (`docs/wire.md#key`).
+    Hold(crate::event::Guid, u32),
+}
+
 /// Whether only an authenticated datagram may carry `m`: everything but PARTICIPANT, AUTH,
 /// the PROBE and PROBE_ACK that validate addresses before authentication
 /// (`docs/wire.md#validation`), and the tag itself.
@@ -192,6 +204,11 @@ impl Participant {
         if self.cfg.security.is_none() || !t.tail.is_empty() {
             return t;
         }
+        // A datagram that ends with a SEALED_BATCH is authenticated by its seal
+        // (`docs/wire.md#sealed_batch`): no tag.
+        if tether_wire::sealed_batch_ciphertext(&t.head, t.head.len() + t.body.len()).is_some() {
+            return t;
+        }
         if self.control_tx().counter >= CONTROL_KEY_LIMIT {
             let now = self.clock;
             self.rekey_control(now);
@@ -210,11 +227,6 @@ impl Participant {
             Some(pid) if !shared => pid.0,
             _ => 0,
         };
-        // A SEALED_BATCH's ciphertext (the whole body) is left out: its own tag, in the
-        // head, stands for it (`docs/wire.md#sealed_batch`).
-        let batch_sealed = !t.body.is_empty()
-            && tether_wire::sealed_batch_ciphertext(&t.head, t.head.len() + t.body.len())
-                == Some(t.head.len());
         let tx = self.control_tx();
         if let Some(last) = tx.last.as_mut() {
             if last.to == 0
@@ -230,7 +242,7 @@ impl Participant {
         }
         tx.counter += 1;
         let counter = tx.counter;
-        let (sealed_to, tag) = if t.body.is_empty() || batch_sealed {
+        let (sealed_to, tag) = if t.body.is_empty() {
             tx.key.tag(counter, &t.head, to)
         } else {
             tx.scratch.clear();
@@ -290,12 +302,12 @@ impl Participant {
         self.tag_transmit(t).contiguous()
     }
 
-    /// The gate's check of a datagram from `pid` in a secure realm: `None` if it must be
-    /// dropped (counted), else what it may do.
-    pub(crate) fn authenticate(&mut self, pid: ParticipantId, datagram: &[u8]) -> Option<Origin> {
+    /// The gate's check of a datagram from `pid` in a secure realm: what it may do, or
+    /// that it must be dropped (counted), or held until a writer's key comes.
+    pub(crate) fn authenticate(&mut self, pid: ParticipantId, datagram: &[u8]) -> Gate {
         self.keystore.gate_opened = None;
         let Some(sec) = self.cfg.security.clone() else {
-            return Some(Origin::Plain);
+            return Gate::Act(Origin::Plain);
         };
         let me = self.cfg.participant;
         let Some(a) = self
@@ -305,17 +317,18 @@ impl Participant {
             .and_then(|p| p.auth.as_mut())
             .filter(|a| a.verified)
         else {
-            return Some(Origin::Unverified);
+            return Gate::Act(Origin::Unverified);
         };
+        // A datagram that ends with a SEALED_BATCH authenticates itself: its seal covers
+        // every byte before its tag (`docs/wire.md#sealed_batch`).
+        if let Some(ct) = tether_wire::sealed_batch_ciphertext(datagram, datagram.len()) {
+            return self.authenticate_sealed(pid, datagram, ct);
+        }
         let Some((t, covered)) = AuthTagRepr::split(datagram) else {
             self.stats.unauthenticated += 1;
-            return None;
+            return Gate::Drop;
         };
-        // A SEALED_BATCH that ends the covered bytes is authenticated by its own AEAD: the
-        // tag leaves its ciphertext out (`docs/wire.md#sealed_batch`), and the batch is
-        // opened below before the datagram counts.
-        let ciphertext = tether_wire::sealed_batch_ciphertext(covered, covered.len());
-        let mac = ciphertext.map_or(covered, |at| &covered[..at]);
+        let mac = covered;
         if !a.control.keys.iter().any(|(k, _)| k.epoch() == t.epoch) {
             // A newer epoch: its key comes in an AUTH of this datagram, wrapped for us by the
             // peer's own key (so it authenticates itself); then the tag must verify under it.
@@ -328,7 +341,7 @@ impl Participant {
                 .is_some_and(|t0| now.saturating_duration_since(t0) < UNWRAP_SPACING)
             {
                 self.stats.unauthenticated += 1;
-                return None;
+                return Gate::Drop;
             }
             let kx = a.credential.as_ref().map(|c| c.kx_public);
             let wrapped = newer_control_key(covered, t.epoch);
@@ -350,7 +363,7 @@ impl Participant {
                 }
                 None => {
                     self.stats.unauthenticated += 1;
-                    return None;
+                    return Gate::Drop;
                 }
             }
         }
@@ -361,40 +374,22 @@ impl Participant {
             .position(|(k, _)| k.epoch() == t.epoch)
         else {
             self.stats.unauthenticated += 1;
-            return None;
+            return Gate::Drop;
         };
         let (key, window) = &mut a.control.keys[i];
         if !window.check(t.counter) {
             self.stats.replayed += 1;
-            return None;
+            return Gate::Drop;
         }
         let Some(to) = key.open(t.counter, mac, &t.to, &t.tag) else {
             self.stats.unauthenticated += 1;
-            return None;
+            return Gate::Drop;
         };
         if to != 0 && to != me.0 {
             // Genuine, but meant for another participant: replayed here by someone else.
             self.stats.misaddressed += 1;
-            return None;
+            return Gate::Drop;
         }
-        if let Some(at) = ciphertext {
-            let body = at - tether_wire::SEALED_BATCH_FIXED_LEN;
-            match self.open_sealed_batch(pid, covered, body) {
-                Ok(o) => self.keystore.gate_opened = o,
-                Err(()) => {
-                    // Its ciphertext was altered on the way: nothing in it counts, and its
-                    // counter stays free for the genuine copy.
-                    self.stats.open_failed += 1;
-                    return None;
-                }
-            }
-        }
-        let a = self
-            .peers
-            .remotes
-            .get_mut(&pid)
-            .and_then(|p| p.auth.as_mut())?;
-        let window = &mut a.control.keys.get_mut(i)?.1;
         window.accept(t.counter);
         if i + 1 == a.control.keys.len() && i > 0 {
             // The newest epoch is in use: the one before it (which a departed member may
@@ -402,7 +397,7 @@ impl Participant {
             a.control.keys.drain(..i);
         }
         self.stats.datagrams_authenticated += 1;
-        Some(Origin::Authenticated)
+        Gate::Act(Origin::Authenticated)
     }
 
     /// Reports once that `pid` sent what its verified identity may not (`reason`).

@@ -10,6 +10,7 @@ use tether_wire::{
 };
 
 use crate::event::{Guid, Sample};
+use crate::security::control::Gate;
 use crate::writer::state::Writer;
 
 use crate::participant::Participant;
@@ -89,11 +90,13 @@ enum HeldKind {
         s: Sample,
         batch_signed: bool,
     },
-    Batch {
-        first_seq: u64,
-        count: u32,
-        tag: [u8; 16],
-        ciphertext: Bytes,
+    /// A datagram that ends with a SEALED_BATCH: it is authenticated by that batch, so
+    /// nothing in it is acted on before the key comes.
+    Datagram {
+        from: SocketAddr,
+        bytes: Bytes,
+        /// As received (not what a SEALED datagram opened to).
+        outer: bool,
     },
 }
 
@@ -101,17 +104,34 @@ impl Held {
     fn len(&self) -> usize {
         match &self.what {
             HeldKind::Sample { s, .. } => s.payload.len(),
-            HeldKind::Batch { ciphertext, .. } => ciphertext.len(),
+            HeldKind::Datagram { bytes, .. } => bytes.len(),
         }
     }
 
+    /// The samples it holds.
     fn samples(&self) -> u64 {
         match &self.what {
             HeldKind::Sample { .. } => 1,
-            HeldKind::Batch { count, .. } => *count as u64,
+            HeldKind::Datagram { bytes, .. } => sealed_batch_count(bytes),
         }
     }
 }
+
+/// The number of samples in the SEALED_BATCH that ends `datagram` (0 if none).
+fn sealed_batch_count(datagram: &[u8]) -> u64 {
+    tether_wire::sealed_batch_ciphertext(datagram, datagram.len())
+        .and_then(|ct| {
+            tether_wire::SealedBatchRepr::from_body(
+                &datagram[ct - tether_wire::SEALED_BATCH_FIXED_LEN..],
+            )
+            .ok()
+        })
+        .map_or(0, |x| x.count as u64)
+}
+
+/// Opened batches smaller than this get a buffer of their own, larger ones a slice of a
+/// shared chunk (see `authenticate_sealed`).
+const OPENED_SMALL: usize = 4096;
 
 /// Where SEALED_BATCHes are opened: a fresh allocation of this many bytes when the last
 /// one is still held (by samples not yet taken), so that one serves many batches.
@@ -184,62 +204,106 @@ impl Participant {
         self.cfg.security.is_none().then_some(Clear(()))
     }
 
-    /// Opens the SEALED_BATCH whose body starts at `body` in `covered` (a datagram of `pid`
-    /// whose AUTH_TAG verified over everything but this batch's ciphertext), if it is from
-    /// a writer we are matched with and we hold its key for the epoch: `Ok(None)` when we
-    /// cannot (the dispatcher then counts why), `Err` when it does not open (the datagram
-    /// is then dropped whole: its ciphertext was altered).
-    pub(crate) fn open_sealed_batch(
+    /// The gate's check of a datagram of verified peer `pid` that ends with a SEALED_BATCH
+    /// whose ciphertext starts at `ct` (`docs/wire.md#sealed_batch`): it may hold nothing
+    /// but HEARTBEATs of the batch's writer before it; the batch must be new (its first
+    /// sequence number in the writer's window for the epoch) and open under the writer's
+    /// batch key with every byte before its tag as associated data. Then the datagram
+    /// counts, and the opened entries wait in `keystore.gate_opened` for the dispatcher. A
+    /// datagram of a writer we read whose key we do not hold yet is held until it comes.
+    pub(crate) fn authenticate_sealed(
         &mut self,
         pid: ParticipantId,
-        covered: &[u8],
-        body: usize,
-    ) -> Result<Option<OpenedBatch>, ()> {
-        let Some(x) = covered
-            .get(body..)
-            .and_then(|b| tether_wire::SealedBatchRepr::from_body(b).ok())
-        else {
-            return Ok(None); // malformed: the dispatcher refuses the datagram
+        datagram: &[u8],
+        ct: usize,
+    ) -> Gate {
+        let body = ct - tether_wire::SEALED_BATCH_FIXED_LEN;
+        let Ok(x) = tether_wire::SealedBatchRepr::from_body(&datagram[body..]) else {
+            self.stats.malformed += 1;
+            return Gate::Drop;
         };
+        let only_its_heartbeats = tether_wire::Datagram::parse(datagram).is_ok_and(|d| {
+            d.submessages().all(|m| match m {
+                Ok(Submessage::Heartbeat(h)) => h.writer == x.writer,
+                Ok(Submessage::SealedBatch(_)) => true,
+                _ => false,
+            })
+        });
+        if !only_its_heartbeats {
+            self.stats.unauthenticated += 1;
+            return Gate::Drop;
+        }
         let g = Guid {
             participant: pid,
             entity: x.writer,
         };
-        self.open_batch(g, &x)
-    }
-
-    /// Opens sealed batch `x` of writer `g` if we read `g` and hold its key for the epoch
-    /// (`Ok(None)` if not); `Err` if it does not open.
-    fn open_batch(
-        &mut self,
-        g: Guid,
-        x: &tether_wire::SealedBatchRepr<'_>,
-    ) -> Result<Option<OpenedBatch>, ()> {
         if !self.matches.remote_writer_readers.contains_key(&g) {
-            return Ok(None);
+            // Not a writer we read: nothing in it is for us, and we could not check it.
+            self.stats.unmatched_writer += 1;
+            return Gate::Drop;
         }
         let Some(k) = self.keystore.keys.get(&(g, x.epoch)) else {
-            return Ok(None);
+            return Gate::Hold(g, x.epoch);
         };
+        let window = self.keystore.batch_windows.entry((g, x.epoch)).or_default();
+        if !window.check(x.first_seq) {
+            self.stats.replayed += 1;
+            return Gate::Drop;
+        }
         let n = x.ciphertext.len();
         let buf = &mut self.keystore.opened_buf;
-        if buf.capacity() < n {
-            buf.reserve(n.max(OPENED_CHUNK));
+        if n >= OPENED_SMALL {
+            if buf.capacity() < n {
+                buf.reserve(n.max(OPENED_CHUNK));
+            }
+        } else {
+            // A few samples: a buffer of their own, so that one the application keeps
+            // does not keep a whole chunk of others alive.
+            *buf = BytesMut::with_capacity(n);
         }
         buf.resize(n, 0);
-        let wid = tether_crypto::sample::endpoint_id(g.participant.0, g.entity.0);
-        if k.open_batch_into(&wid, x.first_seq, x.count, x.ciphertext, x.tag, buf)
+        let aad = &datagram[..body + tether_wire::SEALED_BATCH_TAG_AT];
+        if k.open_batch_into(x.first_seq, aad, x.ciphertext, x.tag, buf)
             .is_err()
         {
             buf.clear();
-            return Err(());
+            // Altered on the way, or forged: nothing in it counts.
+            self.stats.open_failed += 1;
+            return Gate::Drop;
         }
-        Ok(Some(OpenedBatch {
+        window.accept(x.first_seq);
+        self.keystore.gate_opened = Some(OpenedBatch {
             writer: g,
             first_seq: x.first_seq,
             count: x.count,
             entries: buf.split().freeze(),
-        }))
+        });
+        self.stats.datagrams_authenticated += 1;
+        Gate::Act(crate::security::control::Origin::Authenticated)
+    }
+
+    /// Keeps a datagram that ends with a SEALED_BATCH of `writer` under `epoch` until that
+    /// key comes (`hold_for_key`), and asks for it.
+    pub(crate) fn hold_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &Bytes,
+        outer: bool,
+        writer: Guid,
+        epoch: u32,
+    ) {
+        let held = Held {
+            at: now,
+            reader: EntityId::ALL,
+            what: HeldKind::Datagram {
+                from,
+                bytes: datagram.clone(),
+                outer,
+            },
+        };
+        self.hold_for_key(writer, epoch, held, datagram.len());
+        self.ask_for_key(now, writer, EntityId::ALL, epoch);
     }
 
     /// A SEALED_BATCH of writer `g` (`docs/wire.md#sealed_batch`): its samples, if the gate
@@ -250,7 +314,6 @@ impl Participant {
         now: Instant,
         g: Guid,
         x: tether_wire::SealedBatchRepr<'_>,
-        source: &Bytes,
         opened: Option<OpenedBatch>,
     ) {
         let count = x.count as u64;
@@ -262,26 +325,9 @@ impl Participant {
         let Some(o) =
             opened.filter(|o| o.writer == g && o.first_seq == x.first_seq && o.count == x.count)
         else {
-            if !self.matches.remote_writer_readers.contains_key(&g) {
-                self.stats.unmatched_writer += 1;
-            } else if self.keystore.keys.contains_key(&(g, x.epoch)) {
-                // Not the last submessage before the AUTH_TAG: the tag covered its
-                // ciphertext, but the format puts it last (the writer always does).
-                self.stats.malformed += 1;
-            } else {
-                let held = Held {
-                    at: now,
-                    reader: x.reader,
-                    what: HeldKind::Batch {
-                        first_seq: x.first_seq,
-                        count: x.count,
-                        tag: *x.tag,
-                        ciphertext: source.slice_ref(x.ciphertext),
-                    },
-                };
-                self.hold_for_key(g, x.epoch, held, x.ciphertext.len());
-                self.ask_for_key(now, g, x.reader, x.epoch);
-            }
+            // The gate opens the SEALED_BATCH that ends a datagram; one anywhere else (in a
+            // datagram with an AUTH_TAG, say) is not the format's.
+            self.stats.malformed += 1;
             return;
         };
         // A reader whose policy asks for signatures takes no sealed batch (they carry none).
@@ -487,8 +533,26 @@ impl Participant {
     /// comes, within [`HELD_FOR_KEY_BYTES`](crate::security::keys::HELD_FOR_KEY_BYTES) for
     /// all writers; beyond it, drops it (`no_key`).
     fn hold_for_key(&mut self, writer: Guid, epoch: u32, held: Held, len: usize) {
+        // Only what a key on its way explains: the writer's first key, or the epoch after
+        // the newest we hold (a re-key). An epoch further ahead is no key's, and what anyone
+        // can send under a writer's id must not take the room a genuine sample needs.
+        let newest = self
+            .keystore
+            .keys
+            .range((writer, 0)..=(writer, u32::MAX))
+            .next_back()
+            .map(|((_, e), _)| *e);
+        let plausible = newest.is_none_or(|n| epoch == n.wrapping_add(1));
         let h = &mut self.keystore.held;
-        if h.bytes + len > crate::security::keys::HELD_FOR_KEY_BYTES {
+        let of_writer: usize = h
+            .waiting
+            .range((writer, 0)..=(writer, u32::MAX))
+            .flat_map(|(_, q)| q.iter().map(Held::len))
+            .sum();
+        if !plausible
+            || h.bytes + len > crate::security::keys::HELD_FOR_KEY_BYTES
+            || of_writer + len > crate::security::keys::HELD_FOR_KEY_BYTES / 4
+        {
             self.stats.no_key += held.samples();
             return;
         }
@@ -513,29 +577,8 @@ impl Participant {
                         self.on_remote_data(now, held.reader, s);
                     }
                 }
-                HeldKind::Batch {
-                    first_seq,
-                    count,
-                    tag,
-                    ciphertext,
-                } => {
-                    let x = tether_wire::SealedBatchRepr {
-                        writer: writer.entity,
-                        reader: held.reader,
-                        first_seq,
-                        count,
-                        epoch,
-                        tag: &tag,
-                        ciphertext: &ciphertext,
-                    };
-                    let opened = match self.open_batch(writer, &x) {
-                        Ok(o) => o,
-                        Err(()) => {
-                            self.stats.open_failed += count as u64;
-                            continue;
-                        }
-                    };
-                    self.on_sealed_batch(now, writer, x, &ciphertext, opened);
+                HeldKind::Datagram { from, bytes, outer } => {
+                    self.process_datagram(now, from, &bytes, outer);
                 }
             }
         }

@@ -46,10 +46,15 @@ pub(crate) struct KeyStore {
     /// KEY goes by unicast, samples often by multicast, and either may overtake the
     /// other): opened when the key comes, dropped after [`HELD_FOR_KEY_TIME`].
     pub(crate) held: crate::security::gate::HeldForKey,
+    /// The first sequence numbers of the SEALED_BATCHes taken from each remote writer, per
+    /// epoch (their replay window: a sealed datagram has no AUTH_TAG counter). Kept for
+    /// exactly the keys kept.
+    pub(crate) batch_windows: BTreeMap<(Guid, u32), tether_crypto::BatchWindow>,
 }
 
 /// Bytes of sealed samples a participant holds, for all writers together, while their keys
-/// are on their way (`docs/wire.md#key`). Beyond it they are dropped (`no_key`), and a
+/// are on their way (`docs/wire.md#key`); a quarter of it for any one writer, and only for
+/// its first key or the epoch after its newest. Beyond it they are dropped (`no_key`), and a
 /// reliable writer repairs them.
 pub const HELD_FOR_KEY_BYTES: usize = 4 << 20;
 
@@ -237,6 +242,7 @@ impl Participant {
                     .collect();
                 for e in &held[..held.len().saturating_sub(KEPT_EPOCHS)] {
                     self.keystore.keys.remove(&(g, *e));
+                    self.keystore.batch_windows.remove(&(g, *e));
                 }
                 // What came before it opens now.
                 self.release_held(now, g, k.epoch);

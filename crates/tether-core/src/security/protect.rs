@@ -140,8 +140,9 @@ impl Participant {
             && !w.info.qos.coalesces()
             && w.asyncw.is_none()
             && !w.dests.is_empty();
-        if in_batch && seals_batches(w) {
-            // Sealed with its batch, once for all its samples, as the batch leaves.
+        if seals_datagrams(w) {
+            // Sealed with the datagram it leaves in (a SEALED_BATCH, alone or with the rest
+            // of its batch), once whatever the number of readers.
             return Ok(Protected {
                 seq,
                 wire: payload,
@@ -196,15 +197,54 @@ impl Participant {
     }
 }
 
-/// Whether `w`'s batches leave as SEALED_BATCHes (`docs/wire.md#sealed_batch`): a writer
-/// whose samples are sealed and not signed, with a key, that batches into BATCH layouts
-/// (coalescing writers send DATA submessages, each sample sealed alone). Its samples wait
-/// in the batch, and in the history, as the application wrote them.
-pub(crate) fn seals_batches(w: &crate::writer::state::Writer) -> bool {
+/// Whether `w`'s samples leave in SEALED_BATCHes (`docs/wire.md#sealed_batch`): a writer
+/// whose samples are sealed and not signed, with a key, that sends each sample (or batch)
+/// itself. Coalescing writers (DATA submessages, each sample sealed alone) and asynchronous
+/// ones (their sender's queue) keep sealing each sample. Its samples wait in the batch, and
+/// in the history, as the application wrote them; one that travels alone (a repair, a late
+/// joiner, one too large for a datagram) is sealed alone then.
+pub(crate) fn seals_datagrams(w: &crate::writer::state::Writer) -> bool {
     w.prot.is_some_and(|p| p.encrypt && !p.sign)
         && w.key.is_some()
-        && w.info.qos.batch().is_some()
         && !w.info.qos.coalesces()
+        && w.asyncw.is_none()
+}
+
+/// The head of a datagram that ends with a SEALED_BATCH of `count` entries starting at
+/// `first_seq` (`body`, clear on the way in, sealed in place on the way out): header, the
+/// heartbeat if any, the SEALED_BATCH's fields and tag. The seal authenticates every byte
+/// before the tag, so the datagram needs no AUTH_TAG. `None` if it cannot seal (never with
+/// a key: then nothing is sent in clear).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn seal_datagram(
+    scratch: &mut Vec<u8>,
+    hdr: tether_wire::Header,
+    writer: EntityId,
+    first_seq: u64,
+    count: u32,
+    key: &tether_crypto::SenderKey,
+    hb: Option<&tether_wire::HeartbeatRepr>,
+    body: &mut [u8],
+) -> Option<Head> {
+    scratch.clear();
+    let mut b = DatagramBuilder::new(scratch, hdr);
+    if let Some(hb) = hb {
+        b.push(&tether_wire::Submessage::Heartbeat(*hb)).ok()?;
+    }
+    let x = tether_wire::SealedBatchRepr {
+        writer,
+        reader: EntityId::ALL,
+        first_seq,
+        count,
+        epoch: key.epoch(),
+        tag: &[0; 16],
+        ciphertext: &[],
+    };
+    b.push_sealed_batch_head(&x, body.len()).ok()?;
+    let tag_at = scratch.len() - tether_crypto::TAG_LEN;
+    let tag = key.seal_batch(first_seq, &scratch[..tag_at], body).ok()?;
+    scratch[tag_at..].copy_from_slice(&tag);
+    Some(Head::copy_from_slice(scratch))
 }
 
 /// What a sample from a writer's history goes on the wire as when it travels alone (not

@@ -7,14 +7,14 @@ use std::time::Instant;
 use bytes::Bytes;
 use tether_wire::{
     BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DataRepr, DatagramBuilder, EntityId,
-    HEADER_LEN, HeartbeatRepr, SEALED_BATCH_FIXED_LEN, SUBMESSAGE_HEADER_LEN, SealedBatchRepr,
-    Submessage, batch_entry_head,
+    HEADER_LEN, HeartbeatRepr, SEALED_BATCH_FIXED_LEN, SUBMESSAGE_HEADER_LEN, Submessage,
+    batch_entry_head,
 };
 
 use crate::participant::{HEARTBEAT_LEN, Participant, after};
 use crate::reliability::ack_interval;
 use crate::security::keys::rekey_needed;
-use crate::security::protect::seals_batches;
+use crate::security::protect::{seal_datagram, seals_datagrams};
 use crate::transmit::{Head, Tail, Transmit};
 use crate::writer::packer::Packer;
 
@@ -112,7 +112,7 @@ impl Participant {
         }
         // A batch-sealing writer's entries are clear until now: they are sealed as they
         // leave, under a new epoch first if a reader left or the key is spent.
-        let sealing = seals_batches(w);
+        let sealing = seals_datagrams(w);
         if sealing && rekey_needed(self.cfg.security.as_deref(), w) {
             self.rekey(writer);
         }
@@ -157,52 +157,46 @@ impl Participant {
             seq += n as u64;
             start = end;
         }
-        // Sealed in place, one AEAD per datagram's entries (`docs/wire.md#sealed_batch`).
-        let mut tags: Vec<Option<(u32, [u8; 16])>> = vec![None; spans.len()];
-        if sealing {
-            let wid = tether_crypto::sample::endpoint_id(hdr.participant.0, writer.0);
-            if let Some(key) = w.key.clone() {
-                for (t, &(a, b, seq, n)) in tags.iter_mut().zip(&spans) {
-                    *t = key
-                        .seal_batch(&wid, seq, n, &mut entries[a..b])
-                        .ok()
-                        .map(|tag| (key.epoch(), tag));
-                }
-            }
-            let sealed = tags.iter().filter(|t| t.is_some()).count() as u64;
-            w.seals += sealed;
-            self.stats.batches_sealed += sealed;
-            self.stats.samples_sealed += spans
-                .iter()
-                .zip(&tags)
-                .filter(|(_, t)| t.is_some())
-                .map(|(s, _)| s.3 as u64)
-                .sum::<u64>();
-        }
-        let entries = entries.freeze();
+        // Each datagram's entries sealed in place, one AEAD for them and for the datagram
+        // (`docs/wire.md#sealed_batch`); otherwise a BATCH each.
+        let key = w.key.clone().filter(|_| sealing);
         let mut parts: Vec<(Head, Bytes)> = Vec::with_capacity(spans.len());
+        let mut heads: Vec<Option<Head>> = Vec::with_capacity(spans.len());
         // One buffer for every head of this batch (each is copied into its Head).
         let mut scratch = Vec::with_capacity(96 + SUBMESSAGE_HEADER_LEN + BATCH_SIG_LEN);
         let last = spans.len().saturating_sub(1);
-        for (i, (&(a, b, seq, n), tag)) in spans.iter().zip(&tags).enumerate() {
-            let body = entries.slice(a..b);
-            let hb = if i == last { hb } else { None };
-            let head = match (sealing, tag) {
-                (false, _) => self.batch_head(&mut scratch, hdr, writer, seq, n, &body, hb),
-                (true, Some((epoch, tag))) => sealed_batch_head(
+        if let Some(key) = &key {
+            for (i, &(a, b, seq, n)) in spans.iter().enumerate() {
+                let hb = hb.filter(|_| i == last);
+                let head = seal_datagram(
                     &mut scratch,
                     hdr,
                     writer,
                     seq,
                     n,
-                    *epoch,
-                    tag,
-                    body.len(),
-                    hb,
-                ),
-                // Not sealed (never: the writer has a key): not sent in clear; the
-                // history repairs it, sealed alone.
-                (true, None) => None,
+                    key,
+                    hb.as_ref(),
+                    &mut entries[a..b],
+                );
+                if head.is_some() {
+                    w.seals += 1;
+                    self.stats.batches_sealed += 1;
+                    self.stats.samples_sealed += n as u64;
+                }
+                // Not sealed (never: the writer has a key): not sent in clear; the history
+                // repairs it, sealed alone.
+                heads.push(head);
+            }
+        }
+        let entries = entries.freeze();
+        for (i, &(a, b, seq, n)) in spans.iter().enumerate() {
+            let body = entries.slice(a..b);
+            let head = match heads.get_mut(i) {
+                Some(h) => h.take(),
+                None => {
+                    let hb = hb.filter(|_| i == last);
+                    self.batch_head(&mut scratch, hdr, writer, seq, n, &body, hb)
+                }
             };
             if let Some(head) = head {
                 parts.push((head, body));
@@ -347,38 +341,6 @@ impl Participant {
             }
         }
     }
-}
-
-/// The head of one SEALED_BATCH datagram: header, the heartbeat when `hb`, the
-/// SEALED_BATCH's fields for `len` bytes of ciphertext (the body that follows).
-#[allow(clippy::too_many_arguments)]
-fn sealed_batch_head(
-    head: &mut Vec<u8>,
-    hdr: tether_wire::Header,
-    writer: EntityId,
-    first_seq: u64,
-    count: u32,
-    epoch: u32,
-    tag: &[u8; 16],
-    len: usize,
-    hb: Option<HeartbeatRepr>,
-) -> Option<Head> {
-    head.clear();
-    let mut b = DatagramBuilder::new(head, hdr);
-    if let Some(hb) = &hb {
-        let _ = b.push(&Submessage::Heartbeat(*hb));
-    }
-    let x = SealedBatchRepr {
-        writer,
-        reader: EntityId::ALL,
-        first_seq,
-        count,
-        epoch,
-        tag,
-        ciphertext: &[],
-    };
-    b.push_sealed_batch_head(&x, len).ok()?;
-    Some(Head::copy_from_slice(head))
 }
 
 /// The end of the entries from `start` that fit in `room` bytes (at least one entry), and

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DATA_FRAG_FIXED_LEN, DATA_HEAD_MAX, DataRepr, EntityId, HEADER_LEN, Header, HeartbeatRepr,
-    ParticipantId, SUBMESSAGE_HEADER_LEN, encode_data_head,
+    BATCH_ENTRY_OVERHEAD, DATA_FRAG_FIXED_LEN, DATA_HEAD_MAX, DataRepr, EntityId, HEADER_LEN,
+    Header, HeartbeatRepr, ParticipantId, SEALED_BATCH_FIXED_LEN, SUBMESSAGE_HEADER_LEN,
+    batch_entry_head, encode_data_head,
 };
 
 use crate::writer::state::Cached;
@@ -23,7 +24,7 @@ use crate::discovery::RemoteParticipant;
 use crate::error::WriteError;
 use crate::participant::{Config, HEARTBEAT_LEN, Participant, after};
 use crate::reliability::{ack_interval, heartbeat_all};
-use crate::security::protect::wire_form;
+use crate::security::protect::{seal_datagram, wire_form};
 use crate::transmit::{Head, Tail, Transmit};
 use crate::writer::batch::Batched;
 use crate::writer::packer::Outgoing;
@@ -218,9 +219,10 @@ impl Participant {
                     }
                 }
             }
-            // Never clear: a writer keeps samples clear only for a batch it sends to someone.
             Path::Direct => {
-                if !kept.clear {
+                if kept.clear {
+                    self.transmit_clear(now, writer, &kept);
+                } else {
                     self.transmit(now, writer, seq, timestamp_ns, &wire);
                 }
                 wire
@@ -384,8 +386,16 @@ impl Participant {
         };
         let mut arr = [0u8; DATA_HEAD_MAX];
         let n = encode_data_head(&hdr, hb.as_ref(), &data, payload.len(), &mut arr).unwrap_or(0);
-        let head = Head::inline(&arr[..n]);
-        let dg_len = (head.len() + payload.len()) as u64;
+        self.fan_out(now, writer, Head::inline(&arr[..n]), payload.clone());
+    }
+
+    /// Sends one datagram (`head`, then `body`) of `writer` to every matched participant:
+    /// once to each, or once to each multicast group its readers share.
+    fn fan_out(&mut self, now: Instant, writer: EntityId, head: Head, body: Bytes) {
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        let dg_len = (head.len() + body.len()) as u64;
         let grouped = multicast_peers(&self.cfg, self.peers.grouped);
         if grouped == 0 {
             for p in &w.dests {
@@ -395,7 +405,7 @@ impl Participant {
                     self.transmits.push_back(Transmit {
                         dest: rp.addr,
                         head: head.clone(),
-                        body: payload.clone(),
+                        body: body.clone(),
                         tail: Tail::NONE,
                     });
                 }
@@ -414,7 +424,7 @@ impl Participant {
                 self.transmits.push_back(Transmit {
                     dest,
                     head: head.clone(),
-                    body: payload.clone(),
+                    body: body.clone(),
                     tail: Tail::NONE,
                 });
             }
@@ -422,6 +432,74 @@ impl Participant {
         if w.info.qos.is_reliable() && w.heartbeat_by(after(now, self.cfg.heartbeat_period)) {
             self.timers_changed = true;
         }
+    }
+
+    /// Sends a sample a writer kept clear (`docs/wire.md#sealed_batch`): in a datagram of its
+    /// own that ends with a SEALED_BATCH of one, sealed once for every reader; or, too large
+    /// for one datagram, sealed alone and fragmented.
+    fn transmit_clear(&mut self, now: Instant, writer: EntityId, kept: &Cached) {
+        let room = self.writer_datagram(writer);
+        let hdr = self.header();
+        let Some(w) = self.writers.get_mut(&writer) else {
+            return;
+        };
+        if w.dests.is_empty() {
+            return;
+        }
+        let Some(key) = w.key.clone() else {
+            return;
+        };
+        let (seq, timestamp_ns) = (kept.seq, kept.timestamp_ns);
+        let need = HEADER_LEN
+            + HEARTBEAT_LEN
+            + SUBMESSAGE_HEADER_LEN
+            + SEALED_BATCH_FIXED_LEN
+            + BATCH_ENTRY_OVERHEAD
+            + kept.payload.len();
+        if need > room {
+            self.stats.samples_sealed += 1;
+            w.seals += 1;
+            if let Some(alone) = wire_form(&self.cfg, &mut self.stats, writer, Some(&key), kept) {
+                self.transmit(now, writer, seq, timestamp_ns, &alone);
+            }
+            return;
+        }
+        w.since_hb += 1;
+        let piggyback = w.info.qos.is_reliable() && w.since_hb >= w.heartbeat_every();
+        let hb = piggyback.then(|| {
+            w.since_hb = 0;
+            let first = w.first_available();
+            w.heartbeat(now, ack_interval(&self.cfg), first, seq)
+        });
+        if hb.is_some() {
+            self.stats.heartbeats_sent += w.dests.len() as u64;
+        }
+        // Into the buffer of a sealed datagram no transmit holds any more, if any.
+        let mut buf = w.take_spare();
+        buf.clear();
+        buf.extend_from_slice(&batch_entry_head(timestamp_ns, kept.payload.len()));
+        buf.extend_from_slice(&kept.payload);
+        let mut scratch = Vec::with_capacity(crate::transmit::INLINE_HEAD);
+        let Some(head) = seal_datagram(
+            &mut scratch,
+            hdr,
+            writer,
+            seq,
+            1,
+            &key,
+            hb.as_ref(),
+            &mut buf,
+        ) else {
+            return; // never with a key; the history repairs it, sealed alone
+        };
+        w.seals += 1;
+        self.stats.samples_sealed += 1;
+        self.stats.batches_sealed += 1;
+        let body = Bytes::from(buf);
+        // Its history holds the clear sample, never this: once the transmits are gone, the
+        // next datagram is sealed into it.
+        w.last_sealed = Some(body.clone());
+        self.fan_out(now, writer, head, body);
     }
 
     /// Remote fan-out of a sample larger than one datagram: its fragments, once per

@@ -185,8 +185,9 @@ pub(crate) struct Writer {
     /// A protected sample's buffer taken back from the history once nothing else held it:
     /// the next sample is sealed into it (no allocation, no zeroing).
     pub(crate) spare: Option<Vec<u8>>,
-    /// A protected writer that keeps no history (best effort, volatile): the last sample it
-    /// sealed, whose buffer becomes the next seal's once no datagram holds it any more.
+    /// The last sealed datagram body (of a writer that seals datagrams), or the last sample
+    /// sealed by a protected writer that keeps no history (best effort, volatile): its
+    /// buffer becomes the next seal's once no datagram holds it any more.
     pub(crate) last_sealed: Option<bytes::Bytes>,
     /// Where a sample goes (`participant::fanout_addrs` over `dests`), kept with what it
     /// was computed from, so a write does not walk every remote participant: 100 matched
@@ -462,7 +463,7 @@ impl Writer {
 
     pub(crate) fn push_history(&mut self, c: Cached) {
         if !self.keeps_history() {
-            if self.prot.is_some() && c.payload.len() <= SPARE_MAX {
+            if self.prot.is_some() && !c.clear && c.payload.len() <= SPARE_MAX {
                 self.last_sealed = Some(c.payload);
             }
             return;

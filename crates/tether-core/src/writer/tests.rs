@@ -1,31 +1,31 @@
 //! Unit tests of the writer's buffers in a secure realm.
 
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::{Config, EndpointInfo, EntityId, Participant, ParticipantId, Qos};
 
-/// A participant in a realm of its own, allowed to publish anything (encrypt mode),
-/// with one writer on `/t` of QoS `qos`.
-fn secure_writer(now: Instant, qos: Qos) -> (Participant, EntityId) {
-    let ca = tether_crypto::CaKey::generate();
-    let id = tether_crypto::Identity::generate();
+/// Participant `id` of the realm of `ca`, allowed to publish and subscribe to anything
+/// (encrypt mode).
+fn member(ca: &tether_crypto::CaKey, id: u64, now: Instant) -> Participant {
+    let identity = tether_crypto::Identity::generate();
     let cred = tether_crypto::Credential::issue(
-        &ca,
-        "w",
-        1,
+        ca,
+        "m",
+        id,
         1_000,
         4_000_000_000,
-        id.sign_public(),
-        id.kx_public(),
+        identity.sign_public(),
+        identity.kx_public(),
         vec!["/**".into()],
-        vec![],
+        vec!["/**".into()],
     )
     .unwrap();
-    let mut cfg = Config::new(0, ParticipantId(7));
+    let mut cfg = Config::new(0, ParticipantId(id));
     cfg.security = Some(std::sync::Arc::new(crate::Security::new(
-        id,
+        identity,
         cred,
         ca.public(),
         tether_crypto::RealmSecret::from_bytes([3; 32]),
@@ -33,63 +33,88 @@ fn secure_writer(now: Instant, qos: Qos) -> (Participant, EntityId) {
         now,
         2_000_000_000,
     )));
-    let mut p = Participant::new(cfg, now);
-    let info = EndpointInfo {
+    Participant::new(cfg, now)
+}
+
+fn info(qos: Qos) -> EndpointInfo {
+    EndpointInfo {
         topic: "/t".into(),
         type_name: "t".into(),
         partitions: vec![],
         qos,
-    };
-    let wid = p.create_writer(now, info).unwrap();
-    (p, wid)
-}
-
-/// A secure writer seals each sample into the buffer of one its history let go of, once
-/// nothing else holds it: no allocation, no zeroing per sample in steady state.
-#[test]
-fn sealed_buffers_are_taken_back_from_the_history() {
-    let now = Instant::now();
-    let (mut p, wid) = secure_writer(now, Qos::new().keep_last(2));
-    let ptr = |p: &Participant| p.writers[&wid].history.back().unwrap().payload.as_ptr();
-    for k in 0..2u64 {
-        p.write(now, wid, k, Bytes::from(vec![k as u8; 4096]))
-            .unwrap();
     }
-    let first = p.writers[&wid].history.front().unwrap().payload.as_ptr();
-    // Room for the next sample: the oldest leaves and its buffer becomes the spare
-    // (alive, so the allocator cannot hand out the same address by chance).
-    let w = p.writers.get_mut(&wid).unwrap();
-    assert!(w.spare.is_none());
-    assert!(w.make_room(4096));
-    assert_eq!(w.spare.as_ref().map(|v| v.as_ptr()), Some(first));
-    p.write(now, wid, 2, Bytes::from(vec![2u8; 4096])).unwrap();
-    assert_eq!(ptr(&p), first, "sealed into the buffer taken back");
-    assert!(p.writers[&wid].spare.is_none());
-    // A buffer something still holds is not taken back.
-    let held = p.writers[&wid].history.front().unwrap().payload.clone();
-    p.write(now, wid, 3, Bytes::from(vec![3u8; 4096])).unwrap();
-    assert!(p.writers[&wid].spare.is_none());
-    assert_ne!(ptr(&p), held.as_ptr());
-    assert_eq!(held.len(), 1 + 4 + 4096 + 16, "intact while held");
 }
 
-/// A secure writer that keeps no history (best effort, volatile) seals each sample
-/// into the last one's buffer once no datagram holds it.
+/// A writer on participant 7 and a reader on participant 8, matched (keys exchanged).
+fn pair(qos: Qos) -> (Participant, Participant, EntityId, Instant) {
+    let mut now = Instant::now();
+    let ca = tether_crypto::CaKey::generate();
+    let (mut a, mut b) = (member(&ca, 7, now), member(&ca, 8, now));
+    let (aa, ba): (SocketAddr, SocketAddr) = (
+        "127.0.0.1:1".parse().unwrap(),
+        "127.0.0.1:2".parse().unwrap(),
+    );
+    a.add_target(ba);
+    b.add_target(aa);
+    let wid = a.create_writer(now, info(qos)).unwrap();
+    b.create_reader(now, info(qos));
+    for _ in 0..100 {
+        now += Duration::from_millis(20);
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        exchange(&mut a, &mut b, now);
+    }
+    assert_eq!(a.matched_count(wid), 1, "never matched");
+    (a, b, wid, now)
+}
+
+/// Hands each side's datagrams to the other, dropping what they deliver.
+fn exchange(a: &mut Participant, b: &mut Participant, now: Instant) {
+    let (aa, ba): (SocketAddr, SocketAddr) = (
+        "127.0.0.1:1".parse().unwrap(),
+        "127.0.0.1:2".parse().unwrap(),
+    );
+    while let Some(t) = a.poll_transmit() {
+        b.handle_datagram(now, aa, &t.contiguous());
+    }
+    while let Some(t) = b.poll_transmit() {
+        a.handle_datagram(now, ba, &t.contiguous());
+    }
+    while a.poll_event().is_some() {}
+    while let Some(e) = b.poll_event() {
+        if let crate::Event::DataAvailable { reader } = e {
+            while b.take(now, reader).is_some() {}
+        }
+    }
+}
+
+/// A writer that seals datagrams keeps the application's bytes in its history as they
+/// came (no copy), and seals each datagram into the last one's buffer once no transmit
+/// holds it: no allocation per sample in steady state.
 #[test]
-fn a_writer_without_history_reuses_its_last_sealed_buffer() {
-    let now = Instant::now();
-    let (mut p, wid) = secure_writer(now, Qos::new().best_effort().volatile());
-    p.write(now, wid, 0, Bytes::from(vec![0u8; 4096])).unwrap();
-    let first = p.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
-    assert!(first.is_some(), "the sealed sample is kept");
-    assert!(p.writers[&wid].history.is_empty());
-    p.write(now, wid, 1, Bytes::from(vec![1u8; 4096])).unwrap();
-    let second = p.writers[&wid].last_sealed.clone().unwrap();
-    assert_eq!(Some(second.as_ptr()), first, "sealed into the same buffer");
-    // While a datagram (here: this clone) holds it, the next seal takes a new one and
-    // leaves it intact.
-    p.write(now, wid, 2, Bytes::from(vec![2u8; 4096])).unwrap();
-    let third = p.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
-    assert_ne!(third, Some(second.as_ptr()));
-    assert_eq!(second.len(), 1 + 4 + 4096 + 16, "intact while held");
+fn sealed_datagrams_reuse_their_buffer_and_the_history_holds_the_application_bytes() {
+    for qos in [Qos::new().keep_last(2), Qos::new().best_effort().volatile()] {
+        let (mut a, mut b, wid, now) = pair(qos);
+        let app = Bytes::from(vec![0u8; 4096]);
+        a.write(now, wid, 0, app.clone()).unwrap();
+        if let Some(c) = a.writers[&wid].history.back() {
+            assert_eq!(c.payload.as_ptr(), app.as_ptr(), "the history copied it");
+            assert!(c.clear);
+        }
+        let first = a.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
+        assert!(first.is_some(), "the sealed datagram's buffer is kept");
+        exchange(&mut a, &mut b, now);
+        a.write(now, wid, 1, Bytes::from(vec![1u8; 4096])).unwrap();
+        let second = a.writers[&wid].last_sealed.clone().unwrap();
+        assert_eq!(Some(second.as_ptr()), first, "sealed into the same buffer");
+        // While a transmit (here: this clone) holds it, the next seal takes a new one and
+        // leaves it intact.
+        exchange(&mut a, &mut b, now);
+        let sealed = second.to_vec();
+        a.write(now, wid, 2, Bytes::from(vec![2u8; 4096])).unwrap();
+        let third = a.writers[&wid].last_sealed.as_ref().map(|b| b.as_ptr());
+        assert_ne!(third, Some(second.as_ptr()));
+        assert_eq!(second.to_vec(), sealed, "intact while held");
+        assert_eq!(second.len(), tether_wire::BATCH_ENTRY_OVERHEAD + 4096);
+    }
 }

@@ -20,8 +20,8 @@ pub use reliability::{
 };
 pub use secure::{
     AUTH_TAG_LEN, AuthRepr, AuthTagRepr, BatchSigRepr, ControlKeyRepr, KeyRepr, KeyRequestRepr,
-    MAX_CREDENTIAL_LEN, SEALED_BATCH_FIXED_LEN, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr,
-    auth_signed_bytes, sealed_batch_aad, sealed_batch_ciphertext,
+    MAX_CREDENTIAL_LEN, SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN,
+    SealedBatchRepr, SealedRepr, auth_signed_bytes, sealed_batch_ciphertext,
 };
 
 use crate::{Cursor, EntityId, Error};

@@ -289,25 +289,17 @@ impl<'a> SealedBatchRepr<'a> {
     }
 }
 
-/// What a sealed batch binds besides its bytes: `writer (12) ‖ epoch (u32 BE) ‖ first_seq
-/// (u64 BE) ‖ count (u32 BE)` (`docs/wire.md#sealed_batch`). Its nonce is
-/// [`sender_key_nonce`](crate::sender_key_nonce)`(epoch, first_seq)` under the batch key,
-/// which is not the sample key, so it never meets a sample's nonce.
-pub fn sealed_batch_aad(writer: &[u8; 12], epoch: u32, first_seq: u64, count: u32) -> [u8; 28] {
-    let mut a = [0u8; 28];
-    a[..12].copy_from_slice(writer);
-    a[12..16].copy_from_slice(&epoch.to_be_bytes());
-    a[16..24].copy_from_slice(&first_seq.to_be_bytes());
-    a[24..].copy_from_slice(&count.to_be_bytes());
-    a
-}
+/// Where a SEALED_BATCH's tag sits in its body: after writer, reader, first_seq, count and
+/// epoch. What it authenticates besides the ciphertext is every byte of its datagram before
+/// the tag (`docs/wire.md#sealed_batch`).
+pub const SEALED_BATCH_TAG_AT: usize = 24;
 
-/// Where the bytes an AUTH_TAG leaves out begin (`docs/wire.md#auth_tag`): the ciphertext of
-/// a SEALED_BATCH that is the last submessage of `prefix` and ends exactly at `total` (its
-/// own tag authenticates it). `prefix` is the datagram's first bytes (at least up to that
-/// ciphertext), `total` the length of everything before the AUTH_TAG. `None` when the
-/// datagram has no such submessage: the tag then covers all `total` bytes. Reads only
-/// submessage headers.
+/// Where the ciphertext of a SEALED_BATCH begins, if it is the last submessage of the
+/// datagram whose first bytes are `prefix` and which is `total` bytes long: such a datagram
+/// carries no AUTH_TAG, the batch's own AEAD authenticates it (`docs/wire.md#sealed_batch`).
+/// `prefix` holds at least everything before that ciphertext (a writer's head, say, or the
+/// whole datagram). `None` when the datagram does not end with one. Reads only submessage
+/// headers.
 pub fn sealed_batch_ciphertext(prefix: &[u8], total: usize) -> Option<usize> {
     let mut i = crate::HEADER_LEN;
     while let Some(h) = prefix.get(i..i + crate::SUBMESSAGE_HEADER_LEN) {
