@@ -621,6 +621,16 @@ impl Participant {
                 _ if origin == Origin::Unverified && needs_authentication(&m) => {
                     self.stats.unverified_dropped += 1;
                 }
+                // A datagram its SEALED_BATCH authenticated carries nothing else but its
+                // writer's heartbeats (`docs/wire.md#sealed_batch`).
+                Submessage::Heartbeat(h) if matches!(origin, Origin::Sealed(w) if w != h.writer) => {
+                    self.stats.unauthenticated += 1;
+                }
+                _ if matches!(origin, Origin::Sealed(_))
+                    && !matches!(m, Submessage::Heartbeat(_) | Submessage::SealedBatch(_)) =>
+                {
+                    self.stats.unauthenticated += 1;
+                }
                 _ if !known => self.stats.unknown_sender += 1,
                 Submessage::ParticipantBye => {
                     self.remove_participant(pid);

@@ -14,12 +14,28 @@ fn main() {
     // `secure_batch_cost SIZE secure|plain [unbatched]`: one run of reliable samples, for a
     // profiler.
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [rtt_mode, mode] = args.as_slice() {
+        if rtt_mode == "rtt" {
+            let t = rtt(Qos::new(), mode == "secure");
+            println!("64 B round trip {mode}: {t:.0} ns");
+            return;
+        }
+    }
     if let [size, mode, rest @ ..] = args.as_slice() {
         let size = size.parse().expect("a size in bytes");
         let batched = rest.first().is_none_or(|a| a != "unbatched");
         let (w, r) = run(size, Qos::new().keep_all(), mode == "secure", batched);
         println!("{size} B {mode}: writer {w:.0} ns a sample, reader {r:.0}");
         return;
+    }
+    // A round trip through two engines (what `tether bench latency` does over sockets).
+    for q in [Qos::new().best_effort(), Qos::new()] {
+        let plain = rtt(q, false);
+        let secure = rtt(q, true);
+        println!(
+            "   64 B round trip, {:?}: {plain:5.0} / {secure:5.0} ns (plain / secure)",
+            q.reliability_kind()
+        );
     }
     // One sample a datagram (what the latency bench sends), 64 B.
     for (name, q) in [
@@ -132,4 +148,70 @@ fn run(size: usize, q: Qos, secure: bool, batched: bool) -> (f64, f64) {
         tw.as_nanos() as f64 / n as f64,
         tr.as_nanos() as f64 / n as f64,
     )
+}
+
+/// Engine time of one 64 B round trip: A writes a ping, B takes it and writes a pong, A
+/// takes it (the datagrams handed over by hand, copied once as a socket would).
+fn rtt(q: Qos, secure: bool) -> f64 {
+    let t0 = Instant::now();
+    let (a_addr, b_addr): (SocketAddr, SocketAddr) = (
+        "127.0.0.1:1".parse().unwrap(),
+        "127.0.0.1:2".parse().unwrap(),
+    );
+    let realm = Realm::new();
+    let mut ca = Config::new(0, ParticipantId(1));
+    let mut cb = Config::new(0, ParticipantId(2));
+    if secure {
+        ca.security = Some(Arc::new(realm.security(t0, 1, "a", &["/**"], &["/**"])));
+        cb.security = Some(Arc::new(realm.security(t0, 2, "b", &["/**"], &["/**"])));
+    }
+    let mut a = Participant::new(ca, t0);
+    let mut b = Participant::new(cb, t0);
+    a.add_target(b_addr);
+    b.add_target(a_addr);
+    let info = |t: &str| EndpointInfo {
+        topic: t.into(),
+        type_name: String::new(),
+        partitions: vec![],
+        qos: q,
+    };
+    let ping = a.create_writer(t0, info("/ping")).unwrap();
+    let pong_r = a.create_reader(t0, info("/pong"));
+    let pong = b.create_writer(t0, info("/pong")).unwrap();
+    let ping_r = b.create_reader(t0, info("/ping"));
+    let mut now = t0;
+    let pass = |from: &mut Participant, to: &mut Participant, addr: SocketAddr, now: Instant| {
+        while let Some(t) = from.poll_transmit() {
+            to.handle_datagram(now, addr, &t.contiguous());
+        }
+    };
+    for _ in 0..100 {
+        now += Duration::from_millis(20);
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        pass(&mut a, &mut b, a_addr, now);
+        pass(&mut b, &mut a, b_addr, now);
+        while a.poll_event().is_some() {}
+        while b.poll_event().is_some() {}
+    }
+    assert_eq!(a.matched_count(ping), 1, "never matched");
+    let payload = Bytes::from(vec![7u8; 64]);
+    let n = 200_000u64;
+    let s = Instant::now();
+    for i in 0..n {
+        a.write(now, ping, i, payload.clone()).unwrap();
+        pass(&mut a, &mut b, a_addr, now);
+        let got = b.take(now, ping_r).expect("the ping");
+        b.write(now, pong, i, got.payload).unwrap();
+        pass(&mut b, &mut a, b_addr, now);
+        a.take(now, pong_r).expect("the pong");
+        while a.poll_event().is_some() {}
+        while b.poll_event().is_some() {}
+        if i % 64 == 0 {
+            // Acknowledgements, as the heartbeats ask.
+            pass(&mut a, &mut b, a_addr, now);
+            pass(&mut b, &mut a, b_addr, now);
+        }
+    }
+    s.elapsed().as_nanos() as f64 / n as f64
 }

@@ -389,8 +389,21 @@ impl Participant {
         source: &Bytes,
         clear: Clear,
     ) {
-        let rs = self.addressed_readers(g, b.reader);
-        for reader in rs {
+        // The readers borrowed out and back rather than cloned (no allocation per batch):
+        // delivering touches readers only, never the match table.
+        let Some(rs) = self
+            .matches
+            .remote_writer_readers
+            .get_mut(&g)
+            .map(std::mem::take)
+        else {
+            self.stats.unmatched_writer += 1;
+            return;
+        };
+        for &reader in rs
+            .iter()
+            .filter(|r| b.reader == EntityId::ALL || **r == b.reader)
+        {
             let Some(r) = self.readers.get_mut(&reader) else {
                 continue;
             };
@@ -429,6 +442,9 @@ impl Participant {
                 self.timers_changed = true;
             }
             note_delivered(r, d, now, &mut self.stats, &mut self.events);
+        }
+        if let Some(v) = self.matches.remote_writer_readers.get_mut(&g) {
+            *v = rs;
         }
     }
 

@@ -125,6 +125,9 @@ pub(crate) enum Origin {
     Plain,
     /// Its sender is verified and its tag verifies: act on all of it.
     Authenticated,
+    /// Its sender is verified and the SEALED_BATCH it ends with opened: act on that and the
+    /// heartbeats of its writer, `.0`, and nothing else (`docs/wire.md#sealed_batch`).
+    Sealed(tether_wire::EntityId),
     /// Its sender is not (yet) verified: only PARTICIPANT and AUTH are taken.
     Unverified,
 }
@@ -306,9 +309,9 @@ impl Participant {
     /// that it must be dropped (counted), or held until a writer's key comes.
     pub(crate) fn authenticate(&mut self, pid: ParticipantId, datagram: &[u8]) -> Gate {
         self.keystore.gate_opened = None;
-        let Some(sec) = self.cfg.security.clone() else {
+        if self.cfg.security.is_none() {
             return Gate::Act(Origin::Plain);
-        };
+        }
         let me = self.cfg.participant;
         let Some(a) = self
             .peers
@@ -348,6 +351,9 @@ impl Participant {
             if wrapped.is_some() {
                 a.control.unwrap_tried = Some(now);
             }
+            let Some(sec) = self.cfg.security.clone() else {
+                return Gate::Drop;
+            };
             let key = match (kx, wrapped) {
                 (Some(kx), Some(w)) if t.epoch > a.control.epoch() => {
                     let ctx =

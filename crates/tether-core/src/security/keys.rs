@@ -50,6 +50,8 @@ pub(crate) struct KeyStore {
     /// epoch (their replay window: a sealed datagram has no AUTH_TAG counter). Kept for
     /// exactly the keys kept.
     pub(crate) batch_windows: BTreeMap<(Guid, u32), tether_crypto::BatchWindow>,
+    /// Where the heads of sealed datagrams are built (no allocation per datagram).
+    pub(crate) seal_scratch: Vec<u8>,
 }
 
 /// Bytes of sealed samples a participant holds, for all writers together, while their keys

@@ -479,8 +479,8 @@ impl Participant {
         buf.clear();
         buf.extend_from_slice(&batch_entry_head(timestamp_ns, kept.payload.len()));
         buf.extend_from_slice(&kept.payload);
-        let mut scratch = Vec::with_capacity(crate::transmit::INLINE_HEAD);
-        let Some(head) = seal_datagram(
+        let mut scratch = std::mem::take(&mut self.keystore.seal_scratch);
+        let head = seal_datagram(
             &mut scratch,
             hdr,
             writer,
@@ -489,7 +489,9 @@ impl Participant {
             &key,
             hb.as_ref(),
             &mut buf,
-        ) else {
+        );
+        self.keystore.seal_scratch = scratch;
+        let Some(head) = head else {
             return; // never with a key; the history repairs it, sealed alone
         };
         w.seals += 1;
