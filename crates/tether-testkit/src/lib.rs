@@ -196,6 +196,17 @@ pub struct Node {
     pub max_queue: usize,
 }
 
+/// A datagram as a host that sees the traffic observes it ([`Sim::sniffed`]).
+#[derive(Debug, Clone)]
+pub struct Sniffed {
+    /// The sender's address.
+    pub from: SocketAddr,
+    /// Where it was sent (a node's address, a group, or an address no node holds).
+    pub to: SocketAddr,
+    /// The datagram.
+    pub payload: Bytes,
+}
+
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Flight {
     at: Instant,
@@ -227,6 +238,10 @@ pub struct Sim {
     pub max_in_flight: usize,
     /// When `Some`, every datagram any node sends is recorded here (before loss).
     pub wire: Option<Vec<Bytes>>,
+    /// When `Some`, every datagram any node sends is recorded here with its source and
+    /// destination (before loss): what a host that sees all the traffic (the same Wi-Fi, a
+    /// mirrored port) learns. Tests that model such a host drain it and act on it.
+    pub sniffed: Option<Vec<Sniffed>>,
     /// Datagrams sent to addresses no node holds (a spoofed source's true owner, say), by
     /// destination: how many, and their bytes.
     pub unrouted: BTreeMap<SocketAddr, (u64, u64)>,
@@ -249,6 +264,7 @@ impl Sim {
             too_big: 0,
             max_in_flight: 0,
             wire: None,
+            sniffed: None,
             unrouted: BTreeMap::new(),
         }
     }
@@ -352,6 +368,13 @@ impl Sim {
             w.push(t.contiguous());
         }
         let from = self.nodes[i].addr;
+        if let Some(w) = self.sniffed.as_mut() {
+            w.push(Sniffed {
+                from,
+                to: t.dest,
+                payload: t.contiguous(),
+            });
+        }
         let targets: Vec<usize> = self
             .nodes
             .iter()
