@@ -282,6 +282,25 @@ impl Sim {
 
     /// Adds a host, letting `tune` adjust its engine settings.
     pub fn add_node_with(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
+        let i = self.add_node_alone(tune);
+        let addr = self.nodes[i].addr;
+        for j in 0..i {
+            self.nodes[j].participant.add_target(addr);
+            let other = self.nodes[j].addr;
+            self.nodes[i].participant.add_target(other);
+        }
+        self.pump(i);
+        for j in 0..i {
+            self.pump(j);
+        }
+        i
+    }
+
+    /// Adds a host that announces to no one and that no one announces to (yet): it learns
+    /// others, and they learn it, when a test calls `add_target`, or from what they send
+    /// (as a session meets others through the same-host registry, each when its scan finds
+    /// the other's entry).
+    pub fn add_node_alone(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
         let i = self.nodes.len();
         let addr = match self.link.mtu {
             Some(_) => SocketAddr::V4(SocketAddrV4::new(
@@ -295,11 +314,7 @@ impl Sim {
         tune(&mut cfg);
         // Its randomness from the run's seed, a stream per node.
         let seed = self.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut p = Participant::with_random(cfg, self.now, Box::new(SeededRandom::new(seed)));
-        for n in &mut self.nodes {
-            n.participant.add_target(addr);
-            p.add_target(n.addr);
-        }
+        let p = Participant::with_random(cfg, self.now, Box::new(SeededRandom::new(seed)));
         self.nodes.push(Node {
             addr,
             participant: p,
@@ -315,9 +330,6 @@ impl Sim {
             max_queue: 0,
         });
         self.pump(i);
-        for j in 0..i {
-            self.pump(j);
-        }
         i
     }
 
