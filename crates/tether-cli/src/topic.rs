@@ -150,9 +150,16 @@ pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
 
 /// Prints what changes a secure session's membership while it runs, one line each on
 /// stderr: a revocation list reloaded or refused (the one in force stays), peers unmatched
-/// because their credential was revoked or expired, and our own credential expiring.
+/// because their credential was revoked or expired, and our own credential expiring. Called
+/// right after `open`, as the session's only listener: the first gets the events raised
+/// before it (a refusal, reported once per peer, may come within a millisecond of `open`).
 pub(crate) fn report_security_events(session: &Session) {
-    session.on_event(|e| match e {
+    session.on_event(security_event);
+}
+
+/// The line [`report_security_events`] prints for `e`, if any.
+fn security_event(e: &Event) {
+    match e {
         Event::RevocationListApplied { serial, revoked } => {
             eprintln!("revocation list {serial} in force ({revoked} credentials revoked)")
         }
@@ -192,7 +199,7 @@ pub(crate) fn report_security_events(session: &Session) {
             tether::keys::utc(*expires)
         ),
         _ => {}
-    });
+    }
 }
 
 /// The line `pub` and `echo` start with (on stderr): the realm and the identity the
@@ -251,7 +258,7 @@ fn print_stats(session: &Session) {
 /// Prints incompatible-QoS reports, lost samples and readers let go of as one clear line
 /// each on stderr, and the security events of [`report_security_events`].
 fn report_events(session: &Session) {
-    report_security_events(session);
+    // One listener: the first gets what was raised before it.
     session.on_event(|e| match e {
         Event::IncompatibleQos(q) => eprintln!("warning: {q}"),
         Event::SamplesLost {
@@ -274,7 +281,7 @@ fn report_events(session: &Session) {
             "warning: reader {reader} answers again; {released} samples were let go of before \
              it acknowledged them"
         ),
-        _ => {}
+        e => security_event(e),
     });
 }
 

@@ -254,7 +254,13 @@ fn default_name_reveals_nothing() {
 
 /// Nothing arrives, and each side says why: an `echo` without keys beside a secure `pub`
 /// learns the peer is in a secure realm and it has no keys; an `echo` of another realm
-/// learns the peer's credential is not sealed for its realm.
+/// learns the peer's credential is not sealed for its realm. All three start at once.
+///
+/// (An `echo` started with the `pub` once never said it had no keys: the refusal is raised
+/// once per peer, a millisecond or two after `open`, and went only to listeners registered
+/// by then; `echo` registers its own just after `open`. The first listener now gets what
+/// was raised before it: `first_listener_gets_events_raised_before_it` in
+/// `crates/tether/tests/session.rs`.)
 #[test]
 fn refusals_say_why_nothing_arrives() {
     let t = tempfile::tempdir().unwrap();
@@ -267,8 +273,6 @@ fn refusals_say_why_nothing_arrives() {
         "pub", "/chatter", "hi", "--rate", "20", "--count", "200", "-q",
     ]);
     let publisher = spawn(p);
-    // The publisher runs first, as a user's would.
-    std::thread::sleep(Duration::from_secs(1));
     let mut plain = tether(&reg);
     // Generous timeouts: the suite runs many processes at once, and the message is what
     // is checked, not how soon it comes.

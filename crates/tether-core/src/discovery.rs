@@ -74,8 +74,16 @@ pub(crate) struct Peers {
     /// map node of them spans five pages, so the lookup every datagram starts with touched
     /// a cold page for the node's keys and another for the value.
     pub(crate) remotes: BTreeMap<ParticipantId, Box<RemoteParticipant>>,
-    /// Which remote participant is at an address (pairwise mode seals by destination).
+    /// Which remote participant datagrams to an address are for (their AUTH_TAG names it,
+    /// pairwise mode seals for it, its path sizes them): of those at the address, the one
+    /// that authenticated last (when it goes, another that authenticated), else the one
+    /// validated first.
     pub(crate) remote_at: HashMap<SocketAddr, ParticipantId>,
+    /// Every remote participant by address: one, but for a process restarted on the same
+    /// port, or ids validated at the address by whoever sees its traffic, which do not take
+    /// the place of a participant there (in a secure realm, at most
+    /// [`pending::MAX_IDS_PER_ADDRESS`] that have not authenticated).
+    pub(crate) at_addr: HashMap<SocketAddr, Vec<ParticipantId>>,
     /// Remote participants that announced a data group (0: every fan-out is unicast).
     pub(crate) grouped: usize,
     /// Changes to remote participants' addresses and groups (and arrivals and departures):
@@ -103,6 +111,7 @@ impl Peers {
         Peers {
             remotes: BTreeMap::new(),
             remote_at: HashMap::new(),
+            at_addr: HashMap::new(),
             grouped: 0,
             fanout_gen: 0,
             targets: BTreeSet::new(),
@@ -165,11 +174,10 @@ impl Participant {
         if p.addr == from {
             return;
         }
-        if self.peers.remote_at.get(&p.addr) == Some(&pid) {
-            self.peers.remote_at.remove(&p.addr);
-        }
-        p.addr = from;
+        let old = std::mem::replace(&mut p.addr, from);
+        self.left_address(pid, old);
         self.peers.remote_at.insert(from, pid);
+        self.peers.at_addr.entry(from).or_default().push(pid);
         // Another address is another path.
         let path = self.new_path(&from, now);
         let cc = self.new_congestion(&from, now);
@@ -178,6 +186,33 @@ impl Participant {
             p.cc = cc;
         }
         self.resize_paths();
+    }
+
+    /// Participant `pid` is no longer at `addr` (it left, or moved): datagrams to the
+    /// address are for another participant there, if any (`Peers::remote_at`).
+    fn left_address(&mut self, pid: ParticipantId, addr: SocketAddr) {
+        if let Some(ids) = self.peers.at_addr.get_mut(&addr) {
+            ids.retain(|p| *p != pid);
+            if ids.is_empty() {
+                self.peers.at_addr.remove(&addr);
+            }
+        }
+        if self.peers.remote_at.get(&addr) != Some(&pid) {
+            return;
+        }
+        self.peers.remote_at.remove(&addr);
+        let next = self.peers.at_addr.get(&addr).and_then(|ids| {
+            ids.iter()
+                .filter_map(|p| self.peers.remotes.get(p).map(|r| (p, r)))
+                .min_by_key(|(_, r)| {
+                    let verified = r.auth.as_ref().is_some_and(|a| a.verified);
+                    (!verified, r.validated)
+                })
+                .map(|(p, _)| *p)
+        });
+        if let Some(next) = next {
+            self.peers.remote_at.insert(addr, next);
+        }
     }
 
     /// Adds an address that receives our announcements (a registry entry, a multicast group,
@@ -494,9 +529,7 @@ impl Participant {
         }
         if let Some(rp) = self.peers.remotes.remove(&pid) {
             self.peers.fanout_gen += 1;
-            if self.peers.remote_at.get(&rp.addr) == Some(&pid) {
-                self.peers.remote_at.remove(&rp.addr);
-            }
+            self.left_address(pid, rp.addr);
             self.peers.grouped -= rp.group.is_some() as usize;
             self.resize_paths();
         }

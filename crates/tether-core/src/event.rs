@@ -761,6 +761,10 @@ pub struct Stats {
     pub unauthenticated_forgotten: u64,
     /// Known participants followed to a new address after it answered a challenge.
     pub addresses_moved: u64,
+    /// Participants refused at an address that held
+    /// [`MAX_IDS_PER_ADDRESS`](crate::MAX_IDS_PER_ADDRESS) others pending validation or, in a
+    /// secure realm, validated but not yet authenticated (none of those is evicted for it).
+    pub address_full: u64,
 
     // Sealed batches (`docs/wire.md#sealed_batch`).
     /// SEALED_BATCHes sealed by local writers: one AEAD each, for all its samples (which
@@ -871,6 +875,7 @@ impl Stats {
             bad_cookies,
             unauthenticated_forgotten,
             addresses_moved,
+            address_full,
             batches_sealed,
             batches_opened,
             samples_resealed,

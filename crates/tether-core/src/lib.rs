@@ -44,7 +44,9 @@ mod transmit;
 mod writer;
 
 pub use discovery::RemoteEndpoint;
-pub use discovery::pending::{AMPLIFICATION_FACTOR, PENDING_LIFETIME, UNVERIFIED_LIFETIME};
+pub use discovery::pending::{
+    AMPLIFICATION_FACTOR, MAX_IDS_PER_ADDRESS, PENDING_LIFETIME, UNVERIFIED_LIFETIME,
+};
 pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
 pub use event::{

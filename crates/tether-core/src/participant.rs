@@ -69,9 +69,11 @@ pub struct Config {
     /// Most remote participants remembered.
     pub max_participants: usize,
     /// Most participants held before they are known (`docs/wire.md#validation`): heard
-    /// from at an address that has not yet answered our challenge (one per address, each for
-    /// at most 5 s), and in a secure realm, validated but not yet authenticated (each for at
-    /// most 10 s). The oldest goes when a new one comes.
+    /// from at an address that has not yet answered our challenge (each for at most 5 s),
+    /// and in a secure realm, validated but not yet authenticated (each for at most 10 s).
+    /// The oldest goes when a new one comes, but never for one at its own address: an
+    /// address holds at most [`MAX_IDS_PER_ADDRESS`](crate::MAX_IDS_PER_ADDRESS) of them,
+    /// and a new id there is refused.
     pub max_pending_participants: usize,
     /// Most endpoints remembered per remote participant.
     pub max_endpoints_per_participant: usize,

@@ -196,6 +196,17 @@ pub struct Node {
     pub max_queue: usize,
 }
 
+/// A datagram as a host that sees the traffic observes it ([`Sim::sniffed`]).
+#[derive(Debug, Clone)]
+pub struct Sniffed {
+    /// The sender's address.
+    pub from: SocketAddr,
+    /// Where it was sent (a node's address, a group, or an address no node holds).
+    pub to: SocketAddr,
+    /// The datagram.
+    pub payload: Bytes,
+}
+
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Flight {
     at: Instant,
@@ -227,6 +238,10 @@ pub struct Sim {
     pub max_in_flight: usize,
     /// When `Some`, every datagram any node sends is recorded here (before loss).
     pub wire: Option<Vec<Bytes>>,
+    /// When `Some`, every datagram any node sends is recorded here with its source and
+    /// destination (before loss): what a host that sees all the traffic (the same Wi-Fi, a
+    /// mirrored port) learns. Tests that model such a host drain it and act on it.
+    pub sniffed: Option<Vec<Sniffed>>,
     /// Datagrams sent to addresses no node holds (a spoofed source's true owner, say), by
     /// destination: how many, and their bytes.
     pub unrouted: BTreeMap<SocketAddr, (u64, u64)>,
@@ -249,6 +264,7 @@ impl Sim {
             too_big: 0,
             max_in_flight: 0,
             wire: None,
+            sniffed: None,
             unrouted: BTreeMap::new(),
         }
     }
@@ -266,6 +282,25 @@ impl Sim {
 
     /// Adds a host, letting `tune` adjust its engine settings.
     pub fn add_node_with(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
+        let i = self.add_node_alone(tune);
+        let addr = self.nodes[i].addr;
+        for j in 0..i {
+            self.nodes[j].participant.add_target(addr);
+            let other = self.nodes[j].addr;
+            self.nodes[i].participant.add_target(other);
+        }
+        self.pump(i);
+        for j in 0..i {
+            self.pump(j);
+        }
+        i
+    }
+
+    /// Adds a host that announces to no one and that no one announces to (yet): it learns
+    /// others, and they learn it, when a test calls `add_target`, or from what they send
+    /// (as a session meets others through the same-host registry, each when its scan finds
+    /// the other's entry).
+    pub fn add_node_alone(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
         let i = self.nodes.len();
         let addr = match self.link.mtu {
             Some(_) => SocketAddr::V4(SocketAddrV4::new(
@@ -279,11 +314,7 @@ impl Sim {
         tune(&mut cfg);
         // Its randomness from the run's seed, a stream per node.
         let seed = self.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut p = Participant::with_random(cfg, self.now, Box::new(SeededRandom::new(seed)));
-        for n in &mut self.nodes {
-            n.participant.add_target(addr);
-            p.add_target(n.addr);
-        }
+        let p = Participant::with_random(cfg, self.now, Box::new(SeededRandom::new(seed)));
         self.nodes.push(Node {
             addr,
             participant: p,
@@ -299,9 +330,6 @@ impl Sim {
             max_queue: 0,
         });
         self.pump(i);
-        for j in 0..i {
-            self.pump(j);
-        }
         i
     }
 
@@ -352,6 +380,13 @@ impl Sim {
             w.push(t.contiguous());
         }
         let from = self.nodes[i].addr;
+        if let Some(w) = self.sniffed.as_mut() {
+            w.push(Sniffed {
+                from,
+                to: t.dest,
+                payload: t.contiguous(),
+            });
+        }
         let targets: Vec<usize> = self
             .nodes
             .iter()

@@ -5,14 +5,17 @@
 //!
 //! The attacker has no key and needs none: it writes any participant id into a header and
 //! any source address on a datagram (the simulator takes the source as given, as a network
-//! without source-address filtering does).
+//! without source-address filtering does). The `identity_takeover_…` tests give it more: it
+//! sees every datagram (`Sim::sniffed`), as a host on the same Wi-Fi does, so it can echo the
+//! cookies sent to a real peer's address; ids it validates there must not take that peer's
+//! place.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tether_core::{EndpointInfo, EntityId, ParticipantId, Qos, Security};
+use tether_core::{EndpointInfo, EntityId, Event, ParticipantId, Qos, Security};
 use tether_crypto::{CaKey, Credential, Identity, RealmSecret};
 use tether_testkit::{Link, Sim};
 use tether_wire::{DatagramBuilder, Header, ParticipantRepr, ProbeRepr, Submessage};
@@ -314,5 +317,285 @@ fn amplification_bytes_to_unvalidated_address_stay_under_3x() {
             sim.nodes[r].participant.stats().amplification_limited
         );
         let _: &[EntityId] = &writers;
+    }
+}
+
+/// The ids a sniffing attacker has announced at each real node's address, and how to forge
+/// its datagrams: it sees every datagram on the medium ([`Sim::sniffed`]), writes any id
+/// into a header and any source address on what it sends.
+struct Sniffer {
+    rng: Xorshift,
+    /// Invented ids announced at each real node's address (at most `ids` each; they are
+    /// announced again, since a refused or forgotten id may be taken later).
+    fakes: std::collections::BTreeMap<SocketAddr, Vec<u64>>,
+    ids: usize,
+    /// When it last announced its ids to a node from an address: at most once a
+    /// millisecond (the nodes' answers to its forgeries announce them too).
+    announced: std::collections::BTreeMap<(SocketAddr, usize), std::time::Instant>,
+    /// Datagrams forged so far.
+    forged: u64,
+}
+
+impl Sniffer {
+    /// Acts on everything sniffed since the last call, and on what its own forgeries make
+    /// the nodes send, until the nodes have nothing more to say to it.
+    fn react(&mut self, sim: &mut Sim) {
+        loop {
+            let seen = std::mem::take(sim.sniffed.as_mut().unwrap());
+            if seen.is_empty() {
+                return;
+            }
+            for d in seen {
+                // Between two real nodes only: from `x` (its address) to node `y`.
+                let Some(y) = sim.nodes.iter().position(|n| n.addr == d.to) else {
+                    continue;
+                };
+                let Some(x) = sim.nodes.iter().position(|n| n.addr == d.from) else {
+                    continue;
+                };
+                let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
+                    continue;
+                };
+                let mut probes = Vec::new();
+                let mut announces = false;
+                for m in dg.submessages().flatten() {
+                    match m {
+                        Submessage::Probe(p) => probes.push(p.id),
+                        Submessage::Participant(_) => announces = true,
+                        _ => {}
+                    }
+                }
+                // A PROBE sent to `y`'s address (a cookie, maybe for one of our ids
+                // there): echoed back to its sender, from `y`'s address, under every id
+                // announced there.
+                let here = self.fakes.get(&d.to).cloned().unwrap_or_default();
+                for id in probes {
+                    for &f in &here {
+                        let ack = forged(
+                            f,
+                            &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
+                                id,
+                                size: d.payload.len() as u32,
+                                received: None,
+                            })],
+                        );
+                        self.forged += 1;
+                        inject(sim, x, d.to, &ack);
+                    }
+                }
+                // `x` announces itself to `y` (its handshake, its periodic announcement):
+                // at once, invented ids announce themselves to `y` from `x`'s address.
+                let last = self.announced.get(&(d.from, y)).copied();
+                if announces && last.is_none_or(|t| sim.now - t >= Duration::from_millis(1)) {
+                    self.announced.insert((d.from, y), sim.now);
+                    let fakes = self.fakes.entry(d.from).or_default();
+                    if fakes.len() < self.ids {
+                        fakes.push(self.rng.next() | 1);
+                    }
+                    for f in fakes.clone() {
+                        self.forged += 1;
+                        inject(sim, y, d.from, &announce(f));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A host that sees every datagram (the same Wi-Fi, a mirrored port) cannot take a real
+/// peer's place in a secure realm: whenever the publisher or the subscriber announces
+/// itself, invented ids announce themselves to the other from its address (more of them
+/// than an address may hold), and every cookie sent to that address is echoed under each of
+/// them, so they validate there too. The publisher and subscriber still authenticate each
+/// other, match within 3 s, and every sample is delivered, the attack going on throughout.
+///
+/// (Before: one pending participant per address, a new id replacing it, and a validated id
+/// made any unauthenticated participant at its address go, so each invented id the sniffer
+/// validated at a peer's address during its handshake evicted it; the peer, found again,
+/// was evicted again at its next announcement, and the two never matched.)
+#[test]
+fn identity_takeover_sniffer_forges_ids_at_a_peers_address_during_its_handshake() {
+    for seed in [41u64, 42, 43] {
+        let mut sim = Sim::new(seed, Link::lossy(0.05));
+        sim.sniffed = Some(Vec::new());
+        let ca = CaKey::generate();
+        let mut sniffer = Sniffer {
+            rng: Xorshift(0x5eed_0017 ^ seed),
+            fakes: std::collections::BTreeMap::new(),
+            ids: 6,
+            announced: std::collections::BTreeMap::new(),
+            forged: 0,
+        };
+        let p = node(&mut sim, Some(&ca), 1, |_| {});
+        let s = node(&mut sim, Some(&ca), 2, |_| {});
+        let now = sim.now;
+        let wid = sim.p(p).create_writer(now, info("/sniffed")).unwrap();
+        let rid = sim.p(s).create_reader(now, info("/sniffed"));
+        sim.pump(p);
+        sim.pump(s);
+        let t0 = sim.now;
+        let mut matched = false;
+        while sim.now - t0 < Duration::from_secs(3) {
+            sniffer.react(&mut sim);
+            if sim.nodes[p].participant.matched_count(wid) == 1
+                && sim.nodes[s].participant.matched_count(rid) == 1
+            {
+                matched = true;
+                break;
+            }
+            if !sim.step() {
+                break;
+            }
+        }
+        let st = |sim: &Sim, i: usize| sim.nodes[i].participant.stats().clone();
+        assert!(
+            matched,
+            "seed {seed}: no match within 3 s ({} datagrams forged; publisher: {} remote \
+             participants, {} validated, {} unauthenticated forgotten; subscriber: {} \
+             remote participants, {} validated, {} unauthenticated forgotten)",
+            sniffer.forged,
+            sim.nodes[p].participant.remote_participants().len(),
+            st(&sim, p).participants_validated,
+            st(&sim, p).unauthenticated_forgotten,
+            sim.nodes[s].participant.remote_participants().len(),
+            st(&sim, s).participants_validated,
+            st(&sim, s).unauthenticated_forgotten,
+        );
+        eprintln!("seed {seed}: matched after {:?}", sim.now - t0);
+        // Delivery, the attack going on: every sample, in order.
+        for k in 0..20u64 {
+            let now = sim.now;
+            sim.p(p)
+                .write(now, wid, k, Bytes::from(k.to_le_bytes().to_vec()))
+                .unwrap();
+            sim.pump(p);
+            let until = sim.now + Duration::from_millis(5);
+            while sim.now < until {
+                sniffer.react(&mut sim);
+                if !sim.step() {
+                    break;
+                }
+            }
+        }
+        let until = sim.now + Duration::from_secs(5);
+        while sim.seqs(s, rid).len() < 20 && sim.now < until {
+            sniffer.react(&mut sim);
+            if !sim.step() {
+                break;
+            }
+        }
+        assert_eq!(
+            sim.seqs(s, rid),
+            (1..=20).collect::<Vec<u64>>(),
+            "seed {seed}: delivered"
+        );
+        // The attack happened: ids validated at each peer's address, the rest refused; and
+        // neither real peer was ever forgotten.
+        let (sp, ss) = (st(&sim, p), st(&sim, s));
+        eprintln!(
+            "seed {seed}: {} datagrams forged; validated {}+{}, refused {}+{}",
+            sniffer.forged,
+            sp.participants_validated,
+            ss.participants_validated,
+            sp.address_full,
+            ss.address_full
+        );
+        assert!(
+            sp.participants_validated > 1 && ss.participants_validated > 1,
+            "seed {seed}: no id validated at a peer's address ({sp:?})"
+        );
+        assert!(
+            sp.address_full > 0 && ss.address_full > 0,
+            "seed {seed}: no id refused ({sp:?})"
+        );
+        for (i, peer) in [(p, s), (s, p)] {
+            let peer = sim.nodes[peer].participant.id();
+            assert!(
+                !sim.nodes[i].events.iter().any(
+                    |e| matches!(e, Event::ParticipantLost { participant } if *participant == peer)
+                ),
+                "seed {seed}: node {i} lost its peer"
+            );
+        }
+    }
+}
+
+/// Once the publisher and subscriber of a secure realm have authenticated each other, the
+/// ids a sniffer validates at the subscriber's address (as above, at each of the peers'
+/// announcements) do not take the subscriber's datagrams: each is tagged for the one
+/// participant it goes to, and stays tagged for the subscriber, so every sample still
+/// arrives.
+///
+/// (Before: a participant validated at an address became the one datagrams to that address
+/// were for, authenticated or not; the publisher's samples went on to the subscriber tagged
+/// for the sniffer's id, and the subscriber refused them all as `misaddressed`.)
+#[test]
+fn identity_takeover_sniffer_validates_ids_at_an_authenticated_peers_address() {
+    for seed in [44u64, 45] {
+        let mut sim = Sim::new(seed, Link::lossy(0.05));
+        let ca = CaKey::generate();
+        let p = node(&mut sim, Some(&ca), 1, |_| {});
+        let s = node(&mut sim, Some(&ca), 2, |_| {});
+        let now = sim.now;
+        let wid = sim.p(p).create_writer(now, info("/sniffed")).unwrap();
+        let rid = sim.p(s).create_reader(now, info("/sniffed"));
+        sim.pump(p);
+        sim.pump(s);
+        assert!(
+            sim.run_until(Duration::from_secs(5), |x| {
+                x.nodes[p].participant.matched_count(wid) == 1
+                    && x.nodes[s].participant.matched_count(rid) == 1
+            }),
+            "seed {seed}: no match without an attack"
+        );
+        // The sniffer starts now.
+        sim.sniffed = Some(Vec::new());
+        let mut sniffer = Sniffer {
+            rng: Xorshift(0x5eed_0117 ^ seed),
+            fakes: std::collections::BTreeMap::new(),
+            ids: 6,
+            announced: std::collections::BTreeMap::new(),
+            forged: 0,
+        };
+        let run = |sim: &mut Sim, sniffer: &mut Sniffer, d: Duration| {
+            let until = sim.now + d;
+            while sim.now < until {
+                sniffer.react(sim);
+                if !sim.step() {
+                    break;
+                }
+            }
+        };
+        for k in 0..60u64 {
+            let now = sim.now;
+            sim.p(p)
+                .write(now, wid, k, Bytes::from(k.to_le_bytes().to_vec()))
+                .unwrap();
+            sim.pump(p);
+            run(&mut sim, &mut sniffer, Duration::from_millis(50));
+        }
+        run(&mut sim, &mut sniffer, Duration::from_secs(1));
+        let (sp, ss) = (
+            sim.nodes[p].participant.stats().clone(),
+            sim.nodes[s].participant.stats().clone(),
+        );
+        assert_eq!(
+            sim.seqs(s, rid),
+            (1..=60).collect::<Vec<u64>>(),
+            "seed {seed}: delivered ({} refused as misaddressed)",
+            ss.misaddressed
+        );
+        assert!(
+            sp.participants_validated > 1 && ss.participants_validated > 1,
+            "seed {seed}: no id validated at a peer's address ({sp:?})"
+        );
+        eprintln!(
+            "seed {seed}: {} datagrams forged; validated {}+{}, refused {}+{}",
+            sniffer.forged,
+            sp.participants_validated,
+            ss.participants_validated,
+            sp.address_full,
+            ss.address_full
+        );
     }
 }

@@ -20,7 +20,8 @@
 //! max_peer_metadata_bytes = 524288  # stored per peer: its name and endpoints, with
 //!                            # the table's overhead; an endpoint past it is refused
 //! max_pending_participants = 64 # participants heard from but not yet known (address not
-//!                            # validated; secure: not authenticated), oldest out
+//!                            # validated; secure: not authenticated), oldest out; at
+//!                            # most 4 per address (MAX_IDS_PER_ADDRESS), a 5th refused
 //!
 //! [transport]
 //! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers

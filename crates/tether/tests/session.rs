@@ -656,3 +656,50 @@ fn secure_sessions_and_live_revocation() {
             .is_err()
     );
 }
+
+/// A listener registered after the session has met a secure peer still hears why nothing
+/// comes from it: the refusal (reported once per peer) was raised before there was any
+/// listener, and the first listener gets what was raised before it.
+///
+/// (Before: events went only to the listeners registered when they were raised. A session
+/// without keys announces itself as it opens and a secure peer answers with its AUTH within
+/// a millisecond or two, so `tether echo`, which registers its listener just after `open`,
+/// could lose "this session has no keys" for good: with 2 ms between `open` and
+/// `on_event`, it lost it in most runs started beside a running `tether pub --keys`.)
+#[test]
+fn first_listener_gets_events_raised_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let realm = tether::keys::Realm::init(&dir.path().join("realm")).unwrap();
+    realm
+        .issue("talker", vec!["/chatter".into()], vec![], 30)
+        .unwrap();
+    let mut c = cfg(dir.path());
+    c.security.keys = Some(dir.path().join("realm").join("talker.key"));
+    let secure = Session::open(c).unwrap();
+    let plain = Session::open(cfg(dir.path())).unwrap();
+    // The plain session has met the secure one, and had its AUTH (sent on discovery, and
+    // again every announcement period, 1 s at most), before anyone listens.
+    assert!(wait_for(Duration::from_secs(10), || plain
+        .participants()
+        .iter()
+        .any(|(id, _, _)| *id == secure.id())));
+    std::thread::sleep(Duration::from_millis(2500));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(tx);
+    plain.on_event(move |e| {
+        if let Event::AuthenticationFailed {
+            participant,
+            reason: tether::AuthFailure::NoKeysHere,
+        } = e
+        {
+            let _ = tx.lock().unwrap().send(*participant);
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(3)),
+        Ok(secure.id()),
+        "the refusal raised before the listener never reached it"
+    );
+    // Only once.
+    assert!(rx.recv_timeout(Duration::from_millis(1500)).is_err());
+}

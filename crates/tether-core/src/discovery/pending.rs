@@ -2,15 +2,23 @@
 //! cookie, and the anti-amplification budget (`docs/wire.md#validation`).
 //!
 //! A PARTICIPANT from an unknown participant id creates no remote participant. Its sender
-//! goes into a small pending table (one entry per source address, each forgotten
-//! [`PENDING_LIFETIME`] after it was first heard, whatever it sends meanwhile) and its
-//! address is challenged: a PROBE whose id is a cookie, 64 bits of HMAC-SHA-256 under this
-//! participant's own random secret over (participant id, address, time period). Only
-//! whoever receives at that address can echo the cookie in a PROBE_ACK; when the echo comes
-//! back from that address, under that participant id, the participant is validated and
-//! joins the participant table, and only then gets our whole announcement (and, in a secure
-//! realm, our AUTH). The cookie verifies without the pending entry, so a participant whose
-//! entry a flood of invented ids evicted is still validated when its answer comes.
+//! goes into a small pending table (each entry forgotten [`PENDING_LIFETIME`] after it was
+//! first heard, whatever it sends meanwhile) and its address is challenged: a PROBE whose
+//! id is a cookie, 64 bits of HMAC-SHA-256 under this participant's own random secret over
+//! (participant id, address, time period). Only whoever receives at that address can echo
+//! the cookie in a PROBE_ACK; when the echo comes back from that address, under that
+//! participant id, the participant is validated and joins the participant table, and only
+//! then gets our whole announcement (and, in a secure realm, our AUTH). The cookie verifies
+//! without the pending entry, so a participant whose entry a flood of invented ids evicted
+//! is still validated when its answer comes.
+//!
+//! One address holds at most [`MAX_IDS_PER_ADDRESS`] ids that are pending or (in a secure
+//! realm) validated but not yet authenticated; a new id at an address that holds as many is
+//! refused, and never takes the place of one already there. Anyone who writes an address
+//! on its datagrams, and sees what is sent there, can validate ids at that address: had a
+//! new id replaced an old one, a host on the same Wi-Fi could have evicted a real peer,
+//! not yet authenticated, by validating an invented id at its address during its
+//! handshake, and again at each of its announcements.
 //!
 //! Until an address is validated, everything sent to it in reply to what came from it (the
 //! challenge, our answer to its challenge) counts against 3 × the bytes received from it,
@@ -40,6 +48,14 @@ pub const UNVERIFIED_LIFETIME: Duration = Duration::from_secs(10);
 
 /// Bytes sent to an address that has not answered a challenge, per byte received from it.
 pub const AMPLIFICATION_FACTOR: u64 = 3;
+
+/// Most participant ids one address holds at once pending validation or, in a secure realm,
+/// validated but not yet authenticated (`docs/wire.md#validation`): a new id at an address
+/// that holds as many is refused (`Stats::address_full`), never one already there evicted.
+/// One socket is one participant, so a real address needs one; a few more leave room for a
+/// process restarted on the same port, or a NAT that reuses a mapping, while its
+/// predecessor is still held.
+pub const MAX_IDS_PER_ADDRESS: usize = 4;
 
 /// A cookie stays valid in the period it was made in and the next one (so for 2.5 to 5 s).
 pub(crate) const COOKIE_PERIOD: Duration = Duration::from_millis(2500);
@@ -102,8 +118,6 @@ pub(crate) struct Entry {
     name: String,
     lease: Duration,
     group: Option<SocketAddr>,
-    /// What may still be sent to its address.
-    allowance: Allowance,
     /// When it was last challenged.
     challenged: Option<Instant>,
     /// When it is challenged again (`None`: not yet challenged).
@@ -112,11 +126,31 @@ pub(crate) struct Entry {
     tries: u32,
 }
 
+/// The participants pending at one address, and what may still be sent there.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    allowance: Allowance,
+    /// At most [`MAX_IDS_PER_ADDRESS`], in the order they were first heard.
+    ids: Vec<Entry>,
+}
+
+/// What [`Pending::note`] did with a participant's announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Noted {
+    /// It was pending there already: what it announces is refreshed.
+    Refreshed,
+    /// It is pending there now; `evicted` entries (0 or 1) of other addresses went to make
+    /// room in the full table.
+    Added { evicted: u64 },
+    /// Its address holds [`MAX_IDS_PER_ADDRESS`] ids already: nothing is kept of it.
+    Refused,
+}
+
 /// The pending table, the cookie key, and what replies to unvalidated addresses may send.
 #[derive(Debug)]
 pub(crate) struct Pending {
-    /// By source address: one pending participant per address.
-    entries: BTreeMap<SocketAddr, Entry>,
+    /// By source address: the participants pending there.
+    entries: BTreeMap<SocketAddr, Slot>,
     key: tether_crypto::CookieKey,
     /// Time periods of cookies count from here.
     epoch: Instant,
@@ -160,15 +194,34 @@ impl Pending {
 
     /// Pending participants.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.values().map(|s| s.ids.len()).sum()
+    }
+
+    /// Participants pending at `addr`, `except` one.
+    pub(crate) fn at(&self, addr: SocketAddr, except: ParticipantId) -> usize {
+        self.entries
+            .get(&addr)
+            .map_or(0, |s| s.ids.iter().filter(|e| e.pid != except).count())
+    }
+
+    fn entry(&self, addr: SocketAddr, pid: ParticipantId) -> Option<&Entry> {
+        self.entries.get(&addr)?.ids.iter().find(|e| e.pid == pid)
+    }
+
+    fn entry_mut(&mut self, addr: SocketAddr, pid: ParticipantId) -> Option<&mut Entry> {
+        self.entries
+            .get_mut(&addr)?
+            .ids
+            .iter_mut()
+            .find(|e| e.pid == pid)
     }
 
     /// A datagram of `len` bytes arrived from `from`: it adds to what may be sent back there
     /// until the address is validated.
     pub(crate) fn arrived(&mut self, from: SocketAddr, len: usize) {
         match self.entries.get_mut(&from) {
-            Some(e) => {
-                e.allowance.received += len as u64;
+            Some(s) => {
+                s.allowance.received += len as u64;
                 self.current = None;
             }
             None => {
@@ -186,7 +239,7 @@ impl Pending {
     /// Bytes that may still be sent to unvalidated address `to` (0: nothing).
     fn left(&self, to: SocketAddr) -> usize {
         match self.entries.get(&to) {
-            Some(e) => e.allowance.left(),
+            Some(s) => s.allowance.left(),
             None => match self.current {
                 Some((a, al)) if a == to => al.left(),
                 _ => 0,
@@ -197,7 +250,7 @@ impl Pending {
     /// Counts `n` bytes sent to unvalidated address `to`.
     fn spend(&mut self, to: SocketAddr, n: usize) {
         match self.entries.get_mut(&to) {
-            Some(e) => e.allowance.sent += n as u64,
+            Some(s) => s.allowance.sent += n as u64,
             None => {
                 if let Some((a, al)) = self.current.as_mut() {
                     if *a == to {
@@ -244,8 +297,10 @@ impl Pending {
             || (p > 0 && self.cookie_in(pid, addr, p - 1) == cookie)
     }
 
-    /// Records (or refreshes) participant `pid` pending at `from`; returns how many entries
-    /// were evicted to make room (0 or 1).
+    /// Records (or refreshes) participant `pid` pending at `from`, unless `from` holds
+    /// [`MAX_IDS_PER_ADDRESS`] ids already: those pending there and `others` (in a secure
+    /// realm, participants validated there that have not authenticated). When the table holds
+    /// `cap` entries, the oldest of another address goes; an entry at `from` never does.
     fn note(
         &mut self,
         now: Instant,
@@ -253,64 +308,89 @@ impl Pending {
         from: SocketAddr,
         p: &ParticipantRepr<'_>,
         cap: usize,
-    ) -> u64 {
+        others: usize,
+    ) -> Noted {
         let lease = Duration::from_millis(p.lease_ms as u64).min(MAX_LEASE);
         let group = p.data_group.map(SocketAddr::V4);
-        if let Some(e) = self.entries.get_mut(&from) {
-            if e.pid != pid {
-                // Another participant at the same address replaces the older one (and
-                // starts its own lifetime); the address keeps its allowance.
-                e.pid = pid;
-                e.first_seen = now;
-                e.name = cut(p.name);
-                // (Its challenges keep the address's pace: `tries` stays.)
-                e.challenged = None;
-                e.retry_at = None;
-            }
+        if let Some(e) = self.entry_mut(from, pid) {
             e.lease = lease;
             e.group = group;
-            return 0;
+            return Noted::Refreshed;
+        }
+        //= docs/wire.md#validation
+        //# a new id at an address that holds as many already is refused
+        //# (`address_full`): it never takes the place of one that is there
+        if self.at(from, pid) + others >= MAX_IDS_PER_ADDRESS {
+            return Noted::Refused;
         }
         let mut evicted = 0;
-        if self.entries.len() >= cap.max(1) {
-            if let Some(oldest) = self
+        if self.len() >= cap.max(1) {
+            let oldest = self
                 .entries
                 .iter()
-                .min_by_key(|(_, e)| e.first_seen)
-                .map(|(a, _)| *a)
-            {
-                self.entries.remove(&oldest);
-                evicted = 1;
+                .filter(|(a, _)| **a != from)
+                .flat_map(|(a, s)| s.ids.iter().map(move |e| (e.first_seen, *a, e.pid)))
+                .min();
+            let Some((_, addr, old)) = oldest else {
+                // Every entry is at this address (a table smaller than an address's share).
+                return Noted::Refused;
+            };
+            self.remove(addr, old);
+            evicted = 1;
+        }
+        let entry = Entry {
+            pid,
+            first_seen: now,
+            name: cut(p.name),
+            lease,
+            group,
+            challenged: None,
+            retry_at: None,
+            tries: 0,
+        };
+        match self.entries.get_mut(&from) {
+            Some(s) => s.ids.push(entry),
+            None => {
+                let allowance = match self.current.take() {
+                    Some((a, al)) if a == from => al,
+                    other => {
+                        self.current = other;
+                        Allowance::default()
+                    }
+                };
+                self.entries.insert(
+                    from,
+                    Slot {
+                        allowance,
+                        ids: vec![entry],
+                    },
+                );
             }
         }
-        let allowance = match self.current.take() {
-            Some((a, al)) if a == from => al,
-            other => {
-                self.current = other;
-                Allowance::default()
-            }
-        };
-        self.entries.insert(
-            from,
-            Entry {
-                pid,
-                first_seen: now,
-                name: cut(p.name),
-                lease,
-                group,
-                allowance,
-                challenged: None,
-                retry_at: None,
-                tries: 0,
-            },
-        );
-        evicted
+        Noted::Added { evicted }
+    }
+
+    /// Removes `pid`'s entry at `addr` (and the address's, with its allowance, when it was
+    /// the last one there).
+    fn remove(&mut self, addr: SocketAddr, pid: ParticipantId) -> Option<Entry> {
+        let slot = self.entries.get_mut(&addr)?;
+        let i = slot.ids.iter().position(|e| e.pid == pid)?;
+        let e = slot.ids.remove(i);
+        if slot.ids.is_empty() {
+            self.entries.remove(&addr);
+        }
+        Some(e)
     }
 
     /// When the next pending participant is challenged again.
     pub(crate) fn next_retry(&self) -> Option<Instant> {
         let asks = self.unannounced.values().map(|(t, _)| *t).min();
-        let challenges = self.entries.values().filter_map(|e| e.retry_at).min();
+        let challenges = self
+            .entries
+            .values()
+            .flat_map(|s| s.ids.iter())
+            .filter_map(|e| e.retry_at)
+            .min();
         match (asks, challenges) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -319,10 +399,13 @@ impl Pending {
 
     /// Forgets entries older than [`PENDING_LIFETIME`]; returns how many.
     fn expire(&mut self, now: Instant) -> u64 {
-        let before = self.entries.len();
-        self.entries
-            .retain(|_, e| now.saturating_duration_since(e.first_seen) < PENDING_LIFETIME);
-        (before - self.entries.len()) as u64
+        let before = self.len();
+        self.entries.retain(|_, s| {
+            s.ids
+                .retain(|e| now.saturating_duration_since(e.first_seen) < PENDING_LIFETIME);
+            !s.ids.is_empty()
+        });
+        (before - self.len()) as u64
     }
 
     /// Takes what participant `pid`'s announcement said, if `from` holds it.
@@ -331,38 +414,29 @@ impl Pending {
         pid: ParticipantId,
         from: SocketAddr,
     ) -> Option<(String, Duration, Option<SocketAddr>)> {
-        match self.entries.get(&from) {
-            Some(e) if e.pid == pid => {
-                let e = self.entries.remove(&from)?;
-                Some((e.name, e.lease, e.group))
-            }
-            _ => None,
-        }
+        self.remove(from, pid).map(|e| (e.name, e.lease, e.group))
     }
 
     /// Whether `pid` at `to` was challenged lately: while handling input `input`, or (if it
     /// is pending there) less than [`RECHALLENGE`] ago.
     fn challenged(&self, input: u64, now: Instant, to: SocketAddr, pid: ParticipantId) -> bool {
         self.last_challenge == Some((input, to, pid))
-            || self.entries.get(&to).is_some_and(|e| {
-                e.pid == pid
-                    && e.challenged
-                        .is_some_and(|t| now.saturating_duration_since(t) < RECHALLENGE)
+            || self.entry(to, pid).is_some_and(|e| {
+                e.challenged
+                    .is_some_and(|t| now.saturating_duration_since(t) < RECHALLENGE)
             })
     }
 
     /// Records a challenge of `pid` at `to` now.
     fn mark_challenged(&mut self, input: u64, now: Instant, to: SocketAddr, pid: ParticipantId) {
         self.last_challenge = Some((input, to, pid));
-        if let Some(e) = self.entries.get_mut(&to) {
-            if e.pid == pid {
-                e.challenged = Some(now);
-                let wait = CHALLENGE_RETRY
-                    .saturating_mul(1 << e.tries.min(16))
-                    .min(CHALLENGE_RETRY_MAX);
-                e.tries += 1;
-                e.retry_at = Some(crate::participant::after(now, wait));
-            }
+        if let Some(e) = self.entry_mut(to, pid) {
+            e.challenged = Some(now);
+            let wait = CHALLENGE_RETRY
+                .saturating_mul(1 << e.tries.min(16))
+                .min(CHALLENGE_RETRY_MAX);
+            e.tries += 1;
+            e.retry_at = Some(crate::participant::after(now, wait));
         }
     }
 }
@@ -438,7 +512,15 @@ impl Participant {
         p: &ParticipantRepr<'_>,
     ) {
         let cap = self.cfg.max_pending_participants;
-        self.stats.pending_dropped += self.peers.pending.note(now, pid, from, p, cap);
+        let others = self.unverified_at(from, pid);
+        match self.peers.pending.note(now, pid, from, p, cap, others) {
+            Noted::Refused => {
+                self.stats.address_full += 1;
+                return;
+            }
+            Noted::Added { evicted } => self.stats.pending_dropped += evicted,
+            Noted::Refreshed => {}
+        }
         let input = self.input;
         if self.peers.pending.last_challenge == Some((input, from, pid)) {
             // Challenged in this datagram's answer, before its entry existed.
@@ -571,26 +653,55 @@ impl Participant {
         self.promote(now, pid, from)
     }
 
+    /// In a secure realm, participants validated at `addr`, `except` one, that have not
+    /// authenticated (0 with security off: nothing authenticates there).
+    pub(crate) fn unverified_at(&self, addr: SocketAddr, except: ParticipantId) -> usize {
+        if self.cfg.security.is_none() {
+            return 0;
+        }
+        self.peers.at_addr.get(&addr).map_or(0, |ids| {
+            ids.iter()
+                .filter(|p| **p != except)
+                .filter(|p| {
+                    self.peers
+                        .remotes
+                        .get(p)
+                        .is_some_and(|r| !r.auth.as_ref().is_some_and(|a| a.verified))
+                })
+                .count()
+        })
+    }
+
     /// Moves validated participant `pid` at `from` into the participant table. False if
-    /// the table is full.
+    /// the table is full, or if `from` holds [`MAX_IDS_PER_ADDRESS`] other ids pending or
+    /// (in a secure realm) validated but not yet authenticated.
     fn promote(&mut self, now: Instant, pid: ParticipantId, from: SocketAddr) -> bool {
         if self.peers.remotes.contains_key(&pid) {
             return true;
         }
-        // Another participant at the same address (a restarted process), not authenticated:
-        // gone (one socket, one participant).
-        if let Some(old) = self.peers.remote_at.get(&from).copied() {
-            let verified = self
-                .peers
-                .remotes
-                .get(&old)
-                .is_some_and(|p| p.auth.as_ref().is_some_and(|a| a.verified));
-            if !verified {
-                self.remove_participant(old);
-            }
+        // An id the address has no room for is refused, even with a cookie that verifies
+        // (its pending entry expired, or it answered the challenge in our answer to its
+        // PROBE).
+        if self.peers.pending.at(from, pid) + self.unverified_at(from, pid) >= MAX_IDS_PER_ADDRESS {
+            self.stats.address_full += 1;
+            return false;
         }
         if self.cfg.security.is_some() {
-            self.make_room_for_unverified();
+            // Those already at the address stay, authenticated or not: an id validated
+            // there (by anyone who sees what is sent there) takes no one's place.
+            if !self.make_room_for_unverified(from) {
+                self.stats.address_full += 1;
+                return false;
+            }
+        } else {
+            // Security off, nothing authenticates, and anyone who sees the traffic can
+            // forge anything in a participant's name: another participant at the same
+            // address (a restarted process) is gone (one socket, one participant).
+            let old: Vec<ParticipantId> =
+                self.peers.at_addr.get(&from).cloned().unwrap_or_default();
+            for o in old {
+                self.remove_participant(o);
+            }
         }
         if self.peers.remotes.len() >= self.cfg.max_participants {
             self.stats.table_full += 1;
@@ -602,7 +713,11 @@ impl Participant {
                 .take(pid, from)
                 .unwrap_or((String::new(), self.cfg.lease, None));
         self.stats.participants_validated += 1;
-        self.peers.remote_at.insert(from, pid);
+        // Datagrams to the address stay for whoever was there first until this one
+        // authenticates (`on_auth`), so one validated there by a sniffer does not take a
+        // peer's datagrams (each tagged for one participant, refused by any other).
+        self.peers.remote_at.entry(from).or_insert(pid);
+        self.peers.at_addr.entry(from).or_default().push(pid);
         let path = self.new_path(&from, now);
         let cc = self.new_congestion(&from, now);
         let reported = self.peers.pending.reported.contains(&pid);
@@ -696,27 +811,34 @@ impl Participant {
     }
 
     /// Secure realm: when as many validated participants as the pending table holds have
-    /// not authenticated, the one validated first goes.
-    fn make_room_for_unverified(&mut self) {
+    /// not authenticated, the one validated first goes, but not one at `at`, the address of
+    /// the one to be validated (an id never takes the place of one at its address). False
+    /// if there is no room (all of them are at `at`).
+    fn make_room_for_unverified(&mut self, at: SocketAddr) -> bool {
         let unverified = self
             .peers
             .remotes
             .iter()
-            .filter(|(_, p)| !p.auth.as_ref().is_some_and(|a| a.verified))
-            .map(|(id, p)| (p.validated, *id));
+            .filter(|(_, p)| !p.auth.as_ref().is_some_and(|a| a.verified));
         let mut n = 0;
         let mut oldest: Option<(Instant, ParticipantId)> = None;
-        for x in unverified {
+        for (id, p) in unverified {
             n += 1;
-            if oldest.is_none_or(|o| x < o) {
+            let x = (p.validated, *id);
+            if p.addr != at && oldest.is_none_or(|o| x < o) {
                 oldest = Some(x);
             }
         }
-        if n >= self.cfg.max_pending_participants.max(1) {
-            if let Some((_, pid)) = oldest {
+        if n < self.cfg.max_pending_participants.max(1) {
+            return true;
+        }
+        match oldest {
+            Some((_, pid)) => {
                 self.stats.unauthenticated_forgotten += 1;
                 self.remove_participant(pid);
+                true
             }
+            None => false,
         }
     }
 
@@ -733,13 +855,14 @@ impl Participant {
             .pending
             .entries
             .iter()
+            .flat_map(|(a, s)| s.ids.iter().map(move |e| (*a, e)))
             .filter(|(_, e)| e.retry_at.is_some_and(|t| now >= t))
-            .map(|(a, e)| (*a, e.pid))
+            .map(|(a, e)| (a, e.pid))
             .collect();
         for (to, pid) in due {
             if !self.challenge(now, pid, to, true) {
                 // Nothing more until more arrives from there.
-                if let Some(e) = self.peers.pending.entries.get_mut(&to) {
+                if let Some(e) = self.peers.pending.entry_mut(to, pid) {
                     e.retry_at = None;
                 }
             }

@@ -220,6 +220,15 @@ impl Participant {
         // Both sides verified now: endpoints already known may match.
         let became_mutual = a.verified && a.verified_us && !a.mutual;
         a.mutual |= became_mutual;
+        if newly {
+            // Datagrams to its address are for it now (`Peers::remote_at`): until then they
+            // stayed for whoever was validated there first.
+            if let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) {
+                if self.peers.remote_at.insert(addr, pid) != Some(pid) {
+                    self.peers.fanout_gen += 1;
+                }
+            }
+        }
         if bad_answer {
             self.auth_refused(pid, AuthFailure::BadAnswer);
         }

@@ -322,9 +322,26 @@ impl Session {
     }
 
     /// Calls `listener` for every engine event (matches, incompatible QoS, deadlines,
-    /// liveliness, lost samples) on the thread that raised it.
+    /// liveliness, lost samples, refusals) on the thread that raised it.
+    ///
+    /// The first listener registered also gets, at once and on this thread, the events the
+    /// session raised before (since it opened: at most the latest 1,024), so that `open`
+    /// followed by `on_event` misses nothing. The session announces itself as it opens, and
+    /// its peers answer within a millisecond: a refusal reported once per peer (a secure
+    /// peer seen from a session without keys, a credential of another realm) would
+    /// otherwise be lost for good when it came first. An event raised while these are
+    /// handed over may reach the listener before them. Later listeners get only the events
+    /// raised after they were registered.
     pub fn on_event(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
-        self.shared.lock().listeners.push(Arc::new(listener));
+        let listener: Listener = Arc::new(listener);
+        let backlog = {
+            let mut inner = self.shared.lock();
+            inner.listeners.push(listener.clone());
+            inner.backlog.take()
+        };
+        for e in backlog.into_iter().flatten() {
+            listener(&e);
+        }
     }
 
     /// Endpoints of other sessions discovered so far.

@@ -61,6 +61,7 @@ impl Session {
                 bulk_idle: false,
                 subs: BTreeMap::new(),
                 listeners: Vec::new(),
+                backlog: Some(std::collections::VecDeque::new()),
                 armed: None,
                 next_ticket: 0,
             }),

@@ -96,8 +96,9 @@ impl RevocationWatch {
                 self.done = Some(fp);
                 tracing::warn!("revocation list not reloaded: {reason}");
                 let e = Event::RevocationListRefused { reason };
-                let listeners = shared.lock().listeners.clone();
-                for l in listeners {
+                let mut calls = Vec::new();
+                shared.lock().raise(e, &mut calls);
+                for (l, e) in calls {
                     l(&e);
                 }
                 return;

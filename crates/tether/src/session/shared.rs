@@ -58,6 +58,9 @@ pub(super) struct Inner {
     pub(super) bulk_idle: bool,
     pub(super) subs: BTreeMap<EntityId, Slot>,
     pub(super) listeners: Vec<Listener>,
+    /// Events raised before the first listener was registered (at most [`BACKLOG`], the
+    /// latest), for that listener: `None` once it was.
+    pub(super) backlog: Option<std::collections::VecDeque<Event>>,
     /// When the receive thread will wake on its own (it sleeps in recv until then).
     pub(super) armed: Option<Instant>,
     /// The next send ticket (see [`Deferred`]).
@@ -85,6 +88,27 @@ pub(super) struct Shared {
     pub(super) serving_waiters: AtomicU64,
     pub(super) serving_lock: Mutex<()>,
     pub(super) serving_cv: Condvar,
+}
+
+/// Most events kept for the first listener, raised before it was registered.
+pub(super) const BACKLOG: usize = 1024;
+
+impl Inner {
+    /// `e` for every listener, or (none registered yet) for the first one to come.
+    pub(super) fn raise(&mut self, e: Event, out: &mut Vec<(Listener, Event)>) {
+        if self.listeners.is_empty() {
+            if let Some(b) = self.backlog.as_mut() {
+                if b.len() >= BACKLOG {
+                    b.pop_front();
+                }
+                b.push_back(e);
+            }
+            return;
+        }
+        for l in &self.listeners {
+            out.push((l.clone(), e.clone()));
+        }
+    }
 }
 
 /// How long a send waits for an earlier ticket's before it goes anyway (a thread that took
@@ -327,9 +351,7 @@ impl Shared {
                 }
                 _ => {}
             }
-            for l in &inner.listeners {
-                out.events.push((l.clone(), e.clone()));
-            }
+            inner.raise(e, &mut out.events);
         }
         // Taking may have freed room for local writers and produced transmits.
         while let Some(t) = inner.core.poll_transmit() {
