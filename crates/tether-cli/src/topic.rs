@@ -222,12 +222,20 @@ fn start_line(cfg: &Config) -> anyhow::Result<String> {
     let b = tether::keys::KeyBundle::load(keys)?;
     let ca = tether_crypto::to_hex(&b.ca_public);
     let c = &b.credential;
+    // Whether revoked members are refused here: only where the list is loaded.
+    let revocations = match &cfg.security.revocations {
+        Some(p) => format!("revocations from {} (watched)", p.display()),
+        None => "no revocation list (--revocations FILE: revoked members are refused only \
+                 where their list is loaded)"
+            .to_string(),
+    };
     Ok(format!(
-        "secure realm {}, as {} (serial {}), credential expires {}",
+        "secure realm {}, as {} (serial {}), credential expires {}; {}",
         &ca[..16],
         c.name,
         c.serial,
-        tether::keys::utc(c.expires)
+        tether::keys::utc(c.expires),
+        revocations
     ))
 }
 

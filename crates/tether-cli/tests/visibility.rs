@@ -142,7 +142,9 @@ fn start_line_names_realm_and_identity() {
     assert_eq!(
         first_err_line(&pout),
         format!(
-            "secure realm {}, as robot1 (serial 1), credential expires {}",
+            "secure realm {}, as robot1 (serial 1), credential expires {}; no revocation \
+             list (--revocations FILE: revoked members are refused only where their list is \
+             loaded)",
             &ca[..16],
             expires[0]
         )
@@ -150,7 +152,9 @@ fn start_line_names_realm_and_identity() {
     assert_eq!(
         first_err_line(&eout),
         format!(
-            "secure realm {}, as viewer (serial 2), credential expires {}",
+            "secure realm {}, as viewer (serial 2), credential expires {}; no revocation \
+             list (--revocations FILE: revoked members are refused only where their list is \
+             loaded)",
             &ca[..16],
             expires[1]
         )

@@ -65,7 +65,31 @@ pub(crate) struct RemoteParticipant {
     pub(crate) moving: Option<(SocketAddr, Instant)>,
     /// When it last got our whole announcement because it challenged us (`pending`).
     pub(crate) reannounced: Option<Instant>,
+    /// When an authenticated datagram (with security off: any) last came from `addr`: a
+    /// peer still heard at its address is not followed to another (`heard_from`).
+    pub(crate) addr_heard: Instant,
+    /// The address it moved from, and when: a datagram of it from there, authenticated,
+    /// moves it back at once (it had not moved: someone relayed its datagrams).
+    pub(crate) prev: Option<(SocketAddr, Instant)>,
+    /// When a copy of one of its datagrams (a replay) was last checked for its tag: at
+    /// most every [`COPY_CHECK`], so replays cost at most that many opens.
+    pub(crate) copy_checked: Option<Instant>,
 }
+
+/// Least time between two checks of a copy of a peer's datagram (see `heard_copy`).
+pub(crate) const COPY_CHECK: Duration = Duration::from_millis(20);
+
+/// A known peer is followed to a new address only after this long without an authenticated
+/// datagram from its current one (a peer that moved stops sending from there; one that
+/// did not, whose datagrams someone relays from elsewhere, goes on).
+pub(crate) const MOVE_QUIET: Duration = Duration::from_secs(1);
+
+/// How long after a move the address a peer moved from is taken back without a challenge.
+pub(crate) const PREV_KEPT: Duration = Duration::from_secs(30);
+
+/// The AUTH_TAG `to` of a datagram for no participant the sender knows there
+/// (`docs/wire.md#auth_tag`): every receiver that verified the sender refuses it.
+pub(crate) const TO_NOBODY: u64 = u64::MAX;
 
 /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
 #[derive(Debug)]
@@ -103,7 +127,14 @@ pub(crate) struct Peers {
     pub(crate) limited: std::collections::VecDeque<(ParticipantId, u8)>,
     /// Participants heard from at addresses that have not answered a challenge.
     pub(crate) pending: pending::Pending,
+    /// Whom datagrams to an address where no participant is known are for (a challenge to
+    /// a pending participant, or to a known one's new address, or the answer to its PROBE
+    /// from there): their AUTH_TAG names it. Cleared when it holds [`ADDRESSEES_MAX`].
+    pub(crate) addressees: HashMap<SocketAddr, ParticipantId>,
 }
+
+/// Most entries of [`Peers::addressees`].
+const ADDRESSEES_MAX: usize = 1024;
 
 impl Peers {
     /// `secret`: the key of this participant's address-validation cookies (random).
@@ -122,6 +153,7 @@ impl Peers {
             controlled: false,
             limited: std::collections::VecDeque::new(),
             pending: pending::Pending::new(now, secret),
+            addressees: HashMap::new(),
         }
     }
 }
@@ -153,15 +185,78 @@ impl Participant {
                 return true;
             }
             p.received = p.received.wrapping_add(counted as u64);
-            if p.addr != from {
-                // The peer's address changed (new IP, NAT rebinding), or someone wrote its
-                // id on a datagram from elsewhere: the new address is challenged, and
-                // followed (`move_peer`) once it answers (`discovery/pending.rs`).
+            if p.addr == from {
+                p.addr_heard = now;
+            } else if p
+                .prev
+                .is_some_and(|(a, t)| a == from && now.saturating_duration_since(t) < PREV_KEPT)
+            {
+                //= docs/wire.md#validation
+                //# a datagram from the address a peer moved from, authenticated, moves it
+                //# back at once
+                p.prev = None;
+                self.stats.addresses_moved += 1;
+                self.move_peer(now, pid, from);
+                if let Some(p) = self.peers.remotes.get_mut(&pid) {
+                    p.prev = None;
+                }
+            } else if now.saturating_duration_since(p.addr_heard) >= MOVE_QUIET {
+                // The peer's address changed (new IP, NAT rebinding): the new address is
+                // challenged, and followed (`move_peer`) once it answers
+                // (`discovery/pending.rs`).
                 self.challenge_new_address(now, pid, from);
+            } else {
+                // Still heard at its address: someone relays its datagrams from elsewhere.
+                self.stats.moves_refused += 1;
             }
             true
         } else {
             false
+        }
+    }
+
+    /// A genuine copy of a datagram of `pid` already taken came from `from` (a relay raced
+    /// it there first, or the network duplicated it): if `from` is its address, the address
+    /// is alive; if `from` is the address it moved from, it had not moved: back there.
+    /// Whether a copy of a datagram of `pid` from `from` is worth checking now: it could
+    /// change where `pid` is (or keep it), and no copy was checked in the last
+    /// [`COPY_CHECK`].
+    pub(crate) fn check_copy(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: SocketAddr,
+    ) -> bool {
+        let Some(p) = self.peers.remotes.get_mut(&pid) else {
+            return false;
+        };
+        let relevant = p.addr == from || p.prev.is_some_and(|(a, _)| a == from);
+        if !relevant
+            || p.copy_checked
+                .is_some_and(|t| now.saturating_duration_since(t) < COPY_CHECK)
+        {
+            return false;
+        }
+        p.copy_checked = Some(now);
+        true
+    }
+
+    pub(crate) fn heard_copy(&mut self, now: Instant, pid: ParticipantId, from: SocketAddr) {
+        let Some(p) = self.peers.remotes.get_mut(&pid) else {
+            return;
+        };
+        if p.addr == from {
+            p.addr_heard = now;
+        } else if p
+            .prev
+            .is_some_and(|(a, t)| a == from && now.saturating_duration_since(t) < PREV_KEPT)
+        {
+            p.prev = None;
+            self.stats.addresses_moved += 1;
+            self.move_peer(now, pid, from);
+            if let Some(p) = self.peers.remotes.get_mut(&pid) {
+                p.prev = None;
+            }
         }
     }
 
@@ -175,6 +270,8 @@ impl Participant {
             return;
         }
         let old = std::mem::replace(&mut p.addr, from);
+        p.prev = Some((old, now));
+        p.addr_heard = now;
         self.left_address(pid, old);
         self.peers.remote_at.insert(from, pid);
         self.peers.at_addr.entry(from).or_default().push(pid);
@@ -186,6 +283,15 @@ impl Participant {
             p.cc = cc;
         }
         self.resize_paths();
+    }
+
+    /// Datagrams about to go to `addr`, where no participant is known, are for `pid`.
+    pub(crate) fn address_for(&mut self, addr: SocketAddr, pid: ParticipantId) {
+        let a = &mut self.peers.addressees;
+        if a.len() >= ADDRESSEES_MAX && !a.contains_key(&addr) {
+            a.clear();
+        }
+        a.insert(addr, pid);
     }
 
     /// Participant `pid` is no longer at `addr` (it left, or moved): datagrams to the

@@ -759,8 +759,12 @@ pub struct Stats {
     /// Secure realm: validated participants forgotten because they had not authenticated
     /// 10 s after validation, or to make room for a newer one.
     pub unauthenticated_forgotten: u64,
-    /// Known participants followed to a new address after it answered a challenge.
+    /// Known participants followed to a new address after it answered a challenge (or back
+    /// to the address they moved from, heard there again).
     pub addresses_moved: u64,
+    /// Authenticated datagrams of a known participant from another address while it was
+    /// still heard at its own (within 1 s): someone relays its datagrams; not followed.
+    pub moves_refused: u64,
     /// Participants refused at an address that held
     /// [`MAX_IDS_PER_ADDRESS`](crate::MAX_IDS_PER_ADDRESS) others pending validation or, in a
     /// secure realm, validated but not yet authenticated (none of those is evicted for it).
@@ -875,6 +879,7 @@ impl Stats {
             bad_cookies,
             unauthenticated_forgotten,
             addresses_moved,
+            moves_refused,
             address_full,
             batches_sealed,
             batches_opened,

@@ -566,7 +566,7 @@ impl Participant {
         let origin = if sealed {
             Origin::Unverified
         } else {
-            match self.authenticate(pid, datagram) {
+            match self.authenticate(pid, from, datagram) {
                 Gate::Act(o) => o,
                 Gate::Drop => return,
                 Gate::Hold(writer, epoch) => {

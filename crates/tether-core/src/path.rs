@@ -493,9 +493,13 @@ impl Participant {
             received: self.peers.remotes.get(&pid).map(|r| r.received),
         };
         if b.push(&Submessage::ProbeAck(ack)).is_ok() {
+            // To the participant's address, not to where its PROBE came from: a PROBE of a
+            // known participant relayed from elsewhere gets its answer where that
+            // participant is, not at the relay (`docs/wire.md#validation`).
+            let to = self.peers.remotes.get(&pid).map_or(from, |r| r.addr);
             // Sent once the datagram is handled: in front of our announcement if the PROBE
             // was a challenge (`discovery/pending.rs`).
-            self.peers.pending.answers.push((pid, from, buf));
+            self.peers.pending.answers.push((pid, to, buf));
         }
     }
 

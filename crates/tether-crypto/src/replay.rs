@@ -83,6 +83,12 @@ impl<const W: usize> Window<W> {
         self.top - seq < Self::SIZE && !self.get(seq)
     }
 
+    /// Whether `seq` was accepted already (and is still within the window): a copy of a
+    /// message taken before, as opposed to one too old to tell.
+    pub fn seen(&self, seq: u64) -> bool {
+        seq != 0 && seq <= self.top && self.top - seq < Self::SIZE && self.get(seq)
+    }
+
     /// Records `seq`; false (and no change) if it is a replay or too old.
     pub fn accept(&mut self, seq: u64) -> bool {
         if !self.check(seq) {

@@ -538,6 +538,7 @@ impl Participant {
     /// True if it went.
     fn challenge(&mut self, now: Instant, pid: ParticipantId, to: SocketAddr, retry: bool) -> bool {
         let from = to;
+        self.address_for(to, pid);
         let cookie = self.peers.pending.cookie(pid, from, now);
         let mut dg = Vec::new();
         let _ = DatagramBuilder::new(&mut dg, self.header()).push(&Submessage::Probe(ProbeRepr {
@@ -579,6 +580,7 @@ impl Participant {
         len: usize,
     ) {
         self.stats.probes_answered += 1;
+        self.address_for(from, pid);
         let mut dg = Vec::new();
         let ack = Submessage::ProbeAck(ProbeAckRepr {
             id: p.id,
@@ -597,7 +599,15 @@ impl Participant {
                 .saturating_sub(crate::path::security_overhead(&self.cfg)),
         );
         let mut challenged = false;
-        if !self.peers.pending.challenged(self.input, now, from, pid) {
+        // An id its address has no room for is not challenged: it could not be validated
+        // (two peers whose addresses a forger filled would otherwise challenge each other
+        // without end, each answer carrying a new challenge).
+        let room = self.peers.pending.entry(from, pid).is_some()
+            || self.peers.pending.at(from, pid) + self.unverified_at(from, pid)
+                < MAX_IDS_PER_ADDRESS;
+        if !room {
+            self.stats.address_full += 1;
+        } else if !self.peers.pending.challenged(self.input, now, from, pid) {
             let cookie = self.peers.pending.cookie(pid, from, now);
             dg.extend(encoded(&Submessage::Probe(ProbeRepr {
                 id: cookie,
@@ -745,6 +755,9 @@ impl Participant {
                 validated: now,
                 moving: None,
                 reannounced: None,
+                addr_heard: now,
+                prev: None,
+                copy_checked: None,
             }),
         );
         self.peers.fanout_gen += 1;
@@ -961,6 +974,7 @@ impl Participant {
             return;
         }
         p.moving = Some((from, now));
+        self.address_for(from, pid);
         let cookie = self.peers.pending.cookie(pid, from, now);
         let mut dg = Vec::new();
         let mut b = DatagramBuilder::new(&mut dg, self.header());

@@ -207,7 +207,10 @@ impl Participant {
                         a.verified = true;
                         newly = true;
                     }
-                    _ => bad_answer = true,
+                    _ => {
+                        a.bad_answers = a.bad_answers.saturating_add(1);
+                        bad_answer = true;
+                    }
                 }
             }
             (_, true) => {
@@ -230,7 +233,17 @@ impl Participant {
             }
         }
         if bad_answer {
-            self.auth_refused(pid, AuthFailure::BadAnswer);
+            let strikes = self
+                .peers
+                .remotes
+                .get(&pid)
+                .and_then(|p| p.auth.as_ref())
+                .map_or(0, |a| a.bad_answers);
+            if strikes >= 3 {
+                self.auth_refused(pid, AuthFailure::BadAnswer);
+            } else {
+                self.stats.auth_failed += 1;
+            }
         }
         // Answer whatever the sender still lacks: our answer to a new challenge, our
         // verdict, word that we verified it or hold its new key, or our control key (that

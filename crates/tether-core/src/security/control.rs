@@ -226,9 +226,19 @@ impl Participant {
                 && n.body.as_ptr() == t.body.as_ptr()
                 && n.body.len() == t.body.len()
         });
-        let to = match self.peers.remote_at.get(&t.dest) {
-            Some(pid) if !shared => pid.0,
-            _ => 0,
+        // Data for several readers (the same bytes to each, or to a multicast group) is
+        // for any receiver; anything else names the participant at the destination, or the
+        // one it is for, or nobody: a datagram to an address where we know no participant
+        // (a challenge, say) must not count, relayed, at a peer that verified us.
+        // (`retag` asks for any receiver with the unspecified address.)
+        let to = if shared || t.dest.ip().is_multicast() || t.dest.ip().is_unspecified() {
+            0
+        } else {
+            self.peers
+                .remote_at
+                .get(&t.dest)
+                .or_else(|| self.peers.addressees.get(&t.dest))
+                .map_or(crate::discovery::TO_NOBODY, |p| p.0)
         };
         let tx = self.control_tx();
         if let Some(last) = tx.last.as_mut() {
@@ -307,7 +317,12 @@ impl Participant {
 
     /// The gate's check of a datagram from `pid` in a secure realm: what it may do, or
     /// that it must be dropped (counted), or held until a writer's key comes.
-    pub(crate) fn authenticate(&mut self, pid: ParticipantId, datagram: &[u8]) -> Gate {
+    pub(crate) fn authenticate(
+        &mut self,
+        pid: ParticipantId,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Gate {
         self.keystore.gate_opened = None;
         if self.cfg.security.is_none() {
             return Gate::Act(Origin::Plain);
@@ -325,7 +340,7 @@ impl Participant {
         // A datagram that ends with a SEALED_BATCH authenticates itself: its seal covers
         // every byte before its tag (`docs/wire.md#sealed_batch`).
         if let Some(ct) = tether_wire::sealed_batch_ciphertext(datagram, datagram.len()) {
-            return self.authenticate_sealed(pid, datagram, ct);
+            return self.authenticate_sealed(pid, from, datagram, ct);
         }
         let Some((t, covered)) = AuthTagRepr::split(datagram) else {
             self.stats.unauthenticated += 1;
@@ -385,6 +400,22 @@ impl Participant {
         let (key, window) = &mut a.control.keys[i];
         if !window.check(t.counter) {
             self.stats.replayed += 1;
+            let seen = window.seen(t.counter);
+            let now = self.clock;
+            if seen
+                && self.check_copy(now, pid, from)
+                && self
+                    .peers
+                    .remotes
+                    .get(&pid)
+                    .and_then(|p| p.auth.as_ref())
+                    .and_then(|a| a.control.keys.get(i))
+                    .and_then(|(k, _)| k.open(t.counter, mac, &t.to, &t.tag))
+                    .is_some_and(|to| to == 0 || to == me.0)
+            {
+                // A genuine copy of a datagram taken already: its address is alive.
+                self.heard_copy(now, pid, from);
+            }
             return Gate::Drop;
         }
         let Some(to) = key.open(t.counter, mac, &t.to, &t.tag) else {

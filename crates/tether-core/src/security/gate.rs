@@ -74,7 +74,34 @@ pub(crate) struct OpenedBatch {
 pub(crate) struct HeldForKey {
     waiting: std::collections::BTreeMap<(Guid, u32), std::collections::VecDeque<Held>>,
     bytes: usize,
+    /// Bytes held per writer (its share is a quarter of the budget), and how many items:
+    /// counted as they come and go, never summed per arrival.
+    per_writer: std::collections::BTreeMap<Guid, (usize, usize)>,
 }
+
+impl HeldForKey {
+    /// Counts `len` bytes in one item more (`sign` 1) or less (−1) for `writer`.
+    fn count(&mut self, writer: Guid, len: usize, more: bool) {
+        if more {
+            self.bytes += len;
+            let e = self.per_writer.entry(writer).or_default();
+            e.0 += len;
+            e.1 += 1;
+        } else {
+            self.bytes -= len;
+            if let Some(e) = self.per_writer.get_mut(&writer) {
+                e.0 -= len;
+                e.1 -= 1;
+                if e.1 == 0 {
+                    self.per_writer.remove(&writer);
+                }
+            }
+        }
+    }
+}
+
+/// Most items (samples or datagrams) held for one writer's key.
+const HELD_ITEMS_PER_WRITER: usize = 1024;
 
 /// One sealed sample, or one sealed batch, that came before its key.
 #[derive(Debug)]
@@ -214,6 +241,7 @@ impl Participant {
     pub(crate) fn authenticate_sealed(
         &mut self,
         pid: ParticipantId,
+        from: SocketAddr,
         datagram: &[u8],
         ct: usize,
     ) -> Gate {
@@ -237,6 +265,20 @@ impl Participant {
         let window = self.keystore.batch_windows.entry((g, x.epoch)).or_default();
         if !window.check(x.first_seq) {
             self.stats.replayed += 1;
+            let now = self.clock;
+            if window.seen(x.first_seq) && self.check_copy(now, pid, from) {
+                let Some(k) = self.keystore.keys.get(&(g, x.epoch)) else {
+                    return Gate::Drop;
+                };
+                // A copy (checked below) of a datagram taken already: its address is alive.
+                let mut scratch = vec![0u8; x.ciphertext.len()];
+                let aad = &datagram[..body + tether_wire::SEALED_BATCH_TAG_AT];
+                if k.open_batch_into(x.first_seq, aad, x.ciphertext, x.tag, &mut scratch)
+                    .is_ok()
+                {
+                    self.heard_copy(now, pid, from);
+                }
+            }
             return Gate::Drop;
         }
         let n = x.ciphertext.len();
@@ -289,7 +331,9 @@ impl Participant {
             reader: EntityId::ALL,
             what: HeldKind::Datagram {
                 from,
-                bytes: datagram.clone(),
+                // A copy: a slice would keep the whole receive buffer it came in alive,
+                // and the budget counts what it holds.
+                bytes: Bytes::copy_from_slice(datagram),
                 outer,
             },
         };
@@ -535,19 +579,16 @@ impl Participant {
             .map(|((_, e), _)| *e);
         let plausible = newest.is_none_or(|n| epoch == n.wrapping_add(1));
         let h = &mut self.keystore.held;
-        let of_writer: usize = h
-            .waiting
-            .range((writer, 0)..=(writer, u32::MAX))
-            .flat_map(|(_, q)| q.iter().map(Held::len))
-            .sum();
+        let (of_writer, items) = h.per_writer.get(&writer).copied().unwrap_or_default();
         if !plausible
             || h.bytes + len > crate::security::keys::HELD_FOR_KEY_BYTES
             || of_writer + len > crate::security::keys::HELD_FOR_KEY_BYTES / 4
+            || items >= HELD_ITEMS_PER_WRITER
         {
             self.stats.no_key += held.samples();
             return;
         }
-        h.bytes += len;
+        h.count(writer, len, true);
         self.stats.held_for_key += held.samples();
         h.waiting
             .entry((writer, epoch))
@@ -561,7 +602,7 @@ impl Participant {
             return;
         };
         for held in q {
-            self.keystore.held.bytes -= held.len();
+            self.keystore.held.count(writer, held.len(), false);
             match held.what {
                 HeldKind::Sample { s, batch_signed } => {
                     if let Some(s) = self.unseal_in(now, held.reader, s, batch_signed) {
@@ -586,18 +627,22 @@ impl Participant {
         let matched = &self.matches.remote_writer_readers;
         let h = &mut self.keystore.held;
         let mut dropped = 0;
+        let mut gone_items: Vec<(Guid, usize)> = Vec::new();
         h.waiting.retain(|(g, _), q| {
             let gone = !matched.contains_key(g);
             while let Some(f) = q.front() {
                 if !gone && now.saturating_duration_since(f.at) < limit {
                     break;
                 }
-                h.bytes -= f.len();
+                gone_items.push((*g, f.len()));
                 dropped += f.samples();
                 q.pop_front();
             }
             !q.is_empty()
         });
+        for (g, len) in gone_items {
+            h.count(g, len, false);
+        }
         self.stats.no_key += dropped;
     }
 

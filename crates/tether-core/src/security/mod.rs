@@ -264,6 +264,10 @@ pub(crate) struct PeerAuth {
     pub(crate) wrapped_ours: Option<(u32, Vec<u8>)>,
     /// It tried another credential under its verified id (reported once).
     pub(crate) conflict_reported: bool,
+    /// Answers to our challenge that did not verify. One or two are a session that left or
+    /// restarted mid-handshake (its answer to an earlier challenge, arriving late); only a
+    /// third is reported.
+    pub(crate) bad_answers: u8,
 }
 
 impl PeerAuth {
@@ -284,6 +288,7 @@ impl PeerAuth {
             has_ours: 0,
             wrapped_ours: None,
             conflict_reported: false,
+            bad_answers: 0,
         }
     }
 
