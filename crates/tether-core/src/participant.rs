@@ -752,6 +752,9 @@ impl Participant {
             self.housekeeping(now);
             self.check_inactive(now);
             self.expire_held(now);
+            // Unanswered AUTHs go again on their own schedule (50 ms, doubling), not only
+            // with announcements.
+            self.resend_auth(now);
             self.next_housekeeping = after(now, HOUSEKEEPING);
         }
         self.retry_challenges(now);

@@ -57,6 +57,9 @@ pub(crate) struct Reassembly {
 /// Largest buffer a writer proxy keeps for its next reassembly (see [`Reassembly::add`]).
 pub(crate) const SPARE_MAX: usize = 16 << 20;
 
+/// Fragments a reassembly needs before their arrival rate predicts a repair's time.
+const MIN_RATE_FRAGMENTS: u32 = 8;
+
 impl Reassembly {
     /// A sample to be put together, from one of its fragments (already validated by
     /// `tether-wire`), which is not stored yet: [`add`](Self::add) it. Allocates nothing.
@@ -187,6 +190,12 @@ impl Reassembly {
     /// How long re-sending `frags` of this sample takes at the rate its fragments have
     /// arrived so far (none before two have).
     pub(crate) fn transfer_time(&self, frags: u32) -> std::time::Duration {
+        // A rate from a few fragments is no rate: a reassembly started again by stragglers
+        // of a sample received (and dropped for want of its key) saw two fragments seconds
+        // apart, and put its repair request off for 10 s.
+        if self.have() < MIN_RATE_FRAGMENTS {
+            return std::time::Duration::ZERO;
+        }
         let span = self
             .last
             .saturating_duration_since(self.first)

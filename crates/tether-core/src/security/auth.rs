@@ -440,7 +440,7 @@ impl Participant {
         if self.cfg.security.is_none() {
             return;
         }
-        let period = self.peers.announce_step;
+        let period = self.announce_period();
         let ours = self.control_tx().key.epoch();
         let due: Vec<ParticipantId> = self
             .peers
@@ -455,6 +455,14 @@ impl Participant {
             .collect();
         for pid in due {
             self.send_auth(now, pid);
+            if let Some(a) = self
+                .peers
+                .remotes
+                .get_mut(&pid)
+                .and_then(|p| p.auth.as_mut())
+            {
+                a.resend_gap = a.resend_gap.saturating_mul(2).min(period);
+            }
         }
     }
 }

@@ -198,6 +198,15 @@ impl Participant {
             .map(|(id, _)| *id)
             .collect();
         for pid in verified {
+            if let Some(a) = self
+                .peers
+                .remotes
+                .get_mut(&pid)
+                .and_then(|p| p.auth.as_mut())
+            {
+                // Until it says it holds the new key: resent soon, then less often.
+                a.resend_gap = crate::security::AUTH_RESEND_FIRST;
+            }
             self.send_auth(now, pid);
         }
     }

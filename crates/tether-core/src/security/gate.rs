@@ -580,9 +580,11 @@ impl Participant {
         let plausible = newest.is_none_or(|n| epoch == n.wrapping_add(1));
         let h = &mut self.keystore.held;
         let (of_writer, items) = h.per_writer.get(&writer).copied().unwrap_or_default();
+        // A writer's share is a quarter of the budget, but any writer may hold one item
+        // larger than that (a large sample reassembled before its key came).
         if !plausible
             || h.bytes + len > crate::security::keys::HELD_FOR_KEY_BYTES
-            || of_writer + len > crate::security::keys::HELD_FOR_KEY_BYTES / 4
+            || (items > 0 && of_writer + len > crate::security::keys::HELD_FOR_KEY_BYTES / 4)
             || items >= HELD_ITEMS_PER_WRITER
         {
             self.stats.no_key += held.samples();

@@ -226,6 +226,9 @@ impl Security {
     }
 }
 
+/// The first wait before an unanswered AUTH is sent again (`PeerAuth::resend_gap`).
+pub(crate) const AUTH_RESEND_FIRST: Duration = Duration::from_millis(50);
+
 /// What we know of one peer's identity.
 #[derive(Debug)]
 pub(crate) struct PeerAuth {
@@ -250,6 +253,9 @@ pub(crate) struct PeerAuth {
     pub(crate) reported: bool,
     /// When we last sent it an AUTH.
     pub(crate) sent: Option<Instant>,
+    /// How long after an AUTH unanswered to send it again: 50 ms, then twice as long each
+    /// time, up to the announcement period (a lost AUTH under loss cost a whole period).
+    pub(crate) resend_gap: Duration,
     /// Pairwise mode: the key we seal datagrams to it with, and the last counter used.
     pub(crate) pair_tx: Option<(tether_crypto::SenderKey, u64)>,
     /// The key it seals datagrams to us with, and the counters seen.
@@ -282,6 +288,7 @@ impl PeerAuth {
             mutual: false,
             reported: false,
             sent: None,
+            resend_gap: AUTH_RESEND_FIRST,
             pair_tx: None,
             pair_rx: None,
             control: control::ControlRx::default(),
@@ -298,6 +305,6 @@ impl PeerAuth {
         !(self.verified && self.verified_us && self.has_ours == ours)
             && self
                 .sent
-                .is_none_or(|t| now.saturating_duration_since(t) >= period)
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.resend_gap.min(period))
     }
 }

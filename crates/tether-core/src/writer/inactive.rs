@@ -27,6 +27,10 @@ use crate::participant::{HOUSEKEEPING, Participant, after};
 use crate::qos::{History, Inactivity};
 use crate::writer::state::{ReaderProxy, Writer};
 
+/// The shortest inactivity time of a reader that has never acknowledged (see
+/// [`Writer::limit_for`]): the default lease.
+pub(crate) const NEVER_HEARD: Duration = Duration::from_secs(10);
+
 impl Writer {
     /// This writer's inactivity time: its QoS's, else `default` (the participant's).
     /// `None`: strict, or not a reliable keep-all writer.
@@ -47,6 +51,19 @@ impl Writer {
             None => default,
         };
         limit.map(|d| d.max(period.saturating_mul(3)))
+    }
+
+    /// The inactivity time for reader `rp`, of this writer's `limit`: a reader that has
+    /// never acknowledged anything has not matched us yet, most likely (our match can come
+    /// first; under loss its side may take seconds), so it gets [`NEVER_HEARD`] at least:
+    /// its history is not let go of before it could ask for it. A reader that never
+    /// matches is gone with its participant's lease.
+    pub(crate) fn limit_for(limit: Duration, rp: &ReaderProxy) -> Duration {
+        if rp.last_count.is_none() {
+            limit.max(NEVER_HEARD)
+        } else {
+            limit
+        }
     }
 
     /// Since when reader `rp` has owed acknowledgements without a word: the later of its
@@ -97,8 +114,9 @@ impl Participant {
                 .iter()
                 .filter(|(_, rp)| !rp.inactive)
                 .filter(|(_, rp)| {
-                    w.quiet_since(rp)
-                        .is_some_and(|t| now.saturating_duration_since(t) >= limit)
+                    w.quiet_since(rp).is_some_and(|t| {
+                        now.saturating_duration_since(t) >= Writer::limit_for(limit, rp)
+                    })
                 })
                 .map(|(g, _)| *g)
                 .collect();
@@ -149,7 +167,10 @@ impl Participant {
             let since = w.quiet_since(rp)?;
             // Marked at a housekeeping after its time is up (with room for a driver's
             // timer running late).
-            let t = after(after(since, limit), HOUSEKEEPING.saturating_mul(4));
+            let t = after(
+                after(since, Writer::limit_for(limit, rp)),
+                HOUSEKEEPING.saturating_mul(4),
+            );
             at = Some(at.map_or(t, |a| a.max(t)));
         }
         at
