@@ -533,6 +533,27 @@ impl Participant {
     /// Processes one received datagram. `datagram` is kept by reference: delivered payloads
     /// are slices of it.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes) {
+        self.receive(now, from, datagram, None);
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) for a datagram the driver owns: in a
+    /// secure realm, one that ends with a SEALED_BATCH is opened where it lies
+    /// (`docs/wire.md#sealed_batch`), with no copy and no buffer to prepare, and its
+    /// samples are slices of it, as a plain datagram's are.
+    pub fn handle_datagram_owned(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        mut datagram: bytes::BytesMut,
+    ) {
+        self.note_time(now);
+        let pre = self.open_in_place(from, &mut datagram);
+        self.receive(now, from, &datagram.freeze(), pre);
+    }
+
+    /// A received datagram; `pre`: what the gate found it to be, when it checked it where
+    /// it lay.
+    fn receive(&mut self, now: Instant, from: SocketAddr, datagram: &Bytes, pre: Option<Gate>) {
         self.note_time(now);
         self.timers_changed = true;
         self.input += 1;
@@ -540,7 +561,7 @@ impl Participant {
         self.stats.bytes_received += datagram.len() as u64;
         // What may be sent back to `from` while it is not validated (`discovery/pending.rs`).
         self.peers.pending.arrived(from, datagram.len());
-        self.process_datagram(now, from, datagram, true);
+        self.process_datagram_with(now, from, datagram, true, pre);
         self.answer_and_announce(now);
         self.schedule_rekeys(now);
         self.congestion_tick(now);
@@ -555,6 +576,19 @@ impl Participant {
         datagram: &Bytes,
         outer: bool,
     ) {
+        self.process_datagram_with(now, from, datagram, outer, None);
+    }
+
+    /// [`process_datagram`](Self::process_datagram), with what the gate already found it
+    /// to be, if it did (`pre`).
+    fn process_datagram_with(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &Bytes,
+        outer: bool,
+        pre: Option<Gate>,
+    ) {
         let Some(admitted) = self.admit(datagram) else {
             return;
         };
@@ -563,10 +597,13 @@ impl Participant {
         // A datagram sealed for us alone (pairwise mode) is authenticated by its seal, and
         // what it opens to by its own AUTH_TAG.
         let sealed = outer && datagram.get(HEADER_LEN) == Some(&(SubmessageKind::Sealed as u8));
-        let origin = if sealed {
-            Origin::Unverified
-        } else {
-            match self.authenticate(pid, from, datagram) {
+        let gate = match pre {
+            Some(g) => g,
+            None if sealed => Gate::Act(Origin::Unverified),
+            None => self.authenticate(pid, from, datagram),
+        };
+        let origin = {
+            match gate {
                 Gate::Act(o) => o,
                 Gate::Drop => return,
                 Gate::Hold(writer, epoch) => {
@@ -677,7 +714,7 @@ impl Participant {
                         participant: pid,
                         entity: x.writer,
                     };
-                    self.on_sealed_batch(now, g, x, opened.take());
+                    self.on_sealed_batch(now, g, x, datagram, opened.take());
                 }
                 Submessage::Batch(b) => {
                     let g = Guid {

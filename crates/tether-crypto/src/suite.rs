@@ -467,6 +467,37 @@ impl SenderKey {
             .map_err(|_| SealError::Forged)
     }
 
+    /// Opens what [`seal_batch`](Self::seal_batch) made in place: `in_out` holds the
+    /// ciphertext and holds the plaintext after (unspecified on an error). What a receiver
+    /// that owns the datagram does: no copy, and no buffer to prepare.
+    pub fn open_batch_in_place(
+        &self,
+        first_seq: u64,
+        aad: &[u8],
+        in_out: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), SealError> {
+        if in_out.len() < SMALL_MESSAGE {
+            return self
+                .batch
+                .small
+                .open_in_place_separate_tag(
+                    self.small_nonce(first_seq),
+                    ring::aead::Aad::from(aad),
+                    ring::aead::Tag::from(*tag),
+                    in_out,
+                    0..,
+                )
+                .map(|_| ())
+                .map_err(|_| SealError::Forged);
+        }
+        self.batch
+            .key
+            .open_in_place_separate_tag(self.nonce(first_seq), Aad::from(aad), tag, in_out)
+            .map(|_| ())
+            .map_err(|_| SealError::Forged)
+    }
+
     /// Opens `sealed` (ciphertext followed by its tag) in place; returns the plaintext.
     pub fn open_in_place<'a>(
         &self,
@@ -602,6 +633,15 @@ mod tests {
                 let mut t = tag;
                 t[0] ^= 1;
                 refused(k.open_batch_into(100, aad, &buf, &t, &mut out));
+                // In place: the same plaintext, and the same refusals.
+                let mut inplace = buf.clone();
+                k.open_batch_in_place(100, aad, &mut inplace, &tag).unwrap();
+                assert_eq!(inplace, plain);
+                let mut inplace = buf.clone();
+                inplace[0] ^= 1;
+                refused(k.open_batch_in_place(100, aad, &mut inplace, &tag));
+                let mut inplace = buf.clone();
+                refused(k.open_batch_in_place(101, aad, &mut inplace, &tag));
                 // Not the sample key: the same bytes do not open as sample 100.
                 let mut s = buf.clone();
                 s.extend_from_slice(&tag);

@@ -486,3 +486,47 @@ fn forged_and_replayed_sealed_datagrams_change_nothing() {
         ))
     );
 }
+
+/// A driver that owns its datagrams hands them over (`handle_datagram_owned`): a sealed
+/// one is opened where it lies. The same refusals as opened into a buffer of its own, and
+/// the genuine one delivers once.
+#[test]
+fn a_sealed_datagram_opened_where_it_lies_is_checked_the_same() {
+    let q = batching(Qos::new().keep_all(), 8);
+    let (mut sim, _, wid, rids) = realm(9, Link::perfect(), 1, q, Qos::new().keep_all(), |s| s);
+    let (r, rid) = rids[0];
+    let from = sim.nodes[0].addr;
+    let dgs = intercept(&mut sim, wid, 0, 8);
+    let genuine = dgs
+        .iter()
+        .find(|d| {
+            Datagram::parse(d)
+                .unwrap()
+                .submessages()
+                .any(|m| matches!(m, Ok(Submessage::SealedBatch(_))))
+        })
+        .expect("the batch")
+        .clone();
+    let body = sealed_batch_body(&genuine);
+    let ct = body + tether_wire::SEALED_BATCH_FIXED_LEN;
+    let owned = |sim: &mut Sim, d: &[u8]| {
+        let now = sim.now;
+        sim.p(r)
+            .handle_datagram_owned(now, from, bytes::BytesMut::from(d));
+        sim.pump(r);
+    };
+    for at in [ct + 3, body + 24, body + 4] {
+        let mut v = genuine.to_vec();
+        v[at] ^= 1;
+        let before = sim.nodes[r].participant.stats().open_failed;
+        owned(&mut sim, &v);
+        assert_eq!(sim.nodes[r].participant.stats().open_failed, before + 1);
+        assert!(sim.payloads(r, rid).is_empty());
+    }
+    owned(&mut sim, &genuine);
+    assert!(delivered_in_order(&sim, &rids, 8, 300));
+    let replayed = sim.nodes[r].participant.stats().replayed;
+    owned(&mut sim, &genuine);
+    assert_eq!(sim.nodes[r].participant.stats().replayed, replayed + 1);
+    assert_eq!(sim.payloads(r, rid).len(), 8);
+}

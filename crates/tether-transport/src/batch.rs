@@ -24,7 +24,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use socket2::{SockAddr, Socket};
 
 /// How a [`UdpTransport`](crate::UdpTransport) groups its system calls.
@@ -479,7 +479,7 @@ impl Batcher {
         socket: &Socket,
         chunk: &mut BytesMut,
         max_datagram: usize,
-        out: &mut Vec<(Bytes, SocketAddr)>,
+        out: &mut Vec<(BytesMut, SocketAddr)>,
         nowait: bool,
     ) -> io::Result<usize> {
         let slot = if self.gro {
@@ -573,7 +573,7 @@ impl Batcher {
         chunk: &mut BytesMut,
         slot: usize,
         rc: usize,
-        out: &mut Vec<(Bytes, SocketAddr)>,
+        out: &mut Vec<(BytesMut, SocketAddr)>,
     ) -> usize {
         let base = chunk.spare_capacity_mut().as_mut_ptr();
         // Message k lies at k * slot. Either it moves down to right after message k-1,
@@ -621,11 +621,11 @@ impl Batcher {
                 Some(st) if st > 0 && st < n => {
                     self.gro_messages.fetch_add(1, Ordering::Relaxed);
                     while msg.len() > st {
-                        out.push((msg.split_to(st).freeze(), from));
+                        out.push((msg.split_to(st), from));
                     }
-                    out.push((msg.freeze(), from));
+                    out.push((msg, from));
                 }
-                _ => out.push((msg.freeze(), from)),
+                _ => out.push((msg, from)),
             }
         }
         out.len() - before

@@ -218,7 +218,7 @@ impl UdpTransport {
         if r.is_ok() {
             self.batch.count_recv();
         }
-        r
+        r.map(|(d, from)| (d.freeze(), from))
     }
 
     /// Receives what is waiting (at least one datagram; blocking as [`recv`](Self::recv)
@@ -229,7 +229,7 @@ impl UdpTransport {
     pub fn recv_batch(
         &self,
         chunk: &mut BytesMut,
-        out: &mut Vec<(Bytes, SocketAddr)>,
+        out: &mut Vec<(BytesMut, SocketAddr)>,
     ) -> io::Result<usize> {
         self.recv_batch_with(chunk, out, false)
     }
@@ -240,7 +240,7 @@ impl UdpTransport {
     pub fn try_recv_batch(
         &self,
         chunk: &mut BytesMut,
-        out: &mut Vec<(Bytes, SocketAddr)>,
+        out: &mut Vec<(BytesMut, SocketAddr)>,
     ) -> io::Result<usize> {
         self.recv_batch_with(chunk, out, true)
     }
@@ -248,7 +248,7 @@ impl UdpTransport {
     fn recv_batch_with(
         &self,
         chunk: &mut BytesMut,
-        out: &mut Vec<(Bytes, SocketAddr)>,
+        out: &mut Vec<(BytesMut, SocketAddr)>,
         nowait: bool,
     ) -> io::Result<usize> {
         if self.batch.mmsg() {
@@ -321,7 +321,7 @@ fn recv_into(
     chunk: &mut BytesMut,
     max: usize,
     flags: libc::c_int,
-) -> io::Result<(Bytes, SocketAddr)> {
+) -> io::Result<(BytesMut, SocketAddr)> {
     if chunk.capacity() == 0 {
         *chunk = BytesMut::with_capacity(CHUNK.max(max * 2));
     } else if chunk.capacity() - chunk.len() < max {
@@ -336,7 +336,7 @@ fn recv_into(
     let from = from
         .as_socket()
         .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
-    Ok((chunk.split().freeze(), from))
+    Ok((chunk.split(), from))
 }
 
 impl UdpTransport {
@@ -444,7 +444,7 @@ impl MulticastReceiver {
         if r.is_ok() {
             self.batch.count_recv();
         }
-        r
+        r.map(|(d, from)| (d.freeze(), from))
     }
 
     /// Receives what is waiting (at least one datagram; blocking as [`recv`](Self::recv)
@@ -455,7 +455,7 @@ impl MulticastReceiver {
     pub fn recv_batch(
         &self,
         chunk: &mut BytesMut,
-        out: &mut Vec<(Bytes, SocketAddr)>,
+        out: &mut Vec<(BytesMut, SocketAddr)>,
     ) -> io::Result<usize> {
         if self.batch.mmsg() {
             match self
@@ -466,7 +466,11 @@ impl MulticastReceiver {
                 r => return r,
             }
         }
-        out.push(self.recv(chunk)?);
+        let r = recv_into(&self.socket, chunk, self.max_datagram, 0);
+        if r.is_ok() {
+            self.batch.count_recv();
+        }
+        out.push(r?);
         Ok(1)
     }
 

@@ -56,7 +56,7 @@ fn recv_n(t: &UdpTransport, n: usize) -> Vec<(Bytes, SocketAddr)> {
     while out.len() < n && Instant::now() < end {
         let _ = t.recv_batch(&mut chunk, &mut out);
     }
-    out
+    out.into_iter().map(|(d, a)| (d.freeze(), a)).collect()
 }
 
 fn all_sent(r: &SendReport, n: usize) {

@@ -349,7 +349,12 @@ impl Participant {
         // A datagram that ends with a SEALED_BATCH authenticates itself: its seal covers
         // every byte before its tag (`docs/wire.md#sealed_batch`).
         if let Some(ct) = tether_wire::sealed_batch_ciphertext(datagram, datagram.len()) {
-            return self.authenticate_sealed(pid, from, datagram, ct);
+            return self.authenticate_sealed(
+                pid,
+                from,
+                crate::security::gate::SealedIn::Shared(datagram),
+                ct,
+            );
         }
         let Some((t, covered)) = AuthTagRepr::split(datagram) else {
             self.stats.unauthenticated += 1;

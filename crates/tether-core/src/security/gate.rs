@@ -65,7 +65,37 @@ pub(crate) struct OpenedBatch {
     writer: Guid,
     first_seq: u64,
     count: u32,
-    entries: Bytes,
+    /// The entries, or `None` when they were opened in the datagram itself, from `at` on.
+    entries: Option<Bytes>,
+    at: usize,
+}
+
+impl OpenedBatch {
+    /// Its entries, as slices of `datagram` if it was opened there.
+    pub(crate) fn entries(&self, datagram: &Bytes) -> Bytes {
+        match &self.entries {
+            Some(e) => e.clone(),
+            None => datagram.slice(self.at.min(datagram.len())..),
+        }
+    }
+}
+
+/// A datagram for [`Participant::authenticate_sealed`]: shared (opened into a buffer of
+/// ours) or the driver's own (opened where it lies).
+pub(crate) enum SealedIn<'a> {
+    /// Received as shared bytes.
+    Shared(&'a [u8]),
+    /// Owned by the driver, handed over mutable.
+    Owned(&'a mut [u8]),
+}
+
+impl SealedIn<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            SealedIn::Shared(d) => d,
+            SealedIn::Owned(d) => d,
+        }
+    }
 }
 
 /// Sealed samples waiting for their writer's key (see `KeyStore::held`), per writer and
@@ -242,77 +272,134 @@ impl Participant {
         &mut self,
         pid: ParticipantId,
         from: SocketAddr,
-        datagram: &[u8],
+        input: SealedIn<'_>,
         ct: usize,
     ) -> Gate {
         let body = ct - tether_wire::SEALED_BATCH_FIXED_LEN;
-        let Ok(x) = tether_wire::SealedBatchRepr::from_body(&datagram[body..]) else {
-            self.stats.malformed += 1;
-            return Gate::Drop;
+        let tag_at = body + tether_wire::SEALED_BATCH_TAG_AT;
+        let (writer, first_seq, count, epoch, tag) = {
+            let datagram = input.bytes();
+            let Ok(x) = tether_wire::SealedBatchRepr::from_body(&datagram[body..]) else {
+                self.stats.malformed += 1;
+                return Gate::Drop;
+            };
+            (x.writer, x.first_seq, x.count, x.epoch, *x.tag)
         };
         let g = Guid {
             participant: pid,
-            entity: x.writer,
+            entity: writer,
         };
         if !self.matches.remote_writer_readers.contains_key(&g) {
             // Not a writer we read: nothing in it is for us, and we could not check it.
             self.stats.unmatched_writer += 1;
             return Gate::Drop;
         }
-        let Some(k) = self.keystore.keys.get(&(g, x.epoch)) else {
-            return Gate::Hold(g, x.epoch);
-        };
-        let window = self.keystore.batch_windows.entry((g, x.epoch)).or_default();
-        if !window.check(x.first_seq) {
+        if !self.keystore.keys.contains_key(&(g, epoch)) {
+            return Gate::Hold(g, epoch);
+        }
+        let window = self.keystore.batch_windows.entry((g, epoch)).or_default();
+        if !window.check(first_seq) {
             self.stats.replayed += 1;
             let now = self.clock;
-            if window.seen(x.first_seq) && self.check_copy(now, pid, from) {
-                let Some(k) = self.keystore.keys.get(&(g, x.epoch)) else {
+            if window.seen(first_seq) && self.check_copy(now, pid, from) {
+                let Some(k) = self.keystore.keys.get(&(g, epoch)) else {
                     return Gate::Drop;
                 };
                 // A copy (checked below) of a datagram taken already: its address is alive.
-                let mut scratch = vec![0u8; x.ciphertext.len()];
-                let aad = &datagram[..body + tether_wire::SEALED_BATCH_TAG_AT];
-                if k.open_batch_into(x.first_seq, aad, x.ciphertext, x.tag, &mut scratch)
-                    .is_ok()
+                let datagram = input.bytes();
+                let mut scratch = vec![0u8; datagram.len() - ct];
+                if k.open_batch_into(
+                    first_seq,
+                    &datagram[..tag_at],
+                    &datagram[ct..],
+                    &tag,
+                    &mut scratch,
+                )
+                .is_ok()
                 {
                     self.heard_copy(now, pid, from);
                 }
             }
             return Gate::Drop;
         }
-        let n = x.ciphertext.len();
-        let buf = &mut self.keystore.opened_buf;
-        if n >= OPENED_SMALL {
-            if buf.capacity() < n {
-                buf.reserve(n.max(OPENED_CHUNK));
+        let Some(k) = self.keystore.keys.get(&(g, epoch)) else {
+            return Gate::Drop;
+        };
+        let entries = match input {
+            // Where it lies: the driver owns the datagram (no copy, no buffer to zero), and
+            // its samples become slices of it, as a plain datagram's are.
+            SealedIn::Owned(d) => {
+                let (head, ciphertext) = d.split_at_mut(ct);
+                k.open_batch_in_place(first_seq, &head[..tag_at], ciphertext, &tag)
+                    .is_ok()
+                    .then_some(None)
             }
-        } else {
-            // A few samples: a buffer of their own, so that one the application keeps
-            // does not keep a whole chunk of others alive.
-            *buf = BytesMut::with_capacity(n);
-        }
-        buf.resize(n, 0);
-        let aad = &datagram[..body + tether_wire::SEALED_BATCH_TAG_AT];
-        if k.open_batch_into(x.first_seq, aad, x.ciphertext, x.tag, buf)
-            .is_err()
-        {
-            buf.clear();
+            SealedIn::Shared(d) => {
+                let n = d.len() - ct;
+                let buf = &mut self.keystore.opened_buf;
+                if n >= OPENED_SMALL {
+                    if buf.capacity() < n {
+                        buf.reserve(n.max(OPENED_CHUNK));
+                    }
+                } else {
+                    // A few samples: a buffer of their own, so that one the application keeps
+                    // does not keep a whole chunk of others alive.
+                    *buf = BytesMut::with_capacity(n);
+                }
+                buf.resize(n, 0);
+                if k.open_batch_into(first_seq, &d[..tag_at], &d[ct..], &tag, buf)
+                    .is_ok()
+                {
+                    Some(Some(buf.split().freeze()))
+                } else {
+                    buf.clear();
+                    None
+                }
+            }
+        };
+        let Some(entries) = entries else {
             // Altered on the way, or forged: nothing in it counts.
             self.stats.open_failed += 1;
             return Gate::Drop;
+        };
+        if let Some(w) = self.keystore.batch_windows.get_mut(&(g, epoch)) {
+            w.accept(first_seq);
         }
-        window.accept(x.first_seq);
         self.keystore.gate_opened = Some(OpenedBatch {
             writer: g,
-            first_seq: x.first_seq,
-            count: x.count,
-            entries: buf.split().freeze(),
+            first_seq,
+            count,
+            entries,
+            at: ct,
         });
         self.stats.datagrams_authenticated += 1;
         // (What else the datagram holds the dispatcher refuses: only heartbeats of the
         // writer may come with its SEALED_BATCH.)
-        Gate::Act(crate::security::control::Origin::Sealed(x.writer))
+        Gate::Act(crate::security::control::Origin::Sealed(writer))
+    }
+
+    /// In a secure realm, a datagram the driver owns that ends with a SEALED_BATCH from a
+    /// peer we verified: checked and opened where it lies ([`authenticate_sealed`]).
+    /// `None` for any other datagram (the gate checks it as usual).
+    pub(crate) fn open_in_place(&mut self, from: SocketAddr, datagram: &mut [u8]) -> Option<Gate> {
+        self.cfg.security.as_ref()?;
+        let ct = tether_wire::sealed_batch_ciphertext(datagram, datagram.len())?;
+        let h = tether_wire::Datagram::parse(datagram).ok()?.header();
+        if h.domain != self.cfg.domain || h.participant == self.cfg.participant {
+            return None;
+        }
+        let pid = h.participant;
+        let verified = self
+            .peers
+            .remotes
+            .get(&pid)
+            .and_then(|p| p.auth.as_ref())
+            .is_some_and(|a| a.verified);
+        if !verified {
+            return None;
+        }
+        self.keystore.gate_opened = None;
+        Some(self.authenticate_sealed(pid, from, SealedIn::Owned(datagram), ct))
     }
 
     /// Keeps a datagram that ends with a SEALED_BATCH of `writer` under `epoch` until that
@@ -349,6 +436,7 @@ impl Participant {
         now: Instant,
         g: Guid,
         x: tether_wire::SealedBatchRepr<'_>,
+        source: &Bytes,
         opened: Option<OpenedBatch>,
     ) {
         let count = x.count as u64;
@@ -370,12 +458,13 @@ impl Participant {
             self.stats.under_protected += count;
             return;
         }
+        let entries = o.entries(source);
         let Ok(b) = tether_wire::BatchRepr::from_entries(
             x.writer,
             x.reader,
             x.first_seq,
             x.count,
-            &o.entries,
+            &entries,
         ) else {
             // Opened, so sealed by a holder of the writer's key, but not entries.
             self.stats.open_failed += count;
@@ -383,7 +472,7 @@ impl Participant {
         };
         self.stats.batches_opened += 1;
         self.stats.samples_opened += count;
-        self.deliver_batch(now, g, b, &o.entries, Clear(()));
+        self.deliver_batch(now, g, b, &entries, Clear(()));
     }
 
     /// A sample of this participant's own writer, for its own readers.

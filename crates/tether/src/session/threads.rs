@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tether_core::Priority;
 use tether_transport::MulticastReceiver;
 
@@ -23,7 +23,7 @@ const PRECISE_BELOW: Duration = Duration::from_millis(20);
 /// back with the lock released.
 pub(super) fn recv_loop(shared: &Shared) {
     let mut chunk = BytesMut::new();
-    let mut batch: Vec<(Bytes, SocketAddr)> = Vec::with_capacity(64);
+    let mut batch: Vec<(BytesMut, SocketAddr)> = Vec::with_capacity(64);
     let mut deferred = Deferred::default();
     let mut next_timer = Instant::now();
     let mut armed: Option<Instant> = None;
@@ -110,7 +110,8 @@ pub(super) fn recv_loop(shared: &Shared) {
                     // chunk can be reclaimed.
                     for (d, from) in batch.drain(..) {
                         if !d.is_empty() {
-                            g.core.handle_datagram(now, from, &d);
+                            // Handed over: a sealed datagram is opened where it lies.
+                            g.core.handle_datagram_owned(now, from, d);
                             shared.collect(&mut g, now, &mut deferred);
                         }
                     }
@@ -216,7 +217,7 @@ pub(super) fn discovery_loop(
     });
     let mut known: BTreeSet<SocketAddr> = BTreeSet::new();
     let mut chunk = BytesMut::new();
-    let mut batch: Vec<(Bytes, SocketAddr)> = Vec::new();
+    let mut batch: Vec<(BytesMut, SocketAddr)> = Vec::new();
     let mut last_scan = Instant::now() - Duration::from_secs(1);
     let mut scan_every = Duration::from_millis(50);
     while !shared.closed.load(Ordering::Relaxed) {
@@ -248,7 +249,7 @@ pub(super) fn discovery_loop(
                 if rx.recv_batch(&mut chunk, &mut batch).is_ok() {
                     for (d, from) in batch.drain(..) {
                         if !d.is_empty() {
-                            shared.with_core(|i, now| i.core.handle_datagram(now, from, &d));
+                            shared.with_core(|i, now| i.core.handle_datagram_owned(now, from, d));
                         }
                     }
                 }
