@@ -103,29 +103,55 @@ impl SealedIn<'_> {
 #[derive(Debug, Default)]
 pub(crate) struct HeldForKey {
     waiting: std::collections::BTreeMap<(Guid, u32), std::collections::VecDeque<Held>>,
+    /// Bytes of unverified datagrams held (within `HELD_FOR_KEY_BYTES`), and of samples
+    /// (within the reassembly budget).
     bytes: usize,
-    /// Bytes held per writer (its share is a quarter of the budget), and how many items:
-    /// counted as they come and go, never summed per arrival.
-    per_writer: std::collections::BTreeMap<Guid, (usize, usize)>,
+    sample_bytes: usize,
+    /// Per writer, counted as items come and go (never summed per arrival).
+    per_writer: std::collections::BTreeMap<Guid, Tally>,
+}
+
+/// What one writer's held items take.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    /// Datagrams whose seal could not be checked: bytes and how many.
+    bytes: usize,
+    items: usize,
+    /// Samples that came in authenticated datagrams: bytes and how many.
+    sample_bytes: usize,
+    samples: usize,
 }
 
 impl HeldForKey {
-    /// Counts `len` bytes in one item more (`sign` 1) or less (−1) for `writer`.
-    fn count(&mut self, writer: Guid, len: usize, more: bool) {
-        if more {
-            self.bytes += len;
-            let e = self.per_writer.entry(writer).or_default();
-            e.0 += len;
-            e.1 += 1;
-        } else {
-            self.bytes -= len;
-            if let Some(e) = self.per_writer.get_mut(&writer) {
-                e.0 -= len;
-                e.1 -= 1;
-                if e.1 == 0 {
-                    self.per_writer.remove(&writer);
-                }
+    /// Counts item `h` in (`more`) or out for `writer`.
+    fn count(&mut self, writer: Guid, h: &Held, more: bool) {
+        let len = h.len();
+        let sample = matches!(h.what, HeldKind::Sample { .. });
+        let e = self.per_writer.entry(writer).or_default();
+        match (sample, more) {
+            (true, true) => {
+                self.sample_bytes += len;
+                e.sample_bytes += len;
+                e.samples += 1;
             }
+            (true, false) => {
+                self.sample_bytes -= len;
+                e.sample_bytes -= len;
+                e.samples -= 1;
+            }
+            (false, true) => {
+                self.bytes += len;
+                e.bytes += len;
+                e.items += 1;
+            }
+            (false, false) => {
+                self.bytes -= len;
+                e.bytes -= len;
+                e.items -= 1;
+            }
+        }
+        if e.items == 0 && e.samples == 0 {
+            self.per_writer.remove(&writer);
         }
     }
 }
@@ -667,19 +693,34 @@ impl Participant {
             .next_back()
             .map(|((_, e), _)| *e);
         let plausible = newest.is_none_or(|n| epoch == n.wrapping_add(1));
+        let (reader_budget, writer_budget) = (
+            self.cfg.max_reassembly_bytes,
+            self.cfg.max_reassembly_bytes_per_writer,
+        );
         let h = &mut self.keystore.held;
-        let (of_writer, items) = h.per_writer.get(&writer).copied().unwrap_or_default();
-        // A writer's share is a quarter of the budget, but any writer may hold one item
-        // larger than that (a large sample reassembled before its key came).
-        if !plausible
-            || h.bytes + len > crate::security::keys::HELD_FOR_KEY_BYTES
-            || (items > 0 && of_writer + len > crate::security::keys::HELD_FOR_KEY_BYTES / 4)
-            || items >= HELD_ITEMS_PER_WRITER
-        {
+        let t = h.per_writer.get(&writer).copied().unwrap_or_default();
+        let room = match held.what {
+            // A sample that came in an authenticated datagram (its writer's, or a member's
+            // acting for it): what reassembly would have kept of it, within the reassembly
+            // budgets (a 1 MiB sample whose KEY was lost is held, not re-sent whole).
+            HeldKind::Sample { .. } => {
+                h.sample_bytes + len <= reader_budget && t.sample_bytes + len <= writer_budget
+            }
+            // A datagram whose seal could not be checked (anyone can send one under a
+            // writer's id): 4 MiB for all writers, a quarter for one (but one item larger
+            // than that), at most 1,024 per writer.
+            HeldKind::Datagram { .. } => {
+                h.bytes + len <= crate::security::keys::HELD_FOR_KEY_BYTES
+                    && (t.items == 0
+                        || t.bytes + len <= crate::security::keys::HELD_FOR_KEY_BYTES / 4)
+                    && t.items < HELD_ITEMS_PER_WRITER
+            }
+        };
+        if !plausible || !room {
             self.stats.no_key += held.samples();
             return;
         }
-        h.count(writer, len, true);
+        h.count(writer, &held, true);
         self.stats.held_for_key += held.samples();
         h.waiting
             .entry((writer, epoch))
@@ -693,7 +734,7 @@ impl Participant {
             return;
         };
         for held in q {
-            self.keystore.held.count(writer, held.len(), false);
+            self.keystore.held.count(writer, &held, false);
             match held.what {
                 HeldKind::Sample { s, batch_signed } => {
                     if let Some(s) = self.unseal_in(now, held.reader, s, batch_signed) {
@@ -718,21 +759,22 @@ impl Participant {
         let matched = &self.matches.remote_writer_readers;
         let h = &mut self.keystore.held;
         let mut dropped = 0;
-        let mut gone_items: Vec<(Guid, usize)> = Vec::new();
+        let mut gone_items: Vec<(Guid, Held)> = Vec::new();
         h.waiting.retain(|(g, _), q| {
             let gone = !matched.contains_key(g);
             while let Some(f) = q.front() {
                 if !gone && now.saturating_duration_since(f.at) < limit {
                     break;
                 }
-                gone_items.push((*g, f.len()));
                 dropped += f.samples();
-                q.pop_front();
+                if let Some(f) = q.pop_front() {
+                    gone_items.push((*g, f));
+                }
             }
             !q.is_empty()
         });
-        for (g, len) in gone_items {
-            h.count(g, len, false);
+        for (g, f) in gone_items {
+            h.count(g, &f, false);
         }
         self.stats.no_key += dropped;
     }
