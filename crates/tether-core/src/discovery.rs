@@ -754,9 +754,12 @@ impl Participant {
                 entity: id,
                 kind,
                 qos: info.qos.to_repr(),
+                protection: tether_wire::ProtectionMode::Unannounced,
+                encoding: tether_wire::Encoding::Unset,
                 topic: &info.topic,
                 type_name: &info.type_name,
                 partitions: StrList::Slice(&parts),
+                description: None,
             });
             // Measure, then start a new datagram if it would not fit.
             tmp.clear();
