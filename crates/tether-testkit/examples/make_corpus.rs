@@ -35,9 +35,12 @@ fn conversation() -> Vec<Vec<u8>> {
             entity: EntityId(entity),
             kind,
             qos,
+            protection: ProtectionMode::Unannounced,
+            encoding: Encoding::Json,
             topic: "/fuzz",
             type_name: "",
             partitions: StrList::Slice(&["a", "b"]),
+            description: None,
         })
     };
     let data = |seq| {
@@ -164,6 +167,25 @@ fn main() {
         }),
     ]);
     std::fs::write(d.join("seed-sealed-batch"), sealed_batch).unwrap();
+    // An endpoint of a secure realm: its topic id, its protection mode, and its name and
+    // type sealed for members (`docs/wire.md#endpoint`).
+    let id = format!("#{}", "ab".repeat(32));
+    let description = [5u8; 60];
+    let secure_endpoint = dg(&[Submessage::Endpoint(EndpointRepr {
+        entity: EntityId(3),
+        kind: EndpointKind::Writer,
+        qos: Qos::new().to_repr(),
+        protection: ProtectionMode::EncryptSign,
+        encoding: Encoding::Cbor,
+        topic: &id,
+        type_name: "",
+        partitions: StrList::Slice(&[]),
+        description: Some(&description),
+    })]);
+    std::fs::write(d.join("seed-secure-endpoint"), secure_endpoint).unwrap();
+    // An endpoint description's plaintext, for the layouts target.
+    let plain = description_plaintext("/cmd_vel", "geometry_msgs/Twist").unwrap();
+    std::fs::write(root.join("layouts").join("seed-description"), plain).unwrap();
     let p = root.join("participant");
     std::fs::create_dir_all(&p).unwrap();
     let mut framed = Vec::new();

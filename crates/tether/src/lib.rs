@@ -38,8 +38,9 @@ pub use session::{
 };
 pub use tether_core::congestion::PathStats;
 pub use tether_core::{
-    AuthFailure, Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid,
-    History, Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError,
-    Reliability, RevocationRefusal, Sample, Shortfall, Stats, UnknownPriority, format_rate,
+    AccessDenial, AuthFailure, Batching, DeadlineSide, Departure, Described, Durability, Encoding,
+    EndpointKind, Event, FlowController, Guid, History, Inactivity, IncompatibleQos, Limit,
+    LossReason, Priority, ProtectionMode, Qos, QosPolicy, RateError, Reliability, RemoteEndpoint,
+    RevocationRefusal, Sample, Shortfall, Stats, UnknownEncoding, UnknownPriority, format_rate,
     parse_rate,
 };

@@ -41,6 +41,17 @@ impl Participant {
         }
     }
 
+    /// In a secure realm: seals local endpoint `id`'s topic name and type for the realm's
+    /// members, once, for its announcements to carry (`docs/wire.md#endpoint`).
+    pub(crate) fn describe(&mut self, id: EntityId, info: &EndpointInfo) {
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        if let Some(d) = sec.describe(&info.topic, &info.type_name, self.random.get()) {
+            self.keystore.descriptions.insert(id, d);
+        }
+    }
+
     /// Sends our AUTH to `pid`: credential (sealed for members), our challenge, our answer to
     /// its challenge with our control key wrapped for it, and the epoch of its control key we
     /// hold; after our PARTICIPANT, so a peer that missed our announcement learns us from it.
@@ -125,6 +136,14 @@ impl Participant {
             }
             return;
         };
+        if let Some(a) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|p| p.auth.as_mut())
+        {
+            a.heard = true;
+        }
         if m.to != me {
             self.stats.auth_failed += 1;
             return;
@@ -393,6 +412,10 @@ impl Participant {
         if peers.is_empty() {
             return;
         }
+        let why = match reason {
+            AuthFailure::Expired => crate::event::Departure::Expired,
+            _ => crate::event::Departure::Revoked,
+        };
         for &pid in peers {
             let ids: Vec<EntityId> = self
                 .peers
@@ -403,7 +426,7 @@ impl Participant {
             // Forget its endpoints (unmatching them, re-keying writers it read) and its
             // identity.
             for e in ids {
-                self.remove_remote_endpoint(pid, e);
+                self.remove_remote_endpoint(pid, e, why);
             }
             if let Some(a) = self
                 .peers

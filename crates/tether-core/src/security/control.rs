@@ -190,6 +190,10 @@ impl Participant {
         tx.counter = 0;
         tx.last = None;
         self.stats.control_rekeys += 1;
+        self.events.push_back(crate::event::Event::Rekeyed {
+            writer: None,
+            epoch,
+        });
         let verified: Vec<ParticipantId> = self
             .peers
             .remotes

@@ -13,7 +13,7 @@ pub use data::{
     BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr,
     batch_entry_head, push_batch_entry,
 };
-pub use discovery::{EndpointRepr, ParticipantRepr};
+pub use discovery::{Encoding, EndpointRepr, ParticipantRepr, ProtectionMode, UnknownEncoding};
 pub use path::{PROBE_ACK_LEN, PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
 pub use reliability::{
     ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
