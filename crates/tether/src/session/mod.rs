@@ -22,6 +22,7 @@ use tether_core::{
 use tether_transport::{Registry, Transport};
 
 mod error;
+mod graph;
 mod log;
 mod open;
 mod publisher;
@@ -48,10 +49,22 @@ pub struct Topic {
 }
 
 impl Topic {
-    /// A topic name such as `/chatter`.
+    /// A topic name such as `/chatter`. As in ROS 2, a name is taken from the root: a
+    /// leading `/` is implied, so `chatter` and `/chatter` are the same topic (the CLI
+    /// also checks names against ROS 2's rules: `docs/cli.md#topic-names`).
+    ///
+    /// ```
+    /// use tether::Topic;
+    /// assert_eq!(Topic::new("chatter").name(), "/chatter");
+    /// assert_eq!(Topic::new("robot1/odom"), Topic::new("/robot1/odom"));
+    /// ```
     pub fn new(name: impl Into<String>) -> Self {
+        let mut name = name.into();
+        if !name.starts_with('/') {
+            name.insert(0, '/');
+        }
         Topic {
-            name: name.into(),
+            name,
             type_name: String::new(),
             partitions: Vec::new(),
             encoding: Encoding::Unset,
