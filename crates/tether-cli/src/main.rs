@@ -7,11 +7,19 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tether::{Config, Qos, Topic};
 
+mod adapt;
+mod cbor;
 mod demo;
+mod errors;
 mod file;
+mod interrupt;
 mod keys;
+mod names;
+mod out;
+mod payload;
 mod receipt;
 mod topic;
+mod window;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -76,13 +84,22 @@ enum Cmd {
     BenchFanout(tether_bench::FanoutPeerArgs),
 }
 
-/// QoS flags shared by `pub` and `echo`; absent flags give the defaults (reliable,
-/// keep_last 10, volatile).
+/// QoS flags shared by `pub`, `echo`, `hz` and `bw`; absent flags give the defaults
+/// (reliable, keep_last 10, volatile), except that `echo`, `hz` and `bw` take reliability
+/// and durability from the publishers they find unless given (`adapt.rs`).
 #[derive(Args, Debug, Clone)]
 pub(crate) struct QosArgs {
     /// Best-effort instead of reliable.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "reliable")]
     best_effort: bool,
+    /// Reliable (the default of `pub`; `echo`, `hz` and `bw` otherwise follow the
+    /// publishers they find).
+    #[arg(long)]
+    reliable: bool,
+    /// Volatile: no samples written before this endpoint matched (the default of `pub`;
+    /// `echo`, `hz` and `bw` otherwise follow the publishers they find).
+    #[arg(long, conflicts_with = "transient_local")]
+    volatile: bool,
     /// Keep every sample (up to resource limits) instead of the last N.
     #[arg(long, conflicts_with = "keep_last")]
     keep_all: bool,
@@ -106,6 +123,9 @@ impl QosArgs {
         if self.best_effort {
             q = q.best_effort();
         }
+        if self.reliable {
+            q = q.reliable();
+        }
         if self.keep_all {
             q = q.keep_all();
         }
@@ -114,6 +134,9 @@ impl QosArgs {
         }
         if self.transient_local {
             q = q.transient_local();
+        }
+        if self.volatile {
+            q = q.volatile();
         }
         q
     }
@@ -163,8 +186,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // The reader of our output went away: the end it asked for (`| head -3`).
+        Err(e) if out::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errors::print(&e);
             ExitCode::from(2)
         }
     }

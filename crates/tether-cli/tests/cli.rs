@@ -102,7 +102,16 @@ fn echo_timeout_exits_1() {
 fn incompatible_qos_is_printed_by_both() {
     let dir = tempfile::tempdir().unwrap();
     let mut e = tether(dir.path());
-    e.args(["echo", "/cmd_vel", "--count", "1", "--timeout", "3"]);
+    // --reliable given: echo keeps it rather than take the publisher's best-effort.
+    e.args([
+        "echo",
+        "/cmd_vel",
+        "--reliable",
+        "--count",
+        "1",
+        "--timeout",
+        "3",
+    ]);
     let echo = spawn(e);
     let mut p = tether(dir.path());
     p.args([
@@ -252,6 +261,8 @@ fn config_file_sets_domain() {
         "20",
         "--count",
         "10",
+        "--wait-matched",
+        "0",
         "-q",
     ]);
     finish(spawn(other), Duration::from_secs(30));

@@ -191,6 +191,9 @@ fn stats_show_refusals() {
         "10",
         "--linger",
         "0.5",
+        // Nobody it can write for matches: publish regardless, to count what was written.
+        "--wait-matched",
+        "0",
         "--stats",
         "-q",
     ]);
@@ -232,7 +235,17 @@ fn default_name_reveals_nothing() {
         if let Some(c) = config {
             e.arg("--config").arg(c);
         }
-        e.args(["echo", &topic, "--timeout", "4", "-q"]);
+        // Both QoS flags: the subscription is made at once, not when a publisher shows up
+        // (whose QoS it would otherwise take).
+        e.args([
+            "echo",
+            &topic,
+            "--reliable",
+            "--volatile",
+            "--timeout",
+            "4",
+            "-q",
+        ]);
         let echo = spawn(e);
         let pid = echo.id();
         let mut i = tether(&reg);
