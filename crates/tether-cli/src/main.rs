@@ -14,11 +14,14 @@ mod errors;
 mod file;
 mod interrupt;
 mod keys;
+mod listing;
 mod names;
 mod out;
 mod payload;
 mod receipt;
+mod stats;
 mod topic;
+mod why;
 mod window;
 
 #[derive(Parser, Debug)]
@@ -46,6 +49,9 @@ struct Cli {
     /// older than the one in force (lower list serial) is refused with a warning.
     #[arg(long, global = true, value_name = "FILE", requires = "keys")]
     revocations: Option<PathBuf>,
+    /// With --stats: every counter as one JSON object (zeros included) instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -176,13 +182,7 @@ impl Cli {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    why::init_logging();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -196,6 +196,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    stats::set_json(cli.json);
     if let Cmd::Keys(a) = cli.cmd {
         // Key management needs no session and no configuration.
         return keys::run(a);

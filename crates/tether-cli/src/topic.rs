@@ -1,6 +1,5 @@
 //! `pub`, `echo`, `topics`, `info`, `hz`, `bw`.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use tether::{AuthFailure, Config, Event, Qos, Session, kind_str};
+use tether::{Config, Qos, Session};
 
 use crate::QosArgs;
 use crate::interrupt::{End, Interrupt, Watch};
@@ -169,58 +168,12 @@ pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
-/// Prints what changes a secure session's membership while it runs, one line each on
-/// stderr: a revocation list reloaded or refused (the one in force stays), peers unmatched
-/// because their credential was revoked or expired, and our own credential expiring. Called
-/// right after `open`, as the session's only listener: the first gets the events raised
-/// before it (a refusal, reported once per peer, may come within a millisecond of `open`).
+/// Prints why nothing arrives from a peer, one line each on stderr, once: refusals (with
+/// their reasons), mismatches, and what changes a secure session's membership
+/// (`why.rs`). Called right after `open`, as the session's only listener: the first gets
+/// the events raised before it (a refusal may come within a millisecond of `open`).
 pub(crate) fn report_security_events(session: &Session) {
-    session.on_event(security_event);
-}
-
-/// The line [`report_security_events`] prints for `e`, if any.
-fn security_event(e: &Event) {
-    match e {
-        Event::RevocationListApplied { serial, revoked } => {
-            eprintln!("revocation list {serial} in force ({revoked} credentials revoked)")
-        }
-        Event::RevocationListRefused { reason } => {
-            eprintln!("warning: revocation list refused, the one in force stays: {reason}")
-        }
-        Event::AuthenticationFailed {
-            participant,
-            reason: reason @ (AuthFailure::Revoked | AuthFailure::Expired),
-        } => eprintln!(
-            "warning: participant {:016x} unmatched: {reason}",
-            participant.0
-        ),
-        // Every other refusal, once per peer: why nothing arrives from it.
-        Event::AuthenticationFailed {
-            participant,
-            reason,
-        } => eprintln!(
-            "warning: participant {:016x} refused: {reason}",
-            participant.0
-        ),
-        Event::AccessDenied {
-            remote,
-            topic,
-            reason,
-            ..
-        } => eprintln!("warning: {remote} not matched on {topic}: {reason}"),
-        Event::OverLimit { participant, limit } => eprintln!(
-            "warning: participant {:016x}: announcement refused: {limit}",
-            participant.0
-        ),
-        Event::OwnCredentialRevoked { serial, list } => eprintln!(
-            "warning: our credential (serial {serial}) is revoked by revocation list {list}: peers that load it refuse us (a replacement comes from `tether keys issue DIR NAME --replace`)"
-        ),
-        Event::OwnCredentialExpired { serial, expires } => eprintln!(
-            "warning: our credential (serial {serial}) expired at {}: peers refuse us from now on",
-            tether::keys::utc(*expires)
-        ),
-        _ => {}
-    }
+    crate::why::report(session, crate::why::Scope::Refusals);
 }
 
 /// The line `pub` and `echo` start with (on stderr): the realm and the identity the
@@ -271,47 +224,16 @@ fn open_and_say(cfg: Config, quiet: bool) -> anyhow::Result<Session> {
     Ok(session)
 }
 
-/// `--stats`: the session's counters that are not zero, one `name: value` line each, on
-/// stderr. Every drop and refusal has a counter ([`tether::Stats::counters`]), so a new
-/// one shows here without a change.
+/// `--stats`: the session's counters on stderr, as a table of those not zero, or as JSON
+/// with `--json` (`stats.rs`).
 fn print_stats(session: &Session) {
-    let st = session.stats();
-    eprintln!("session counters (zeros omitted):");
-    for (name, v) in st.counters() {
-        if v != 0 {
-            eprintln!("  {name}: {v}");
-        }
-    }
+    crate::stats::print(session);
 }
 
-/// Prints incompatible-QoS reports, lost samples and readers let go of as one clear line
-/// each on stderr, and the security events of [`report_security_events`].
+/// Prints [`report_security_events`]' lines, and lost samples and readers let go of, one
+/// line each on stderr.
 fn report_events(session: &Session) {
-    // One listener: the first gets what was raised before it.
-    session.on_event(|e| match e {
-        Event::IncompatibleQos(q) => eprintln!("warning: {q}"),
-        Event::SamplesLost {
-            writer,
-            first,
-            last,
-            count,
-            reason,
-            ..
-        } => eprintln!(
-            "warning: lost {count} samples ({first}..={last}) of writer {writer}: {reason}"
-        ),
-        Event::ReaderInactive { reader, .. } => eprintln!(
-            "warning: reader {reader} is inactive (it has acknowledged nothing for the \
-             inactivity time): the other readers go on without it"
-        ),
-        Event::ReaderActive {
-            reader, released, ..
-        } => eprintln!(
-            "warning: reader {reader} answers again; {released} samples were let go of before \
-             it acknowledged them"
-        ),
-        e => security_event(e),
-    });
+    crate::why::report(session, crate::why::Scope::All);
 }
 
 pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
@@ -619,75 +541,30 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
 
 fn discover(cfg: Config, wait: f64) -> anyhow::Result<Session> {
     let session = Session::open(cfg)?;
+    report_security_events(&session);
     std::thread::sleep(secs("--wait", wait)?);
     Ok(session)
 }
 
 pub(crate) fn topics(cfg: Config, a: TopicsArgs) -> anyhow::Result<ExitCode> {
+    let member = cfg.security.enabled();
     let session = discover(cfg, a.wait)?;
-    let mut map: BTreeMap<String, (String, usize, usize)> = BTreeMap::new();
-    for d in session.discovered() {
-        let e = map.entry(d.endpoint.info.topic.clone()).or_default();
-        if e.0.is_empty() {
-            e.0 = d.endpoint.info.type_name.clone();
-        }
-        match d.endpoint.kind {
-            tether::EndpointKind::Writer => e.1 += 1,
-            tether::EndpointKind::Reader => e.2 += 1,
-        }
-    }
-    for (t, (ty, p, s)) in map {
-        if a.verbose {
-            outln!(
-                "{t} [{}] publishers: {p}, subscribers: {s}",
-                if ty.is_empty() { "-" } else { &ty }
-            )?;
-        } else {
-            outln!("{t}")?;
-        }
+    let found = session.discovered();
+    // A closed pipe (`| head -1`) ends the command quietly.
+    crate::out::print(&crate::listing::topics(&found, a.verbose))?;
+    if let Some(note) = crate::listing::sealed_note(&found, member) {
+        eprintln!("{note}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
+    let member = cfg.security.enabled();
     let session = discover(cfg, a.wait)?;
-    let eps: Vec<_> = session
-        .discovered()
-        .into_iter()
-        .filter(|d| d.endpoint.info.topic == a.topic)
-        .collect();
-    let pubs = eps
-        .iter()
-        .filter(|d| d.endpoint.kind == tether::EndpointKind::Writer)
-        .count();
-    outln!("Topic: {}", a.topic)?;
-    outln!("Publisher count: {pubs}")?;
-    outln!("Subscriber count: {}", eps.len() - pubs)?;
-    for d in &eps {
-        let i = &d.endpoint.info;
-        outln!()?;
-        outln!(
-            "  {} {} (session {})",
-            kind_str(d.endpoint.kind),
-            d.guid,
-            if d.participant_name.is_empty() {
-                "unnamed"
-            } else {
-                &d.participant_name
-            }
-        )?;
-        outln!(
-            "    type: {}",
-            if i.type_name.is_empty() {
-                "-"
-            } else {
-                &i.type_name
-            }
-        )?;
-        if !i.partitions.is_empty() {
-            outln!("    partitions: {}", i.partitions.join(", "))?;
-        }
-        outln!("    qos: {}", i.qos)?;
+    let found = session.discovered();
+    crate::out::print(&crate::listing::info(&found, &a.topic))?;
+    if let Some(note) = crate::listing::sealed_note(&found, member) {
+        eprintln!("{note}");
     }
     Ok(ExitCode::SUCCESS)
 }

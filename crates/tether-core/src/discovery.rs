@@ -530,6 +530,7 @@ impl Participant {
         //= docs/wire.md#endpoint
         //# A member opens the description, and shows the name and type only if they derive
         //# the id the endpoint is announced under
+        //= docs/wire.md#endpoint
         //# A description longer than a name and a type within `max_string_bytes` is not
         //# opened; the endpoint is taken without it
         let cap = self.cfg.max_string_bytes;

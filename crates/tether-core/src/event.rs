@@ -472,6 +472,19 @@ pub enum Event {
         /// Which limit.
         limit: Limit,
     },
+    /// A peer refused this participant's credential and said why, in a REFUSAL signed
+    /// with the credential it presented over the challenge we set it
+    /// (`docs/wire.md#refusal`): our credential is revoked by its revocation list, expired
+    /// or not yet valid by its clock, or refused otherwise. Nothing is exchanged with it
+    /// until that changes. Reported once per peer.
+    RefusedByPeer {
+        /// The peer that refused us.
+        participant: ParticipantId,
+        /// The name its credential certifies.
+        name: String,
+        /// Why.
+        reason: tether_wire::RefusalReason,
+    },
     /// A key moved to a new epoch (secure realms): a local writer's sender key (`writer`;
     /// a reader left or was revoked, or the key neared its usage limit), or this
     /// participant's control key (`writer` is `None`; a member that held it was revoked or
@@ -854,6 +867,15 @@ pub struct Stats {
     /// were held until it came (opened then, or dropped as `no_key` after 500 ms or beyond
     /// 4 MiB held).
     pub held_for_key: u64,
+    /// REFUSALs sent: a peer's credential was refused, and it was told why
+    /// (`docs/wire.md#refusal`; at most one a second to each peer).
+    pub refusals_sent: u64,
+    /// REFUSALs received that verified: a peer refused our credential and said why
+    /// ([`Event::RefusedByPeer`]).
+    pub refusals_heard: u64,
+    /// REFUSALs received that did not verify (not for us, not over our challenge, or not
+    /// signed by the credential the sender presented): dropped.
+    pub refusals_unverified: u64,
 }
 
 impl Stats {
@@ -956,6 +978,9 @@ impl Stats {
             batches_opened,
             samples_resealed,
             held_for_key,
+            refusals_sent,
+            refusals_heard,
+            refusals_unverified,
         )
     }
 }

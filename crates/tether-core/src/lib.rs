@@ -63,8 +63,8 @@ pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPol
 pub use security::keys::{HELD_FOR_KEY_BYTES, HELD_FOR_KEY_TIME, KEPT_EPOCHS};
 pub use security::{Protection, Security};
 pub use tether_wire::{
-    Durability, Encoding, EndpointKind, EntityId, ParticipantId, ProtectionMode, Reliability,
-    UnknownEncoding,
+    Durability, Encoding, EndpointKind, EntityId, ParticipantId, ProtectionMode, RefusalReason,
+    Reliability, UnknownEncoding,
 };
 pub use transmit::{Head, Tail, Transmit};
 pub use writer::flow::{

@@ -608,7 +608,18 @@ impl Participant {
         let origin = {
             match gate {
                 Gate::Act(o) => o,
-                Gate::Drop => return,
+                Gate::Drop => {
+                    // A peer that refuses us after we verified it (our credential revoked
+                    // while we were matched) tags under a control key we are no longer
+                    // given: its REFUSAL, which its own signature authenticates, is still
+                    // read, and nothing else (`docs/wire.md#refusal`).
+                    for m in d.submessages() {
+                        if let Ok(Submessage::Refusal(r)) = m {
+                            self.on_refusal(pid, r);
+                        }
+                    }
+                    return;
+                }
                 Gate::Hold(writer, epoch) => {
                     self.hold_datagram(now, from, datagram, outer, writer, epoch);
                     return;
@@ -680,6 +691,7 @@ impl Participant {
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
                 Submessage::Auth(a) => self.on_auth(now, pid, a),
+                Submessage::Refusal(r) => self.on_refusal(pid, r),
                 // A SEALED anywhere but first in an outer datagram, or in what one opened to.
                 Submessage::Sealed(_) => {
                     self.stats.pair_open_failed += 1;

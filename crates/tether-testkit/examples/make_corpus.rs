@@ -183,6 +183,16 @@ fn main() {
         description: Some(&description),
     })]);
     std::fs::write(d.join("seed-secure-endpoint"), secure_endpoint).unwrap();
+    // A REFUSAL (secure realms): a peer's credential refused, and why
+    // (`docs/wire.md#refusal`).
+    let signature = [6u8; 64];
+    let refusal = dg(&[Submessage::Refusal(RefusalRepr {
+        to: ParticipantId(0x1234),
+        challenge: [8u8; 32],
+        reason: RefusalReason::Revoked { serial: 4, list: 2 },
+        signature: &signature,
+    })]);
+    std::fs::write(d.join("seed-refusal"), refusal).unwrap();
     // An endpoint description's plaintext, for the layouts target.
     let plain = description_plaintext("/cmd_vel", "geometry_msgs/Twist").unwrap();
     std::fs::write(root.join("layouts").join("seed-description"), plain).unwrap();

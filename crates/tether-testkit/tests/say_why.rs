@@ -341,3 +341,183 @@ fn a_revoked_reader_is_named_and_said_revoked() {
     assert!(o.contains("Revoked") && o.contains("viewer"), "{o}");
     assert_eq!(owed[0].samples, 3);
 }
+
+/// Every REFUSAL on `wire`, as its datagram and the submessage's fields.
+fn refusals(wire: &[Bytes]) -> Vec<(Bytes, tether_wire::ParticipantId, [u8; 32])> {
+    wire.iter()
+        .flat_map(|d| {
+            let Ok(p) = tether_wire::Datagram::parse(d) else {
+                return Vec::new();
+            };
+            p.submessages()
+                .filter_map(|m| match m {
+                    Ok(tether_wire::Submessage::Refusal(r)) => Some((d.clone(), r.to, r.challenge)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A member whose credential is revoked by another member's revocation list is told why
+/// by that member, once, in a REFUSAL it verifies (signed by the refusing member's
+/// credential key over the challenge it set): "serial 2 is revoked by list 1". The
+/// refusing member reports the refusal once too, and answers the refused member's AUTHs
+/// with a REFUSAL at most once a second. Before: the revoked member heard nothing.
+#[test]
+fn a_revoked_member_is_told_why_once() {
+    for seed in [3u64, 4] {
+        let mut sim = Sim::new(seed, Link::lossy(0.1));
+        let realm = Realm::new();
+        let list = RevocationList::issue(&realm.ca, 1, tether_testkit::realm::NOW, vec![2, 3]);
+        let mut sec = realm.security(sim.now, 1, "robot", &["/**"], &["/**"]);
+        sec.revocations = Some(list);
+        let sec = std::sync::Arc::new(sec);
+        let w = sim.add_node_with(move |c| c.security = Some(sec));
+        let r = realm.member(&mut sim, 2, "viewer");
+        let robot = sim.nodes[w].participant.id();
+        sim.wire = Some(Vec::new());
+        sim.run_for(Duration::from_secs(3));
+        let told = |sim: &Sim| -> Vec<String> {
+            sim.nodes[r]
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::RefusedByPeer { .. }))
+                .map(|e| format!("{e:?}"))
+                .collect()
+        };
+        let t = told(&sim);
+        assert_eq!(t.len(), 1, "seed {seed}: {t:?}");
+        assert!(
+            t[0].contains("Revoked { serial: 2, list: 1 }") && t[0].contains("\"robot\""),
+            "{}",
+            t[0]
+        );
+        assert!(t[0].contains(&format!("{robot:?}")), "{}", t[0]);
+        // Its Display says it in words.
+        let shown: Vec<String> = sim.nodes[r]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::RefusedByPeer { reason, .. } => Some(reason.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            ["credential serial 2 is revoked (its revocation list 1)"]
+        );
+        let refused = events_with(&sim, w, &["AuthenticationFailed", "Revoked(2)"]);
+        assert_eq!(refused.len(), 1, "seed {seed}: {refused:?}");
+        // 40 s more: forgotten and found again, each side says nothing new, and the
+        // REFUSALs stay within one a second.
+        sim.run_for(Duration::from_secs(40));
+        assert_eq!(told(&sim).len(), 1, "seed {seed}: {:?}", told(&sim));
+        let refused = events_with(&sim, w, &["AuthenticationFailed"]);
+        assert_eq!(refused.len(), 1, "seed {seed}: {refused:?}");
+        let sent = sim.nodes[w].participant.stats().refusals_sent;
+        assert!((1..=44).contains(&sent), "seed {seed}: {sent} REFUSALs");
+        assert_eq!(sim.nodes[r].participant.stats().refusals_unverified, 0);
+        let wire = sim.wire.take().unwrap_or_default();
+        assert!(!refusals(&wire).is_empty());
+    }
+}
+
+/// A REFUSAL that is not over the receiver's own challenge, or not for it, or altered, is
+/// counted and dropped: replayed to another refused member, readdressed to it, or with a
+/// flipped reason, none verifies, and only the member's own REFUSAL is reported.
+#[test]
+fn a_refusal_replayed_or_altered_is_not_believed() {
+    let mut sim = Sim::new(5, Link::perfect());
+    let realm = Realm::new();
+    let list = RevocationList::issue(&realm.ca, 1, tether_testkit::realm::NOW, vec![2, 3]);
+    let mut sec = realm.security(sim.now, 1, "robot", &["/**"], &["/**"]);
+    sec.revocations = Some(list);
+    let sec = std::sync::Arc::new(sec);
+    let w = sim.add_node_with(move |c| c.security = Some(sec));
+    let a = realm.member(&mut sim, 2, "viewer");
+    let b = realm.member(&mut sim, 3, "other");
+    sim.wire = Some(Vec::new());
+    sim.run_for(Duration::from_secs(2));
+    let wire = sim.wire.take().unwrap_or_default();
+    let (pa, pb) = (sim.nodes[a].participant.id(), sim.nodes[b].participant.id());
+    let (dg, _, _) = refusals(&wire)
+        .into_iter()
+        .find(|(_, to, _)| *to == pa)
+        .expect("a REFUSAL to the viewer");
+    let from = sim.nodes[w].addr;
+    let before = sim.nodes[b].participant.stats().refusals_unverified;
+    // As it was (to the viewer), to the other member.
+    tether_testkit::realm::inject(&mut sim, b, from, &dg);
+    // Readdressed to the other member: the signature covers the addressee.
+    let at = dg
+        .windows(8)
+        .rposition(|w| w == pa.0.to_le_bytes())
+        .expect("the addressee's id");
+    let mut readdressed = dg.to_vec();
+    readdressed[at..at + 8].copy_from_slice(&pb.0.to_le_bytes());
+    tether_testkit::realm::inject(&mut sim, b, from, &Bytes::from(readdressed));
+    let after = sim.nodes[b].participant.stats().refusals_unverified;
+    assert_eq!(after - before, 2);
+    // To the viewer itself, with its reason altered (code 1 to 4): refused.
+    let before = sim.nodes[a].participant.stats().refusals_unverified;
+    let mut altered = dg.to_vec();
+    altered[at + 8 + 32] = 4;
+    tether_testkit::realm::inject(&mut sim, a, from, &Bytes::from(altered));
+    assert_eq!(
+        sim.nodes[a].participant.stats().refusals_unverified - before,
+        1
+    );
+    for (i, serial) in [(a, 2), (b, 3)] {
+        let told: Vec<String> = sim.nodes[i]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::RefusedByPeer { reason, .. } => Some(reason.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            told,
+            [format!(
+                "credential serial {serial} is revoked (its revocation list 1)"
+            )],
+            "node {i}"
+        );
+    }
+}
+
+/// A member revoked while it is matched (the list comes later) is told so too, at once.
+#[test]
+fn a_member_revoked_while_matched_is_told_at_once() {
+    let mut sim = Sim::new(6, Link::perfect());
+    let realm = Realm::new();
+    let w = realm.member(&mut sim, 1, "robot");
+    let r = realm.member(&mut sim, 2, "viewer");
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info("/t", Qos::new())).unwrap();
+    sim.p(r).create_reader(now, info("/t", Qos::new()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(
+        Duration::from_secs(10),
+        |s| s.nodes[w].participant.matched_count(wid) == 1
+    ));
+    let now = sim.now;
+    let list = RevocationList::issue(&realm.ca, 4, tether_testkit::realm::NOW, vec![2]);
+    sim.p(w).set_revocations(now, list).unwrap();
+    sim.pump(w);
+    sim.run_for(Duration::from_millis(100));
+    let told: Vec<String> = sim.nodes[r]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RefusedByPeer { name, reason, .. } => Some(format!("{name}: {reason}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        told,
+        ["robot: credential serial 2 is revoked (its revocation list 4)"]
+    );
+}

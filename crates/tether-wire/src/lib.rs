@@ -54,10 +54,10 @@ pub use repr::{
     DataRepr, Durability, Encoding, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL,
     HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN,
     NackFragRepr, PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr,
-    ProtectionMode, QosRepr, Reliability, SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT,
-    SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr, StrList, Submessage, SubmessageKind,
-    UnknownEncoding, auth_signed_bytes, batch_entry_head, push_batch_entry,
-    sealed_batch_ciphertext,
+    ProtectionMode, QosRepr, REFUSAL_LEN, RefusalReason, RefusalRepr, Reliability,
+    SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr,
+    StrList, Submessage, SubmessageKind, UnknownEncoding, auth_signed_bytes, batch_entry_head,
+    push_batch_entry, refusal_signed_bytes, sealed_batch_ciphertext,
 };
 pub use sample::{
     ProtectedSample, ProtectedSampleRepr, SAMPLE_TAG_LEN, SEALED_EPOCH_LEN, SIGNATURE_LEN,

@@ -966,3 +966,87 @@ fn batch_from_entries_checks_them_as_a_batch() {
     assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, u64::MAX, 2, &e).is_err());
     assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, 7, 2, &e[..e.len() - 1]).is_err());
 }
+
+proptest! {
+    /// A REFUSAL round-trips for every defined reason; every truncation and any trailing
+    /// byte is refused.
+    #[test]
+    fn refusal_roundtrip_and_truncations(
+        to in 1u64..,
+        challenge in any::<[u8; 32]>(),
+        code in 1u8..=4,
+        a in any::<u64>(),
+        b in any::<u64>(),
+        signature in any::<[u8; 64]>(),
+        cut in 0usize..REFUSAL_LEN,
+    ) {
+        let reason = RefusalReason::from_parts(code, a, b);
+        let r = RefusalRepr { to: ParticipantId(to), challenge, reason, signature: &signature };
+        roundtrip(&[Submessage::Refusal(r)]);
+        let mut body = Vec::new();
+        Submessage::Refusal(r).emit_body(&mut body).unwrap();
+        prop_assert_eq!(body.len(), REFUSAL_LEN);
+        prop_assert!(Submessage::parse(0x16, &body[..cut]).is_err());
+        body.push(0);
+        prop_assert!(Submessage::parse(0x16, &body).is_err());
+    }
+}
+
+/// REFUSAL's bytes: `to` 0 is malformed; a code this version does not define reads as
+/// "other" (its values dropped); the signed bytes bind the challenge, both ids and the
+/// reason.
+#[test]
+fn refusal_layout_and_signed_bytes() {
+    let sig = [9u8; 64];
+    let r = RefusalRepr {
+        to: ParticipantId(5),
+        challenge: [1; 32],
+        reason: RefusalReason::Revoked { serial: 4, list: 2 },
+        signature: &sig,
+    };
+    let mut body = Vec::new();
+    Submessage::Refusal(r).emit_body(&mut body).unwrap();
+    assert_eq!(&body[..8], &5u64.to_le_bytes());
+    assert_eq!(body[40], 1, "code: revoked");
+    assert_eq!(&body[41..49], &4u64.to_le_bytes());
+    assert_eq!(&body[49..57], &2u64.to_le_bytes());
+    assert_eq!(&body[57..], &sig);
+    let mut b = body.clone();
+    b[..8].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(Submessage::parse(0x16, &b), Err(Error::BadValue("to")));
+    let mut b = body.clone();
+    b[40] = 200;
+    match Submessage::parse(0x16, &b) {
+        Ok(Submessage::Refusal(x)) => assert_eq!(x.reason, RefusalReason::Other),
+        other => panic!("{other:?}"),
+    }
+    let zero = RefusalRepr {
+        to: ParticipantId(0),
+        ..r
+    };
+    assert!(
+        Submessage::Refusal(zero)
+            .emit_body(&mut Vec::new())
+            .is_err()
+    );
+    let s = refusal_signed_bytes(&[1; 32], ParticipantId(7), ParticipantId(5), r.reason);
+    assert!(s.starts_with(b"tether refusal v1"));
+    for other in [
+        refusal_signed_bytes(&[2; 32], ParticipantId(7), ParticipantId(5), r.reason),
+        refusal_signed_bytes(&[1; 32], ParticipantId(5), ParticipantId(7), r.reason),
+        refusal_signed_bytes(
+            &[1; 32],
+            ParticipantId(7),
+            ParticipantId(5),
+            RefusalReason::Other,
+        ),
+        refusal_signed_bytes(
+            &[1; 32],
+            ParticipantId(7),
+            ParticipantId(5),
+            RefusalReason::Revoked { serial: 4, list: 3 },
+        ),
+    ] {
+        assert_ne!(s, other);
+    }
+}

@@ -34,13 +34,13 @@ pub use config::{
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,
-    Subscriber, Topic, kind_str,
+    Subscriber, Topic, event_logged, kind_str,
 };
 pub use tether_core::congestion::PathStats;
 pub use tether_core::{
     AccessDenial, AuthFailure, Batching, DeadlineSide, Departure, Described, Durability, Encoding,
-    EndpointKind, Event, FlowController, Guid, History, Inactivity, IncompatibleQos, Limit,
-    LossReason, Priority, ProtectionMode, Qos, QosPolicy, RateError, Reliability, RemoteEndpoint,
-    RevocationRefusal, Sample, Shortfall, Stats, UnknownEncoding, UnknownPriority, format_rate,
-    parse_rate,
+    EndpointKind, EntityId, Event, FlowController, Guid, History, Inactivity, IncompatibleQos,
+    Limit, LossReason, ParticipantId, Priority, ProtectionMode, Qos, QosPolicy, RateError,
+    RefusalReason, Reliability, RemoteEndpoint, RevocationRefusal, Sample, Shortfall, Stats,
+    UnknownEncoding, UnknownPriority, format_rate, parse_rate,
 };

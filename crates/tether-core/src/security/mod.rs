@@ -258,6 +258,10 @@ impl Security {
     }
 }
 
+/// The least time between two REFUSALs to one peer (`docs/wire.md#refusal`): a refused
+/// peer resends its AUTH, and each is answered at most this often.
+pub(crate) const REFUSAL_GAP: Duration = Duration::from_secs(1);
+
 /// The first wait before an unanswered AUTH is sent again (`PeerAuth::resend_gap`).
 pub(crate) const AUTH_RESEND_FIRST: Duration = Duration::from_millis(50);
 
@@ -305,6 +309,10 @@ pub(crate) struct PeerAuth {
     pub(crate) wrapped_ours: Option<(u32, Vec<u8>)>,
     /// It tried another credential under its verified id (reported once).
     pub(crate) conflict_reported: bool,
+    /// When we last sent it a REFUSAL (at most one a second: [`REFUSAL_GAP`]).
+    pub(crate) refusal_sent: Option<Instant>,
+    /// It refused our credential and said why, in a REFUSAL that verified (reported once).
+    pub(crate) refusal_heard: bool,
     /// Answers to our challenge that did not verify. One or two are a session that left or
     /// restarted mid-handshake (its answer to an earlier challenge, arriving late); only a
     /// third is reported.
@@ -331,6 +339,8 @@ impl PeerAuth {
             has_ours: 0,
             wrapped_ours: None,
             conflict_reported: false,
+            refusal_sent: None,
+            refusal_heard: false,
             bad_answers: 0,
         }
     }

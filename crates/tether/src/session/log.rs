@@ -7,6 +7,49 @@
 //! for it), else by the name they announce, else by their id alone.
 
 use tether_core::{Event, Guid, Participant, ParticipantId, QosPolicy};
+use tracing::Level;
+
+/// The level the session logs event `e` at: refusals and mismatches `warn`; membership,
+/// lost samples and inactive readers `info`; discovery, authentication, matching and
+/// re-keying `debug`; anything else `trace`.
+pub(super) fn level(e: &Event) -> Level {
+    match e {
+        Event::IncompatibleQos(q) if q.policy == QosPolicy::Partition => Level::INFO,
+        Event::IncompatibleQos(_)
+        | Event::AuthenticationFailed { .. }
+        | Event::AccessDenied { .. }
+        | Event::OverLimit { .. }
+        | Event::RevocationListRefused { .. }
+        | Event::OwnCredentialExpired { .. }
+        | Event::OwnCredentialRevoked { .. }
+        | Event::RefusedByPeer { .. } => Level::WARN,
+        Event::RevocationListApplied { .. }
+        | Event::SamplesLost { .. }
+        | Event::ReaderInactive { .. }
+        | Event::ReaderActive { .. } => Level::INFO,
+        Event::ParticipantDiscovered { .. }
+        | Event::ParticipantAuthenticated { .. }
+        | Event::ParticipantLost { .. }
+        | Event::Matched { .. }
+        | Event::Unmatched { .. }
+        | Event::Rekeyed { .. }
+        | Event::LivelinessChanged { .. }
+        | Event::DeadlineMissed { .. } => Level::DEBUG,
+        _ => Level::TRACE,
+    }
+}
+
+/// Whether the log shows event `e` under the `tracing` subscriber in force (its filter:
+/// `RUST_LOG`, `TETHER_LOG` for the `tether` command). A program that prints events
+/// itself, as the `tether` command does, can leave out those the log already shows.
+pub fn shown(e: &Event) -> bool {
+    match level(e) {
+        Level::WARN => tracing::enabled!(Level::WARN),
+        Level::INFO => tracing::enabled!(Level::INFO),
+        Level::DEBUG => tracing::enabled!(Level::DEBUG),
+        _ => tracing::enabled!(Level::TRACE),
+    }
+}
 
 /// How a peer is named in the log: `robot1 (5f2e8c1a9b3d4e70)`, or the id alone.
 pub(super) fn peer(core: &Participant, pid: ParticipantId) -> String {
@@ -30,8 +73,11 @@ fn endpoint(core: &Participant, g: Guid) -> String {
     }
 }
 
-/// Logs `e`, raised by `core`.
+/// Logs `e`, raised by `core`, at its [`level`] (nothing is formatted unless it is shown).
 pub(super) fn event(core: &Participant, e: &Event) {
+    if !shown(e) {
+        return;
+    }
     match e {
         Event::ParticipantDiscovered {
             participant,
@@ -95,6 +141,14 @@ pub(super) fn event(core: &Participant, e: &Event) {
             reason,
             ..
         } => tracing::warn!("{remote} not matched on {topic}: {reason}"),
+        Event::RefusedByPeer {
+            participant,
+            name,
+            reason,
+        } => tracing::warn!(
+            "{name} ({:016x}) refuses our credential: {reason}",
+            participant.0
+        ),
         Event::OverLimit { participant, limit } => tracing::warn!(
             "participant {}: announcement refused: {limit}",
             peer(core, *participant)

@@ -24,6 +24,7 @@ use tether_transport::{Registry, Transport};
 mod error;
 mod graph;
 mod log;
+pub use log::shown as event_logged;
 mod open;
 mod publisher;
 mod revocations;
