@@ -355,10 +355,13 @@ fn echo_process_survives_garbage() {
     assert_eq!(text(&out.stdout).lines().count(), 20);
     let mut err = String::new();
     let _ = out.stderr.as_slice().read_to_string(&mut err);
+    // The --stats table's row: `    malformed   1234`.
     let malformed: u64 = err
         .lines()
-        .find_map(|l| l.trim().strip_prefix("malformed: "))
-        .and_then(|v| v.trim_end_matches(',').parse().ok())
+        .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            ["malformed", v] => v.parse().ok(),
+            _ => None,
+        })
         .unwrap_or(0);
     assert!(malformed > 1000, "malformed drops not counted: {err}");
     out.stdout.clear();

@@ -199,11 +199,14 @@ fn stats_show_refusals() {
     ]);
     let pout = finish(spawn(p), Duration::from_secs(40));
     let eout = finish(echo, Duration::from_secs(40));
+    // A row of the --stats table: `    auth_failed   2`.
     let counter = |o: &Output, name: &str| -> Option<u64> {
         text(&o.stderr)
             .lines()
-            .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.parse().ok())
+            .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [n, v] if n == name => v.parse().ok(),
+                _ => None,
+            })
     };
     let (perr, eerr) = (text(&pout.stderr), text(&eout.stderr));
     assert!(pout.status.success(), "{perr}");
