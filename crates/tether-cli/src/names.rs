@@ -26,6 +26,16 @@ pub(crate) fn topic(given: &str) -> Result<String, String> {
     })
 }
 
+/// A topic name as [`topic`] takes it, or a topic id as a secure realm announces it (`#`
+/// and 64 hex digits: what `tether topics` shows of a topic whose name it cannot read), for
+/// `tether info`.
+pub(crate) fn topic_or_id(given: &str) -> Result<String, String> {
+    if crate::listing::is_id(given) {
+        return Ok(given.to_ascii_lowercase());
+    }
+    topic(given)
+}
+
 /// `given` normalised, or why it is not a name.
 fn check(given: &str) -> Result<String, String> {
     if given.is_empty() {
@@ -150,6 +160,11 @@ mod tests {
                 None => assert!(!e.contains("try '"), "{bad}: {e}"),
             }
         }
+        let id = format!("#{}", "a1".repeat(32));
+        assert_eq!(topic_or_id(&id).unwrap(), id);
+        assert!(topic(&id).unwrap_err().contains("contains '#'"));
+        assert_eq!(topic_or_id("chatter").unwrap(), "/chatter");
+        assert!(topic_or_id("#a1").is_err());
         let long = format!("/{}", "a".repeat(MAX_TOPIC_BYTES));
         assert!(topic(&long).unwrap_err().contains("bytes long"));
     }

@@ -134,8 +134,9 @@ pub(crate) struct TopicsArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct InfoArgs {
-    /// Topic name (a leading / is implied).
-    #[arg(value_parser = crate::names::topic)]
+    /// Topic name (a leading / is implied), or a topic id (# and 64 hex digits) as
+    /// `topics` shows a topic whose name this session cannot read.
+    #[arg(value_parser = crate::names::topic_or_id)]
     topic: String,
     /// Seconds to listen for announcements.
     #[arg(long, default_value_t = 1.5)]
