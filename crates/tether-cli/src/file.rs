@@ -49,7 +49,8 @@ const FLOW: &str = "tether-send";
 pub(crate) struct SendArgs {
     /// The file to send.
     file: PathBuf,
-    /// Topic name, e.g. /files.
+    /// Topic name, e.g. /files (a leading / is implied).
+    #[arg(value_parser = crate::names::topic)]
     topic: String,
     /// Limit the transfer to this rate (e.g. 10MB/s, 512KiB/s).
     #[arg(long, conflicts_with = "tokens")]
@@ -83,7 +84,8 @@ pub(crate) struct SendArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct RecvArgs {
-    /// Topic name, e.g. /files.
+    /// Topic name, e.g. /files (a leading / is implied).
+    #[arg(value_parser = crate::names::topic)]
     topic: String,
     /// Directory the files are written to (created if missing).
     dir: PathBuf,
@@ -395,14 +397,14 @@ pub(crate) fn send(mut cfg: Config, a: SendArgs) -> anyhow::Result<ExitCode> {
     }
     let took = t0.elapsed().as_secs_f64();
     if !a.quiet {
-        println!(
+        crate::out::outln!(
             "sent {name} ({}) in {took:.2} s, {} (limit {spec}), confirmed by {} receiver{}, sha256 {}",
             human_bytes(size as f64),
             format_rate(size as f64 / took.max(1e-9)),
             out.tally.len(),
             if out.tally.len() == 1 { "" } else { "s" },
             hex(sum.as_ref())
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -653,7 +655,8 @@ fn receive(
                 Ok((msg, sum)) => {
                     confirm.send(&c.id, Outcome::Written, c.got, sum, "");
                     if !a.quiet {
-                        println!("{msg}");
+                        // A closed pipe ends the command quietly (`| head -1`).
+                        crate::out::outln!("{msg}")?;
                     }
                 }
                 Err(f) => {

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use tether::keys::{KeyError, Realm, describe, utc};
 
+use crate::out::outln;
+
 #[derive(Args, Debug)]
 pub(crate) struct KeysArgs {
     #[command(subcommand)]
@@ -33,7 +35,8 @@ enum KeysCmd {
         dir: PathBuf,
         /// The participant's name.
         name: String,
-        /// Topic patterns NAME may publish (repeatable, or several after one flag).
+        /// Topic patterns NAME may publish (repeatable, or several after one flag); a
+        /// leading / is implied, as in topic names.
         #[arg(long = "pub", value_name = "PATTERN", num_args = 1..)]
         publish: Vec<String>,
         /// Topic patterns NAME may subscribe to.
@@ -68,12 +71,12 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
     match a.cmd {
         KeysCmd::Init { dir } => {
             let r = Realm::init(&dir)?;
-            println!(
+            outln!(
                 "realm created in {}\nCA public key {}\nissue credentials with: tether keys issue {} NAME --pub PATTERN --sub PATTERN",
                 dir.display(),
                 tether_crypto::to_hex(&r.ca_public()),
                 dir.display()
-            );
+            )?;
         }
         KeysCmd::Issue {
             dir,
@@ -86,6 +89,8 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
             if expires == 0 || expires > 36_500 {
                 anyhow::bail!("--expires {expires} is outside 1..=36500 days");
             }
+            // Topic names are taken from the root (`chatter` is `/chatter`): so are grants.
+            let (publish, subscribe) = (rooted(publish), rooted(subscribe));
             let r = Realm::open(&dir)?;
             let (c, revoked) =
                 if replace {
@@ -101,38 +106,52 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                 })?;
                     (c, Vec::new())
                 };
-            println!(
+            outln!(
                 "issued {} serial {}, expires {}\nkeys: {}\ncredential: {}",
                 c.name,
                 c.serial,
                 utc(c.expires),
                 dir.join(format!("{name}.key")).display(),
                 dir.join(format!("{name}.cred")).display()
-            );
+            )?;
             if replace {
-                println!(
+                outln!(
                     "revoked serial{} {} (revocation list {}: {})",
                     if revoked.len() == 1 { "" } else { "s" },
                     list(&revoked),
                     r.revocations()?.serial,
                     dir.join("revoked.toml").display()
-                );
+                )?;
             }
         }
         KeysCmd::Revoke { dir, who } => {
             let r = Realm::open(&dir)?;
             let serials = r.revoke(&who)?;
-            println!(
+            outln!(
                 "revoked serial{} {}; revocation list {}: {}",
                 if serials.len() == 1 { "" } else { "s" },
                 list(&serials),
                 r.revocations()?.serial,
                 dir.join("revoked.toml").display()
-            );
+            )?;
         }
-        KeysCmd::Show { file } => print!("{}", describe(&file)?),
+        KeysCmd::Show { file } => crate::out::print(&describe(&file)?)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Grant patterns with the leading `/` that topic names get (`robot1/**` → `/robot1/**`).
+fn rooted(patterns: Vec<String>) -> Vec<String> {
+    patterns
+        .into_iter()
+        .map(|p| {
+            if p.starts_with('/') {
+                p
+            } else {
+                format!("/{p}")
+            }
+        })
+        .collect()
 }
 
 /// `1, 2, 3`.

@@ -7,11 +7,22 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tether::{Config, Qos, Topic};
 
+mod adapt;
+mod cbor;
 mod demo;
+mod errors;
 mod file;
+mod interrupt;
 mod keys;
+mod listing;
+mod names;
+mod out;
+mod payload;
 mod receipt;
+mod stats;
 mod topic;
+mod why;
+mod window;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,6 +49,9 @@ struct Cli {
     /// older than the one in force (lower list serial) is refused with a warning.
     #[arg(long, global = true, value_name = "FILE", requires = "keys")]
     revocations: Option<PathBuf>,
+    /// With --stats: every counter as one JSON object (zeros included) instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -76,13 +90,22 @@ enum Cmd {
     BenchFanout(tether_bench::FanoutPeerArgs),
 }
 
-/// QoS flags shared by `pub` and `echo`; absent flags give the defaults (reliable,
-/// keep_last 10, volatile).
+/// QoS flags shared by `pub`, `echo`, `hz` and `bw`; absent flags give the defaults
+/// (reliable, keep_last 10, volatile), except that `echo`, `hz` and `bw` take reliability
+/// and durability from the publishers they find unless given (`adapt.rs`).
 #[derive(Args, Debug, Clone)]
 pub(crate) struct QosArgs {
     /// Best-effort instead of reliable.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "reliable")]
     best_effort: bool,
+    /// Reliable (the default of `pub`; `echo`, `hz` and `bw` otherwise follow the
+    /// publishers they find).
+    #[arg(long)]
+    reliable: bool,
+    /// Volatile: no samples written before this endpoint matched (the default of `pub`;
+    /// `echo`, `hz` and `bw` otherwise follow the publishers they find).
+    #[arg(long, conflicts_with = "transient_local")]
+    volatile: bool,
     /// Keep every sample (up to resource limits) instead of the last N.
     #[arg(long, conflicts_with = "keep_last")]
     keep_all: bool,
@@ -106,6 +129,9 @@ impl QosArgs {
         if self.best_effort {
             q = q.best_effort();
         }
+        if self.reliable {
+            q = q.reliable();
+        }
         if self.keep_all {
             q = q.keep_all();
         }
@@ -114,6 +140,9 @@ impl QosArgs {
         }
         if self.transient_local {
             q = q.transient_local();
+        }
+        if self.volatile {
+            q = q.volatile();
         }
         q
     }
@@ -153,24 +182,21 @@ impl Cli {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    why::init_logging();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // The reader of our output went away: the end it asked for (`| head -3`).
+        Err(e) if out::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errors::print(&e);
             ExitCode::from(2)
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    stats::set_json(cli.json);
     if let Cmd::Keys(a) = cli.cmd {
         // Key management needs no session and no configuration.
         return keys::run(a);

@@ -1,37 +1,41 @@
 //! `pub`, `echo`, `topics`, `info`, `hz`, `bw`.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use tether::{AuthFailure, Config, Event, Qos, Session, kind_str};
+use tether::{Config, Qos, Session};
 
 use crate::QosArgs;
+use crate::interrupt::{End, Interrupt, Watch};
+use crate::out::outln;
+use crate::payload::{DEFAULT_TRUNCATE, InputArgs, OutputArgs, Printer};
 
 #[derive(Args, Debug)]
 pub(crate) struct PubArgs {
-    /// Topic name, e.g. /chatter.
+    /// Topic name, e.g. /chatter (a leading / is implied).
+    #[arg(value_parser = crate::names::topic)]
     topic: String,
-    /// The data to publish (text). With --size, it is repeated to fill SIZE bytes.
-    #[arg(default_value = "hello")]
-    data: String,
+    #[command(flatten)]
+    input: InputArgs,
     /// Samples per second (0: as fast as possible).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, short = 'r', default_value_t = 1.0)]
     rate: f64,
-    /// Stop after N samples.
-    #[arg(long)]
+    /// Stop after N samples (once a subscriber matched: see --wait-matched).
+    #[arg(long, short = 'n', conflicts_with = "once")]
     count: Option<u64>,
-    /// Payload size in bytes.
+    /// Publish one sample (--count 1), once a subscriber matched.
     #[arg(long)]
-    size: Option<usize>,
-    /// Wait for N matched subscribers before publishing.
-    #[arg(long, default_value_t = 0)]
-    wait_matched: usize,
+    once: bool,
+    /// Wait for N matched subscribers before publishing, up to --linger; exit 1 if fewer
+    /// matched. Default: 1 with --count or --once (a one-shot sample reaches a running
+    /// echo), 0 otherwise.
+    #[arg(long, value_name = "N")]
+    wait_matched: Option<usize>,
     /// Seconds to wait for --wait-matched, and for acknowledgements before exiting.
     #[arg(long, default_value_t = 10.0)]
     linger: f64,
@@ -42,6 +46,11 @@ pub(crate) struct PubArgs {
     /// exit.
     #[arg(long)]
     stats: bool,
+    /// What the payloads are: text, json, cbor, cdr or bytes. A label announced with the
+    /// publisher (`echo` pretty-prints json and cbor, prints bytes and cdr in hex; `info`
+    /// shows it); the payload is checked against text, json and cbor before it is sent.
+    #[arg(long, value_name = "LABEL", value_parser = crate::payload::encoding_arg)]
+    encoding: Option<tether::Encoding>,
     /// Prefix each sample with its number ("1 DATA", "2 DATA", …).
     #[arg(long)]
     numbered: bool,
@@ -85,11 +94,15 @@ fn inactive_after(v: &str) -> Result<Duration, String> {
 
 #[derive(Args, Debug)]
 pub(crate) struct EchoArgs {
-    /// Topic name.
+    /// Topic name (a leading / is implied).
+    #[arg(value_parser = crate::names::topic)]
     topic: String,
     /// Exit 0 after N samples.
-    #[arg(long)]
+    #[arg(long, short = 'n', conflicts_with = "once")]
     count: Option<u64>,
+    /// Exit 0 after one sample (--count 1).
+    #[arg(long)]
+    once: bool,
     /// Exit 1 if fewer than --count samples (or none) arrived within SECS.
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
@@ -103,6 +116,8 @@ pub(crate) struct EchoArgs {
     /// Print no start line (which realm and identity this runs as) on stderr.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     qos: QosArgs,
 }
@@ -119,7 +134,9 @@ pub(crate) struct TopicsArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct InfoArgs {
-    /// Topic name.
+    /// Topic name (a leading / is implied), or a topic id (# and 64 hex digits) as
+    /// `topics` shows a topic whose name this session cannot read.
+    #[arg(value_parser = crate::names::topic_or_id)]
     topic: String,
     /// Seconds to listen for announcements.
     #[arg(long, default_value_t = 1.5)]
@@ -128,7 +145,8 @@ pub(crate) struct InfoArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct RateArgs {
-    /// Topic name.
+    /// Topic name (a leading / is implied).
+    #[arg(value_parser = crate::names::topic)]
     topic: String,
     /// Seconds to run (default: until interrupted).
     #[arg(long)]
@@ -136,6 +154,9 @@ pub(crate) struct RateArgs {
     /// Print once per this many seconds.
     #[arg(long, default_value_t = 1.0)]
     period: f64,
+    /// Measure over the last N samples (default: 10000 for hz, 100 for bw, as ROS 2).
+    #[arg(long, short = 'w', value_name = "N")]
+    window: Option<usize>,
     #[command(flatten)]
     qos: QosArgs,
 }
@@ -148,58 +169,12 @@ pub(crate) fn secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
-/// Prints what changes a secure session's membership while it runs, one line each on
-/// stderr: a revocation list reloaded or refused (the one in force stays), peers unmatched
-/// because their credential was revoked or expired, and our own credential expiring. Called
-/// right after `open`, as the session's only listener: the first gets the events raised
-/// before it (a refusal, reported once per peer, may come within a millisecond of `open`).
+/// Prints why nothing arrives from a peer, one line each on stderr, once: refusals (with
+/// their reasons), mismatches, and what changes a secure session's membership
+/// (`why.rs`). Called right after `open`, as the session's only listener: the first gets
+/// the events raised before it (a refusal may come within a millisecond of `open`).
 pub(crate) fn report_security_events(session: &Session) {
-    session.on_event(security_event);
-}
-
-/// The line [`report_security_events`] prints for `e`, if any.
-fn security_event(e: &Event) {
-    match e {
-        Event::RevocationListApplied { serial, revoked } => {
-            eprintln!("revocation list {serial} in force ({revoked} credentials revoked)")
-        }
-        Event::RevocationListRefused { reason } => {
-            eprintln!("warning: revocation list refused, the one in force stays: {reason}")
-        }
-        Event::AuthenticationFailed {
-            participant,
-            reason: reason @ (AuthFailure::Revoked | AuthFailure::Expired),
-        } => eprintln!(
-            "warning: participant {:016x} unmatched: {reason}",
-            participant.0
-        ),
-        // Every other refusal, once per peer: why nothing arrives from it.
-        Event::AuthenticationFailed {
-            participant,
-            reason,
-        } => eprintln!(
-            "warning: participant {:016x} refused: {reason}",
-            participant.0
-        ),
-        Event::AccessDenied {
-            remote,
-            topic,
-            reason,
-            ..
-        } => eprintln!("warning: {remote} not matched on {topic}: {reason}"),
-        Event::OverLimit { participant, limit } => eprintln!(
-            "warning: participant {:016x}: announcement refused: {limit}",
-            participant.0
-        ),
-        Event::OwnCredentialRevoked { serial, list } => eprintln!(
-            "warning: our credential (serial {serial}) is revoked by revocation list {list}: peers that load it refuse us (a replacement comes from `tether keys issue DIR NAME --replace`)"
-        ),
-        Event::OwnCredentialExpired { serial, expires } => eprintln!(
-            "warning: our credential (serial {serial}) expired at {}: peers refuse us from now on",
-            tether::keys::utc(*expires)
-        ),
-        _ => {}
-    }
+    crate::why::report(session, crate::why::Scope::Refusals);
 }
 
 /// The line `pub` and `echo` start with (on stderr): the realm and the identity the
@@ -250,60 +225,47 @@ fn open_and_say(cfg: Config, quiet: bool) -> anyhow::Result<Session> {
     Ok(session)
 }
 
-/// `--stats`: the session's counters that are not zero, one `name: value` line each, on
-/// stderr. Every drop and refusal has a counter ([`tether::Stats::counters`]), so a new
-/// one shows here without a change.
+/// `--stats`: the session's counters on stderr, as a table of those not zero, or as JSON
+/// with `--json` (`stats.rs`).
 fn print_stats(session: &Session) {
-    let st = session.stats();
-    eprintln!("session counters (zeros omitted):");
-    for (name, v) in st.counters() {
-        if v != 0 {
-            eprintln!("  {name}: {v}");
-        }
-    }
+    crate::stats::print(session);
 }
 
-/// Prints incompatible-QoS reports, lost samples and readers let go of as one clear line
-/// each on stderr, and the security events of [`report_security_events`].
+/// Prints [`report_security_events`]' lines, and lost samples and readers let go of, one
+/// line each on stderr.
 fn report_events(session: &Session) {
-    // One listener: the first gets what was raised before it.
-    session.on_event(|e| match e {
-        Event::IncompatibleQos(q) => eprintln!("warning: {q}"),
-        Event::SamplesLost {
-            writer,
-            first,
-            last,
-            count,
-            reason,
-            ..
-        } => eprintln!(
-            "warning: lost {count} samples ({first}..={last}) of writer {writer}: {reason}"
-        ),
-        Event::ReaderInactive { reader, .. } => eprintln!(
-            "warning: reader {reader} is inactive (it has acknowledged nothing for the \
-             inactivity time): the other readers go on without it"
-        ),
-        Event::ReaderActive {
-            reader, released, ..
-        } => eprintln!(
-            "warning: reader {reader} answers again; {released} samples were let go of before \
-             it acknowledged them"
-        ),
-        e => security_event(e),
-    });
-}
-
-fn payload(data: &str, size: Option<usize>) -> Bytes {
-    match size {
-        None => Bytes::copy_from_slice(data.as_bytes()),
-        Some(n) => {
-            let src = if data.is_empty() { "x" } else { data };
-            Bytes::from(src.bytes().cycle().take(n).collect::<Vec<u8>>())
-        }
-    }
+    crate::why::report(session, crate::why::Scope::All);
 }
 
 pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
+    // Everything the arguments can get wrong is said before the session opens: a payload
+    // larger than a sample can be is refused before it is allocated.
+    let data = a.input.load(cfg.transport.max_sample_size)?;
+    if let Some(label) = a.encoding {
+        if a.numbered && matches!(label, tether::Encoding::Json | tether::Encoding::Cbor) {
+            anyhow::bail!(
+                "--numbered puts a number before each payload, so it would not be {label} any \
+                 more: leave out --numbered, or put a counter inside the payload"
+            );
+        }
+        crate::payload::check_encoding(&data, label)?;
+    }
+    let linger = secs("--linger", a.linger)?;
+    if !(a.rate >= 0.0 && a.rate.is_finite()) {
+        anyhow::bail!(
+            "--rate must be a finite number of samples per second ≥ 0, not {}",
+            a.rate
+        );
+    }
+    let period = if a.rate > 0.0 {
+        Some(secs("--rate", 1.0 / a.rate)?)
+    } else {
+        None
+    };
+    let count = if a.once { Some(1) } else { a.count };
+    // As ros2 topic pub --times: a bounded run waits for someone to hear it.
+    let wait_matched = a.wait_matched.unwrap_or(usize::from(count.is_some()));
+    let interrupt = Interrupt::catch()?;
     let session = open_and_say(cfg, a.quiet)?;
     report_events(&session);
     let mut qos = a.qos.qos();
@@ -328,47 +290,67 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     if let Some(d) = a.inactive_after {
         qos = qos.inactive_after(d);
     }
-    let p = session.publisher(a.qos.topic(&a.topic), qos)?;
-    let linger = secs("--linger", a.linger)?;
-    if !(a.rate >= 0.0 && a.rate.is_finite()) {
-        anyhow::bail!(
-            "--rate must be a finite number of samples per second ≥ 0, not {}",
-            a.rate
-        );
+    let mut topic = a.qos.topic(&a.topic);
+    if let Some(label) = a.encoding {
+        topic = topic.encoding(label);
     }
-    if a.wait_matched > 0 {
-        let end = Instant::now() + linger;
-        while p.matched() < a.wait_matched {
-            if Instant::now() > end {
-                anyhow::bail!(
-                    "only {} of {} subscribers matched on {} within {:?}",
-                    p.matched(),
-                    a.wait_matched,
-                    a.topic,
-                    linger
-                );
+    let p = session.publisher(topic, qos)?;
+    if wait_matched > 0 {
+        let mut watch = Watch::new(&interrupt, Some(Instant::now() + linger));
+        while p.matched() < wait_matched {
+            match watch.check() {
+                None => std::thread::sleep(Duration::from_millis(5)),
+                Some(End::Deadline) => {
+                    let m = p.matched();
+                    let who = if m == 0 {
+                        "no subscriber".to_string()
+                    } else {
+                        format!("only {m} of {wait_matched} subscribers")
+                    };
+                    eprintln!(
+                        "error: {who} matched on {} within {} s (--linger): nothing was \
+                         published; start one first (tether echo {}), or publish regardless \
+                         with --wait-matched 0",
+                        a.topic, a.linger, a.topic
+                    );
+                    if a.stats {
+                        print_stats(&session);
+                    }
+                    return Ok(ExitCode::from(1));
+                }
+                Some(End::Signal(sig)) => {
+                    eprintln!(
+                        "interrupted ({}) while waiting for subscribers on {}: nothing was \
+                         published",
+                        sig.name, a.topic
+                    );
+                    if a.stats {
+                        print_stats(&session);
+                    }
+                    return Ok(ExitCode::from(sig.status));
+                }
+                Some(End::Closed | End::Done) => return Ok(ExitCode::SUCCESS),
             }
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
-    let data = payload(&a.data, a.size);
-    let period = if a.rate > 0.0 {
-        Some(secs("--rate", 1.0 / a.rate)?)
-    } else {
-        None
-    };
     let start = Instant::now();
     let mut next = start;
     let mut n = 0u64;
     let mut last_report = start;
+    let mut watch = Watch::new(&interrupt, None);
+    let mut end = End::Done;
     let mut out = std::io::stdout().lock();
-    while a.count.is_none_or(|c| n < c) {
+    while count.is_none_or(|c| n < c) {
         if let Some(p) = period {
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
+            if let Some(sig) = interrupt.sleep_until(next) {
+                end = End::Signal(sig);
+                break;
             }
             next += p;
+        }
+        if let Some(e) = watch.check() {
+            end = e;
+            break;
         }
         let sample = if a.numbered {
             let mut v = format!("{} ", n + 1).into_bytes();
@@ -392,27 +374,62 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         };
         n += 1;
         if !a.quiet {
-            if period.is_some_and(|p| p >= Duration::from_millis(50)) {
-                let _ = writeln!(out, "publishing #{seq}: {}", render(&sample));
+            let written = if period.is_some_and(|p| p >= Duration::from_millis(50)) {
+                writeln!(
+                    out,
+                    "publishing #{seq}: {}",
+                    crate::payload::text_line(&sample, DEFAULT_TRUNCATE)
+                )
             } else if last_report.elapsed() >= Duration::from_secs(1) {
                 last_report = Instant::now();
-                let _ = writeln!(
+                writeln!(
                     out,
                     "published {n} samples ({:.0}/s), {} subscribers",
                     n as f64 / start.elapsed().as_secs_f64(),
                     p.matched()
-                );
+                )
+            } else {
+                Ok(())
+            };
+            // The reader of our output left (`| head -3`): stop as at the end of --count.
+            if written.is_err() {
+                end = End::Closed;
+                break;
             }
         }
     }
+    drop(out);
     p.flush();
-    p.wait_for_acknowledgments(linger);
+    if !p.wait_for_acknowledgments(Duration::from_millis(200).min(linger)) {
+        if let End::Signal(sig) = end {
+            eprintln!(
+                "interrupted ({}): waiting up to {} s (--linger) for the subscribers to \
+                 acknowledge what was published; interrupt again to quit now",
+                sig.name, a.linger
+            );
+        }
+        p.wait_for_acknowledgments(linger);
+    }
     if a.stats {
         print_stats(&session);
     }
     // Every reliable sample must be acknowledged by every reader it was written for, those
     // that left included: otherwise the exit status says so, -q or not.
-    if report_owed(&p, n) {
+    let delivered = report_owed(&p, n);
+    if let End::Signal(sig) = end {
+        match count {
+            Some(c) => eprintln!(
+                "interrupted ({}) after {n} of {c} samples on {}",
+                sig.name, a.topic
+            ),
+            None => eprintln!(
+                "interrupted ({}) after {n} samples on {}",
+                sig.name, a.topic
+            ),
+        }
+        return Ok(ExitCode::from(sig.status));
+    }
+    if delivered {
         return Ok(ExitCode::SUCCESS);
     }
     Ok(ExitCode::from(1))
@@ -439,207 +456,190 @@ fn report_owed(p: &tether::Publisher, n: u64) -> bool {
     owed.is_empty()
 }
 
-/// Text if printable UTF-8, else hex.
-pub(crate) fn render(b: &[u8]) -> String {
-    match std::str::from_utf8(b) {
-        Ok(s) if s.chars().all(|c| !c.is_control() || c == '\n' || c == '\t') => s.to_string(),
-        _ => {
-            let mut h = String::with_capacity(b.len() * 2);
-            for x in b {
-                h.push_str(&format!("{x:02x}"));
-            }
-            h
-        }
-    }
-}
-
 pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
-    let session = open_and_say(cfg, a.quiet)?;
-    report_events(&session);
-    let sub = session.subscriber(a.qos.topic(&a.topic), a.qos.qos())?;
+    let mut printer = Printer::new(&a.output);
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + secs("--timeout", t)?),
         None => None,
     };
+    let count = if a.once { Some(1) } else { a.count };
+    let interrupt = Interrupt::catch()?;
+    let session = open_and_say(cfg, a.quiet)?;
+    report_events(&session);
+    let topic = a.qos.topic(&a.topic);
+    // A grant missing is said at once, not when a publisher shows up.
+    session.may_subscribe(topic.clone())?;
+    let mut watch = Watch::new(&interrupt, deadline);
     let mut n = 0u64;
-    let mut out = std::io::stdout().lock();
-    let code = loop {
-        if a.count.is_some_and(|c| n >= c) {
-            break ExitCode::SUCCESS;
-        }
-        let wait = match deadline {
-            Some(d) => {
-                let now = Instant::now();
-                if now >= d {
-                    break if a.count.is_none() && n > 0 {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    };
-                }
-                d - now
+    let (sub, end) =
+        match crate::adapt::reader_qos(&session, &topic, &a.qos, a.quiet, || watch.check()) {
+            Err(end) => (None, end),
+            Ok(qos) => {
+                let sub = session.subscriber(topic, qos)?;
+                let mut out = std::io::stdout().lock();
+                let end = loop {
+                    if count.is_some_and(|c| n >= c) {
+                        break End::Done;
+                    }
+                    if let Some(e) = watch.check() {
+                        break e;
+                    }
+                    match sub.recv_timeout(watch.wait()) {
+                        Ok(s) => {
+                            n += 1;
+                            if !a.no_print {
+                                let label = sub.writer_encoding(s.writer);
+                                if let Err(e) = printer.write(&mut out, &s, label) {
+                                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                                        break End::Closed;
+                                    }
+                                    return Err(e).context("cannot write to standard output");
+                                }
+                            }
+                        }
+                        Err(tether::RecvError::Timeout) => continue,
+                        Err(e) => anyhow::bail!("{e}"),
+                    }
+                };
+                (Some(sub), end)
             }
-            None => Duration::from_secs(3600),
         };
-        match sub.recv_timeout(wait) {
-            Ok(s) => {
-                n += 1;
-                if !a.no_print {
-                    let _ = writeln!(out, "{}", render(&s.payload));
-                }
-            }
-            Err(tether::RecvError::Timeout) => continue,
-            Err(e) => anyhow::bail!("{e}"),
-        }
-    };
-    let _ = out.flush();
+    let lost = sub.as_ref().map_or(0, |s| s.lost());
+    // Ctrl-C ends a run as its end would: what came, said on stderr, and the counters.
+    if let End::Signal(sig) = end {
+        let of = count.map(|c| format!(" of {c}")).unwrap_or_default();
+        let none = if sub.is_none() {
+            " (no publisher was found)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "interrupted ({}): received {n}{of} samples on {}, lost {lost}{none}",
+            sig.name, a.topic
+        );
+    } else if a.stats {
+        eprintln!("received {n} samples, lost {lost}");
+    }
     if a.stats {
-        eprintln!("received {n} samples, lost {}", sub.lost());
         print_stats(&session);
     }
-    if code != ExitCode::SUCCESS {
-        match a.count {
-            Some(c) => eprintln!(
-                "error: received {n} of {c} samples on {} before the timeout",
-                a.topic
-            ),
-            None => eprintln!("error: no sample on {} before the timeout", a.topic),
+    Ok(match end {
+        End::Done | End::Closed => ExitCode::SUCCESS,
+        End::Deadline if count.is_none() && n > 0 => ExitCode::SUCCESS,
+        End::Deadline => {
+            match count {
+                Some(c) => eprintln!(
+                    "error: received {n} of {c} samples on {} before the timeout",
+                    a.topic
+                ),
+                None => eprintln!("error: no sample on {} before the timeout", a.topic),
+            }
+            ExitCode::from(1)
         }
-    }
-    Ok(code)
+        End::Signal(sig) => ExitCode::from(sig.status),
+    })
 }
 
 fn discover(cfg: Config, wait: f64) -> anyhow::Result<Session> {
     let session = Session::open(cfg)?;
+    report_security_events(&session);
     std::thread::sleep(secs("--wait", wait)?);
     Ok(session)
 }
 
 pub(crate) fn topics(cfg: Config, a: TopicsArgs) -> anyhow::Result<ExitCode> {
+    let member = cfg.security.enabled();
     let session = discover(cfg, a.wait)?;
-    let mut map: BTreeMap<String, (String, usize, usize)> = BTreeMap::new();
-    for d in session.discovered() {
-        let e = map.entry(d.endpoint.info.topic.clone()).or_default();
-        if e.0.is_empty() {
-            e.0 = d.endpoint.info.type_name.clone();
-        }
-        match d.endpoint.kind {
-            tether::EndpointKind::Writer => e.1 += 1,
-            tether::EndpointKind::Reader => e.2 += 1,
-        }
-    }
-    for (t, (ty, p, s)) in map {
-        if a.verbose {
-            println!(
-                "{t} [{}] publishers: {p}, subscribers: {s}",
-                if ty.is_empty() { "-" } else { &ty }
-            );
-        } else {
-            println!("{t}");
-        }
+    let found = session.discovered();
+    // A closed pipe (`| head -1`) ends the command quietly.
+    crate::out::print(&crate::listing::topics(&found, a.verbose))?;
+    if let Some(note) = crate::listing::sealed_note(&found, member) {
+        eprintln!("{note}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn info(cfg: Config, a: InfoArgs) -> anyhow::Result<ExitCode> {
+    let member = cfg.security.enabled();
     let session = discover(cfg, a.wait)?;
-    let eps: Vec<_> = session
-        .discovered()
-        .into_iter()
-        .filter(|d| d.endpoint.info.topic == a.topic)
-        .collect();
-    let pubs = eps
-        .iter()
-        .filter(|d| d.endpoint.kind == tether::EndpointKind::Writer)
-        .count();
-    println!("Topic: {}", a.topic);
-    println!("Publisher count: {pubs}");
-    println!("Subscriber count: {}", eps.len() - pubs);
-    for d in &eps {
-        let i = &d.endpoint.info;
-        println!();
-        println!(
-            "  {} {} (session {})",
-            kind_str(d.endpoint.kind),
-            d.guid,
-            if d.participant_name.is_empty() {
-                "unnamed"
-            } else {
-                &d.participant_name
-            }
-        );
-        println!(
-            "    type: {}",
-            if i.type_name.is_empty() {
-                "-"
-            } else {
-                &i.type_name
-            }
-        );
-        if !i.partitions.is_empty() {
-            println!("    partitions: {}", i.partitions.join(", "));
-        }
-        println!("    qos: {}", i.qos);
+    let found = session.discovered();
+    crate::out::print(&crate::listing::info(&found, &a.topic))?;
+    if let Some(note) = crate::listing::sealed_note(&found, member) {
+        eprintln!("{note}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<ExitCode> {
+    let period = secs("--period", a.period)?.max(Duration::from_millis(50));
+    let duration = a.duration.map(|d| secs("--duration", d)).transpose()?;
+    let interrupt = Interrupt::catch()?;
     let session = Session::open(cfg)?;
     report_events(&session);
-    #[derive(Default)]
-    struct Window {
-        stamps: Vec<Instant>,
-        bytes: u64,
-    }
-    let w = Arc::new(Mutex::new(Window::default()));
-    let total = Arc::new(AtomicU64::new(0));
-    let (w2, t2) = (w.clone(), total.clone());
-    let qos: Qos = a.qos.qos();
-    let _sub = session.subscriber_with_callback(a.qos.topic(&a.topic), qos, move |s| {
+    let topic = a.qos.topic(&a.topic);
+    session.may_subscribe(topic.clone())?;
+    let mut watch = Watch::new(&interrupt, duration.map(|d| Instant::now() + d));
+    let qos: Qos = match crate::adapt::reader_qos(&session, &topic, &a.qos, false, || watch.check())
+    {
+        Ok(qos) => qos,
+        Err(End::Signal(sig)) => return Ok(ExitCode::from(sig.status)),
+        Err(_) => return Ok(ExitCode::SUCCESS),
+    };
+    let cap = a.window.unwrap_or(if bandwidth { 100 } else { 10_000 });
+    let w = Arc::new(Mutex::new(crate::window::Window::new(cap)));
+    let w2 = w.clone();
+    let _sub = session.subscriber_with_callback(topic, qos, move |s| {
         let mut g = w2.lock().unwrap_or_else(|p| p.into_inner());
-        g.stamps.push(Instant::now());
-        g.bytes += s.payload.len() as u64;
-        t2.fetch_add(1, Ordering::Relaxed);
+        g.push(Instant::now(), s.payload.len() as u64);
     })?;
-    let start = Instant::now();
-    let period = secs("--period", a.period)?.max(Duration::from_millis(50));
-    loop {
-        std::thread::sleep(period);
-        let win = std::mem::take(&mut *w.lock().unwrap_or_else(|p| p.into_inner()));
-        let n = win.stamps.len();
-        if bandwidth {
-            let bps = win.bytes as f64 / period.as_secs_f64();
-            let mean = if n > 0 { win.bytes / n as u64 } else { 0 };
-            println!(
-                "{}/s from {n} messages\n\tMessage size mean: {mean} B",
-                human_bytes(bps)
-            );
-        } else if n < 2 {
-            println!("no new messages");
-        } else {
-            let gaps: Vec<f64> = win
-                .stamps
-                .windows(2)
-                .map(|p| (p[1] - p[0]).as_secs_f64())
-                .collect();
-            let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-            let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
-            let min = gaps.iter().cloned().fold(f64::MAX, f64::min);
-            let max = gaps.iter().cloned().fold(0.0, f64::max);
-            println!(
-                "average rate: {:.3}\n\tmin: {min:.6}s max: {max:.6}s std dev: {:.6}s window: {n}",
-                1.0 / mean,
-                var.sqrt()
-            );
+    let report = |last: bool| -> anyhow::Result<()> {
+        let now = Instant::now();
+        let line = {
+            let mut g = w.lock().unwrap_or_else(|p| p.into_inner());
+            if last && !g.has_news() {
+                return Ok(());
+            }
+            if bandwidth { g.bw(now) } else { g.hz(now) }
+        };
+        if let Some(l) = line {
+            outln!("{l}")?;
         }
-        if a.duration
-            .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
-        {
-            break;
+        Ok(())
+    };
+    let started = Instant::now();
+    let mut next = started + period;
+    let end = loop {
+        if let Some(e) = watch.check() {
+            break e;
         }
-    }
-    Ok(ExitCode::SUCCESS)
+        let now = Instant::now();
+        if now >= next {
+            next += period;
+            report(false)?;
+            continue;
+        }
+        std::thread::sleep(watch.wait().min(next - now));
+    };
+    // The end, whatever ended it: what came since the last report.
+    Ok(match end {
+        End::Closed => ExitCode::SUCCESS,
+        End::Signal(sig) => {
+            report(true)?;
+            let (n, bytes) = w.lock().unwrap_or_else(|p| p.into_inner()).total();
+            eprintln!(
+                "interrupted ({}) after {:.1} s: {n} messages ({}) on {}",
+                sig.name,
+                started.elapsed().as_secs_f64(),
+                human_bytes(bytes as f64),
+                a.topic
+            );
+            ExitCode::from(sig.status)
+        }
+        End::Done | End::Deadline => {
+            report(true)?;
+            ExitCode::SUCCESS
+        }
+    })
 }
 
 pub(crate) fn human_bytes(b: f64) -> String {

@@ -102,7 +102,16 @@ fn echo_timeout_exits_1() {
 fn incompatible_qos_is_printed_by_both() {
     let dir = tempfile::tempdir().unwrap();
     let mut e = tether(dir.path());
-    e.args(["echo", "/cmd_vel", "--count", "1", "--timeout", "3"]);
+    // --reliable given: echo keeps it rather than take the publisher's best-effort.
+    e.args([
+        "echo",
+        "/cmd_vel",
+        "--reliable",
+        "--count",
+        "1",
+        "--timeout",
+        "3",
+    ]);
     let echo = spawn(e);
     let mut p = tether(dir.path());
     p.args([
@@ -252,6 +261,8 @@ fn config_file_sets_domain() {
         "20",
         "--count",
         "10",
+        "--wait-matched",
+        "0",
         "-q",
     ]);
     finish(spawn(other), Duration::from_secs(30));
@@ -344,10 +355,13 @@ fn echo_process_survives_garbage() {
     assert_eq!(text(&out.stdout).lines().count(), 20);
     let mut err = String::new();
     let _ = out.stderr.as_slice().read_to_string(&mut err);
+    // The --stats table's row: `    malformed   1234`.
     let malformed: u64 = err
         .lines()
-        .find_map(|l| l.trim().strip_prefix("malformed: "))
-        .and_then(|v| v.trim_end_matches(',').parse().ok())
+        .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            ["malformed", v] => v.parse().ok(),
+            _ => None,
+        })
         .unwrap_or(0);
     assert!(malformed > 1000, "malformed drops not counted: {err}");
     out.stdout.clear();

@@ -176,6 +176,9 @@ fn numbered_across(lan: &Lan, topic: &str, n: usize, size: usize, secs: u64) {
             "echo",
             topic,
             "--keep-all",
+            // Whole samples, not the first 1024 bytes of each.
+            "--truncate",
+            "0",
             "--count",
             &n.to_string(),
             "--timeout",

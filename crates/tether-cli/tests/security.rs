@@ -140,7 +140,14 @@ fn revoked_members_are_refused() {
         "5",
     ]);
     let (p, e) = publish(&reg, &dir, &["--revocations", rl.to_str().unwrap()], e);
-    assert!(p.status.success(), "{}", text(&p.stderr));
+    // Nobody it may write for matched: it says so, publishes nothing and exits 1.
+    assert_eq!(p.status.code(), Some(1), "{}", text(&p.stderr));
+    assert!(
+        text(&p.stderr).contains("serial 2 is revoked")
+            && text(&p.stderr).contains("no subscriber matched on /robot/odom"),
+        "{}",
+        text(&p.stderr)
+    );
     assert_eq!(
         e.status.code(),
         Some(1),

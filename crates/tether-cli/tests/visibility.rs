@@ -191,16 +191,22 @@ fn stats_show_refusals() {
         "10",
         "--linger",
         "0.5",
+        // Nobody it can write for matches: publish regardless, to count what was written.
+        "--wait-matched",
+        "0",
         "--stats",
         "-q",
     ]);
     let pout = finish(spawn(p), Duration::from_secs(40));
     let eout = finish(echo, Duration::from_secs(40));
+    // A row of the --stats table: `    auth_failed   2`.
     let counter = |o: &Output, name: &str| -> Option<u64> {
         text(&o.stderr)
             .lines()
-            .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.parse().ok())
+            .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [n, v] if n == name => v.parse().ok(),
+                _ => None,
+            })
     };
     let (perr, eerr) = (text(&pout.stderr), text(&eout.stderr));
     assert!(pout.status.success(), "{perr}");
@@ -232,7 +238,17 @@ fn default_name_reveals_nothing() {
         if let Some(c) = config {
             e.arg("--config").arg(c);
         }
-        e.args(["echo", &topic, "--timeout", "4", "-q"]);
+        // Both QoS flags: the subscription is made at once, not when a publisher shows up
+        // (whose QoS it would otherwise take).
+        e.args([
+            "echo",
+            &topic,
+            "--reliable",
+            "--volatile",
+            "--timeout",
+            "4",
+            "-q",
+        ]);
         let echo = spawn(e);
         let pid = echo.id();
         let mut i = tether(&reg);

@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_wire::{
     DatagramBuilder, EndpointKind, EndpointRepr, EntityId, HEADER_LEN, ParticipantId,
-    ParticipantRepr, StrList, Submessage,
+    ParticipantRepr, ProtectionMode, StrList, Submessage,
 };
 
 use crate::endpoint::EndpointInfo;
-use crate::event::Shortfall;
-use crate::event::{Event, Guid};
+use crate::event::{Departure, Event, Guid, Shortfall};
 use crate::qos::Qos;
 use crate::writer::state::MAX_DEPARTED;
 
@@ -31,8 +30,43 @@ pub(crate) const FIRST_ANNOUNCE: Duration = Duration::from_millis(50);
 pub struct RemoteEndpoint {
     /// Writer or reader.
     pub kind: EndpointKind,
-    /// Topic, type, partitions, QoS.
+    /// Topic, type, partitions, QoS (with its encoding label) as announced. In a secure
+    /// realm the topic is its id (`#` and 64 hex digits) and the type is empty: the name
+    /// and type are in [`described`](Self::described), for members.
     pub info: EndpointInfo,
+    /// How it protects samples (a writer) or requires them protected (a reader), in a
+    /// secure realm.
+    pub protection: ProtectionMode,
+    /// In a secure realm: the topic's name and type, read from the description its
+    /// ENDPOINT carries sealed for the realm's members (`docs/wire.md#endpoint`). `None`
+    /// outside one, or if it carried none that opened here.
+    pub described: Option<Described>,
+}
+
+impl RemoteEndpoint {
+    /// Its topic's name: as described (secure realms), else as announced.
+    pub fn topic_name(&self) -> &str {
+        self.described
+            .as_ref()
+            .map_or(&self.info.topic, |d| &d.topic)
+    }
+
+    /// Its type's name: as described (secure realms), else as announced (empty: any).
+    pub fn type_name(&self) -> &str {
+        self.described
+            .as_ref()
+            .map_or(&self.info.type_name, |d| &d.type_name)
+    }
+}
+
+/// A topic's name and type as a member of a secure realm reads them from a remote
+/// endpoint's description (they derive the topic id it was announced under).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    /// The topic name.
+    pub topic: String,
+    /// The type name (may be empty).
+    pub type_name: String,
 }
 
 #[derive(Debug)]
@@ -361,6 +395,12 @@ impl Participant {
         v
     }
 
+    /// Remote endpoint `g` as discovered, with its participant's announced name.
+    pub fn remote_endpoint(&self, g: Guid) -> Option<(&str, &RemoteEndpoint)> {
+        let p = self.peers.remotes.get(&g.participant)?;
+        Some((p.name.as_str(), p.endpoints.get(&g.entity)?))
+    }
+
     /// Remote participants: id, name, address.
     pub fn remote_participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
         self.peers
@@ -466,21 +506,55 @@ impl Participant {
         if !self.endpoint_within_limits(pid, &e) {
             return;
         }
-        let cost = crate::limits::endpoint_cost(&e);
         let info = EndpointInfo {
             topic: e.topic.to_string(),
             type_name: e.type_name.to_string(),
             partitions: e.partitions.iter().map(str::to_string).collect(),
-            qos: Qos::from_repr(&e.qos),
+            qos: Qos::from_repr(&e.qos).encoding(e.encoding),
         };
         let max = self.cfg.max_endpoints_per_participant;
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
-        let remote = RemoteEndpoint { kind: e.kind, info };
+        // A re-announcement of what we hold (our peers seal each description once, so
+        // its bytes repeat) changes nothing and is not opened again.
+        if let Some(old) = rp.endpoints.get(&e.entity) {
+            if old.kind == e.kind
+                && old.info == info
+                && old.protection == e.protection
+                && (old.described.is_some() || e.description.is_none())
+            {
+                return;
+            }
+        }
+        //= docs/wire.md#endpoint
+        //# A member opens the description, and shows the name and type only if they derive
+        //# the id the endpoint is announced under
+        //= docs/wire.md#endpoint
+        //# A description longer than a name and a type within `max_string_bytes` is not
+        //# opened; the endpoint is taken without it
+        let cap = self.cfg.max_string_bytes;
+        let described = match (e.description, self.cfg.security.as_deref()) {
+            (Some(d), Some(sec)) if d.len() <= 2 * cap + 4 + tether_wire::DESCRIPTION_OVERHEAD => {
+                sec.read_description(e.topic, d)
+                    .filter(|(t, ty)| t.len() <= cap && ty.len() <= cap)
+                    .map(|(topic, type_name)| Described { topic, type_name })
+            }
+            _ => None,
+        };
+        let remote = RemoteEndpoint {
+            kind: e.kind,
+            info,
+            protection: e.protection,
+            described,
+        };
+        let cost = crate::limits::stored_cost(&remote);
+        let Some(rp) = self.peers.remotes.get_mut(&pid) else {
+            return;
+        };
         match rp.endpoints.get(&e.entity) {
             Some(old) if *old == remote => return, // a periodic re-announcement
-            Some(_) => self.remove_remote_endpoint(pid, e.entity),
+            Some(_) => self.remove_remote_endpoint(pid, e.entity, Departure::Left),
             None => {}
         }
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
@@ -513,13 +587,13 @@ impl Participant {
             EndpointKind::Reader => {
                 let ws: Vec<EntityId> = self.writers.keys().copied().collect();
                 for w in ws {
-                    self.try_match(now, w, g, &remote.info, Side::LocalWriter);
+                    self.try_match(now, w, g, remote, Side::LocalWriter);
                 }
             }
             EndpointKind::Writer => {
                 let rs: Vec<EntityId> = self.readers.keys().copied().collect();
                 for r in rs {
-                    self.try_match(now, r, g, &remote.info, Side::LocalReader);
+                    self.try_match(now, r, g, remote, Side::LocalReader);
                 }
             }
         }
@@ -543,17 +617,27 @@ impl Participant {
         }
     }
 
-    pub(crate) fn remove_remote_endpoint(&mut self, pid: ParticipantId, eid: EntityId) {
+    /// Remote endpoint `eid` of `pid` is gone, for `why`: it is unmatched, and what it
+    /// owed our writers is recorded as never to come.
+    pub(crate) fn remove_remote_endpoint(
+        &mut self,
+        pid: ParticipantId,
+        eid: EntityId,
+        why: Departure,
+    ) {
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
         let Some(e) = rp.endpoints.remove(&eid) else {
             return;
         };
-        rp.metadata = rp
-            .metadata
-            .saturating_sub(crate::limits::stored_cost(&e.info));
+        rp.metadata = rp.metadata.saturating_sub(crate::limits::stored_cost(&e));
         let name = rp.name.clone();
+        let certified = rp
+            .auth
+            .as_ref()
+            .and_then(|a| a.credential.as_ref())
+            .map(|c| c.name.clone());
         let gone = Guid {
             participant: pid,
             entity: eid,
@@ -580,6 +664,8 @@ impl Participant {
                                 samples,
                                 departed: true,
                                 inactive: false,
+                                why: Some(why),
+                                certified_name: certified.clone(),
                             });
                         } else {
                             w.departed_more += samples;
@@ -625,13 +711,14 @@ impl Participant {
         }
     }
 
-    pub(crate) fn remove_participant(&mut self, pid: ParticipantId) {
+    /// Participant `pid` is gone, for `why`, and its endpoints with it.
+    pub(crate) fn remove_participant(&mut self, pid: ParticipantId, why: Departure) {
         let Some(rp) = self.peers.remotes.get(&pid) else {
             return;
         };
         let ids: Vec<EntityId> = rp.endpoints.keys().copied().collect();
         for e in ids {
-            self.remove_remote_endpoint(pid, e);
+            self.remove_remote_endpoint(pid, e, why);
         }
         if let Some(rp) = self.peers.remotes.remove(&pid) {
             self.peers.fanout_gen += 1;
@@ -654,7 +741,7 @@ impl Participant {
             .map(|(id, _)| *id)
             .collect();
         for p in expired {
-            self.remove_participant(p);
+            self.remove_participant(p, Departure::LeaseExpired);
         }
         self.expire_credentials(now);
         let timeout = self.cfg.reassembly_timeout;
@@ -746,7 +833,9 @@ impl Participant {
         // Announcements go to every participant and discovery target alike: sized for a link.
         let limit = crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
             .saturating_sub(crate::path::security_overhead(&self.cfg));
+        let sec = self.cfg.security.as_deref();
         for (id, kind, info) in eps {
+            let protection = sec.map_or(ProtectionMode::Unannounced, |s| s.mode_for(&info.topic));
             let wire = self.wire_info(info);
             let info = &wire;
             let parts: Vec<&str> = info.partitions.iter().map(String::as_str).collect();
@@ -754,9 +843,12 @@ impl Participant {
                 entity: id,
                 kind,
                 qos: info.qos.to_repr(),
+                protection,
+                encoding: info.qos.encoding_label(),
                 topic: &info.topic,
                 type_name: &info.type_name,
                 partitions: StrList::Slice(&parts),
+                description: self.keystore.descriptions.get(&id).map(Vec::as_slice),
             });
             // Measure, then start a new datagram if it would not fit.
             tmp.clear();

@@ -70,11 +70,26 @@ impl fmt::Display for IncompatibleQos {
             EndpointKind::Writer => (self.local, self.remote),
             EndpointKind::Reader => (self.remote, self.local),
         };
-        write!(
-            f,
-            "incompatible QoS on {}: writer {} offers {}={}, reader {} requests {}={}",
-            self.topic, w, self.policy, self.offered, r, self.policy, self.requested
-        )
+        let topic = &self.topic;
+        let (offered, requested) = (&self.offered, &self.requested);
+        match self.policy {
+            QosPolicy::Protection => write!(
+                f,
+                "protection modes differ on {topic}: writer {w} protects samples as \
+                 {offered}, reader {r} requires {requested}; they do not match (give the \
+                 topic one mode in every member's [security.topics])"
+            ),
+            QosPolicy::Partition => write!(
+                f,
+                "no shared partition on {topic}: writer {w} is in {offered}, reader {r} in \
+                 {requested}; they do not meet"
+            ),
+            p => write!(
+                f,
+                "incompatible QoS on {topic}: writer {w} offers {p}={offered}, reader {r} \
+                 requests {p}={requested}"
+            ),
+        }
     }
 }
 
@@ -91,9 +106,44 @@ pub struct Shortfall {
     pub samples: u64,
     /// It is no longer matched (it left, or its lease expired): these will never be.
     pub departed: bool,
+    /// Why it is no longer matched (`None` while it is).
+    pub why: Option<Departure>,
+    /// The name its credential certifies, in a secure realm (the CA vouches for it; the
+    /// announced `name` is whatever the peer chose, and empty by default).
+    pub certified_name: Option<String>,
     /// It is matched but inactive ([`Event::ReaderInactive`]): it has acknowledged
     /// nothing for the writer's inactivity time.
     pub inactive: bool,
+}
+
+/// Why a matched remote endpoint is no longer matched ([`Shortfall::why`]); its `Display`
+/// says it in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Departure {
+    /// It withdrew the endpoint, or its session closed (it said goodbye).
+    Left,
+    /// Its participant's lease ran out: it was killed, or is out of reach.
+    LeaseExpired,
+    /// Its participant's credential was revoked (a revocation list put in force here).
+    Revoked,
+    /// Its participant's credential expired.
+    Expired,
+    /// Its participant was forgotten for another: a process restarted at its address
+    /// (security off), or room made for a newer one.
+    Replaced,
+}
+
+impl fmt::Display for Departure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Departure::Left => "it left",
+            Departure::LeaseExpired => "its lease ran out: killed, or out of reach",
+            Departure::Revoked => "its credential was revoked",
+            Departure::Expired => "its credential expired",
+            Departure::Replaced => "another participant took its place",
+        })
+    }
 }
 
 /// Why a remote participant's authentication failed
@@ -120,6 +170,11 @@ pub enum AuthFailure {
     /// It did not authenticate within 10 s of its address being validated: it is forgotten
     /// (and found again if it announces itself again).
     NotInTime,
+    /// It has sent no AUTH at all within 2 s of its address being validated, while this
+    /// session (in a secure realm) sent it ours: a session without keys (security off), or
+    /// of a version that does not speak AUTH. Nothing is exchanged with it. Reported once,
+    /// instead of [`AuthFailure::NotInTime`] 10 s later.
+    NoAuth,
 }
 
 impl fmt::Display for AuthFailure {
@@ -140,9 +195,15 @@ impl fmt::Display for AuthFailure {
             AuthFailure::NoKeysHere => f.write_str(
                 "it is in a secure realm and this session has no keys (--keys): nothing is exchanged with it",
             ),
-            AuthFailure::NotInTime => {
-                f.write_str("it did not authenticate within 10 s of being discovered")
-            }
+            AuthFailure::NotInTime => f.write_str(
+                "it began authenticating but did not finish within 10 s of being discovered \
+                 (its AUTH or ours lost each time, or it cannot verify us): forgotten until \
+                 it announces itself again",
+            ),
+            AuthFailure::NoAuth => f.write_str(
+                "it sends no AUTH: it has no keys (started without --keys, or with security \
+                 off), so nothing is exchanged with it; give it a key bundle of this realm",
+            ),
         }
     }
 }
@@ -410,6 +471,29 @@ pub enum Event {
         participant: ParticipantId,
         /// Which limit.
         limit: Limit,
+    },
+    /// A peer refused this participant's credential and said why, in a REFUSAL signed
+    /// with the credential it presented over the challenge we set it
+    /// (`docs/wire.md#refusal`): our credential is revoked by its revocation list, expired
+    /// or not yet valid by its clock, or refused otherwise. Nothing is exchanged with it
+    /// until that changes. Reported once per peer.
+    RefusedByPeer {
+        /// The peer that refused us.
+        participant: ParticipantId,
+        /// The name its credential certifies.
+        name: String,
+        /// Why.
+        reason: tether_wire::RefusalReason,
+    },
+    /// A key moved to a new epoch (secure realms): a local writer's sender key (`writer`;
+    /// a reader left or was revoked, or the key neared its usage limit), or this
+    /// participant's control key (`writer` is `None`; a member that held it was revoked or
+    /// expired). For logs: nothing needs doing.
+    Rekeyed {
+        /// The writer whose sender key changed, or `None` for the control key.
+        writer: Option<EntityId>,
+        /// The new epoch.
+        epoch: u32,
     },
 }
 
@@ -783,6 +867,15 @@ pub struct Stats {
     /// were held until it came (opened then, or dropped as `no_key` after 500 ms or beyond
     /// 4 MiB held).
     pub held_for_key: u64,
+    /// REFUSALs sent: a peer's credential was refused, and it was told why
+    /// (`docs/wire.md#refusal`; at most one a second to each peer).
+    pub refusals_sent: u64,
+    /// REFUSALs received that verified: a peer refused our credential and said why
+    /// ([`Event::RefusedByPeer`]).
+    pub refusals_heard: u64,
+    /// REFUSALs received that did not verify (not for us, not over our challenge, or not
+    /// signed by the credential the sender presented): dropped.
+    pub refusals_unverified: u64,
 }
 
 impl Stats {
@@ -885,6 +978,9 @@ impl Stats {
             batches_opened,
             samples_resealed,
             held_for_key,
+            refusals_sent,
+            refusals_heard,
+            refusals_unverified,
         )
     }
 }

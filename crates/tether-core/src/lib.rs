@@ -43,15 +43,15 @@ mod security;
 mod transmit;
 mod writer;
 
-pub use discovery::RemoteEndpoint;
 pub use discovery::pending::{
-    AMPLIFICATION_FACTOR, MAX_IDS_PER_ADDRESS, PENDING_LIFETIME, UNVERIFIED_LIFETIME,
+    AMPLIFICATION_FACTOR, MAX_IDS_PER_ADDRESS, NO_AUTH_AFTER, PENDING_LIFETIME, UNVERIFIED_LIFETIME,
 };
+pub use discovery::{Described, RemoteEndpoint};
 pub use endpoint::EndpointInfo;
 pub use error::{CreateError, WriteError};
 pub use event::{
-    AccessDenial, AuthFailure, DeadlineSide, Event, Guid, IncompatibleQos, Limit, LossReason,
-    RevocationRefusal, Right, Sample, Shortfall, Stats,
+    AccessDenial, AuthFailure, DeadlineSide, Departure, Event, Guid, IncompatibleQos, Limit,
+    LossReason, RevocationRefusal, Right, Sample, Shortfall, Stats,
 };
 pub use participant::{
     Config, DATA_OVERHEAD, DEFAULT_INACTIVE_AFTER, DEFAULT_MAX_PARTITIONS,
@@ -62,7 +62,10 @@ pub use participant::{
 pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};
 pub use security::keys::{HELD_FOR_KEY_BYTES, HELD_FOR_KEY_TIME, KEPT_EPOCHS};
 pub use security::{Protection, Security};
-pub use tether_wire::{Durability, EndpointKind, EntityId, ParticipantId, Reliability};
+pub use tether_wire::{
+    Durability, Encoding, EndpointKind, EntityId, ParticipantId, ProtectionMode, RefusalReason,
+    Reliability, UnknownEncoding,
+};
 pub use transmit::{Head, Tail, Transmit};
 pub use writer::flow::{
     FlowController, Priority, RateError, UnknownPriority, format_rate, parse_rate,

@@ -12,7 +12,6 @@ use std::collections::VecDeque;
 use tether_wire::{EndpointRepr, ParticipantId};
 
 use crate::discovery::RemoteEndpoint;
-use crate::endpoint::EndpointInfo;
 use crate::event::{Event, Limit};
 use crate::participant::Participant;
 
@@ -34,22 +33,18 @@ pub(crate) fn name_cost(name: &str) -> u64 {
     name.len() as u64 + STRING_OVERHEAD
 }
 
-/// Bytes stored for an endpoint announced as `e`.
-pub(crate) fn endpoint_cost(e: &EndpointRepr<'_>) -> u64 {
-    let strings = [e.topic, e.type_name]
+/// Bytes stored for a remote endpoint: its strings (a member's description of it
+/// included) and the table's overhead.
+pub(crate) fn stored_cost(e: &RemoteEndpoint) -> u64 {
+    let info = &e.info;
+    let described = e
+        .described
+        .as_ref()
+        .map(|d| [d.topic.as_str(), d.type_name.as_str()]);
+    let strings = [info.topic.as_str(), info.type_name.as_str()]
         .into_iter()
-        .chain(e.partitions.iter());
-    ENDPOINT_OVERHEAD
-        + strings
-            .map(|s| s.len() as u64 + STRING_OVERHEAD)
-            .sum::<u64>()
-}
-
-/// Bytes stored for a remote endpoint (what [`endpoint_cost`] charged when it came).
-pub(crate) fn stored_cost(info: &EndpointInfo) -> u64 {
-    let strings = [&info.topic, &info.type_name]
-        .into_iter()
-        .chain(info.partitions.iter());
+        .chain(info.partitions.iter().map(String::as_str))
+        .chain(described.into_iter().flatten());
     ENDPOINT_OVERHEAD
         + strings
             .map(|s| s.len() as u64 + STRING_OVERHEAD)

@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use bytes::Bytes;
-use tether_wire::{DataRepr, EndpointKind, EntityId, HeartbeatRepr, Submessage};
+use tether_wire::{DataRepr, EndpointKind, EntityId, HeartbeatRepr, ProtectionMode, Submessage};
 
+use crate::discovery::RemoteEndpoint;
 use crate::endpoint::EndpointInfo;
 use crate::event::{AccessDenial, Right};
 use crate::event::{Event, Guid, IncompatibleQos};
@@ -31,9 +32,31 @@ pub(crate) enum Compat {
     Match { reliable: bool },
 }
 
+/// Partitions as a report names them.
+fn partitions_str(p: &[String]) -> String {
+    match p {
+        [] => "the default partition".into(),
+        [one] => format!("partition {one:?}"),
+        more => {
+            let names: Vec<String> = more.iter().map(|x| format!("{x:?}")).collect();
+            format!("partitions {}", names.join(", "))
+        }
+    }
+}
+
+/// Whether writer and reader on one topic are compatible: `Incompatible` with every
+/// reason (no shared partition alone, or each policy that fails).
 pub(crate) fn compatible(w: &EndpointInfo, r: &EndpointInfo) -> Compat {
-    if w.topic != r.topic || !w.shares_partition(r) {
+    if w.topic != r.topic {
         return Compat::OutOfScope;
+    }
+    if !w.shares_partition(r) {
+        // They do not meet; said once, so that a mistyped partition is seen.
+        return Compat::Incompatible(vec![Mismatch {
+            policy: QosPolicy::Partition,
+            offered: partitions_str(&w.partitions),
+            requested: partitions_str(&r.partitions),
+        }]);
     }
     let mut ms = check_compatible(&w.qos, &r.qos);
     if !w.type_name.is_empty() && !r.type_name.is_empty() && w.type_name != r.type_name {
@@ -113,52 +136,74 @@ impl Participant {
         true
     }
 
+    /// Local endpoint `local` against remote endpoint `remote` (announced as `rep`): they
+    /// match if they are on one topic, the peer is permitted (secure realms), they share a
+    /// partition, the writer protects samples as much as the reader requires, and QoS and
+    /// types are compatible. Every reason they do not is reported once per pair (an
+    /// [`Event::IncompatibleQos`] naming the policy), and a refused grant as
+    /// [`Event::AccessDenied`].
     pub(crate) fn try_match(
         &mut self,
         now: Instant,
         local: EntityId,
         remote: Guid,
-        rinfo: &EndpointInfo,
+        rep: &RemoteEndpoint,
         side: Side,
     ) {
-        let me = self.cfg.participant;
         let linfo = match side {
             Side::LocalWriter => self.writers.get(&local).map(|w| w.info.clone()),
             Side::LocalReader => self.readers.get(&local).map(|r| r.info.clone()),
         };
         let Some(linfo) = linfo else { return };
+        let rinfo = &rep.info;
+        // Remote endpoints are known by their wire form (topic ids in a secure realm).
+        let lwire = self.wire_info(&linfo);
+        if lwire.topic != rinfo.topic {
+            // Another topic, or (a member reads it from the description) the same name
+            // under another type, which derives another id.
+            if let Some(d) = rep
+                .described
+                .as_ref()
+                .filter(|d| d.topic == linfo.topic && d.type_name != linfo.type_name)
+            {
+                if self.permitted(local, remote, &linfo.topic, side) {
+                    let (offered, requested) = match side {
+                        Side::LocalWriter => (linfo.type_name.clone(), d.type_name.clone()),
+                        Side::LocalReader => (d.type_name.clone(), linfo.type_name.clone()),
+                    };
+                    let none = |t: String| if t.is_empty() { "(none)".into() } else { t };
+                    let m = Mismatch {
+                        policy: QosPolicy::TypeName,
+                        offered: none(offered),
+                        requested: none(requested),
+                    };
+                    self.report_mismatches(&linfo.topic, local, remote, side, vec![m]);
+                }
+            }
+            return;
+        }
         if !self.permitted(local, remote, &linfo.topic, side) {
             return;
         }
-        // Remote endpoints are known by their wire form (topic ids in a secure realm).
-        let lwire = self.wire_info(&linfo);
         let (winfo, rinfo_) = match side {
             Side::LocalWriter => (&lwire, rinfo),
             Side::LocalReader => (rinfo, &lwire),
         };
-        match compatible(winfo, rinfo_) {
+        let mut compat = compatible(winfo, rinfo_);
+        //= docs/wire.md#endpoint
+        //# A writer and a reader match only if the writer gives every protection the
+        //# reader requires
+        if let Some(m) = self.protection_mismatch(&linfo.topic, rep.protection, side) {
+            match &mut compat {
+                Compat::Match { .. } => compat = Compat::Incompatible(vec![m]),
+                Compat::Incompatible(ms) if ms[0].policy != QosPolicy::Partition => ms.push(m),
+                _ => {}
+            }
+        }
+        match compat {
             Compat::OutOfScope => {}
             Compat::Incompatible(ms) => {
-                for m in ms {
-                    if self.matches.reported.insert((local, remote, m.policy)) {
-                        self.events
-                            .push_back(Event::IncompatibleQos(IncompatibleQos {
-                                topic: linfo.topic.clone(),
-                                local: Guid {
-                                    participant: me,
-                                    entity: local,
-                                },
-                                local_kind: match side {
-                                    Side::LocalWriter => EndpointKind::Writer,
-                                    Side::LocalReader => EndpointKind::Reader,
-                                },
-                                remote,
-                                policy: m.policy,
-                                offered: m.offered,
-                                requested: m.requested,
-                            }));
-                    }
-                }
+                self.report_mismatches(&linfo.topic, local, remote, side, ms);
             }
             Compat::Match { reliable } => match side {
                 Side::LocalWriter => self.match_writer_reader(now, local, remote, rinfo, reliable),
@@ -197,6 +242,65 @@ impl Participant {
                     });
                 }
             },
+        }
+    }
+
+    /// Why a remote endpoint announcing `remote` cannot match our endpoint on `topic` for
+    /// protection (secure realms): the writer must give every protection the reader
+    /// requires, or the reader refuses every sample (`under_protected`) and the writer
+    /// repairs them forever. A mode not announced (security off, an older peer) is not
+    /// judged.
+    fn protection_mismatch(
+        &self,
+        topic: &str,
+        remote: ProtectionMode,
+        side: Side,
+    ) -> Option<Mismatch> {
+        let sec = self.cfg.security.as_deref()?;
+        let theirs = remote.bits()?;
+        let mine = sec.protection_for(topic);
+        let mine = (mine.encrypt, mine.sign);
+        let (w, r) = match side {
+            Side::LocalWriter => (mine, theirs),
+            Side::LocalReader => (theirs, mine),
+        };
+        let covers = (w.0 || !r.0) && (w.1 || !r.1);
+        (!covers).then(|| Mismatch {
+            policy: QosPolicy::Protection,
+            offered: ProtectionMode::from_bits(w.0, w.1).as_str().into(),
+            requested: ProtectionMode::from_bits(r.0, r.1).as_str().into(),
+        })
+    }
+
+    /// Reports each of `ms` once for the pair of `local` and `remote`.
+    fn report_mismatches(
+        &mut self,
+        topic: &str,
+        local: EntityId,
+        remote: Guid,
+        side: Side,
+        ms: Vec<Mismatch>,
+    ) {
+        let me = self.cfg.participant;
+        for m in ms {
+            if self.matches.reported.insert((local, remote, m.policy)) {
+                self.events
+                    .push_back(Event::IncompatibleQos(IncompatibleQos {
+                        topic: topic.to_string(),
+                        local: Guid {
+                            participant: me,
+                            entity: local,
+                        },
+                        local_kind: match side {
+                            Side::LocalWriter => EndpointKind::Writer,
+                            Side::LocalReader => EndpointKind::Reader,
+                        },
+                        remote,
+                        policy: m.policy,
+                        offered: m.offered,
+                        requested: m.requested,
+                    }));
+            }
         }
     }
 

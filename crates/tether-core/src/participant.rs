@@ -402,12 +402,13 @@ impl Participant {
             }
         }
         self.paced_writers += usize::from(w.paced());
+        self.describe(id, &w.info);
         self.writers.insert(id, w);
         self.announce_endpoint(id);
         // Match against everything already known.
         let remote: Vec<(Guid, RemoteEndpoint)> = self.remote_endpoints_of(EndpointKind::Reader);
         for (g, e) in remote {
-            self.try_match(now, id, g, &e.info, Side::LocalWriter);
+            self.try_match(now, id, g, &e, Side::LocalWriter);
         }
         let local: Vec<EntityId> = self.readers.keys().copied().collect();
         for r in local {
@@ -421,11 +422,12 @@ impl Participant {
         self.timers_changed = true;
         let id = self.alloc_entity();
         self.reliable_readers += usize::from(info.qos.is_reliable());
+        self.describe(id, &info);
         self.readers.insert(id, Reader::new(id, info));
         self.announce_endpoint(id);
         let remote = self.remote_endpoints_of(EndpointKind::Writer);
         for (g, e) in remote {
-            self.try_match(now, id, g, &e.info, Side::LocalReader);
+            self.try_match(now, id, g, &e, Side::LocalReader);
         }
         let local: Vec<EntityId> = self.writers.keys().copied().collect();
         for w in local {
@@ -472,6 +474,7 @@ impl Participant {
             return;
         }
         self.matches.reported.retain(|(l, _, _)| *l != id);
+        self.keystore.descriptions.remove(&id);
         self.say_goodbye(&Submessage::EndpointBye(id), &acks);
         // The PARTICIPANT_BYE of a host that shuts down next could overtake that datagram
         // too: it carries them again (see `farewells`; housekeeping forgets old ones).
@@ -605,7 +608,18 @@ impl Participant {
         let origin = {
             match gate {
                 Gate::Act(o) => o,
-                Gate::Drop => return,
+                Gate::Drop => {
+                    // A peer that refuses us after we verified it (our credential revoked
+                    // while we were matched) tags under a control key we are no longer
+                    // given: its REFUSAL, which its own signature authenticates, is still
+                    // read, and nothing else (`docs/wire.md#refusal`).
+                    for m in d.submessages() {
+                        if let Ok(Submessage::Refusal(r)) = m {
+                            self.on_refusal(pid, r);
+                        }
+                    }
+                    return;
+                }
                 Gate::Hold(writer, epoch) => {
                     self.hold_datagram(now, from, datagram, outer, writer, epoch);
                     return;
@@ -672,17 +686,20 @@ impl Participant {
                 }
                 _ if !known => self.stats.unknown_sender += 1,
                 Submessage::ParticipantBye => {
-                    self.remove_participant(pid);
+                    self.remove_participant(pid, crate::event::Departure::Left);
                     known = false;
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
                 Submessage::Auth(a) => self.on_auth(now, pid, a),
+                Submessage::Refusal(r) => self.on_refusal(pid, r),
                 // A SEALED anywhere but first in an outer datagram, or in what one opened to.
                 Submessage::Sealed(_) => {
                     self.stats.pair_open_failed += 1;
                     break;
                 }
-                Submessage::EndpointBye(e) => self.remove_remote_endpoint(pid, e),
+                Submessage::EndpointBye(e) => {
+                    self.remove_remote_endpoint(pid, e, crate::event::Departure::Left)
+                }
                 Submessage::Data(data) => {
                     let g = Guid {
                         participant: pid,

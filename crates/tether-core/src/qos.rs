@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use tether_wire::{Durability, Reliability};
-use tether_wire::{HistoryKind, Liveliness, QosRepr};
+use tether_wire::{Encoding, HistoryKind, Liveliness, QosRepr};
 
 /// How many samples an endpoint keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -142,6 +142,8 @@ pub struct Qos {
     publish: Option<AsyncPublish>,
     /// `None`: the participant's default (`Config::inactive_after`).
     inactivity: Option<Inactivity>,
+    /// What the payloads are: a label announced with the endpoint, never checked.
+    encoding: Encoding,
 }
 
 impl Default for Qos {
@@ -159,6 +161,7 @@ impl Default for Qos {
             coalesce: false,
             publish: None,
             inactivity: None,
+            encoding: Encoding::Unset,
         }
     }
 }
@@ -267,6 +270,20 @@ impl Qos {
             Inactivity::After(d.min(MAX_DURATION))
         });
         self
+    }
+
+    /// Labels the payloads (`docs/wire.md#endpoint`): announced with the endpoint so that
+    /// tools can print them (`tether echo` pretty-prints JSON and CBOR) and remote
+    /// applications can tell what a writer sends. A label only: payloads are bytes, never
+    /// checked against it, and it plays no part in matching. Unset by default.
+    pub fn encoding(mut self, e: Encoding) -> Self {
+        self.encoding = e;
+        self
+    }
+
+    /// The payloads' label ([`encoding`](Self::encoding)).
+    pub fn encoding_label(&self) -> Encoding {
+        self.encoding
     }
 
     /// The writer's inactivity policy, if set (`None`: the participant's default).
@@ -388,6 +405,7 @@ impl Qos {
             coalesce: false,
             publish: None,
             inactivity: None,
+            encoding: Encoding::Unset,
         }
     }
 }
@@ -449,6 +467,14 @@ pub enum QosPolicy {
     Liveliness,
     /// The endpoints name different types for the same topic.
     TypeName,
+    /// They share no partition: they do not meet (partitions keep them apart by design;
+    /// reported so that a mistyped partition is seen).
+    Partition,
+    /// In a secure realm, the writer protects samples less than the reader requires (say
+    /// `encrypt` against `encrypt+sign`): the reader would refuse every sample
+    /// (`under_protected`). Values are the modes (`off`, `encrypt`, `sign`,
+    /// `encrypt+sign`).
+    Protection,
 }
 
 impl fmt::Display for QosPolicy {
@@ -459,6 +485,8 @@ impl fmt::Display for QosPolicy {
             QosPolicy::Deadline => "deadline",
             QosPolicy::Liveliness => "liveliness",
             QosPolicy::TypeName => "type",
+            QosPolicy::Partition => "partition",
+            QosPolicy::Protection => "protection",
         })
     }
 }

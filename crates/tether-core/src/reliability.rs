@@ -280,6 +280,8 @@ impl Participant {
                 samples: w.departed_more,
                 departed: true,
                 inactive: false,
+                why: None,
+                certified_name: None,
             });
         }
         for (g, rp) in &w.readers {
@@ -296,6 +298,8 @@ impl Participant {
                     samples,
                     departed: false,
                     inactive: rp.inactive,
+                    why: None,
+                    certified_name: self.certified_name(g.participant).map(str::to_string),
                 });
             }
         }

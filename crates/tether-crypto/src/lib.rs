@@ -11,7 +11,9 @@
 //! - [`wrap_key`] / [`unwrap_key`]: a sender key sealed for one reader (X25519, HKDF-SHA-256,
 //!   AES-256-GCM): pairwise work once per reader and epoch, never per sample.
 //! - [`ReplayWindow`]: a sliding window of sequence numbers per writer and epoch.
-//! - [`TopicId`]: 256-bit HMAC-SHA-256 of canonical topic metadata under the realm secret.
+//! - [`TopicId`]: 256-bit HMAC-SHA-256 of canonical topic metadata under the realm secret;
+//!   [`seal_description`] / [`open_description`]: a topic's name and type sealed for the
+//!   realm's members, bound to its id.
 //! - [`CookieKey`]: 64-bit address-validation cookies (HMAC-SHA-256 under a participant's own
 //!   random secret).
 //!
@@ -25,6 +27,7 @@
 mod control;
 mod cookie;
 mod credential;
+mod describe;
 mod grant;
 mod identity;
 mod keywrap;
@@ -41,6 +44,7 @@ pub use control::{
 };
 pub use cookie::CookieKey;
 pub use credential::{Credential, CredentialError, RevocationList};
+pub use describe::{DESCRIPTION_OVERHEAD, open_description, seal_description};
 pub use grant::{pattern_matches, valid_pattern};
 pub use identity::{CaKey, Identity, RealmSecret};
 pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};

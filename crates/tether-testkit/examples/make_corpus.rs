@@ -35,9 +35,12 @@ fn conversation() -> Vec<Vec<u8>> {
             entity: EntityId(entity),
             kind,
             qos,
+            protection: ProtectionMode::Unannounced,
+            encoding: Encoding::Json,
             topic: "/fuzz",
             type_name: "",
             partitions: StrList::Slice(&["a", "b"]),
+            description: None,
         })
     };
     let data = |seq| {
@@ -164,6 +167,35 @@ fn main() {
         }),
     ]);
     std::fs::write(d.join("seed-sealed-batch"), sealed_batch).unwrap();
+    // An endpoint of a secure realm: its topic id, its protection mode, and its name and
+    // type sealed for members (`docs/wire.md#endpoint`).
+    let id = format!("#{}", "ab".repeat(32));
+    let description = [5u8; 60];
+    let secure_endpoint = dg(&[Submessage::Endpoint(EndpointRepr {
+        entity: EntityId(3),
+        kind: EndpointKind::Writer,
+        qos: Qos::new().to_repr(),
+        protection: ProtectionMode::EncryptSign,
+        encoding: Encoding::Cbor,
+        topic: &id,
+        type_name: "",
+        partitions: StrList::Slice(&[]),
+        description: Some(&description),
+    })]);
+    std::fs::write(d.join("seed-secure-endpoint"), secure_endpoint).unwrap();
+    // A REFUSAL (secure realms): a peer's credential refused, and why
+    // (`docs/wire.md#refusal`).
+    let signature = [6u8; 64];
+    let refusal = dg(&[Submessage::Refusal(RefusalRepr {
+        to: ParticipantId(0x1234),
+        challenge: [8u8; 32],
+        reason: RefusalReason::Revoked { serial: 4, list: 2 },
+        signature: &signature,
+    })]);
+    std::fs::write(d.join("seed-refusal"), refusal).unwrap();
+    // An endpoint description's plaintext, for the layouts target.
+    let plain = description_plaintext("/cmd_vel", "geometry_msgs/Twist").unwrap();
+    std::fs::write(root.join("layouts").join("seed-description"), plain).unwrap();
     let p = root.join("participant");
     std::fs::create_dir_all(&p).unwrap();
     let mut framed = Vec::new();

@@ -59,6 +59,11 @@ pub fn layouts(data: &[u8]) {
         w.emit(&mut out).expect("a parsed wrapped key emits");
         assert_eq!(out, data, "wrapped key round trip");
     }
+    if let Ok((name, type_name)) = tether_wire::parse_description(data) {
+        let out = tether_wire::description_plaintext(name, type_name)
+            .expect("a parsed endpoint description lays out again");
+        assert_eq!(out, data, "endpoint description round trip");
+    }
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };

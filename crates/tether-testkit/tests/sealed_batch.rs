@@ -333,10 +333,14 @@ fn a_late_joiner_gets_a_batch_sealing_writers_history_sealed() {
     assert!(!plaintext_on(&sim.wire.take().unwrap()));
 }
 
-/// A reader whose policy asks for signatures on the topic takes no sealed batch: it
-/// carries none. Nothing is delivered; every sample counts as under-protected.
+/// A reader whose policy asks for signatures on the topic does not match a writer that
+/// seals batches without them (`encrypt`): each side reports the protection mismatch once,
+/// and no sealed batch goes to the reader, so nothing is refused there either. Before issue
+/// 18 they matched, and the reader refused every sample as under-protected. (A sample of
+/// less protection than a reader requires is still refused on arrival, whoever sends it:
+/// `security.rs`, `signed_modes_and_per_topic_overrides`.)
 #[test]
-fn a_reader_asking_for_signatures_takes_no_sealed_batch() {
+fn a_reader_asking_for_signatures_does_not_match_a_batch_sealing_writer() {
     let q = batching(Qos::new().best_effort(), 8);
     let mut sim = Sim::new(6, Link::perfect());
     let realm = Realm::new();
@@ -352,16 +356,31 @@ fn a_reader_asking_for_signatures_takes_no_sealed_batch() {
         .create_reader(now, info("/cam", Qos::new().best_effort()));
     sim.pump(w);
     sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(10), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-    }));
-    sim.run_for(Duration::from_millis(50));
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.nodes[w].participant.matched_count(wid), 0);
+    sim.wire = Some(Vec::new());
     for k in 0..16 {
         sim.write(w, wid, k, sample(k, 100), Duration::from_secs(5));
     }
     sim.run_for(Duration::from_secs(1));
+    let wire = sim.wire.take().unwrap();
+    assert!(
+        !kinds(&wire).contains(&(SubmessageKind::SealedBatch as u8)),
+        "a sealed batch went out"
+    );
     assert!(sim.payloads(r, rid).is_empty());
-    assert_eq!(sim.nodes[r].participant.stats().under_protected, 16);
+    assert_eq!(sim.nodes[r].participant.stats().under_protected, 0);
+    for i in [w, r] {
+        let reported = sim.nodes[i]
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(e, tether_core::Event::IncompatibleQos(q)
+                    if q.policy == tether_core::QosPolicy::Protection)
+            })
+            .count();
+        assert_eq!(reported, 1, "node {i}");
+    }
 }
 
 /// A writer that does not batch sends each sample in a sealed datagram of its own (a

@@ -109,3 +109,41 @@ pub fn topic_id_input(name: &str, type_name: &str, scope: &str, mut feed: impl F
         feed(field.as_bytes());
     }
 }
+
+/// Bytes a sealed endpoint description adds to its plaintext: the nonce (12) and the tag
+/// (16).
+pub const DESCRIPTION_OVERHEAD: usize = 12 + 16;
+
+/// What an endpoint's description binds besides its bytes (`docs/wire.md#endpoint`):
+/// `"tether endpoint v1" ‖ topic id (32)`, so a description opens only beside the topic id
+/// it was sealed for.
+pub fn description_aad(topic_id: &[u8; 32]) -> [u8; 50] {
+    let mut a = [0u8; 50];
+    let (label, id) = a.split_at_mut(18);
+    label.copy_from_slice(b"tether endpoint v1");
+    id.copy_from_slice(topic_id);
+    a
+}
+
+/// An endpoint description's plaintext: `u16 BE length ‖ name ‖ u16 BE length ‖ type`.
+pub fn description_plaintext(name: &str, type_name: &str) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(4 + name.len() + type_name.len());
+    for field in [name, type_name] {
+        let n = u16::try_from(field.len()).map_err(|_| Error::TooLong)?;
+        out.extend_from_slice(&n.to_be_bytes());
+        out.extend_from_slice(field.as_bytes());
+    }
+    Ok(out)
+}
+
+/// The topic name and type of an opened description (which must hold exactly those).
+pub fn parse_description(plain: &[u8]) -> Result<(&str, &str), Error> {
+    let mut c = Cursor::new(plain);
+    let name = c.str16_be(usize::from(u16::MAX))?;
+    let type_name = c.str16_be(usize::from(u16::MAX))?;
+    c.finish()?;
+    if name.is_empty() {
+        return Err(Error::BadValue("topic"));
+    }
+    Ok((name, type_name))
+}

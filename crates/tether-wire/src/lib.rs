@@ -44,18 +44,20 @@ pub use credential::{
 pub use cursor::Cursor;
 pub use error::Error;
 pub use keys::{
-    WRAP_CONTEXT_LEN, WRAP_NONCE_LEN, WRAP_TAG_LEN, WrappedKeyRepr, key_wrap_context,
-    pair_key_info, topic_id_input,
+    DESCRIPTION_OVERHEAD, WRAP_CONTEXT_LEN, WRAP_NONCE_LEN, WRAP_TAG_LEN, WrappedKeyRepr,
+    description_aad, description_plaintext, key_wrap_context, pair_key_info, parse_description,
+    topic_id_input,
 };
 pub use repr::{
     ACKNACK_START_UNKNOWN, AUTH_TAG_LEN, AckNackRepr, AuthRepr, AuthTagRepr, BATCH_ENTRY_OVERHEAD,
     BATCH_FIXED_LEN, BatchRepr, BatchSigRepr, ControlKeyRepr, DATA_FRAG_FIXED_LEN, DataFragRepr,
-    DataRepr, Durability, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr,
-    HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN, NackFragRepr,
-    PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr, QosRepr, Reliability,
+    DataRepr, Durability, Encoding, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL,
+    HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN,
+    NackFragRepr, PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr,
+    ProtectionMode, QosRepr, REFUSAL_LEN, RefusalReason, RefusalRepr, Reliability,
     SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr,
-    StrList, Submessage, SubmessageKind, auth_signed_bytes, batch_entry_head, push_batch_entry,
-    sealed_batch_ciphertext,
+    StrList, Submessage, SubmessageKind, UnknownEncoding, auth_signed_bytes, batch_entry_head,
+    push_batch_entry, refusal_signed_bytes, sealed_batch_ciphertext,
 };
 pub use sample::{
     ProtectedSample, ProtectedSampleRepr, SAMPLE_TAG_LEN, SEALED_EPOCH_LEN, SIGNATURE_LEN,

@@ -77,15 +77,23 @@ proptest! {
         topic in "/[a-z_/]{1,60}",
         ty in "[a-zA-Z:_]{0,40}",
         parts in proptest::collection::vec("[a-z]{0,10}", 0..MAX_PARTITIONS),
+        protection in 0u8..=4,
+        encoding in 0u8..=5,
+        description in proptest::option::of(
+            proptest::collection::vec(any::<u8>(), DESCRIPTION_OVERHEAD..400)
+        ),
     ) {
         let refs: Vec<&str> = parts.iter().map(|s| s.as_str()).collect();
         let e = EndpointRepr {
             entity: EntityId(entity),
             kind: if writer { EndpointKind::Writer } else { EndpointKind::Reader },
             qos,
+            protection: ProtectionMode::from_u8(protection).unwrap(),
+            encoding: Encoding::from_u8(encoding),
             topic: &topic,
             type_name: &ty,
             partitions: StrList::Slice(&refs),
+            description: description.as_deref(),
         };
         roundtrip(&[Submessage::Endpoint(e), Submessage::EndpointBye(EntityId(entity))]);
     }
@@ -211,9 +219,12 @@ fn absurd_counts_are_rejected() {
             entity: EntityId(1),
             kind: EndpointKind::Writer,
             qos,
+            protection: ProtectionMode::Unannounced,
+            encoding: Encoding::Unset,
             topic: "/t",
             type_name: "",
             partitions: StrList::Slice(&[]),
+            description: None,
         }))
         .unwrap();
     *buf.last_mut().unwrap() = 255;
@@ -231,6 +242,108 @@ fn absurd_counts_are_rejected() {
         d.submessages().next().unwrap().unwrap_err(),
         Error::Truncated
     );
+}
+
+/// The ENDPOINT bytes that were reserved: the protection mode (body offset 9) and the
+/// encoding label (10). Zeros, as senders before them wrote, read as "unannounced" and
+/// "unset"; an undefined mode is malformed, an undefined label reads as unset; a
+/// description follows the partitions, length-prefixed, and is at least a nonce and a tag.
+#[test]
+fn endpoint_mode_label_and_description_bytes() {
+    let qos = QosRepr {
+        reliability: Reliability::Reliable,
+        durability: Durability::Volatile,
+        history: HistoryKind::KeepLast,
+        depth: 1,
+        max_samples: 0,
+        max_bytes: 0,
+        deadline_us: u64::MAX,
+        lifespan_us: u64::MAX,
+        liveliness: Liveliness::Automatic,
+        lease_us: u64::MAX,
+    };
+    let desc = [7u8; DESCRIPTION_OVERHEAD + 5];
+    let e = EndpointRepr {
+        entity: EntityId(1),
+        kind: EndpointKind::Reader,
+        qos,
+        protection: ProtectionMode::EncryptSign,
+        encoding: Encoding::Cbor,
+        topic: "/t",
+        type_name: "",
+        partitions: StrList::Slice(&["p"]),
+        description: Some(&desc),
+    };
+    let mut buf = Vec::new();
+    DatagramBuilder::new(&mut buf, header())
+        .push(&Submessage::Endpoint(e))
+        .unwrap();
+    let body = HEADER_LEN + SUBMESSAGE_HEADER_LEN;
+    assert_eq!(buf[body + 9], 4, "encrypt+sign");
+    assert_eq!(buf[body + 10], 3, "cbor");
+    assert_eq!(&buf[buf.len() - desc.len()..], &desc);
+    let parse = |b: &[u8]| {
+        Datagram::parse(b)
+            .unwrap()
+            .submessages()
+            .next()
+            .unwrap()
+            .map(|m| match m {
+                Submessage::Endpoint(e) => (e.protection, e.encoding, e.description.is_some()),
+                _ => unreachable!(),
+            })
+    };
+    assert_eq!(
+        parse(&buf),
+        Ok((ProtectionMode::EncryptSign, Encoding::Cbor, true))
+    );
+    let mut old = buf.clone();
+    (old[body + 9], old[body + 10]) = (0, 0);
+    assert_eq!(
+        parse(&old),
+        Ok((ProtectionMode::Unannounced, Encoding::Unset, true))
+    );
+    let mut bad = buf.clone();
+    bad[body + 9] = 5;
+    assert_eq!(parse(&bad), Err(Error::BadValue("protection")));
+    let mut later = buf.clone();
+    later[body + 10] = 200;
+    assert_eq!(
+        parse(&later),
+        Ok((ProtectionMode::EncryptSign, Encoding::Unset, true))
+    );
+    // A description shorter than a nonce and a tag, or one byte left after it.
+    let mut short = Vec::new();
+    let d = [0u8; DESCRIPTION_OVERHEAD - 1];
+    let mut b = DatagramBuilder::new(&mut short, header());
+    let r = b.push(&Submessage::Endpoint(EndpointRepr {
+        description: Some(&d),
+        ..e
+    }));
+    assert!(r.is_err());
+    let at = buf.len() - desc.len() - 2;
+    buf[at..at + 2].copy_from_slice(&((DESCRIPTION_OVERHEAD - 1) as u16).to_le_bytes());
+    assert_eq!(parse(&buf), Err(Error::BadLength));
+}
+
+#[test]
+fn description_plaintext_round_trip() {
+    let p = description_plaintext("/cmd_vel", "geometry_msgs/Twist").unwrap();
+    assert_eq!(&p[..2], &8u16.to_be_bytes());
+    assert_eq!(
+        parse_description(&p),
+        Ok(("/cmd_vel", "geometry_msgs/Twist"))
+    );
+    assert_eq!(parse_description(&p[..p.len() - 1]), Err(Error::Truncated));
+    let mut more = p.clone();
+    more.push(0);
+    assert_eq!(parse_description(&more), Err(Error::BadLength));
+    assert_eq!(
+        parse_description(&description_plaintext("", "t").unwrap()),
+        Err(Error::BadValue("topic"))
+    );
+    let aad = description_aad(&[9; 32]);
+    assert!(aad.starts_with(b"tether endpoint v1") && aad.ends_with(&[9; 32]));
 }
 
 #[test]
@@ -852,4 +965,88 @@ fn batch_from_entries_checks_them_as_a_batch() {
     assert!(BatchRepr::from_entries(EntityId(0), EntityId::ALL, 7, 2, &e).is_err());
     assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, u64::MAX, 2, &e).is_err());
     assert!(BatchRepr::from_entries(EntityId(1), EntityId::ALL, 7, 2, &e[..e.len() - 1]).is_err());
+}
+
+proptest! {
+    /// A REFUSAL round-trips for every defined reason; every truncation and any trailing
+    /// byte is refused.
+    #[test]
+    fn refusal_roundtrip_and_truncations(
+        to in 1u64..,
+        challenge in any::<[u8; 32]>(),
+        code in 1u8..=4,
+        a in any::<u64>(),
+        b in any::<u64>(),
+        signature in any::<[u8; 64]>(),
+        cut in 0usize..REFUSAL_LEN,
+    ) {
+        let reason = RefusalReason::from_parts(code, a, b);
+        let r = RefusalRepr { to: ParticipantId(to), challenge, reason, signature: &signature };
+        roundtrip(&[Submessage::Refusal(r)]);
+        let mut body = Vec::new();
+        Submessage::Refusal(r).emit_body(&mut body).unwrap();
+        prop_assert_eq!(body.len(), REFUSAL_LEN);
+        prop_assert!(Submessage::parse(0x16, &body[..cut]).is_err());
+        body.push(0);
+        prop_assert!(Submessage::parse(0x16, &body).is_err());
+    }
+}
+
+/// REFUSAL's bytes: `to` 0 is malformed; a code this version does not define reads as
+/// "other" (its values dropped); the signed bytes bind the challenge, both ids and the
+/// reason.
+#[test]
+fn refusal_layout_and_signed_bytes() {
+    let sig = [9u8; 64];
+    let r = RefusalRepr {
+        to: ParticipantId(5),
+        challenge: [1; 32],
+        reason: RefusalReason::Revoked { serial: 4, list: 2 },
+        signature: &sig,
+    };
+    let mut body = Vec::new();
+    Submessage::Refusal(r).emit_body(&mut body).unwrap();
+    assert_eq!(&body[..8], &5u64.to_le_bytes());
+    assert_eq!(body[40], 1, "code: revoked");
+    assert_eq!(&body[41..49], &4u64.to_le_bytes());
+    assert_eq!(&body[49..57], &2u64.to_le_bytes());
+    assert_eq!(&body[57..], &sig);
+    let mut b = body.clone();
+    b[..8].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(Submessage::parse(0x16, &b), Err(Error::BadValue("to")));
+    let mut b = body.clone();
+    b[40] = 200;
+    match Submessage::parse(0x16, &b) {
+        Ok(Submessage::Refusal(x)) => assert_eq!(x.reason, RefusalReason::Other),
+        other => panic!("{other:?}"),
+    }
+    let zero = RefusalRepr {
+        to: ParticipantId(0),
+        ..r
+    };
+    assert!(
+        Submessage::Refusal(zero)
+            .emit_body(&mut Vec::new())
+            .is_err()
+    );
+    let s = refusal_signed_bytes(&[1; 32], ParticipantId(7), ParticipantId(5), r.reason);
+    assert!(s.starts_with(b"tether refusal v1"));
+    for other in [
+        refusal_signed_bytes(&[2; 32], ParticipantId(7), ParticipantId(5), r.reason),
+        refusal_signed_bytes(&[1; 32], ParticipantId(5), ParticipantId(7), r.reason),
+        refusal_signed_bytes(
+            &[1; 32],
+            ParticipantId(7),
+            ParticipantId(5),
+            RefusalReason::Other,
+        ),
+        refusal_signed_bytes(
+            &[1; 32],
+            ParticipantId(7),
+            ParticipantId(5),
+            RefusalReason::Revoked { serial: 4, list: 3 },
+        ),
+    ] {
+        assert_ne!(s, other);
+    }
 }

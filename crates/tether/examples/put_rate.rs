@@ -61,9 +61,12 @@ fn announce_sink(s: &Session) -> UdpSocket {
             entity: EntityId(1),
             kind: EndpointKind::Reader,
             qos,
+            protection: ProtectionMode::Unannounced,
+            encoding: Encoding::Unset,
             topic: "/rate",
             type_name: "",
             partitions: StrList::Slice(&[]),
+            description: None,
         }))
         .unwrap();
     sink.send_to(&buf, s.local_addr()).unwrap();

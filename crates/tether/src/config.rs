@@ -57,7 +57,7 @@
 //! inactive_reader_ms = 3000    # a reader of a keep-all writer that owes acknowledgements and
 //!                              # sends none this long is let go of (0 or "strict": never)
 //!
-//! [security]
+//! [security]                 # relative paths: from this file's directory
 //! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
 //! revocations = "realm/revoked.toml"   # the realm's signed revocation list (watched)
 //! mode = "encrypt"           # "off" (default without keys), "encrypt" (default with),
@@ -484,20 +484,37 @@ impl Config {
         Ok(c)
     }
 
-    /// Reads a TOML file.
+    /// Reads a TOML file. Relative paths in it (`security.keys`, `security.revocations`,
+    /// `discovery.registry_dir`) are taken from the file's directory, not from the working
+    /// directory of the process that reads it: a file and the keys beside it work from
+    /// anywhere.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let mut c = Self::from_toml(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: Some(path.to_path_buf()),
                 message,
             },
             e => e,
-        })
+        })?;
+        c.resolve_paths(path.parent().unwrap_or(Path::new("")));
+        Ok(c)
+    }
+
+    /// Makes the relative paths of a file read from directory `dir` relative to `dir`.
+    fn resolve_paths(&mut self, dir: &Path) {
+        let resolve = |p: &mut Option<PathBuf>| {
+            if let Some(p) = p.as_mut().filter(|p| p.is_relative()) {
+                *p = dir.join(&*p);
+            }
+        };
+        resolve(&mut self.security.keys);
+        resolve(&mut self.security.revocations);
+        resolve(&mut self.discovery.registry_dir);
     }
 
     /// The file named by `TETHER_CONFIG`, or the defaults if it is unset.
@@ -887,5 +904,26 @@ mod tests {
         assert!(Config::default().transport.dont_fragment);
         let e = Config::from_toml("[transport]\nbatch_io = \"gso\"\n").unwrap_err();
         assert!(e.to_string().contains("batch_io"), "{e}");
+    }
+
+    /// Relative paths in a file are taken from the file's directory; absolute ones and
+    /// paths given in TOML text (no file) stay as they are.
+    #[test]
+    fn relative_paths_follow_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("robot");
+        std::fs::create_dir(&sub).unwrap();
+        let file = sub.join("tether.toml");
+        let text = "[discovery]\nregistry_dir = \"reg\"\n[security]\nkeys = \"realm/r1.key\"\nrevocations = \"/etc/revoked.toml\"\n";
+        std::fs::write(&file, text).unwrap();
+        let c = Config::from_file(&file).unwrap();
+        assert_eq!(c.security.keys, Some(sub.join("realm/r1.key")));
+        assert_eq!(
+            c.security.revocations,
+            Some(PathBuf::from("/etc/revoked.toml"))
+        );
+        assert_eq!(c.discovery.registry_dir, Some(sub.join("reg")));
+        let c = Config::from_toml(text).unwrap();
+        assert_eq!(c.security.keys, Some(PathBuf::from("realm/r1.key")));
     }
 }

@@ -34,12 +34,13 @@ pub use config::{
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,
-    Subscriber, Topic, kind_str,
+    Subscriber, Topic, event_logged, kind_str,
 };
 pub use tether_core::congestion::PathStats;
 pub use tether_core::{
-    AuthFailure, Batching, DeadlineSide, Durability, EndpointKind, Event, FlowController, Guid,
-    History, Inactivity, IncompatibleQos, LossReason, Priority, Qos, QosPolicy, RateError,
-    Reliability, RevocationRefusal, Sample, Shortfall, Stats, UnknownPriority, format_rate,
-    parse_rate,
+    AccessDenial, AuthFailure, Batching, DeadlineSide, Departure, Described, Durability, Encoding,
+    EndpointKind, EntityId, Event, FlowController, Guid, History, Inactivity, IncompatibleQos,
+    Limit, LossReason, ParticipantId, Priority, ProtectionMode, Qos, QosPolicy, RateError,
+    RefusalReason, Reliability, RemoteEndpoint, RevocationRefusal, Sample, Shortfall, Stats,
+    UnknownEncoding, UnknownPriority, format_rate, parse_rate,
 };

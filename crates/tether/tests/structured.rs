@@ -1,5 +1,5 @@
 //! Structured data as the README shows it: a serde type encoded to JSON bytes by one session,
-//! decoded by another, every field intact (examples/pose.rs does the same between processes).
+//! decoded by another, every field intact (examples/structured.rs shows it in one session).
 
 use std::time::{Duration, Instant};
 

@@ -90,6 +90,12 @@ const MIN_ENDPOINT: usize = 32;
 /// Longest name a pending entry keeps (bytes; longer ones are cut at a character).
 const NAME_MAX: usize = 255;
 
+/// How long after its address is validated a participant that has sent no AUTH at all is
+/// reported as having no keys ([`AuthFailure::NoAuth`]): a member answers our AUTH within a
+/// round trip, and resends its own from 50 ms on, doubling, so 2 s covers several losses
+/// in a row; a session without keys never sends one.
+pub const NO_AUTH_AFTER: Duration = Duration::from_secs(2);
+
 /// Participants forgotten for not authenticating whose failure was already reported: found
 /// again, they are not reported again.
 const REPORTED_MEMORY: usize = 256;
@@ -710,7 +716,7 @@ impl Participant {
             let old: Vec<ParticipantId> =
                 self.peers.at_addr.get(&from).cloned().unwrap_or_default();
             for o in old {
-                self.remove_participant(o);
+                self.remove_participant(o, crate::event::Departure::Replaced);
             }
         }
         if self.peers.remotes.len() >= self.cfg.max_participants {
@@ -848,7 +854,7 @@ impl Participant {
         match oldest {
             Some((_, pid)) => {
                 self.stats.unauthenticated_forgotten += 1;
-                self.remove_participant(pid);
+                self.remove_participant(pid, crate::event::Departure::Replaced);
                 true
             }
             None => false,
@@ -928,6 +934,44 @@ impl Participant {
         if self.cfg.security.is_none() {
             return;
         }
+        //= docs/wire.md#validation
+        //# A validated participant that has sent no AUTH at all 2 s after validation is
+        //# reported once as having no keys
+        let silent: Vec<ParticipantId> = self
+            .peers
+            .remotes
+            .iter()
+            .filter_map(|(id, p)| {
+                let a = p.auth.as_ref()?;
+                (!a.heard
+                    && !a.verified
+                    && !a.reported
+                    && now.saturating_duration_since(p.validated) > NO_AUTH_AFTER)
+                    .then_some(*id)
+            })
+            .collect();
+        for pid in silent {
+            if let Some(a) = self
+                .peers
+                .remotes
+                .get_mut(&pid)
+                .and_then(|p| p.auth.as_mut())
+            {
+                a.reported = true;
+            }
+            let memory = &mut self.peers.pending.reported;
+            if memory.contains(&pid) {
+                continue;
+            }
+            if memory.len() >= REPORTED_MEMORY {
+                memory.pop_front();
+            }
+            memory.push_back(pid);
+            self.events.push_back(Event::AuthenticationFailed {
+                participant: pid,
+                reason: AuthFailure::NoAuth,
+            });
+        }
         let late: Vec<(ParticipantId, bool)> = self
             .peers
             .remotes
@@ -953,7 +997,8 @@ impl Participant {
                 }
                 memory.push_back(pid);
             }
-            self.remove_participant(pid);
+            // Never matched (matching takes authentication): nothing is owed.
+            self.remove_participant(pid, crate::event::Departure::Replaced);
         }
     }
 

@@ -3,7 +3,11 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
+use tether_crypto::CredentialError;
+use tether_wire::{
+    DatagramBuilder, EntityId, ParticipantId, RefusalReason, RefusalRepr, Submessage,
+    refusal_signed_bytes,
+};
 
 use crate::endpoint::EndpointInfo;
 use crate::event::Event;
@@ -41,10 +45,27 @@ impl Participant {
         }
     }
 
+    /// In a secure realm: seals local endpoint `id`'s topic name and type for the realm's
+    /// members, once, for its announcements to carry (`docs/wire.md#endpoint`).
+    pub(crate) fn describe(&mut self, id: EntityId, info: &EndpointInfo) {
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        if let Some(d) = sec.describe(&info.topic, &info.type_name, self.random.get()) {
+            self.keystore.descriptions.insert(id, d);
+        }
+    }
+
     /// Sends our AUTH to `pid`: credential (sealed for members), our challenge, our answer to
     /// its challenge with our control key wrapped for it, and the epoch of its control key we
     /// hold; after our PARTICIPANT, so a peer that missed our announcement learns us from it.
     pub(crate) fn send_auth(&mut self, now: Instant, pid: ParticipantId) {
+        self.send_auth_with(now, pid, None);
+    }
+
+    /// [`send_auth`](Self::send_auth), with `extra` (a REFUSAL) after the AUTH in the same
+    /// datagram: the AUTH carries the credential the REFUSAL's signature is checked with.
+    fn send_auth_with(&mut self, now: Instant, pid: ParticipantId, extra: Option<Submessage<'_>>) {
         let me = self.cfg.participant;
         let hdr = self.header();
         let Some(sec) = self.cfg.security.clone() else {
@@ -94,9 +115,121 @@ impl Participant {
         let part = self.participant_repr();
         let mut dg = Vec::with_capacity(300 + m.credential.len());
         let mut b = DatagramBuilder::new(&mut dg, hdr);
-        if b.push(&Submessage::Participant(part)).is_ok() && b.push(&Submessage::Auth(m)).is_ok() {
+        if b.push(&Submessage::Participant(part)).is_ok()
+            && b.push(&Submessage::Auth(m)).is_ok()
+            && extra.is_none_or(|x| b.push(&x).is_ok())
+        {
             self.push_transmit(addr, Bytes::from(dg));
         }
+    }
+
+    /// What a REFUSAL says for a credential refused with `e`.
+    fn refusal_reason(sec: &crate::Security, e: &CredentialError) -> RefusalReason {
+        match *e {
+            CredentialError::Revoked(serial) => RefusalReason::Revoked {
+                serial,
+                list: sec.revocations.as_ref().map_or(0, |r| r.serial),
+            },
+            CredentialError::Expired { expires, now } => RefusalReason::Expired { expires, now },
+            CredentialError::NotYetValid { issued, now } => {
+                RefusalReason::NotYetValid { issued, now }
+            }
+            _ => RefusalReason::Other,
+        }
+    }
+
+    /// Tells `pid` that we refused its credential, and why (`docs/wire.md#refusal`):
+    /// signed with our credential key over `challenge`, the one it set us, after our AUTH
+    /// (which carries that credential). At most one a [`REFUSAL_GAP`] to each peer, however
+    /// often it sends AUTH.
+    ///
+    /// [`REFUSAL_GAP`]: crate::security::REFUSAL_GAP
+    //= docs/wire.md#refusal
+    //# A participant that refuses the credential of a peer whose AUTH opened under the realm
+    //# secret tells it why in a REFUSAL, at most once a second
+    fn send_refusal(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        challenge: [u8; 32],
+        reason: RefusalReason,
+    ) {
+        let me = self.cfg.participant;
+        let Some(sec) = self.cfg.security.clone() else {
+            return;
+        };
+        let Some(a) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|p| p.auth.as_mut())
+        else {
+            return;
+        };
+        if a.refusal_sent
+            .is_some_and(|t| now.saturating_duration_since(t) < crate::security::REFUSAL_GAP)
+        {
+            return;
+        }
+        a.refusal_sent = Some(now);
+        let signature = sec
+            .identity
+            .sign(&refusal_signed_bytes(&challenge, me, pid, reason));
+        self.stats.refusals_sent += 1;
+        let r = RefusalRepr {
+            to: pid,
+            challenge,
+            reason,
+            signature: &signature,
+        };
+        self.send_auth_with(now, pid, Some(Submessage::Refusal(r)));
+    }
+
+    /// A REFUSAL from `pid`: it refused our credential. Believed only if it is for us, over
+    /// the challenge we set `pid`, and signed by the key of the credential `pid`'s AUTH
+    /// presented (checked against our CA); then reported once
+    /// ([`Event::RefusedByPeer`]), and `pid` is not reported again as not authenticating in
+    /// time. Anything else is counted and dropped.
+    //= docs/wire.md#refusal
+    //# A receiver believes a REFUSAL only if it is addressed to it, carries the challenge it
+    //# set the sender, and verifies with the key of the credential the sender's AUTH presented
+    pub(crate) fn on_refusal(&mut self, pid: ParticipantId, r: RefusalRepr<'_>) {
+        let me = self.cfg.participant;
+        let Some(a) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|p| p.auth.as_mut())
+        else {
+            self.stats.refusals_unverified += 1;
+            return;
+        };
+        let signed = refusal_signed_bytes(&a.mine, pid, me, r.reason);
+        let name = a
+            .credential
+            .as_ref()
+            .filter(|c| {
+                r.to == me
+                    && r.challenge == a.mine
+                    && tether_crypto::Identity::verify(&c.sign_public, &signed, r.signature)
+            })
+            .map(|c| c.name.clone());
+        let Some(name) = name else {
+            self.stats.refusals_unverified += 1;
+            return;
+        };
+        self.stats.refusals_heard += 1;
+        // Once per peer, as every failure: not again when, forgotten for not
+        // authenticating, it is found again (its id is remembered as reported).
+        if std::mem::replace(&mut a.refusal_heard, true) || a.reported {
+            return;
+        }
+        a.reported = true;
+        self.events.push_back(Event::RefusedByPeer {
+            participant: pid,
+            name,
+            reason: r.reason,
+        });
     }
 
     /// Reports once that `pid`'s AUTH was refused for `reason`.
@@ -125,6 +258,14 @@ impl Participant {
             }
             return;
         };
+        if let Some(a) = self
+            .peers
+            .remotes
+            .get_mut(&pid)
+            .and_then(|p| p.auth.as_mut())
+        {
+            a.heard = true;
+        }
         if m.to != me {
             self.stats.auth_failed += 1;
             return;
@@ -144,7 +285,9 @@ impl Participant {
         let cred = match sec.check(&bytes, now) {
             Ok(c) => c,
             Err(e) => {
+                let reason = Self::refusal_reason(&sec, &e);
                 self.auth_refused(pid, AuthFailure::CredentialRefused(e));
+                self.send_refusal(now, pid, m.challenge, reason);
                 return;
             }
         };
@@ -393,6 +536,11 @@ impl Participant {
         if peers.is_empty() {
             return;
         }
+        let why = match reason {
+            AuthFailure::Expired => crate::event::Departure::Expired,
+            _ => crate::event::Departure::Revoked,
+        };
+        let mut notices = Vec::new();
         for &pid in peers {
             let ids: Vec<EntityId> = self
                 .peers
@@ -403,14 +551,31 @@ impl Participant {
             // Forget its endpoints (unmatching them, re-keying writers it read) and its
             // identity.
             for e in ids {
-                self.remove_remote_endpoint(pid, e);
+                self.remove_remote_endpoint(pid, e, why);
             }
+            let now = self.clock;
             if let Some(a) = self
                 .peers
                 .remotes
                 .get_mut(&pid)
                 .and_then(|p| p.auth.as_mut())
             {
+                // It is told why, over the last challenge it set us.
+                notices.extend(a.theirs.zip(a.credential.as_ref()).map(|(ch, c)| {
+                    let reason = match (&reason, self.cfg.security.as_deref()) {
+                        (AuthFailure::Expired, Some(sec)) => RefusalReason::Expired {
+                            expires: c.expires,
+                            now: sec.unix_at(now),
+                        },
+                        (_, sec) => RefusalReason::Revoked {
+                            serial: c.serial,
+                            list: sec
+                                .and_then(|s| s.revocations.as_ref())
+                                .map_or(0, |r| r.serial),
+                        },
+                    };
+                    (pid, ch, reason)
+                }));
                 a.verified = false;
                 a.mutual = false;
                 a.credential = None;
@@ -433,6 +598,9 @@ impl Participant {
         self.rekey_due_writers();
         let now = self.clock;
         self.rekey_control(now);
+        for (pid, challenge, reason) in notices {
+            self.send_refusal(now, pid, challenge, reason);
+        }
     }
 
     /// Peers that have not finished authenticating get our AUTH again (lost datagrams).

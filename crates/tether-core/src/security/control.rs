@@ -128,7 +128,7 @@ pub(crate) enum Origin {
     /// Its sender is verified and the SEALED_BATCH it ends with opened: act on that and the
     /// heartbeats of its writer, `.0`, and nothing else (`docs/wire.md#sealed_batch`).
     Sealed(tether_wire::EntityId),
-    /// Its sender is not (yet) verified: only PARTICIPANT and AUTH are taken.
+    /// Its sender is not (yet) verified: only PARTICIPANT, AUTH and REFUSAL are taken.
     Unverified,
 }
 
@@ -145,13 +145,14 @@ pub(crate) enum Gate {
 }
 
 /// Whether only an authenticated datagram may carry `m`: everything but PARTICIPANT, AUTH,
-/// the PROBE and PROBE_ACK that validate addresses before authentication
+/// REFUSAL (signed by its sender's credential key over our challenge), the PROBE and PROBE_ACK that validate addresses before authentication
 /// (`docs/wire.md#validation`), and the tag itself.
 pub(crate) fn needs_authentication(m: &Submessage<'_>) -> bool {
     !matches!(
         m,
         Submessage::Participant(_)
             | Submessage::Auth(_)
+            | Submessage::Refusal(_)
             | Submessage::Probe(_)
             | Submessage::ProbeAck(_)
             | Submessage::AuthTag(_)
@@ -190,6 +191,10 @@ impl Participant {
         tx.counter = 0;
         tx.last = None;
         self.stats.control_rekeys += 1;
+        self.events.push_back(crate::event::Event::Rekeyed {
+            writer: None,
+            epoch,
+        });
         let verified: Vec<ParticipantId> = self
             .peers
             .remotes

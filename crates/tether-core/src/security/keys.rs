@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_wire::{DatagramBuilder, EntityId, ParticipantId, Submessage};
 
-use crate::event::Guid;
+use crate::event::{Event, Guid};
 
 use crate::participant::{Participant, after};
 use crate::writer::state::Writer;
@@ -52,6 +52,10 @@ pub(crate) struct KeyStore {
     pub(crate) batch_windows: BTreeMap<(Guid, u32), tether_crypto::BatchWindow>,
     /// Where the heads of sealed datagrams are built (no allocation per datagram).
     pub(crate) seal_scratch: Vec<u8>,
+    /// Our endpoints' topic names and types sealed for the realm's members
+    /// (`docs/wire.md#endpoint`): once each, when the endpoint is made, so that every
+    /// announcement of it carries the same bytes (a receiver opens it once).
+    pub(crate) descriptions: BTreeMap<EntityId, Vec<u8>>,
 }
 
 /// Bytes of sealed samples a participant holds, for all writers together, while their keys
@@ -116,9 +120,14 @@ impl Participant {
             old.epoch().wrapping_add(1).max(1),
             self.random.get(),
         );
+        let epoch = next.epoch();
         w.key = Some(std::sync::Arc::new(next));
         w.seals = 0;
         self.stats.rekeys += 1;
+        self.events.push_back(Event::Rekeyed {
+            writer: Some(writer),
+            epoch,
+        });
         let readers: Vec<Guid> = w
             .readers
             .iter()

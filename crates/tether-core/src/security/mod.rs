@@ -177,6 +177,38 @@ impl Security {
         )
     }
 
+    /// How samples of `topic` are protected, as an ENDPOINT announces it.
+    pub(crate) fn mode_for(&self, topic: &str) -> tether_wire::ProtectionMode {
+        let p = self.protection_for(topic);
+        tether_wire::ProtectionMode::from_bits(p.encrypt, p.sign)
+    }
+
+    /// Topic `name` of type `type_name` sealed for the realm's members, bound to its id
+    /// (`docs/wire.md#endpoint`): what our ENDPOINTs carry so that members can show names
+    /// and types, which outsiders never see.
+    pub(crate) fn describe(
+        &self,
+        name: &str,
+        type_name: &str,
+        rng: &mut dyn tether_crypto::Random,
+    ) -> Option<Vec<u8>> {
+        let id = TopicId::derive(&self.realm_secret, name, type_name, "");
+        tether_crypto::seal_description(&self.realm_secret, &id, name, type_name, rng)
+    }
+
+    /// The topic name and type an endpoint announced as `wire_topic` (`#` and its id)
+    /// carries in `sealed`; `None` unless it opens in this realm for that id, and the name
+    /// and type derive it.
+    pub(crate) fn read_description(
+        &self,
+        wire_topic: &str,
+        sealed: &[u8],
+    ) -> Option<(String, String)> {
+        let hex = wire_topic.strip_prefix('#')?;
+        let id: [u8; 32] = tether_crypto::from_hex(hex)?.try_into().ok()?;
+        tether_crypto::open_description(&self.realm_secret, &TopicId(id), sealed)
+    }
+
     /// Wall-clock unix seconds at engine instant `now`.
     pub fn unix_at(&self, now: Instant) -> u64 {
         let (base, unix) = self.wall;
@@ -226,6 +258,10 @@ impl Security {
     }
 }
 
+/// The least time between two REFUSALs to one peer (`docs/wire.md#refusal`): a refused
+/// peer resends its AUTH, and each is answered at most this often.
+pub(crate) const REFUSAL_GAP: Duration = Duration::from_secs(1);
+
 /// The first wait before an unanswered AUTH is sent again (`PeerAuth::resend_gap`).
 pub(crate) const AUTH_RESEND_FIRST: Duration = Duration::from_millis(50);
 
@@ -251,6 +287,9 @@ pub(crate) struct PeerAuth {
     pub(crate) mutual: bool,
     /// A failure was reported (once per peer).
     pub(crate) reported: bool,
+    /// It has sent us an AUTH (any): it has keys. One that never does is reported as
+    /// having none ([`crate::AuthFailure::NoAuth`]).
+    pub(crate) heard: bool,
     /// When we last sent it an AUTH.
     pub(crate) sent: Option<Instant>,
     /// How long after an AUTH unanswered to send it again: 50 ms, then twice as long each
@@ -270,6 +309,10 @@ pub(crate) struct PeerAuth {
     pub(crate) wrapped_ours: Option<(u32, Vec<u8>)>,
     /// It tried another credential under its verified id (reported once).
     pub(crate) conflict_reported: bool,
+    /// When we last sent it a REFUSAL (at most one a second: [`REFUSAL_GAP`]).
+    pub(crate) refusal_sent: Option<Instant>,
+    /// It refused our credential and said why, in a REFUSAL that verified (reported once).
+    pub(crate) refusal_heard: bool,
     /// Answers to our challenge that did not verify. One or two are a session that left or
     /// restarted mid-handshake (its answer to an earlier challenge, arriving late); only a
     /// third is reported.
@@ -287,6 +330,7 @@ impl PeerAuth {
             verified_us: false,
             mutual: false,
             reported: false,
+            heard: false,
             sent: None,
             resend_gap: AUTH_RESEND_FIRST,
             pair_tx: None,
@@ -295,6 +339,8 @@ impl PeerAuth {
             has_ours: 0,
             wrapped_ours: None,
             conflict_reported: false,
+            refusal_sent: None,
+            refusal_heard: false,
             bad_answers: 0,
         }
     }

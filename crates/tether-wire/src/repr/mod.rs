@@ -13,15 +13,16 @@ pub use data::{
     BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr,
     batch_entry_head, push_batch_entry,
 };
-pub use discovery::{EndpointRepr, ParticipantRepr};
+pub use discovery::{Encoding, EndpointRepr, ParticipantRepr, ProtectionMode, UnknownEncoding};
 pub use path::{PROBE_ACK_LEN, PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
 pub use reliability::{
     ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
 };
 pub use secure::{
     AUTH_TAG_LEN, AuthRepr, AuthTagRepr, BatchSigRepr, ControlKeyRepr, KeyRepr, KeyRequestRepr,
-    MAX_CREDENTIAL_LEN, SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN,
-    SealedBatchRepr, SealedRepr, auth_signed_bytes, sealed_batch_ciphertext,
+    MAX_CREDENTIAL_LEN, REFUSAL_LEN, RefusalReason, RefusalRepr, SEALED_BATCH_FIXED_LEN,
+    SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr, auth_signed_bytes,
+    refusal_signed_bytes, sealed_batch_ciphertext,
 };
 
 use crate::{Cursor, EntityId, Error};
@@ -73,6 +74,9 @@ pub enum SubmessageKind {
     AuthTag = 0x14,
     /// Consecutive samples of one writer sealed once as a whole (secure realms).
     SealedBatch = 0x15,
+    /// A participant refused the addressee's credential, and says why, signed (secure
+    /// realms).
+    Refusal = 0x16,
 }
 
 impl SubmessageKind {
@@ -100,6 +104,7 @@ impl SubmessageKind {
             0x13 => Self::Nack,
             0x14 => Self::AuthTag,
             0x15 => Self::SealedBatch,
+            0x16 => Self::Refusal,
             _ => return None,
         })
     }
@@ -279,6 +284,8 @@ pub enum Submessage<'a> {
     AuthTag(AuthTagRepr),
     /// See [`SealedBatchRepr`].
     SealedBatch(SealedBatchRepr<'a>),
+    /// See [`RefusalRepr`].
+    Refusal(RefusalRepr<'a>),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -329,6 +336,7 @@ impl<'a> Submessage<'a> {
             Submessage::Nack(_) => SubmessageKind::Nack as u8,
             Submessage::AuthTag(_) => SubmessageKind::AuthTag as u8,
             Submessage::SealedBatch(_) => SubmessageKind::SealedBatch as u8,
+            Submessage::Refusal(_) => SubmessageKind::Refusal as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -379,6 +387,7 @@ impl<'a> Submessage<'a> {
             SubmessageKind::Nack => Submessage::Nack(AckNackRepr::parse(c, 0)?),
             SubmessageKind::AuthTag => Submessage::AuthTag(AuthTagRepr::parse(c)?),
             SubmessageKind::SealedBatch => Submessage::SealedBatch(SealedBatchRepr::parse(c)?),
+            SubmessageKind::Refusal => Submessage::Refusal(RefusalRepr::parse(c)?),
         };
         c.finish()?;
         Ok(msg)
@@ -414,6 +423,7 @@ impl<'a> Submessage<'a> {
                 Ok(())
             }
             Submessage::SealedBatch(x) => x.emit(out),
+            Submessage::Refusal(r) => r.emit(out),
             Submessage::Unknown(_) => Ok(()),
         }
     }

@@ -532,3 +532,164 @@ impl<'a> BatchSigRepr<'a> {
         Ok(())
     }
 }
+
+/// Why a participant refused a peer's credential, as a REFUSAL says it
+/// (`docs/wire.md#refusal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// Code 1: credential `serial` is revoked by the sender's revocation list `list`.
+    Revoked {
+        /// The refused credential's serial.
+        serial: u64,
+        /// The serial of the revocation list the sender holds.
+        list: u64,
+    },
+    /// Code 2: the credential expired at `expires` (unix seconds; the sender's clock said
+    /// `now`).
+    Expired {
+        /// When it expired.
+        expires: u64,
+        /// The sender's clock.
+        now: u64,
+    },
+    /// Code 3: the credential is issued in the future by the sender's clock (`now`).
+    NotYetValid {
+        /// When it was issued.
+        issued: u64,
+        /// The sender's clock.
+        now: u64,
+    },
+    /// Code 4, and any code this version does not define: refused for another reason
+    /// (malformed, not the realm CA's signature).
+    Other,
+}
+
+impl core::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            RefusalReason::Revoked { serial, list } => write!(
+                f,
+                "credential serial {serial} is revoked (its revocation list {list})"
+            ),
+            RefusalReason::Expired { expires, now } => write!(
+                f,
+                "credential expired at {expires} (its clock {now}, unix seconds)"
+            ),
+            RefusalReason::NotYetValid { issued, now } => write!(
+                f,
+                "credential issued at {issued}, in the future by its clock ({now}, unix \
+                 seconds): a clock is wrong"
+            ),
+            RefusalReason::Other => {
+                f.write_str("credential refused (malformed, or not signed by the realm's CA)")
+            }
+        }
+    }
+}
+
+impl RefusalReason {
+    /// The wire code and its two values.
+    pub fn to_parts(self) -> (u8, u64, u64) {
+        match self {
+            RefusalReason::Revoked { serial, list } => (1, serial, list),
+            RefusalReason::Expired { expires, now } => (2, expires, now),
+            RefusalReason::NotYetValid { issued, now } => (3, issued, now),
+            RefusalReason::Other => (4, 0, 0),
+        }
+    }
+
+    /// From the wire code and its values (an undefined code reads as `Other`: a later
+    /// version may name more reasons).
+    pub fn from_parts(code: u8, a: u64, b: u64) -> RefusalReason {
+        match code {
+            1 => RefusalReason::Revoked { serial: a, list: b },
+            2 => RefusalReason::Expired { expires: a, now: b },
+            3 => RefusalReason::NotYetValid { issued: a, now: b },
+            _ => RefusalReason::Other,
+        }
+    }
+}
+
+/// A participant tells a peer that it refused the peer's credential, and why
+/// (`docs/wire.md#refusal`), signed with the sender's credential key over the challenge the
+/// peer set it: the peer checks it against the credential the sender's AUTH presented, and
+/// it cannot be replayed to another peer or under another challenge.
+///
+/// ```text
+/// 0               8                               40  41              49              57
+/// +---------------+-------------------------------+---+---------------+---------------+
+/// |      to       |     challenge (32 bytes)      |cod|    value a    |    value b    |
+/// +---------------+-------------------------------+---+---------------+---------------+
+/// |                     signature (64 bytes)                                          |
+/// +-----------------------------------------------------------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalRepr<'a> {
+    /// The participant refused (non-zero).
+    pub to: crate::ParticipantId,
+    /// The challenge `to` set the sender in its AUTH.
+    pub challenge: [u8; 32],
+    /// Why.
+    pub reason: RefusalReason,
+    /// Ed25519 signature by the sender over [`refusal_signed_bytes`].
+    pub signature: &'a [u8; 64],
+}
+
+/// Bytes of a REFUSAL body.
+pub const REFUSAL_LEN: usize = 8 + 32 + 1 + 8 + 8 + 64;
+
+/// The bytes a REFUSAL's signature covers: `"tether refusal v1" | challenge | sender id |
+/// refused id | code | value a | value b` (ids and values little-endian).
+pub fn refusal_signed_bytes(
+    challenge: &[u8; 32],
+    sender: crate::ParticipantId,
+    refused: crate::ParticipantId,
+    reason: RefusalReason,
+) -> [u8; 17 + 32 + 16 + 17] {
+    let (code, a, b) = reason.to_parts();
+    let mut out = [0u8; 82];
+    out[..17].copy_from_slice(b"tether refusal v1");
+    out[17..49].copy_from_slice(challenge);
+    out[49..57].copy_from_slice(&sender.0.to_le_bytes());
+    out[57..65].copy_from_slice(&refused.0.to_le_bytes());
+    out[65] = code;
+    out[66..74].copy_from_slice(&a.to_le_bytes());
+    out[74..].copy_from_slice(&b.to_le_bytes());
+    out
+}
+
+impl<'a> RefusalRepr<'a> {
+    /// Parses the body's fields from `c` (the caller checks that they fill the body).
+    pub(crate) fn parse(c: &mut Cursor<'a>) -> Result<Self, Error> {
+        //= docs/wire.md#refusal
+        let to = crate::ParticipantId(c.u64()?);
+        if to.0 == 0 {
+            return Err(Error::BadValue("to"));
+        }
+        let challenge = c.array()?;
+        let code = c.u8()?;
+        let (a, b) = (c.u64()?, c.u64()?);
+        let signature = c.array_ref()?;
+        Ok(RefusalRepr {
+            to,
+            challenge,
+            reason: RefusalReason::from_parts(code, a, b),
+            signature,
+        })
+    }
+
+    /// Appends the body.
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+        if self.to.0 == 0 {
+            return Err(Error::BadValue("to"));
+        }
+        let (code, a, b) = self.reason.to_parts();
+        out.extend_from_slice(&self.to.0.to_le_bytes());
+        out.extend_from_slice(&self.challenge);
+        out.push(code);
+        out.extend_from_slice(&a.to_le_bytes());
+        out.extend_from_slice(&b.to_le_bytes());
+        out.extend_from_slice(self.signature);
+        Ok(())
+    }
+}

@@ -16,12 +16,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::{
-    EndpointInfo, EndpointKind, Event, FlowController, ParticipantId, Qos, RemoteEndpoint,
-    RevocationRefusal, Sample, Stats,
+    Encoding, EndpointInfo, EndpointKind, Event, FlowController, ParticipantId, Qos,
+    RemoteEndpoint, RevocationRefusal, Sample, Stats,
 };
 use tether_transport::{Registry, Transport};
 
 mod error;
+mod graph;
+mod log;
+pub use log::shown as event_logged;
 mod open;
 mod publisher;
 mod revocations;
@@ -37,21 +40,35 @@ pub use subscriber::Subscriber;
 type Callback = Arc<dyn Fn(Sample) + Send + Sync>;
 type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// A topic and what scopes matching on it besides QoS.
+/// A topic and what scopes matching on it besides QoS, and the label of its payloads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topic {
     name: String,
     type_name: String,
     partitions: Vec<String>,
+    encoding: Encoding,
 }
 
 impl Topic {
-    /// A topic name such as `/chatter`.
+    /// A topic name such as `/chatter`. As in ROS 2, a name is taken from the root: a
+    /// leading `/` is implied, so `chatter` and `/chatter` are the same topic (the CLI
+    /// also checks names against ROS 2's rules: `docs/cli.md#topic-names`).
+    ///
+    /// ```
+    /// use tether::Topic;
+    /// assert_eq!(Topic::new("chatter").name(), "/chatter");
+    /// assert_eq!(Topic::new("robot1/odom"), Topic::new("/robot1/odom"));
+    /// ```
     pub fn new(name: impl Into<String>) -> Self {
+        let mut name = name.into();
+        if !name.starts_with('/') {
+            name.insert(0, '/');
+        }
         Topic {
-            name: name.into(),
+            name,
             type_name: String::new(),
             partitions: Vec::new(),
+            encoding: Encoding::Unset,
         }
     }
     /// The type name (empty matches any type).
@@ -64,11 +81,35 @@ impl Topic {
         self.partitions.push(p.into());
         self
     }
+    /// Labels what the payloads are (`json`, `cbor`, `cdr`, `text`, `bytes`): announced
+    /// with the endpoint, so that `tether echo` can pretty-print JSON and CBOR, `tether
+    /// info` and `tether topics -v` show it, and subscribers can ask
+    /// ([`Subscriber::writer_encoding`]). A label only: payloads are bytes, never checked
+    /// against it, and it plays no part in matching. Overrides [`Qos::encoding`].
+    ///
+    /// ```
+    /// use tether::{Encoding, Topic};
+    /// let t = Topic::new("/pose").encoding(Encoding::Json);
+    /// assert_eq!(t.encoding_label(), Encoding::Json);
+    /// ```
+    pub fn encoding(mut self, e: Encoding) -> Self {
+        self.encoding = e;
+        self
+    }
     /// The name.
     pub fn name(&self) -> &str {
         &self.name
     }
+    /// The payloads' label ([`Topic::encoding`]; unset by default).
+    pub fn encoding_label(&self) -> Encoding {
+        self.encoding
+    }
     fn info(&self, qos: Qos) -> EndpointInfo {
+        let qos = if self.encoding == Encoding::Unset {
+            qos
+        } else {
+            qos.encoding(self.encoding)
+        };
         EndpointInfo {
             topic: self.name.clone(),
             type_name: self.type_name.clone(),
@@ -95,10 +136,41 @@ impl From<String> for Topic {
 pub struct DiscoveredEndpoint {
     /// Its identity.
     pub guid: tether_core::Guid,
-    /// The name of its session.
+    /// The name of its session (as it announces it: empty by default).
     pub participant_name: String,
-    /// Writer or reader, topic, type, partitions, QoS.
+    /// In a secure realm, the name its session's credential certifies (the realm's CA
+    /// vouches for it), once the session has authenticated.
+    pub certified_name: Option<String>,
+    /// Writer or reader, topic, type, partitions, QoS (with the payloads' encoding label),
+    /// protection mode. In a secure realm the topic is announced by id: members read its
+    /// name and type from its description ([`topic_name`](Self::topic_name)).
     pub endpoint: RemoteEndpoint,
+}
+
+impl DiscoveredEndpoint {
+    /// Its topic's name: in a secure realm, as its description gives it to members (the
+    /// topic id, `#` and 64 hex digits, to a session that could not read it).
+    pub fn topic_name(&self) -> &str {
+        self.endpoint.topic_name()
+    }
+
+    /// Its type's name (empty: any, or not known).
+    pub fn type_name(&self) -> &str {
+        self.endpoint.type_name()
+    }
+
+    /// The label of its payloads.
+    pub fn encoding(&self) -> Encoding {
+        self.endpoint.info.qos.encoding_label()
+    }
+
+    /// Its session's name for people: the certified name in a secure realm, else the one
+    /// it announces (`None`: unnamed).
+    pub fn session_name(&self) -> Option<&str> {
+        self.certified_name
+            .as_deref()
+            .or((!self.participant_name.is_empty()).then_some(self.participant_name.as_str()))
+    }
 }
 
 /// Counters of a session: the engine's plus the transport's.
@@ -346,17 +418,31 @@ impl Session {
 
     /// Endpoints of other sessions discovered so far.
     pub fn discovered(&self) -> Vec<DiscoveredEndpoint> {
-        self.shared
-            .lock()
-            .core
+        let g = self.shared.lock();
+        g.core
             .remote_endpoints()
             .into_iter()
             .map(|(guid, participant_name, endpoint)| DiscoveredEndpoint {
                 guid,
+                certified_name: g.core.certified_name(guid.participant).map(str::to_string),
                 participant_name,
                 endpoint,
             })
             .collect()
+    }
+
+    /// The endpoint `guid` as discovered (`None`: not known, or one of this session's).
+    /// A sample's writer is `sample.writer`: this says what it announced (its topic, its
+    /// encoding label, its QoS).
+    pub fn endpoint(&self, guid: tether_core::Guid) -> Option<DiscoveredEndpoint> {
+        let g = self.shared.lock();
+        let (participant_name, endpoint) = g.core.remote_endpoint(guid)?;
+        Some(DiscoveredEndpoint {
+            guid,
+            certified_name: g.core.certified_name(guid.participant).map(str::to_string),
+            participant_name: participant_name.to_string(),
+            endpoint: endpoint.clone(),
+        })
     }
 
     /// Other sessions discovered so far: id, name, address.

@@ -345,11 +345,7 @@ impl Shared {
                     // An asynchronous writer's sender may wait for room on a path.
                     self.sender_cv.notify_all();
                 }
-                Event::IncompatibleQos(q) => tracing::warn!("{q}"),
-                Event::DeadlineMissed { topic, side, .. } => {
-                    tracing::debug!(topic, ?side, "deadline missed")
-                }
-                _ => {}
+                e => super::log::event(&inner.core, e),
             }
             inner.raise(e, &mut out.events);
         }

@@ -1,0 +1,131 @@
+//! SIGINT (Ctrl-C) and SIGTERM for `pub`, `echo`, `hz` and `bw`: the first ends the
+//! command the way a normal end does (what `pub` wrote is flushed and acknowledged, the
+//! summary and `--stats` are printed) with the shell's status for the signal (130, 143);
+//! a second one ends the process at once, with the same status.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// How often a command that waits looks up: for a signal, a closed standard output, or
+/// its deadline.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+/// The signals caught so far.
+pub(crate) struct Interrupt {
+    /// The number of the signal caught (0: none).
+    first: Arc<AtomicUsize>,
+}
+
+impl Interrupt {
+    /// Catches SIGINT and SIGTERM from now on.
+    pub(crate) fn catch() -> anyhow::Result<Interrupt> {
+        let first = Arc::new(AtomicUsize::new(0));
+        let any = Arc::new(AtomicBool::new(false));
+        for sig in [SIGINT, SIGTERM] {
+            // Registered first, so it runs first: once a signal has been caught, the next
+            // one exits at once (a stuck wait for acknowledgements is never a trap).
+            signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, any.clone())?;
+            signal_hook::flag::register(sig, any.clone())?;
+            signal_hook::flag::register_usize(sig, first.clone(), sig as usize)?;
+        }
+        Ok(Interrupt { first })
+    }
+
+    /// The signal caught, if one was: its name and the shell's exit status for it.
+    pub(crate) fn caught(&self) -> Option<Signal> {
+        match self.first.load(Ordering::SeqCst) {
+            0 => None,
+            n if n == SIGTERM as usize => Some(Signal {
+                name: "SIGTERM",
+                status: 143,
+            }),
+            _ => Some(Signal {
+                name: "SIGINT",
+                status: 130,
+            }),
+        }
+    }
+
+    /// Sleeps until `until`, or less if a signal comes; the signal if one did.
+    pub(crate) fn sleep_until(&self, until: Instant) -> Option<Signal> {
+        loop {
+            if let Some(s) = self.caught() {
+                return Some(s);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            std::thread::sleep((until - now).min(TICK));
+        }
+    }
+}
+
+/// A signal that ended a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Signal {
+    /// `SIGINT` or `SIGTERM`.
+    pub(crate) name: &'static str,
+    /// The exit status that tells it: 128 + its number.
+    pub(crate) status: u8,
+}
+
+/// Why a command that waits stopped waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// It did what it was asked (`--count` samples).
+    Done,
+    /// Its deadline came (`--timeout`, `--duration`).
+    Deadline,
+    /// A signal came.
+    Signal(Signal),
+    /// The reader of its standard output went away.
+    Closed,
+}
+
+/// What ends a command that waits, looked at often: a signal and the deadline at every
+/// call (cheap), the reader of standard output once per [`TICK`] (a system call).
+pub(crate) struct Watch<'a> {
+    interrupt: &'a Interrupt,
+    deadline: Option<Instant>,
+    pipe_checked: Instant,
+}
+
+impl<'a> Watch<'a> {
+    pub(crate) fn new(interrupt: &'a Interrupt, deadline: Option<Instant>) -> Watch<'a> {
+        Watch {
+            interrupt,
+            deadline,
+            pipe_checked: Instant::now(),
+        }
+    }
+
+    /// Why to stop now, if there is a reason.
+    pub(crate) fn check(&mut self) -> Option<End> {
+        if let Some(s) = self.interrupt.caught() {
+            return Some(End::Signal(s));
+        }
+        let now = Instant::now();
+        if self.deadline.is_some_and(|d| now >= d) {
+            return Some(End::Deadline);
+        }
+        if now.duration_since(self.pipe_checked) >= TICK {
+            self.pipe_checked = now;
+            if crate::out::reader_gone() {
+                return Some(End::Closed);
+            }
+        }
+        None
+    }
+
+    /// How long to wait for something at most before looking again.
+    pub(crate) fn wait(&self) -> Duration {
+        match self.deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(TICK),
+            None => TICK,
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Why nothing arrives: every refusal and mismatch a session reports, one line each on
+//! stderr, once (`docs/troubleshooting.md`), and the log filter (`RUST_LOG`, `TETHER_LOG`).
+//!
+//! The engine reports each refusal once per peer and each mismatch once per pair of
+//! endpoints; a line is also never printed twice here (a peer forgotten and found again
+//! may be reported again). A line the log already shows (`TETHER_LOG=warn` and up) is not
+//! printed a second time.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tether::{AuthFailure, Event, QosPolicy, RefusalReason, Session};
+
+/// Distinct lines remembered as printed; past this, lines are printed without being
+/// remembered (memory stays bounded whatever peers do).
+const REMEMBERED: usize = 4096;
+
+/// Which events a command prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Refusals, mismatches and what changes a realm's membership: why nothing arrives.
+    Refusals,
+    /// Those, and what happens to the samples of the command's own endpoints (lost
+    /// samples, readers let go of): `pub`, `echo`, `hz`, `bw`.
+    All,
+}
+
+/// Prints what `session` reports, as `scope` says, one line each on stderr, each line
+/// once. Called right after `open`, as the session's only listener: the first gets the
+/// events raised before it (a refusal may come within a millisecond of `open`).
+pub(crate) fn report(session: &Session, scope: Scope) {
+    let printed = Arc::new(Mutex::new(HashSet::new()));
+    session.on_event(move |e| {
+        let Some(line) = line(e, scope) else {
+            return;
+        };
+        // The log shows it already (at warn, info or debug, as asked).
+        if tether::event_logged(e) {
+            return;
+        }
+        let mut p = printed.lock().unwrap_or_else(|p| p.into_inner());
+        if p.contains(&line) {
+            return;
+        }
+        if p.len() < REMEMBERED {
+            p.insert(line.clone());
+        }
+        drop(p);
+        eprintln!("{line}");
+    });
+}
+
+/// The line printed for `e`, if `scope` prints it.
+pub(crate) fn line(e: &Event, scope: Scope) -> Option<String> {
+    Some(match e {
+        Event::IncompatibleQos(q) => match q.policy {
+            QosPolicy::Protection | QosPolicy::Partition => format!("warning: {q}"),
+            QosPolicy::TypeName => {
+                format!("warning: {q}; they do not match (give both the same --type, or none)")
+            }
+            _ => format!(
+                "warning: {q}; they do not match (match the subscriber's QoS flags to the \
+                 publisher's: `tether info {}` shows both)",
+                q.topic
+            ),
+        },
+        Event::AuthenticationFailed {
+            participant,
+            reason: reason @ (AuthFailure::Revoked | AuthFailure::Expired),
+        } => format!(
+            "warning: participant {:016x} unmatched: {reason}",
+            participant.0
+        ),
+        Event::AuthenticationFailed {
+            participant,
+            reason,
+        } => format!(
+            "warning: participant {:016x} refused: {reason}",
+            participant.0
+        ),
+        Event::RefusedByPeer {
+            participant,
+            name,
+            reason,
+        } => format!(
+            "error: {name} ({:016x}) refuses our credential: {reason}; nothing is exchanged \
+             with it. {}",
+            participant.0,
+            advice(reason)
+        ),
+        Event::AccessDenied {
+            remote,
+            topic,
+            reason,
+            ..
+        } => format!("warning: {remote} not matched on {topic}: {reason}"),
+        Event::OverLimit { participant, limit } => format!(
+            "warning: participant {:016x}: announcement refused: {limit}",
+            participant.0
+        ),
+        Event::RevocationListApplied { serial, revoked } => {
+            format!("revocation list {serial} in force ({revoked} credentials revoked)")
+        }
+        Event::RevocationListRefused { reason } => {
+            format!("warning: revocation list refused, the one in force stays: {reason}")
+        }
+        Event::OwnCredentialRevoked { serial, list } => format!(
+            "warning: our credential (serial {serial}) is revoked by revocation list {list}: \
+             peers that load it refuse us (a replacement comes from `tether keys issue DIR \
+             NAME --replace`)"
+        ),
+        Event::OwnCredentialExpired { serial, expires } => format!(
+            "warning: our credential (serial {serial}) expired at {}: peers refuse us from \
+             now on",
+            tether::keys::utc(*expires)
+        ),
+        _ if scope == Scope::Refusals => return None,
+        Event::SamplesLost {
+            writer,
+            first,
+            last,
+            count,
+            reason,
+            ..
+        } => {
+            format!("warning: lost {count} samples ({first}..={last}) of writer {writer}: {reason}")
+        }
+        Event::ReaderInactive { reader, .. } => format!(
+            "warning: reader {reader} is inactive (it has acknowledged nothing for the \
+             inactivity time): the other readers go on without it"
+        ),
+        Event::ReaderActive {
+            reader, released, ..
+        } => format!(
+            "warning: reader {reader} answers again; {released} samples were let go of before \
+             it acknowledged them"
+        ),
+        _ => return None,
+    })
+}
+
+/// What to do when a peer refuses our credential for `reason`.
+fn advice(reason: &RefusalReason) -> &'static str {
+    match reason {
+        RefusalReason::Revoked { .. } => {
+            "Ask the realm's administrator for a new credential (`tether keys issue DIR NAME \
+             --replace`)."
+        }
+        RefusalReason::Expired { .. } => {
+            "Ask the realm's administrator for a new credential (`tether keys issue DIR \
+             NAME --replace`), or check this host's clock."
+        }
+        RefusalReason::NotYetValid { .. } => "Check the clocks of both hosts.",
+        RefusalReason::Other => {
+            "Check that the key bundle (--keys) is this realm's, as `tether keys show` prints \
+             it."
+        }
+    }
+}
+
+/// Sets the log up: the filter comes from `TETHER_LOG`, else `RUST_LOG` (both as
+/// `tracing_subscriber`'s `EnvFilter` reads them: `debug`, `tether=debug,warn`); only
+/// errors without either. Logs go to stderr. A filter that does not parse is said, and
+/// errors only are logged.
+pub(crate) fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let given = ["TETHER_LOG", "RUST_LOG"].into_iter().find_map(|var| {
+        std::env::var(var)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (var, v))
+    });
+    let filter = match given {
+        None => EnvFilter::new("error"),
+        Some((var, spec)) => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!(
+                "warning: {var}={spec:?} is not a log filter ({e}): logging errors only \
+                 (try {var}=debug, or {var}=tether=debug)"
+            );
+            EnvFilter::new("error")
+        }),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether::{EndpointKind, Guid, IncompatibleQos, ParticipantId};
+
+    fn mismatch(policy: QosPolicy, offered: &str, requested: &str) -> Event {
+        let g = |p, e| Guid {
+            participant: ParticipantId(p),
+            entity: tether::EntityId(e),
+        };
+        Event::IncompatibleQos(IncompatibleQos {
+            topic: "/cmd".into(),
+            local: g(1, 2),
+            local_kind: EndpointKind::Reader,
+            remote: g(3, 4),
+            policy,
+            offered: offered.into(),
+            requested: requested.into(),
+        })
+    }
+
+    /// Each kind of refusal and mismatch has a line, in every scope; what happens to
+    /// samples only in `All`.
+    #[test]
+    fn refusals_and_mismatches_have_lines_in_every_scope() {
+        let events = [
+            mismatch(QosPolicy::Protection, "encrypt", "encrypt+sign"),
+            mismatch(QosPolicy::Partition, "partition \"a\"", "partition \"b\""),
+            mismatch(QosPolicy::TypeName, "A", "B"),
+            mismatch(QosPolicy::Reliability, "best_effort", "reliable"),
+            Event::AuthenticationFailed {
+                participant: ParticipantId(5),
+                reason: AuthFailure::NoAuth,
+            },
+            Event::RefusedByPeer {
+                participant: ParticipantId(6),
+                name: "robot".into(),
+                reason: RefusalReason::Revoked { serial: 4, list: 2 },
+            },
+        ];
+        for e in &events {
+            for scope in [Scope::Refusals, Scope::All] {
+                assert!(line(e, scope).is_some(), "{e:?}");
+            }
+        }
+        let p = line(&events[0], Scope::Refusals).unwrap();
+        assert!(
+            p.contains("encrypt+sign") && p.contains("as encrypt") && p.contains("/cmd"),
+            "{p}"
+        );
+        let r = line(&events[5], Scope::Refusals).unwrap();
+        assert!(
+            r.contains("robot (0000000000000006) refuses our credential")
+                && r.contains("serial 4 is revoked")
+                && r.contains("--replace"),
+            "{r}"
+        );
+        let lost = Event::ReaderInactive {
+            writer: tether::EntityId(1),
+            reader: Guid {
+                participant: ParticipantId(2),
+                entity: tether::EntityId(3),
+            },
+        };
+        assert!(line(&lost, Scope::Refusals).is_none());
+        assert!(line(&lost, Scope::All).is_some());
+    }
+}

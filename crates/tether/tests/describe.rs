@@ -1,0 +1,105 @@
+//! What a session learns of the endpoints it discovers (issue 18, points 4 and 6), over
+//! real loopback sockets: the encoding label a publisher gives its topic, for the samples of
+//! its writer and in `discovered()`; in a secure realm, the topic's name and type for
+//! members (an outsider sees the id alone) and the certified name of the session.
+
+use std::time::{Duration, Instant};
+
+use tether::{Config, Encoding, ProtectionMode, Qos, Session, Topic};
+
+fn cfg(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.discovery.registry_dir = Some(dir.to_path_buf());
+    c
+}
+
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+/// A subscriber tells a sample's writer's label, remote and local alike; `discovered()` and
+/// `endpoint()` give it too.
+#[test]
+fn encoding_label_reaches_subscribers() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let sub = b.subscriber("/pose", Qos::default()).unwrap();
+    let p = a
+        .publisher(Topic::new("/pose").encoding(Encoding::Json), Qos::default())
+        .unwrap();
+    let local = b
+        .publisher("/pose", Qos::default().encoding("cbor".parse().unwrap()))
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 2));
+    p.put(&b"{\"x\":1}"[..]).unwrap();
+    let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(sub.writer_encoding(s.writer), Encoding::Json);
+    local.put(&b"\xa1ax\x01"[..]).unwrap();
+    let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(sub.writer_encoding(s.writer), Encoding::Cbor);
+    let d = b
+        .discovered()
+        .into_iter()
+        .find(|d| d.endpoint.kind == tether::EndpointKind::Writer)
+        .unwrap();
+    assert_eq!(d.encoding(), Encoding::Json);
+    assert_eq!(d.topic_name(), "/pose");
+    assert_eq!(d.endpoint.protection, ProtectionMode::Unannounced);
+    assert_eq!(b.endpoint(d.guid).unwrap().encoding(), Encoding::Json);
+}
+
+/// In a secure realm members read a publisher's topic and type and its session's certified
+/// name; a session without keys sees the topic's id alone.
+#[test]
+fn members_see_names_outsiders_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let realm = tether::keys::Realm::init(&dir.path().join("realm")).unwrap();
+    realm
+        .issue("robot", vec!["/robot/**".into()], vec![], 30)
+        .unwrap();
+    realm
+        .issue("viewer", vec![], vec!["/none".into()], 30)
+        .unwrap();
+    let secure = |name: &str| {
+        let mut c = cfg(dir.path());
+        c.security.keys = Some(dir.path().join("realm").join(format!("{name}.key")));
+        c
+    };
+    let a = Session::open(secure("robot")).unwrap();
+    let b = Session::open(secure("viewer")).unwrap();
+    let plain = Session::open(cfg(dir.path())).unwrap();
+    let _p = a
+        .publisher(
+            Topic::new("/robot/odom")
+                .type_name("nav_msgs/Odometry")
+                .encoding(Encoding::Cdr),
+            Qos::default(),
+        )
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || !b
+        .discovered()
+        .is_empty()));
+    let d = &b.discovered()[0];
+    assert_eq!(d.topic_name(), "/robot/odom");
+    assert_eq!(d.type_name(), "nav_msgs/Odometry");
+    assert!(d.endpoint.info.topic.starts_with('#'));
+    assert_eq!(d.encoding(), Encoding::Cdr);
+    assert_eq!(d.endpoint.protection, ProtectionMode::Encrypt);
+    assert_eq!(d.session_name(), Some("robot"));
+    // The outsider hears the announcement, and learns the topic's id alone.
+    assert!(wait_for(Duration::from_secs(10), || !plain
+        .discovered()
+        .is_empty()));
+    let o = &plain.discovered()[0];
+    assert_eq!(o.topic_name(), d.endpoint.info.topic);
+    assert_eq!(o.type_name(), "");
+    assert_eq!(o.session_name(), None);
+}
