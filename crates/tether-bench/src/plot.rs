@@ -57,8 +57,9 @@ fn bars(
         .flat_map(|(_, b)| b.iter().map(|(_, y)| *y))
         .chain(reference.map(|(_, y)| y))
         .fold(0.0_f64, f64::max)
-        * 1.15;
-    let width = (160 + groups.len() * 90).max(640) as u32;
+        // Room above the bars for the legend, an entry a line.
+        * (1.2 + 0.075 * (series.len() + usize::from(reference.is_some())) as f64);
+    let width = (160 + groups.len() * 115).max(640) as u32;
     let root = SVGBackend::new(out, (width, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let n = groups.len() as f64;
@@ -166,10 +167,16 @@ fn throughput(v: &Value, machine: &str, out: &Path) -> anyhow::Result<()> {
             if let Some(y) = f(r, "secure_received_per_s") {
                 b.push((1, y / 1e6));
             }
-            (
-                format!("{} {} {} B", s(r, "receiver"), s(r, "qos"), r["size"]),
-                b,
-            )
+            let qos = s(r, "qos")
+                .replace("reliable", "rel.")
+                .replace("best_effort", "b.e.")
+                .replace(" batched", "+batch");
+            let receiver = if s(r, "receiver") == "busy-poll" {
+                "poll"
+            } else {
+                "block"
+            };
+            (format!("{} B {qos} {receiver}", r["size"]), b)
         })
         .collect();
     bars(
