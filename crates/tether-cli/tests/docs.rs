@@ -77,7 +77,11 @@ fn readme_opens_with_the_two_setup_commands() {
         .take_while(|l| !l.starts_with("```"))
         .filter(|l| !l.trim().is_empty())
         .collect();
-    assert_eq!(before, ["# tether"], "nothing comes before the two commands");
+    assert_eq!(
+        before,
+        ["# tether"],
+        "nothing comes before the two commands"
+    );
 }
 
 #[test]
@@ -101,6 +105,8 @@ fn every_link_stays_in_the_repository_and_resolves() {
 
 #[test]
 fn the_link_checker_sees_links() {
-    let found = links("a [b](c.md#x) and ![f](g.svg) `[no](skip)` see https://example.org\n```\n[no](x)\n```");
+    let found = links(
+        "a [b](c.md#x) and ![f](g.svg) `[no](skip)` see https://example.org\n```\n[no](x)\n```",
+    );
     assert_eq!(found, ["c.md#x", "g.svg", "https://example.org"]);
 }

@@ -25,8 +25,12 @@ fn serde_values_cross_sessions_intact() {
     };
     let a = Session::open(cfg()).unwrap();
     let b = Session::open(cfg()).unwrap();
-    let sub = b.subscriber("/robot1/pose", Qos::default().keep_all()).unwrap();
-    let poses = a.publisher("/robot1/pose", Qos::default().keep_all()).unwrap();
+    let sub = b
+        .subscriber("/robot1/pose", Qos::default().keep_all())
+        .unwrap();
+    let poses = a
+        .publisher("/robot1/pose", Qos::default().keep_all())
+        .unwrap();
     let end = Instant::now() + Duration::from_secs(10);
     while poses.matched() == 0 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(5));
