@@ -369,7 +369,7 @@ fn debug_logs_show_discovery_matching_and_rekeying() {
     // A refusal shown by the log at warn is not printed again by the command.
     let mut e = tether(&reg);
     e.env("RUST_LOG", "warn")
-        .args(["echo", "/robot/odom", "--count", "1", "--timeout", "2"]);
+        .args(["echo", "/robot/odom", "--count", "1", "--timeout", "3"]);
     let echo = spawn(e);
     std::thread::sleep(Duration::from_millis(300));
     let mut p = tether(&reg);
@@ -380,7 +380,7 @@ fn debug_logs_show_discovery_matching_and_rekeying() {
         "--rate",
         "5",
         "--count",
-        "5",
+        "10",
         "--wait-matched",
         "0",
         "--linger",
@@ -390,7 +390,11 @@ fn debug_logs_show_discovery_matching_and_rekeying() {
     let e = finish(echo, Duration::from_secs(60));
     let err = text(&e.stderr);
     assert_eq!(lines_with(&err, &["this session has no keys"]), 1, "{err}");
-    assert_eq!(lines_with(&err, &["WARN", "this session has no keys"]), 1);
+    assert_eq!(
+        lines_with(&err, &["WARN", "this session has no keys"]),
+        1,
+        "{err}"
+    );
 
     // A filter that does not parse.
     let mut c = tether(&reg);

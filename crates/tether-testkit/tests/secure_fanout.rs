@@ -94,19 +94,32 @@ struct Run {
 }
 
 /// Written from the moment the writer matched: no reader drops a datagram of the writer's
-/// as unverified, or a sample for want of its key; readers drop no more samples as from a
-/// writer they do not read yet, and the writer repairs no more, than in the same fan-out
-/// without security (there they come from the links' jitter reordering datagrams: a sample
-/// by multicast overtaking the writer's ENDPOINT or an earlier sample).
+/// as unverified, or a sample for want of its key; and the writer repairs no more than in
+/// the same fan-out without security.
+///
+/// Readers may drop a few first samples as from a writer they do not read yet, where the
+/// plain fan-out drops none: in a secure realm a reader takes the writer's ENDPOINT only
+/// once it has verified the writer, and the writer sends it then, the moment it matches
+/// that reader, so under the links' 0–5 ms of jitter a sample written in the next 5 ms
+/// (one a millisecond here) can overtake it at the last reader matched; it is repaired.
+/// That race is bounded: at most 6 samples in a run, and on average fewer than one a run
+/// (measured over seeds 1 to 40: 24 in all, in 9 runs; 50 before ENDPOINTs carried
+/// descriptions, whose bytes change the draws, not the race). Over 8 seeds the sum moved
+/// between 0 and 10 by chance, so the bound is taken per run and over 16 seeds.
 #[test]
 fn first_samples_of_a_secure_fanout_need_no_repair() {
     let (mut secure, mut plain) = ((0, 0), (0, 0));
-    for seed in 1..=8u64 {
+    for seed in 1..=16u64 {
         let s = run(seed, 10, 30, true);
         assert_eq!(
             (s.drops.0, s.drops.1),
             (0, 0),
             "seed {seed}: readers' drops after the writer matched them: (unverified, no key)"
+        );
+        assert!(
+            s.drops.2 <= 6,
+            "seed {seed}: {} samples dropped as from an unmatched writer",
+            s.drops.2
         );
         let p = run(seed, 10, 30, false);
         secure.0 += s.drops.2;
@@ -116,7 +129,7 @@ fn first_samples_of_a_secure_fanout_need_no_repair() {
     }
     eprintln!("(unmatched-writer drops, repairs): secure {secure:?}, plain {plain:?}");
     assert!(
-        secure.0 <= plain.0 + 4 && secure.1 <= plain.1 + plain.1 / 4 + 5,
+        secure.0 <= plain.0 + 16 && secure.1 <= plain.1 + plain.1 / 4 + 5,
         "(unmatched-writer drops, repairs): secure {secure:?}, plain {plain:?}"
     );
 }
