@@ -1,22 +1,67 @@
 //! Same-host discovery without multicast: a directory per domain where each session writes
 //! one small file naming its address. Sessions scan it and announce themselves to every
 //! address found. Entries of processes that died (even by SIGKILL) are removed by whoever
-//! scans next.
+//! scans next (and may: in the shared default directory, only their owner or root can).
+//!
+//! The default directory, `/tmp/tether`, is shared by every user of the host, so that
+//! sessions of different users meet as they would across a LAN. It is world-writable with
+//! the sticky bit (mode 1777, as `/tmp`), its entries readable by all (0644): any user can
+//! add entries and remove their own, none can remove another's. What a local user can do
+//! with it is what they could do on the network anyway: list the sessions' ports, and point
+//! sessions at addresses of their choosing (which then receive announcements). Whom a
+//! session trusts is decided by the engine (addresses are challenged, and in a secure realm
+//! peers authenticate), never by this directory. Reading it is bounded: only regular files,
+//! never followed through a link, opened without blocking, at most 64 bytes each, at most
+//! [`MAX_ENTRIES`] entries a scan.
 
 use std::fs;
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// The registry directory used when the configuration names none:
-/// `$XDG_RUNTIME_DIR/tether`, else `/tmp/tether-<uid>`.
+/// The registry directory used when the configuration names none, shared by every user of
+/// the host.
+pub const SHARED_REGISTRY_DIR: &str = "/tmp/tether";
+
+/// Most entries one scan reads: a directory filled by someone else costs a bounded time.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// The registry directory used when the configuration names none: [`SHARED_REGISTRY_DIR`],
+/// the same for every user of the host (same-host discovery works across users).
 pub fn default_registry_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return PathBuf::from(d).join("tether");
+    PathBuf::from(SHARED_REGISTRY_DIR)
+}
+
+/// Creates `dir` (and its parents) if missing and makes sure it is a real directory, not a
+/// link to one elsewhere (its parents may be links: `/var/run`). Created by us: mode 1777 (world-writable, sticky), whatever the
+/// umask, so that other users' sessions can register in it too.
+fn shared_dir(dir: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_dir() => {}
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a directory", dir.display()),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                if !parent.as_os_str().is_empty() {
+                    fs::create_dir_all(parent)?;
+                }
+            }
+            match fs::create_dir(dir) {
+                Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o1777))?,
+                // Another session created it between our look and now.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            return shared_dir(dir);
+        }
+        Err(e) => return Err(e),
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/tmp/tether-{uid}"))
+    Ok(())
 }
 
 /// One session's entry in a domain's registry directory; removed on drop.
@@ -27,7 +72,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers `addr` for `participant` under `root/domain-<domain>/`.
+    /// Registers `addr` for `participant` under `root/domain-<domain>/`, creating the
+    /// directories shared (mode 1777) if they are missing. The entry is readable by all.
     pub fn register(
         root: &Path,
         domain: u16,
@@ -35,12 +81,25 @@ impl Registry {
         addr: SocketAddr,
     ) -> io::Result<Self> {
         let dir = root.join(format!("domain-{domain}"));
-        fs::create_dir_all(&dir)?;
+        shared_dir(root)?;
+        shared_dir(&dir)?;
         let pid = std::process::id();
         let entry = dir.join(format!("{pid}-{participant:016x}.addr"));
         let tmp = dir.join(format!(".{pid}-{participant:016x}.tmp"));
-        fs::write(&tmp, addr.to_string())?;
-        fs::rename(&tmp, &entry)?;
+        // A new file, never one someone else put there (nor a link to one).
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.set_permissions(fs::Permissions::from_mode(0o644))?;
+        let written = f.write_all(addr.to_string().as_bytes());
+        drop(f);
+        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &entry)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         Ok(Registry { dir, entry })
     }
 
@@ -68,40 +127,57 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
         return out;
     };
     let mine = me.map(|m| format!("-{m:016x}.addr"));
-    {
-        for e in rd.flatten() {
-            let path = e.path();
-            if Some(path.as_path()) == skip || path.extension().is_none_or(|x| x != "addr") {
+    for e in rd.flatten().take(MAX_ENTRIES) {
+        let path = e.path();
+        if Some(path.as_path()) == skip || path.extension().is_none_or(|x| x != "addr") {
+            continue;
+        }
+        if let (Some(m), Some(n)) = (&mine, path.file_name().and_then(|n| n.to_str())) {
+            if n.ends_with(m.as_str()) {
                 continue;
             }
-            if let (Some(m), Some(n)) = (&mine, path.file_name().and_then(|n| n.to_str())) {
-                if n.ends_with(m.as_str()) {
-                    continue;
-                }
-            }
-            let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.split('-').next())
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if !process_alive(pid) {
-                let _ = fs::remove_file(&path);
-                continue;
-            }
-            if let Some(a) = fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse::<SocketAddr>().ok())
-            {
-                out.push(a);
-            }
+        }
+        // Only plain files (a FIFO would block the read, a link lead elsewhere).
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !process_alive(pid) {
+            // Fails for another user's entry in a sticky directory: theirs to remove.
+            let _ = fs::remove_file(&path);
+            continue;
+        }
+        if let Some(a) = read_entry(&path) {
+            out.push(a);
         }
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// The address in an entry: a regular file of at most 64 bytes, opened without following a
+/// link and without blocking.
+fn read_entry(path: &Path) -> Option<SocketAddr> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.file_type().is_file() || m.size() > 64 {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(64).read_to_string(&mut s).ok()?;
+    s.trim().parse().ok()
 }
 
 impl Drop for Registry {
@@ -141,5 +217,60 @@ mod tests {
         assert!(!dead.exists());
         drop(b);
         assert!(a.scan().is_empty());
+    }
+
+    /// The directories a session creates are shared (1777) whatever the umask, its entry
+    /// readable by all; what is not a plain small file is skipped without blocking; a link
+    /// in place of the directory is refused.
+    #[test]
+    fn shared_directories_and_hostile_entries() {
+        let root = tempfile::tempdir().unwrap();
+        let base = root.path().join("shared");
+        // SAFETY: umask only changes this process's file creation mask.
+        let old = unsafe { libc::umask(0o077) };
+        let a = Registry::register(&base, 0, 1, "127.0.0.1:1111".parse().unwrap());
+        // SAFETY: as above, restoring the mask.
+        unsafe { libc::umask(old) };
+        let a = a.unwrap();
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&base), 0o1777);
+        assert_eq!(mode(a.dir()), 0o1777);
+        assert_eq!(mode(&a.entry), 0o644);
+        // A FIFO named as a live entry (this process) would block a plain read forever.
+        let pid = std::process::id();
+        let fifo = a.dir().join(format!("{pid}-00000000000000aa.addr"));
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        // Too long to be an address, and a link to an entry elsewhere.
+        fs::write(
+            a.dir().join(format!("{pid}-00000000000000bb.addr")),
+            format!("127.0.0.1:2222{}", " ".repeat(100)),
+        )
+        .unwrap();
+        let elsewhere = root.path().join("x.addr");
+        fs::write(&elsewhere, "127.0.0.1:3333").unwrap();
+        std::os::unix::fs::symlink(
+            &elsewhere,
+            a.dir().join(format!("{pid}-00000000000000cc.addr")),
+        )
+        .unwrap();
+        fs::write(
+            a.dir().join(format!("{pid}-00000000000000dd.addr")),
+            "127.0.0.1:4444\n",
+        )
+        .unwrap();
+        assert_eq!(
+            Registry::scan_dir(&base, 0, 1),
+            vec!["127.0.0.1:4444".parse().unwrap()]
+        );
+        let linked = root.path().join("linked");
+        std::os::unix::fs::symlink(root.path(), &linked).unwrap();
+        assert!(Registry::register(&linked, 0, 2, "127.0.0.1:1".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn the_default_is_shared_by_all_users() {
+        assert_eq!(default_registry_dir(), Path::new("/tmp/tether"));
     }
 }
