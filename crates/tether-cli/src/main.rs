@@ -23,9 +23,23 @@ struct Cli {
     /// Configuration file (TOML); also taken from TETHER_CONFIG.
     #[arg(long, global = true, env = "TETHER_CONFIG")]
     config: Option<PathBuf>,
-    /// Domain id (overrides the config file).
+    /// Domain id (overrides TETHER_DOMAIN and the config file): sessions of other domains
+    /// never meet.
     #[arg(long, global = true)]
     domain: Option<u16>,
+    /// How far discovery reaches: subnet (this host and the LAN, by multicast; the
+    /// default), localhost (this host only), off (only --peer). Overrides TETHER_DISCOVERY
+    /// and the config file's range, registry and multicast.
+    #[arg(long, global = true, value_name = "RANGE", value_parser = parse_range)]
+    discovery: Option<tether::DiscoveryRange>,
+    /// A static peer, HOST:PORT (where the peer listens: give it --listen with a fixed
+    /// port); repeatable. Replaces TETHER_PEERS (comma-separated) and the config's peers.
+    #[arg(long, global = true, value_name = "HOST:PORT", value_parser = Config::parse_peer)]
+    peer: Vec<std::net::SocketAddr>,
+    /// The address to listen on: IP:PORT, a port alone (every interface) or an IP alone
+    /// (default: 0.0.0.0:0, with --discovery localhost 127.0.0.1:0).
+    #[arg(long, global = true, value_name = "ADDR", value_parser = Config::parse_listen)]
+    listen: Option<std::net::SocketAddr>,
     /// Same-host registry directory (overrides the config file).
     #[arg(long, global = true)]
     registry_dir: Option<PathBuf>,
@@ -127,14 +141,30 @@ impl QosArgs {
     }
 }
 
+fn parse_range(s: &str) -> Result<tether::DiscoveryRange, String> {
+    s.parse().map_err(|e: tether::UnknownWord| e.to_string())
+}
+
 impl Cli {
+    /// The config file (or the defaults), then the environment (TETHER_DOMAIN,
+    /// TETHER_DISCOVERY, TETHER_PEERS), then the flags: each overrides what came before.
     fn load_config(&self) -> anyhow::Result<Config> {
         let mut c = match &self.config {
             Some(p) => Config::from_file(p)?,
             None => Config::default(),
         };
+        c.apply_env()?;
         if let Some(d) = self.domain {
             c.domain = d;
+        }
+        if let Some(r) = self.discovery {
+            c.discovery.set_range(r);
+        }
+        if !self.peer.is_empty() {
+            c.discovery.peers = self.peer.clone();
+        }
+        if let Some(l) = self.listen {
+            c.transport.listen = Some(l);
         }
         if let Some(r) = &self.registry_dir {
             c.discovery.registry_dir = Some(r.clone());
