@@ -303,7 +303,9 @@ fn echo_process_survives_garbage() {
                 .find(|e| e.path().extension().is_some_and(|x| x == "addr"))
                 .and_then(|e| std::fs::read_to_string(e.path()).ok())
         });
-        if let Some(a) = found.and_then(|s| s.trim().parse::<std::net::SocketAddr>().ok()) {
+        // "ADDR net=N": the address, then the network namespace.
+        let first = found.and_then(|s| s.split_whitespace().next().map(str::to_string));
+        if let Some(a) = first.and_then(|s| s.parse::<std::net::SocketAddr>().ok()) {
             break a;
         }
         assert!(Instant::now() < end, "echo never registered");

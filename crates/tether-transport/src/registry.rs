@@ -94,7 +94,11 @@ impl Registry {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
         f.set_permissions(fs::Permissions::from_mode(0o644))?;
-        let written = f.write_all(addr.to_string().as_bytes());
+        let line = match netns_id() {
+            Some(ns) => format!("{addr} net={ns}"),
+            None => addr.to_string(),
+        };
+        let written = f.write_all(line.as_bytes());
         drop(f);
         if let Err(e) = written.and_then(|()| fs::rename(&tmp, &entry)) {
             let _ = fs::remove_file(&tmp);
@@ -127,6 +131,7 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
         return out;
     };
     let mine = me.map(|m| format!("-{m:016x}.addr"));
+    let ns = netns_id();
     for e in rd.flatten().take(MAX_ENTRIES) {
         let path = e.path();
         if Some(path.as_path()) == skip || path.extension().is_none_or(|x| x != "addr") {
@@ -154,8 +159,11 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
             let _ = fs::remove_file(&path);
             continue;
         }
-        if let Some(a) = read_entry(&path) {
-            out.push(a);
+        match read_entry(&path) {
+            // A session of another network namespace: its loopback is not ours.
+            Some((_, Some(theirs))) if ns.is_some_and(|n| n != theirs) => {}
+            Some((a, _)) => out.push(a),
+            None => {}
         }
     }
     out.sort();
@@ -163,9 +171,18 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
     out
 }
 
-/// The address in an entry: a regular file of at most 64 bytes, opened without following a
-/// link and without blocking.
-fn read_entry(path: &Path) -> Option<SocketAddr> {
+/// The network namespace this process is in (the inode of `/proc/self/ns/net`), written
+/// in each entry: sessions of other namespaces that share the directory (`ip netns exec`,
+/// containers with a shared `/tmp`) are left out of a scan, since the addresses they
+/// registered are of their own loopback.
+fn netns_id() -> Option<u64> {
+    fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+}
+
+/// The address in an entry and the network namespace it names, if any: a regular file of at
+/// most 64 bytes (`ADDR` or `ADDR net=N`), opened without following a link and without
+/// blocking.
+fn read_entry(path: &Path) -> Option<(SocketAddr, Option<u64>)> {
     let f = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -177,7 +194,13 @@ fn read_entry(path: &Path) -> Option<SocketAddr> {
     }
     let mut s = String::new();
     f.take(64).read_to_string(&mut s).ok()?;
-    s.trim().parse().ok()
+    let mut words = s.split_whitespace();
+    let addr = words.next()?.parse().ok()?;
+    let ns = match words.next() {
+        Some(w) => Some(w.strip_prefix("net=")?.parse().ok()?),
+        None => None,
+    };
+    Some((addr, ns))
 }
 
 impl Drop for Registry {
@@ -260,9 +283,24 @@ mod tests {
             "127.0.0.1:4444\n",
         )
         .unwrap();
+        // One of another network namespace (its loopback is not ours), one of ours.
+        let ns = netns_id().unwrap();
+        fs::write(
+            a.dir().join(format!("{pid}-00000000000000ee.addr")),
+            format!("127.0.0.1:5555 net={}", ns + 1),
+        )
+        .unwrap();
+        fs::write(
+            a.dir().join(format!("{pid}-00000000000000ff.addr")),
+            format!("127.0.0.1:6666 net={ns}"),
+        )
+        .unwrap();
         assert_eq!(
             Registry::scan_dir(&base, 0, 1),
-            vec!["127.0.0.1:4444".parse().unwrap()]
+            vec![
+                "127.0.0.1:4444".parse().unwrap(),
+                "127.0.0.1:6666".parse().unwrap()
+            ]
         );
         let linked = root.path().join("linked");
         std::os::unix::fs::symlink(root.path(), &linked).unwrap();
