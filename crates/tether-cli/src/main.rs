@@ -153,7 +153,14 @@ impl Cli {
             Some(p) => Config::from_file(p)?,
             None => Config::default(),
         };
-        c.apply_env()?;
+        // A variable whose flag is given is not even read: the flag wins.
+        let overridden = |k: &str| match k {
+            "TETHER_DOMAIN" => self.domain.is_some(),
+            "TETHER_DISCOVERY" => self.discovery.is_some(),
+            "TETHER_PEERS" => !self.peer.is_empty(),
+            _ => false,
+        };
+        c.apply_vars(|k| std::env::var(k).ok().filter(|_| !overridden(k)))?;
         if let Some(d) = self.domain {
             c.domain = d;
         }

@@ -632,7 +632,10 @@ impl Config {
         self.apply_vars(|k| std::env::var(k).ok())
     }
 
-    fn apply_vars(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    /// [`Config::apply_env`] with the variables `get` gives (`None`: unset). A program
+    /// whose own flags override some of them gives `None` for those, so that a flag wins
+    /// over a variable, even one that would not parse.
+    pub fn apply_vars(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         let var = |k: &'static str| get(k).filter(|v| !v.trim().is_empty()).map(|v| (k, v));
         let bad = |var: &'static str, value: &str, reason: String| ConfigError::Env {
             var,
