@@ -141,11 +141,43 @@ impl QosArgs {
     }
 }
 
+/// A path made absolute, so that it means the same from another directory (another
+/// terminal's).
+fn absolute(p: &std::path::Path) -> std::ffi::OsString {
+    std::path::absolute(p).map_or_else(|_| p.as_os_str().to_owned(), |a| a.into_os_string())
+}
+
 fn parse_range(s: &str) -> Result<tether::DiscoveryRange, String> {
     s.parse().map_err(|e: tether::UnknownWord| e.to_string())
 }
 
 impl Cli {
+    /// The global flags given, but --listen (an address one process alone may take): what
+    /// runs another `tether` with the same settings (`tether demo`'s processes, and the
+    /// commands it tells the user to watch it with). Paths are made absolute.
+    fn global_args(&self) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = Vec::new();
+        let mut path = |flag: &str, p: &Option<PathBuf>| {
+            if let Some(p) = p {
+                v.extend([flag.into(), absolute(p)]);
+            }
+        };
+        path("--config", &self.config);
+        path("--registry-dir", &self.registry_dir);
+        path("--keys", &self.keys);
+        path("--revocations", &self.revocations);
+        if let Some(d) = self.domain {
+            v.extend(["--domain".into(), d.to_string().into()]);
+        }
+        if let Some(r) = self.discovery {
+            v.extend(["--discovery".into(), r.name().into()]);
+        }
+        for p in &self.peer {
+            v.extend(["--peer".into(), p.to_string().into()]);
+        }
+        v
+    }
+
     /// The config file (or the defaults), then the environment (TETHER_DOMAIN,
     /// TETHER_DISCOVERY, TETHER_PEERS), then the flags: each overrides what came before.
     fn load_config(&self) -> anyhow::Result<Config> {
@@ -213,6 +245,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return keys::run(a);
     }
     let cfg = cli.load_config().context("loading configuration")?;
+    let globals = cli.global_args();
     match cli.cmd {
         Cmd::Pub(a) => topic::publish(cfg, a),
         Cmd::Echo(a) => topic::echo(cfg, a),
@@ -225,7 +258,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bench(a) => tether_bench::run(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::BenchPeer(a) => tether_bench::peer(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::BenchFanout(a) => tether_bench::fanout_peer(cfg, a).map(|()| ExitCode::SUCCESS),
-        Cmd::Demo(a) => demo::run(cfg, a),
+        Cmd::Demo(a) => demo::run(cfg, a, &globals),
         Cmd::Keys(a) => keys::run(a),
     }
 }

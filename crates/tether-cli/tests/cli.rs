@@ -361,8 +361,9 @@ fn echo_process_survives_garbage() {
 
 #[test]
 fn demo_runs_and_reports_rates() {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-    c.args(["demo", "--duration", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = tether(dir.path());
+    c.args(["--domain", "40", "demo", "--duration", "3"]);
     let out = finish(spawn(c), Duration::from_secs(60));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);

@@ -419,6 +419,15 @@ impl DiscoveryConfig {
         self.multicast = None;
     }
 
+    /// The registry directory: `registry_dir`, else the one shared by every user of the
+    /// host ([`tether_transport::default_registry_dir`], `/tmp/tether`). Each domain has a
+    /// directory in it, `domain-N`, whose entries are `PID-PARTICIPANT.addr`.
+    pub fn registry_root(&self) -> PathBuf {
+        self.registry_dir
+            .clone()
+            .unwrap_or_else(tether_transport::default_registry_dir)
+    }
+
     /// Whether the session uses the registry directory: `registry` if given, else unless
     /// the range is `off`.
     pub fn uses_registry(&self) -> bool {

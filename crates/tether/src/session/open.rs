@@ -9,9 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::{Participant, ParticipantId, Priority, Security};
-use tether_transport::{
-    MulticastReceiver, Registry, UdpOptions, UdpTransport, default_registry_dir, interface_ipv4,
-};
+use tether_transport::{MulticastReceiver, Registry, UdpOptions, UdpTransport, interface_ipv4};
 
 use super::revocations::RevocationWatch;
 use super::shared::{Inner, Shared};
@@ -217,7 +215,7 @@ fn register(
     transport: &UdpTransport,
     core: &mut Participant,
 ) -> Result<Registry, OpenError> {
-    let dir = (config.discovery.registry_dir.clone()).unwrap_or_else(default_registry_dir);
+    let dir = config.discovery.registry_root();
     let r = Registry::register(&dir, config.domain, id.0, transport.host_local_addr())
         .map_err(|source| OpenError::Registry { dir, source })?;
     for a in r.scan() {
