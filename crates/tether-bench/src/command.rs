@@ -110,6 +110,15 @@ enum Which {
     /// loss rate beside the lossless figure; with the cargo feature `zenoh`, Zenoh over TCP
     /// measured the same way beside it.
     Lossy(lossy::LossyArgs),
+    /// Draws a bench's `--json` output (latency, throughput, fanout, cipher) as an SVG
+    /// figure, with the papers' figures beside where they have one (docs/benchmarks.md).
+    Plot {
+        /// A file holding what a bench printed with `--json`.
+        input: std::path::PathBuf,
+        /// The SVG to write.
+        #[arg(long, short)]
+        out: std::path::PathBuf,
+    },
     /// One-way latency (ping-pong RTT / 2) for 64 B, 1 KB and 64 KB samples, beside raw UDP
     /// (and in a secure realm beside plain, with `--secure` or `--keys`).
     Latency {
@@ -304,6 +313,7 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
         } => cipher::run(&sizes, millis, json),
         Which::Fanout(a) => fanout::run(cfg, a),
         Which::Lossy(a) => lossy::run(cfg, a),
+        Which::Plot { input, out } => crate::plot::plot(&input, &out),
         Which::Latency {
             samples,
             sizes,

@@ -31,6 +31,7 @@ mod harness;
 mod loopback;
 mod lossy;
 mod paper;
+mod plot;
 
 pub use command::{BenchArgs, PeerArgs, peer, run};
 pub use fanout::{FanoutPeerArgs, peer as fanout_peer};
