@@ -209,13 +209,27 @@ impl Drop for Registry {
     }
 }
 
+/// Whether process `pid` exists and has not ended: a zombie (ended, not yet reaped, as the
+/// orphans of a container whose first process does not reap them may stay for good) has no
+/// session any more.
 fn process_alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
     // SAFETY: kill with signal 0 only checks for existence and permission.
     let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !zombie(pid)
+}
+
+/// Whether `/proc/PID/stat` says the process is a zombie (state `Z`); false if it cannot
+/// be read.
+fn zombie(pid: i32) -> bool {
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so read after the last ')'.
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
 }
 
 #[cfg(test)]
@@ -240,6 +254,28 @@ mod tests {
         assert!(!dead.exists());
         drop(b);
         assert!(a.scan().is_empty());
+    }
+
+    /// A process that has ended but is not reaped yet (a zombie) has no session: its entry
+    /// is removed like a dead process's.
+    #[test]
+    fn entries_of_zombies_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let a = Registry::register(root.path(), 0, 1, "127.0.0.1:1111".parse().unwrap()).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !zombie(pid) {
+            assert!(std::time::Instant::now() < end, "`true` never ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let entry = a.dir().join(format!("{pid}-00000000000000ff.addr"));
+        fs::write(&entry, "127.0.0.1:4444").unwrap();
+        let scanned = a.scan();
+        child.wait().unwrap();
+        assert!(scanned.is_empty(), "{scanned:?}");
+        assert!(!entry.exists());
+        assert!(process_alive(std::process::id() as i32));
     }
 
     /// The directories a session creates are shared (1777) whatever the umask, its entry
