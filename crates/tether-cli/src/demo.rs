@@ -10,11 +10,19 @@
 //! listen on the same address with any port.
 //!
 //! Nothing is left behind, whichever way the demo ends (its time is up, a process of it
-//! fails, an error, SIGINT or SIGTERM): the processes it started are killed and waited
-//! for, and their entries in the registry directory removed.
+//! fails, an error, SIGINT, SIGTERM or SIGHUP): the processes it started are killed and
+//! waited for, and their entries in the registry directory removed. Killed itself
+//! (SIGKILL, where nothing of it runs any more), its processes are ended by the kernel
+//! (`PR_SET_PDEATHSIG`), and the next session that scans the registry removes their
+//! entries.
+//!
+//! Its processes find each other by discovery on this host: a demo whose discovery is off
+//! (`--discovery off`, or a file with neither registry nor multicast) is refused before
+//! anything starts.
 
 use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,10 +89,12 @@ impl Drop for Children {
     }
 }
 
-/// SIGINT and SIGTERM, caught so that the demo ends as it would at the end of its time.
+/// SIGINT, SIGTERM and SIGHUP (its terminal closed), caught so that the demo ends as it
+/// would at the end of its time.
 struct Signals {
     int: Arc<AtomicBool>,
     term: Arc<AtomicBool>,
+    hup: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -92,9 +102,11 @@ impl Signals {
         let s = Signals {
             int: Arc::new(AtomicBool::new(false)),
             term: Arc::new(AtomicBool::new(false)),
+            hup: Arc::new(AtomicBool::new(false)),
         };
         signal_hook::flag::register(signal_hook::consts::SIGINT, s.int.clone())?;
         signal_hook::flag::register(signal_hook::consts::SIGTERM, s.term.clone())?;
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, s.hup.clone())?;
         Ok(s)
     }
 
@@ -104,9 +116,33 @@ impl Signals {
             Some(130)
         } else if self.term.load(Ordering::Relaxed) {
             Some(143)
+        } else if self.hup.load(Ordering::Relaxed) {
+            Some(129)
         } else {
             None
         }
+    }
+}
+
+/// Makes `c`'s process receive SIGTERM when this one ends, however it ends (SIGKILL
+/// included, which no handler sees), so that no demo process outlives the demo.
+fn end_with_parent(c: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec; it calls only prctl and
+    // getppid, which are async-signal-safe, and allocates nothing (the other threads of
+    // this process may have held the allocator's lock at the fork).
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The demo may have ended between the fork and the prctl: then nothing would
+            // send the signal.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
     }
 }
 
@@ -133,6 +169,14 @@ fn child_listen(cfg: &Config) -> Option<SocketAddr> {
 }
 
 pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Result<ExitCode> {
+    if !cfg.discovery.uses_registry() && !cfg.discovery.uses_multicast() {
+        anyhow::bail!(
+            "tether demo needs discovery on this host, and it is off (range \"{}\", or \
+             registry and multicast both false): its processes could not find each other; \
+             run it with --discovery localhost (this host only) or --discovery subnet",
+            cfg.discovery.range
+        );
+    }
     let signals = Signals::catch()?;
     let mut globals = globals.to_vec();
     if cfg.domain != 0 && !globals.iter().any(|g| g == "--domain") {
@@ -203,6 +247,7 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
         if let Some(l) = listen {
             c.arg("--listen").arg(l.to_string());
         }
+        end_with_parent(&mut c);
         let child = c
             .args(args)
             .stdin(Stdio::null())
