@@ -178,9 +178,10 @@ fn lan_discovery_by_multicast() {
 }
 
 /// Two robots that configured nothing find each other by the default multicast discovery on
-/// the subnet and exchange samples; a session that only set `TETHER_DOMAIN=3` on the same
-/// LAN receives nothing. (Before: each listened on 127.0.0.1 and looked only in the
-/// same-host registry, and the echo timed out with nothing.)
+/// the subnet and exchange samples; sessions on the same LAN that only set
+/// `TETHER_DOMAIN=3`, or kept to their host with `--discovery localhost` or
+/// `TETHER_DISCOVERY=localhost`, receive nothing. (Before: each listened on 127.0.0.1 and
+/// looked only in the same-host registry, and the echo timed out with nothing.)
 #[test]
 fn lan_discovery_with_no_config() {
     let lan = match lan("z") {
@@ -198,6 +199,25 @@ fn lan_discovery_with_no_config() {
     let other = lan.bare(
         lan.a(),
         &[("TETHER_DOMAIN", "3")],
+        &["echo", "/robot", "--count", "1", "--timeout", "8"],
+    );
+    let local_flag = lan.bare(
+        lan.a(),
+        &[],
+        &[
+            "--discovery",
+            "localhost",
+            "echo",
+            "/robot",
+            "--count",
+            "1",
+            "--timeout",
+            "8",
+        ],
+    );
+    let local_env = lan.bare(
+        lan.a(),
+        &[("TETHER_DISCOVERY", "localhost")],
         &["echo", "/robot", "--count", "1", "--timeout", "8"],
     );
     let publisher = lan.bare(
@@ -225,13 +245,19 @@ fn lan_discovery_with_no_config() {
     );
     let pout = finish(publisher, Duration::from_secs(40));
     assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
-    let oout = finish(other, Duration::from_secs(40));
-    assert_eq!(
-        oout.status.code(),
-        Some(1),
-        "TETHER_DOMAIN=3 must receive nothing from domain 0: {}",
-        text(&oout.stdout)
-    );
+    for (who, c) in [
+        ("TETHER_DOMAIN=3", other),
+        ("--discovery localhost", local_flag),
+        ("TETHER_DISCOVERY=localhost", local_env),
+    ] {
+        let out = finish(c, Duration::from_secs(40));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{who} must receive nothing from the other robot: {}",
+            text(&out.stdout)
+        );
+    }
 }
 
 /// Where multicast does not cross (dropped both ways on both hosts, counted), static peers
