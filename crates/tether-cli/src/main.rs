@@ -34,9 +34,23 @@ struct Cli {
     /// Configuration file (TOML); also taken from TETHER_CONFIG.
     #[arg(long, global = true, env = "TETHER_CONFIG")]
     config: Option<PathBuf>,
-    /// Domain id (overrides the config file).
+    /// Domain id (overrides TETHER_DOMAIN and the config file): sessions of other domains
+    /// never meet.
     #[arg(long, global = true)]
     domain: Option<u16>,
+    /// How far discovery reaches: subnet (this host and the LAN, by multicast; the
+    /// default), localhost (this host only), off (only --peer). Overrides TETHER_DISCOVERY
+    /// and the config file's range, registry and multicast.
+    #[arg(long, global = true, value_name = "RANGE", value_parser = parse_range)]
+    discovery: Option<tether::DiscoveryRange>,
+    /// A static peer, HOST:PORT (where the peer listens: give it --listen with a fixed
+    /// port); repeatable. Replaces TETHER_PEERS (comma-separated) and the config's peers.
+    #[arg(long, global = true, value_name = "HOST:PORT", value_parser = Config::parse_peer)]
+    peer: Vec<std::net::SocketAddr>,
+    /// The address to listen on: IP:PORT, a port alone (every interface) or an IP alone
+    /// (default: 0.0.0.0:0, with --discovery localhost 127.0.0.1:0).
+    #[arg(long, global = true, value_name = "ADDR", value_parser = Config::parse_listen)]
+    listen: Option<std::net::SocketAddr>,
     /// Same-host registry directory (overrides the config file).
     #[arg(long, global = true)]
     registry_dir: Option<PathBuf>,
@@ -156,14 +170,69 @@ impl QosArgs {
     }
 }
 
+/// A path made absolute, so that it means the same from another directory (another
+/// terminal's).
+fn absolute(p: &std::path::Path) -> std::ffi::OsString {
+    std::path::absolute(p).map_or_else(|_| p.as_os_str().to_owned(), |a| a.into_os_string())
+}
+
+fn parse_range(s: &str) -> Result<tether::DiscoveryRange, String> {
+    s.parse().map_err(|e: tether::UnknownWord| e.to_string())
+}
+
 impl Cli {
+    /// The global flags given, but --listen (an address one process alone may take): what
+    /// runs another `tether` with the same settings (`tether demo`'s processes, and the
+    /// commands it tells the user to watch it with). Paths are made absolute.
+    fn global_args(&self) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = Vec::new();
+        let mut path = |flag: &str, p: &Option<PathBuf>| {
+            if let Some(p) = p {
+                v.extend([flag.into(), absolute(p)]);
+            }
+        };
+        path("--config", &self.config);
+        path("--registry-dir", &self.registry_dir);
+        path("--keys", &self.keys);
+        path("--revocations", &self.revocations);
+        if let Some(d) = self.domain {
+            v.extend(["--domain".into(), d.to_string().into()]);
+        }
+        if let Some(r) = self.discovery {
+            v.extend(["--discovery".into(), r.name().into()]);
+        }
+        for p in &self.peer {
+            v.extend(["--peer".into(), p.to_string().into()]);
+        }
+        v
+    }
+
+    /// The config file (or the defaults), then the environment (TETHER_DOMAIN,
+    /// TETHER_DISCOVERY, TETHER_PEERS), then the flags: each overrides what came before.
     fn load_config(&self) -> anyhow::Result<Config> {
         let mut c = match &self.config {
             Some(p) => Config::from_file(p)?,
             None => Config::default(),
         };
+        // A variable whose flag is given is not even read: the flag wins.
+        let overridden = |k: &str| match k {
+            "TETHER_DOMAIN" => self.domain.is_some(),
+            "TETHER_DISCOVERY" => self.discovery.is_some(),
+            "TETHER_PEERS" => !self.peer.is_empty(),
+            _ => false,
+        };
+        c.apply_vars(|k| std::env::var(k).ok().filter(|_| !overridden(k)))?;
         if let Some(d) = self.domain {
             c.domain = d;
+        }
+        if let Some(r) = self.discovery {
+            c.discovery.set_range(r);
+        }
+        if !self.peer.is_empty() {
+            c.discovery.peers = self.peer.clone();
+        }
+        if let Some(l) = self.listen {
+            c.transport.listen = Some(l);
         }
         if let Some(r) = &self.registry_dir {
             c.discovery.registry_dir = Some(r.clone());
@@ -202,6 +271,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return keys::run(a);
     }
     let cfg = cli.load_config().context("loading configuration")?;
+    let globals = cli.global_args();
     match cli.cmd {
         Cmd::Pub(a) => topic::publish(cfg, a),
         Cmd::Echo(a) => topic::echo(cfg, a),
@@ -214,7 +284,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bench(a) => tether_bench::run(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::BenchPeer(a) => tether_bench::peer(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::BenchFanout(a) => tether_bench::fanout_peer(cfg, a).map(|()| ExitCode::SUCCESS),
-        Cmd::Demo(a) => demo::run(cfg, a),
+        Cmd::Demo(a) => demo::run(cfg, a, &globals),
         Cmd::Keys(a) => keys::run(a),
     }
 }

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 fn tether(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    // This host only, in the test's own registry directory: tests never meet.
     c.arg("--registry-dir").arg(dir);
+    c.args(["--discovery", "localhost"]);
+    c.env_remove("TETHER_DOMAIN").env_remove("TETHER_PEERS");
     c.env_remove("TETHER_CONFIG");
     c
 }
@@ -311,7 +314,9 @@ fn echo_process_survives_garbage() {
                 .find(|e| e.path().extension().is_some_and(|x| x == "addr"))
                 .and_then(|e| std::fs::read_to_string(e.path()).ok())
         });
-        if let Some(a) = found.and_then(|s| s.trim().parse::<std::net::SocketAddr>().ok()) {
+        // "ADDR net=N": the address, then the network namespace.
+        let first = found.and_then(|s| s.split_whitespace().next().map(str::to_string));
+        if let Some(a) = first.and_then(|s| s.parse::<std::net::SocketAddr>().ok()) {
             break a;
         }
         assert!(Instant::now() < end, "echo never registered");
@@ -370,8 +375,9 @@ fn echo_process_survives_garbage() {
 
 #[test]
 fn demo_runs_and_reports_rates() {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-    c.args(["demo", "--duration", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = tether(dir.path());
+    c.args(["--domain", "40", "demo", "--duration", "3"]);
     let out = finish(spawn(c), Duration::from_secs(60));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);

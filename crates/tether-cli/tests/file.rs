@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 fn tether(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    // This host only, in the test's own registry directory: tests never meet.
     c.arg("--registry-dir").arg(dir.join("reg"));
+    c.args(["--discovery", "localhost"]);
+    c.env_remove("TETHER_DOMAIN").env_remove("TETHER_PEERS");
     c.env_remove("TETHER_CONFIG");
     c
 }
@@ -201,6 +204,7 @@ fn recv_refuses_bad_hash_and_unsafe_names() {
         r.args(["recv", "/t"]).arg(&out).args(["--timeout", "2"]);
         let recv = spawn(r);
         let mut cfg = tether::Config::default();
+        cfg.discovery.range = tether::DiscoveryRange::Localhost;
         cfg.discovery.registry_dir = Some(dir.path().join("reg"));
         let s = tether::Session::open(cfg).unwrap();
         let p = s
@@ -541,6 +545,7 @@ fn a_reader_that_sends_no_receipt_fails_send() {
     let src = dir.path().join("x");
     std::fs::write(&src, b"data").unwrap();
     let mut cfg = tether::Config::default();
+    cfg.discovery.range = tether::DiscoveryRange::Localhost;
     cfg.discovery.registry_dir = Some(dir.path().join("reg"));
     cfg.name = "watcher".into();
     let session = tether::Session::open(cfg).unwrap();
@@ -579,6 +584,7 @@ fn receipts_are_checked() {
         std::fs::write(&src, &data).unwrap();
         let open = |name: &str| {
             let mut cfg = tether::Config::default();
+            cfg.discovery.range = tether::DiscoveryRange::Localhost;
             cfg.discovery.registry_dir = Some(dir.path().join("reg"));
             cfg.name = name.into();
             tether::Session::open(cfg).unwrap()

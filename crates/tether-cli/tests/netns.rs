@@ -1,6 +1,8 @@
 //! Two hosts on a LAN: network namespaces joined by a veth pair, which this test creates
-//! (and deletes). Discovery is by UDP multicast on the veth interface only (the registry is
-//! off), data crosses the veth by unicast, and for the reliability tests an nftables rule
+//! (and deletes). Two tests run `tether` as a new user would, with no configuration at all
+//! (the defaults: multicast discovery on the subnet), and with `--discovery off --peer`
+//! where multicast does not cross. The others configure discovery by multicast on the veth
+//! interface only (the registry is off); data crosses the veth by unicast, and for the reliability tests an nftables rule
 //! at the receiver's ingress drops frames (each IP fragment on its own, as Wi-Fi loses
 //! them), and one test also duplicates and reorders them (the reordering through NFQUEUE and
 //! `iptables`). Each host knows the other's MAC address from the start: lost ARP exchanges
@@ -79,6 +81,27 @@ impl Lan {
         self.dir.path().join(format!("{dev}.toml"))
     }
 
+    /// `tether ARGS…` on `host` as a user who configured nothing: no `--config`, no
+    /// `TETHER_*` variable (those the caller gives in `env` aside).
+    fn bare(&self, host: &Host, env: &[(&str, &str)], args: &[&str]) -> Child {
+        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
+        for v in [
+            "TETHER_CONFIG",
+            "TETHER_DOMAIN",
+            "TETHER_DISCOVERY",
+            "TETHER_PEERS",
+            "TETHER_KEYS",
+        ] {
+            c.env_remove(v);
+        }
+        c.envs(env.iter().copied())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tether in namespace")
+    }
+
     fn tether(&self, host: &Host, cfg: &Path, args: &[&str]) -> Child {
         host.command(env!("CARGO_BIN_EXE_tether"))
             .arg("--config")
@@ -152,6 +175,178 @@ fn lan_discovery_by_multicast() {
         Some(1),
         "another domain must receive nothing"
     );
+}
+
+/// Two robots that configured nothing find each other by the default multicast discovery on
+/// the subnet and exchange samples; sessions on the same LAN that only set
+/// `TETHER_DOMAIN=3`, or kept to their host with `--discovery localhost` or
+/// `TETHER_DISCOVERY=localhost`, receive nothing. (Before: each listened on 127.0.0.1 and
+/// looked only in the same-host registry, and the echo timed out with nothing.)
+#[test]
+fn lan_discovery_with_no_config() {
+    let lan = match lan("z") {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipping lan_discovery_with_no_config: {why}");
+            return;
+        }
+    };
+    let echo = lan.bare(
+        lan.a(),
+        &[],
+        &["echo", "/robot", "--count", "3", "--timeout", "30"],
+    );
+    let other = lan.bare(
+        lan.a(),
+        &[("TETHER_DOMAIN", "3")],
+        &["echo", "/robot", "--count", "1", "--timeout", "8"],
+    );
+    let local_flag = lan.bare(
+        lan.a(),
+        &[],
+        &[
+            "--discovery",
+            "localhost",
+            "echo",
+            "/robot",
+            "--count",
+            "1",
+            "--timeout",
+            "8",
+        ],
+    );
+    let local_env = lan.bare(
+        lan.a(),
+        &[("TETHER_DISCOVERY", "localhost")],
+        &["echo", "/robot", "--count", "1", "--timeout", "8"],
+    );
+    let publisher = lan.bare(
+        lan.b(),
+        &[],
+        &[
+            "pub",
+            "/robot",
+            "no config",
+            "--count",
+            "3",
+            "--rate",
+            "10",
+            "--wait-matched",
+            "1",
+            "--linger",
+            "20",
+        ],
+    );
+    let out = finish(echo, Duration::from_secs(40));
+    assert!(out.status.success(), "echo: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        vec!["no config"; 3]
+    );
+    let pout = finish(publisher, Duration::from_secs(40));
+    assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
+    for (who, c) in [
+        ("TETHER_DOMAIN=3", other),
+        ("--discovery localhost", local_flag),
+        ("TETHER_DISCOVERY=localhost", local_env),
+    ] {
+        let out = finish(c, Duration::from_secs(40));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{who} must receive nothing from the other robot: {}",
+            text(&out.stdout)
+        );
+    }
+}
+
+/// Where multicast does not cross (dropped both ways on both hosts, counted), static peers
+/// still work: `--discovery off` with `--listen` on one robot and `--peer` on the other,
+/// and with `TETHER_PEERS` in place of the flag. A robot with the defaults sends its
+/// multicast announcements into the block and finds nobody.
+#[test]
+fn lan_static_peer_where_multicast_is_blocked() {
+    let lan = match lan("s") {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipping lan_static_peer_where_multicast_is_blocked: {why}");
+            return;
+        }
+    };
+    if !netns::have_nft() {
+        eprintln!("skipping lan_static_peer_where_multicast_is_blocked: nft is not installed");
+        return;
+    }
+    for h in [lan.a(), lan.b()] {
+        h.block_multicast().expect("blocking multicast");
+    }
+    let peer = format!("{}:7411", lan.b().addr());
+    let publisher = lan.bare(
+        lan.b(),
+        &[],
+        &[
+            "--discovery",
+            "off",
+            "--listen",
+            "0.0.0.0:7411",
+            "pub",
+            "/static",
+            "by peer",
+            "--count",
+            "3",
+            "--rate",
+            "10",
+            "--wait-matched",
+            "2",
+            "--linger",
+            "30",
+        ],
+    );
+    let by_flag = lan.bare(
+        lan.a(),
+        &[],
+        &[
+            "--discovery",
+            "off",
+            "--peer",
+            &peer,
+            "echo",
+            "/static",
+            "--count",
+            "3",
+            "--timeout",
+            "30",
+        ],
+    );
+    let by_env = lan.bare(
+        lan.a(),
+        &[("TETHER_DISCOVERY", "off"), ("TETHER_PEERS", &peer)],
+        &["echo", "/static", "--count", "3", "--timeout", "30"],
+    );
+    let default = lan.bare(
+        lan.a(),
+        &[],
+        &["echo", "/static", "--count", "1", "--timeout", "6"],
+    );
+    for (who, e) in [("--peer", by_flag), ("TETHER_PEERS", by_env)] {
+        let out = finish(e, Duration::from_secs(40));
+        assert!(out.status.success(), "echo {who}: {}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout).lines().collect::<Vec<_>>(),
+            vec!["by peer"; 3],
+            "echo {who}"
+        );
+    }
+    let pout = finish(publisher, Duration::from_secs(40));
+    assert!(pout.status.success(), "pub: {}", text(&pout.stderr));
+    let dout = finish(default, Duration::from_secs(40));
+    assert_eq!(dout.status.code(), Some(1), "{}", text(&dout.stdout));
+    let dropped = lan.a().multicast_dropped().expect("reading the counter");
+    assert!(
+        dropped > 0,
+        "no multicast was dropped: the block proves nothing"
+    );
+    eprintln!("{dropped} multicast packets dropped at a; static peers delivered");
 }
 
 /// Checks that the loss rule on `host` really dropped frames.

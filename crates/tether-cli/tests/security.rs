@@ -10,7 +10,10 @@ use std::time::Duration;
 
 fn tether(reg: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    // This host only, in the test's own registry directory: tests never meet.
     c.arg("--registry-dir").arg(reg);
+    c.args(["--discovery", "localhost"]);
+    c.env_remove("TETHER_DOMAIN").env_remove("TETHER_PEERS");
     c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
     c
 }

@@ -436,6 +436,25 @@ impl Host {
         run(self.ns.command("tc").args(args), None, COMMAND_TIMEOUT).map(drop)
     }
 
+    /// Drops every multicast packet (224.0.0.0/4) this host sends or receives, counted:
+    /// table `inet nomcast`, read back with [`Host::multicast_dropped`]. What a network
+    /// whose switches do not forward multicast (or a firewall) does to discovery.
+    pub fn block_multicast(&self) -> Result<(), NetnsError> {
+        self.ns.nft(
+            "table inet nomcast {\n  chain out {\n    type filter hook output priority 0;\n    ip daddr 224.0.0.0/4 counter drop\n  }\n  chain in {\n    type filter hook input priority 0;\n    ip daddr 224.0.0.0/4 counter drop\n  }\n}\n",
+        )
+    }
+
+    /// Multicast packets [`Host::block_multicast`] has dropped so far, both ways.
+    pub fn multicast_dropped(&self) -> Result<u64, NetnsError> {
+        let listing = self.ns.nft_list("nomcast")?;
+        Ok(listing
+            .split("counter packets ")
+            .skip(1)
+            .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+            .sum())
+    }
+
     /// Frames [`Host::drop_incoming`] has dropped so far.
     pub fn dropped_incoming(&self) -> Result<u64, NetnsError> {
         let listing = self.ns.nft_list_family("netdev", "ingress_loss")?;

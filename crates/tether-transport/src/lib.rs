@@ -25,7 +25,7 @@ pub mod path;
 mod registry;
 use batch::Batcher;
 pub use batch::{BatchIo, IoStats, Outgoing, SendReport};
-pub use registry::{Registry, default_registry_dir};
+pub use registry::{MAX_ENTRIES, Registry, SHARED_REGISTRY_DIR, default_registry_dir};
 
 /// Something that carries datagrams to addresses.
 pub trait Transport: Send + Sync {

@@ -13,7 +13,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1024);
     let mut c = Config::default();
-    c.discovery.registry = false;
+    c.discovery.range = tether::DiscoveryRange::Off;
     let s = Session::open(c).unwrap();
     let mut q = Qos::default().best_effort();
     if std::env::var_os("BATCH").is_some() {

@@ -5,13 +5,19 @@
 //! name = "robot1"            # shown by `tether info`; announced in clear (default: none)
 //!
 //! [discovery]
-//! registry = true            # same-host discovery through a directory (no multicast needed)
-//! registry_dir = "/tmp/x"    # default: $XDG_RUNTIME_DIR/tether or /tmp/tether-<uid>
-//! multicast = false          # LAN discovery by UDP multicast
+//! range = "subnet"           # how far automatic discovery reaches: "subnet" (default: this
+//!                            # host by the registry, the LAN by multicast), "localhost"
+//!                            # (this host only, listening on 127.0.0.1), "off" (static
+//!                            # peers only). Env TETHER_DISCOVERY, flag --discovery
+//! registry = true            # same-host discovery through a directory (default: on
+//!                            # unless range is "off")
+//! registry_dir = "/tmp/x"    # default: /tmp/tether, shared by all users of the host
+//! multicast = true           # LAN discovery by UDP multicast (default: on with "subnet")
 //! multicast_group = "239.255.0.1"
 //! multicast_port = 7400      # the domain id is added
 //! interface = "0.0.0.0"      # interface name (eth0) or IPv4 address for multicast
-//! peers = ["192.0.2.10:7411"] # static unicast peers
+//! peers = ["192.0.2.10:7411"] # static unicast peers (their transport.listen), in any
+//!                            # range. Env TETHER_PEERS (comma-separated), flag --peer
 //! announce_period_ms = 1000
 //! lease_ms = 10000
 //! max_endpoints_per_participant = 1024  # more endpoints of one peer are refused
@@ -24,7 +30,8 @@
 //!                            # most 4 per address (MAX_IDS_PER_ADDRESS), a 5th refused
 //!
 //! [transport]
-//! listen = "127.0.0.1:0"     # default: 127.0.0.1:0, or 0.0.0.0:0 with multicast or peers
+//! listen = "0.0.0.0:7411"    # default: 0.0.0.0:0 (any port, every interface); with range
+//!                            # "localhost" 127.0.0.1:0 unless peers or multicast need more
 //! max_datagram = 65000      # largest datagram: to peers on this host, and what probes
 //!                            # may raise a path to
 //! path_mtu = 1500            # MTU assumed of links to other hosts: datagrams to them start
@@ -77,8 +84,14 @@
 //! bytes_per_token = 8192
 //! max_tokens = 10            # the largest burst; default tokens_per_period
 //! ```
+//!
+//! [`Config::from_env`] then applies the environment, which overrides the file (and the
+//! `tether` command's flags override both): `TETHER_DOMAIN` (the domain id),
+//! `TETHER_DISCOVERY` (`subnet`, `localhost` or `off`: the range, replacing the file's
+//! `range`, `registry` and `multicast`) and `TETHER_PEERS` (comma-separated `host:port`
+//! static peers, replacing the file's `peers`). Empty variables are ignored.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -130,6 +143,17 @@ pub enum ConfigError {
         "invalid config: security is on (security.mode) but security.keys is not set (a bundle from `tether keys issue`)"
     )]
     MissingKeys,
+    /// An environment variable (`TETHER_DOMAIN`, `TETHER_DISCOVERY`, `TETHER_PEERS`) has
+    /// a value that cannot be used.
+    #[error("invalid environment variable {var}={value:?}: {reason}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A value is well-typed but unusable for another reason.
     #[error("invalid config: {field}: {reason}")]
     Invalid {
@@ -257,16 +281,83 @@ impl FlowControllerConfig {
     }
 }
 
+/// `discovery.range`: how far automatic discovery reaches, as ROS 2's
+/// `ROS_AUTOMATIC_DISCOVERY_RANGE`. Static peers (`discovery.peers`) are used in every
+/// range. In TOML, `TETHER_DISCOVERY` and `--discovery`: `"subnet"`, `"localhost"` or
+/// `"off"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub enum DiscoveryRange {
+    /// `"subnet"` (default): sessions of this host through the registry directory, other
+    /// hosts of the LAN by multicast on `discovery.interface`; the session listens on
+    /// every interface (`0.0.0.0:0`), so that hosts that discover it can reach it.
+    #[default]
+    Subnet,
+    /// `"localhost"`: this host only, through the registry directory; the session listens
+    /// on `127.0.0.1` (unless static peers or `transport.multicast_data` need more).
+    Localhost,
+    /// `"off"`: no automatic discovery; only static peers (and those that have this
+    /// session as theirs). Listens on every interface.
+    Off,
+}
+
+impl DiscoveryRange {
+    /// Every range, in the order the error message lists them.
+    pub const ALL: [DiscoveryRange; 3] = [
+        DiscoveryRange::Subnet,
+        DiscoveryRange::Localhost,
+        DiscoveryRange::Off,
+    ];
+
+    /// Its word in TOML, `TETHER_DISCOVERY` and `--discovery`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiscoveryRange::Subnet => "subnet",
+            DiscoveryRange::Localhost => "localhost",
+            DiscoveryRange::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for DiscoveryRange {
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        let w = s.trim().to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .find(|r| r.name() == w)
+            .ok_or_else(|| UnknownWord::new("discovery range", s, "subnet, localhost or off"))
+    }
+}
+
+impl TryFrom<String> for DiscoveryRange {
+    type Error = UnknownWord;
+    fn try_from(s: String) -> Result<Self, UnknownWord> {
+        s.parse()
+    }
+}
+
+impl std::fmt::Display for DiscoveryRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// `[discovery]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoveryConfig {
-    /// Same-host discovery through the registry directory.
-    pub registry: bool,
+    /// How far automatic discovery reaches (default [`DiscoveryRange::Subnet`]); it decides
+    /// `registry` and `multicast` where they are not given.
+    pub range: DiscoveryRange,
+    /// Same-host discovery through the registry directory (`None`: as the range says, on
+    /// unless it is `off`). See [`DiscoveryConfig::uses_registry`].
+    pub registry: Option<bool>,
     /// The registry directory (default: see [`tether_transport::default_registry_dir`]).
     pub registry_dir: Option<PathBuf>,
-    /// LAN discovery by multicast.
-    pub multicast: bool,
+    /// LAN discovery by multicast (`None`: as the range says, on with `subnet`). See
+    /// [`DiscoveryConfig::uses_multicast`].
+    pub multicast: Option<bool>,
     /// Multicast group.
     pub multicast_group: Ipv4Addr,
     /// Multicast base port; the domain id is added.
@@ -300,9 +391,10 @@ pub struct DiscoveryConfig {
 impl Default for DiscoveryConfig {
     fn default() -> Self {
         DiscoveryConfig {
-            registry: true,
+            range: DiscoveryRange::Subnet,
+            registry: None,
             registry_dir: None,
-            multicast: false,
+            multicast: None,
             multicast_group: Ipv4Addr::new(239, 255, 0, 1),
             multicast_port: 7400,
             interface: "0.0.0.0".into(),
@@ -315,6 +407,38 @@ impl Default for DiscoveryConfig {
             max_peer_metadata_bytes: tether_core::DEFAULT_MAX_PEER_METADATA_BYTES,
             max_pending_participants: 64,
         }
+    }
+}
+
+impl DiscoveryConfig {
+    /// Sets the range and forgets `registry` and `multicast` given for the earlier one: what
+    /// `TETHER_DISCOVERY` and `--discovery` do to a file's settings.
+    pub fn set_range(&mut self, range: DiscoveryRange) {
+        self.range = range;
+        self.registry = None;
+        self.multicast = None;
+    }
+
+    /// The registry directory: `registry_dir`, else the one shared by every user of the
+    /// host ([`tether_transport::default_registry_dir`], `/tmp/tether`). Each domain has a
+    /// directory in it, `domain-N`, whose entries are `PID-PARTICIPANT.addr`.
+    pub fn registry_root(&self) -> PathBuf {
+        self.registry_dir
+            .clone()
+            .unwrap_or_else(tether_transport::default_registry_dir)
+    }
+
+    /// Whether the session uses the registry directory: `registry` if given, else unless
+    /// the range is `off`.
+    pub fn uses_registry(&self) -> bool {
+        self.registry.unwrap_or(self.range != DiscoveryRange::Off)
+    }
+
+    /// Whether the session discovers and announces by multicast: `multicast` if given,
+    /// else with range `subnet`.
+    pub fn uses_multicast(&self) -> bool {
+        self.multicast
+            .unwrap_or(self.range == DiscoveryRange::Subnet)
     }
 }
 
@@ -517,12 +641,100 @@ impl Config {
         resolve(&mut self.discovery.registry_dir);
     }
 
-    /// The file named by `TETHER_CONFIG`, or the defaults if it is unset.
+    /// The file named by `TETHER_CONFIG` (or the defaults if it is unset), then the
+    /// environment's overrides ([`Config::apply_env`]).
     pub fn from_env() -> Result<Self, ConfigError> {
-        match std::env::var_os("TETHER_CONFIG") {
-            Some(p) if !p.is_empty() => Self::from_file(p),
-            _ => Ok(Self::default()),
+        let mut c = match std::env::var_os("TETHER_CONFIG") {
+            Some(p) if !p.is_empty() => Self::from_file(p)?,
+            _ => Self::default(),
+        };
+        c.apply_env()?;
+        Ok(c)
+    }
+
+    /// Applies `TETHER_DOMAIN`, `TETHER_DISCOVERY` and `TETHER_PEERS` (each replaces what
+    /// it names; an empty or unset variable changes nothing).
+    pub fn apply_env(&mut self) -> Result<(), ConfigError> {
+        self.apply_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`Config::apply_env`] with the variables `get` gives (`None`: unset). A program
+    /// whose own flags override some of them gives `None` for those, so that a flag wins
+    /// over a variable, even one that would not parse.
+    pub fn apply_vars(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let var = |k: &'static str| get(k).filter(|v| !v.trim().is_empty()).map(|v| (k, v));
+        let bad = |var: &'static str, value: &str, reason: String| ConfigError::Env {
+            var,
+            value: value.to_string(),
+            reason,
+        };
+        if let Some((k, v)) = var("TETHER_DOMAIN") {
+            self.domain = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(k, &v, "a domain id is a number from 0 to 65535".into()))?;
         }
+        if let Some((k, v)) = var("TETHER_DISCOVERY") {
+            let r = v
+                .parse()
+                .map_err(|e: UnknownWord| bad(k, &v, e.to_string()))?;
+            self.discovery.set_range(r);
+        }
+        if let Some((k, v)) = var("TETHER_PEERS") {
+            self.discovery.peers = v
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(Self::parse_peer)
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(k, &v, e))?;
+        }
+        Ok(())
+    }
+
+    /// A static peer as `--peer` and `TETHER_PEERS` take it: `IP:PORT`, `[IPv6]:PORT` or
+    /// `HOST:PORT` (resolved now; IPv4 preferred). The port is the peer's
+    /// `transport.listen` port: give it a fixed one there (`--listen 0.0.0.0:7411`).
+    pub fn parse_peer(s: &str) -> Result<SocketAddr, String> {
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(a);
+        }
+        if !s
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            return Err(format!(
+                "peer '{s}' is not HOST:PORT (the port the peer listens on, e.g. 192.0.2.10:7411)"
+            ));
+        }
+        let addrs: Vec<SocketAddr> = s
+            .to_socket_addrs()
+            .map_err(|e| format!("peer '{s}': cannot resolve: {e}"))?
+            .collect();
+        addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or(addrs.first())
+            .copied()
+            .ok_or_else(|| format!("peer '{s}': the name resolves to no address"))
+    }
+
+    /// An address to listen on as `--listen` takes it: `IP:PORT`, a port alone (every
+    /// interface: `7411` is `0.0.0.0:7411`) or an address alone (any port).
+    pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+        let s = s.trim();
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(a);
+        }
+        if let Ok(p) = s.parse::<u16>() {
+            return Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)));
+        }
+        if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+            return Ok(SocketAddr::new(ip, 0));
+        }
+        Err(format!(
+            "'{s}' is not an address to listen on (IP:PORT, a port, or an IP; e.g. 0.0.0.0:7411)"
+        ))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -621,6 +833,22 @@ impl Config {
                 ),
             ));
         }
+        if d.range != DiscoveryRange::Subnet && d.multicast == Some(true) {
+            return Err(ConfigError::invalid(
+                "discovery.multicast",
+                format!(
+                    "true contradicts range = \"{}\" (multicast reaches the LAN: use range = \"subnet\")",
+                    d.range
+                ),
+            ));
+        }
+        if d.range == DiscoveryRange::Off && d.registry == Some(true) {
+            return Err(ConfigError::invalid(
+                "discovery.registry",
+                "true contradicts range = \"off\" (use range = \"localhost\" for the registry alone)"
+                    .to_string(),
+            ));
+        }
         if !d.multicast_group.is_multicast() {
             return Err(ConfigError::invalid(
                 "discovery.multicast_group",
@@ -687,16 +915,20 @@ impl Config {
             .collect()
     }
 
-    /// The address to bind.
-    pub(crate) fn listen_addr(&self) -> SocketAddr {
+    /// The address the session binds: `transport.listen`, else every interface
+    /// (`0.0.0.0:0`), but for range `localhost` without static peers or multicast data,
+    /// `127.0.0.1:0`.
+    pub fn listen_addr(&self) -> SocketAddr {
         self.transport.listen.unwrap_or_else(|| {
-            if self.discovery.multicast
+            let d = &self.discovery;
+            if d.range != DiscoveryRange::Localhost
+                || d.uses_multicast()
                 || self.transport.multicast_data
-                || !self.discovery.peers.is_empty()
+                || !d.peers.is_empty()
             {
-                "0.0.0.0:0".parse().expect("literal")
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
             } else {
-                "127.0.0.1:0".parse().expect("literal")
+                SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
             }
         })
     }
@@ -890,6 +1122,139 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("heartbeat_period_ms"), "{e}");
         assert!(Config::from_toml("[reliability]\nmax_blocking_time_ms = 0\n").is_err());
+    }
+
+    /// The range decides the registry, multicast and the address listened on; explicit keys
+    /// win unless they contradict it.
+    #[test]
+    fn discovery_ranges() {
+        let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let c = Config::default();
+        assert_eq!(c.discovery.range, DiscoveryRange::Subnet);
+        assert!(c.discovery.uses_registry() && c.discovery.uses_multicast());
+        assert_eq!(c.listen_addr(), any, "reachable from the LAN by default");
+        let c = Config::from_toml("[discovery]\nrange = \"localhost\"\n").unwrap();
+        assert!(c.discovery.uses_registry() && !c.discovery.uses_multicast());
+        assert_eq!(c.listen_addr(), lo);
+        let c =
+            Config::from_toml("[discovery]\nrange = \"localhost\"\npeers = [\"192.0.2.1:7411\"]\n")
+                .unwrap();
+        assert_eq!(c.listen_addr(), any, "static peers elsewhere must reach it");
+        let c = Config::from_toml("[discovery]\nrange = \"OFF\"\n").unwrap();
+        assert!(!c.discovery.uses_registry() && !c.discovery.uses_multicast());
+        assert_eq!(c.listen_addr(), any);
+        let c = Config::from_toml("[discovery]\nmulticast = false\n").unwrap();
+        assert!(c.discovery.uses_registry() && !c.discovery.uses_multicast());
+        let c = Config::from_toml("[transport]\nlisten = \"10.0.0.1:7411\"\n").unwrap();
+        assert_eq!(c.listen_addr(), "10.0.0.1:7411".parse().unwrap());
+        for (text, says) in [
+            (
+                "range = \"localhost\"\nmulticast = true",
+                "discovery.multicast: true contradicts range = \"localhost\"",
+            ),
+            ("range = \"off\"\nregistry = true", "discovery.registry"),
+            (
+                "range = \"lan\"",
+                "unknown discovery range 'lan' (expected subnet, localhost or off)",
+            ),
+        ] {
+            let e = Config::from_toml(&format!("[discovery]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
+
+    /// The environment overrides the file; a range from it replaces the file's registry and
+    /// multicast keys; bad values are errors naming the variable.
+    #[test]
+    fn environment_overrides() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let mut c = Config::from_toml(
+            "domain = 3\n[discovery]\nmulticast = true\npeers = [\"192.0.2.9:1\"]\n",
+        )
+        .unwrap();
+        c.apply_vars(vars(&[
+            ("TETHER_DOMAIN", " 42 "),
+            ("TETHER_DISCOVERY", "localhost"),
+            ("TETHER_PEERS", "192.0.2.10:7411, 127.0.0.1:7412,"),
+        ]))
+        .unwrap();
+        assert_eq!(c.domain, 42);
+        assert_eq!(c.discovery.range, DiscoveryRange::Localhost);
+        assert!(
+            !c.discovery.uses_multicast(),
+            "the file's multicast = true is replaced"
+        );
+        assert_eq!(
+            c.discovery.peers,
+            vec![
+                "192.0.2.10:7411".parse().unwrap(),
+                "127.0.0.1:7412".parse().unwrap()
+            ]
+        );
+        // Empty variables change nothing.
+        let before = c.clone();
+        c.apply_vars(vars(&[("TETHER_DOMAIN", ""), ("TETHER_PEERS", " ")]))
+            .unwrap();
+        assert_eq!(c, before);
+        for (pairs, says) in [
+            (
+                &[("TETHER_DOMAIN", "seven")][..],
+                "invalid environment variable TETHER_DOMAIN=\"seven\": a domain id",
+            ),
+            (&[("TETHER_DOMAIN", "70000")][..], "TETHER_DOMAIN"),
+            (
+                &[("TETHER_DISCOVERY", "lan")][..],
+                "TETHER_DISCOVERY=\"lan\": unknown discovery range 'lan'",
+            ),
+            (
+                &[("TETHER_PEERS", "192.0.2.10")][..],
+                "TETHER_PEERS=\"192.0.2.10\": peer '192.0.2.10' is not HOST:PORT",
+            ),
+        ] {
+            let pairs: &'static [(&'static str, &'static str)] = pairs;
+            let e = Config::default()
+                .apply_vars(vars(pairs))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{pairs:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn peers_and_listen_addresses_parse() {
+        assert_eq!(
+            Config::parse_peer("localhost:7411").unwrap(),
+            "127.0.0.1:7411".parse().unwrap()
+        );
+        assert_eq!(
+            Config::parse_peer("[::1]:9").unwrap(),
+            "[::1]:9".parse().unwrap()
+        );
+        assert!(Config::parse_peer(":7411").is_err());
+        assert!(Config::parse_peer("host").is_err());
+        assert_eq!(
+            Config::parse_listen("7411").unwrap(),
+            "0.0.0.0:7411".parse().unwrap()
+        );
+        assert_eq!(
+            Config::parse_listen("10.0.0.5").unwrap(),
+            "10.0.0.5:0".parse().unwrap()
+        );
+        assert!(
+            Config::parse_listen("eth0")
+                .unwrap_err()
+                .contains("0.0.0.0:7411")
+        );
     }
 
     #[test]

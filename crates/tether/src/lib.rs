@@ -28,9 +28,9 @@ pub mod keys;
 mod session;
 
 pub use config::{
-    BatchIoMode, Config, ConfigError, DiscoveryConfig, FlowControllerConfig, InactiveAfter,
-    ReliabilityConfig, SecurityConfig, SecurityMode, StrictWord, SuiteChoice, TokenCount,
-    TransportConfig, UnknownWord, UnlimitedWord,
+    BatchIoMode, Config, ConfigError, DiscoveryConfig, DiscoveryRange, FlowControllerConfig,
+    InactiveAfter, ReliabilityConfig, SecurityConfig, SecurityMode, StrictWord, SuiteChoice,
+    TokenCount, TransportConfig, UnknownWord, UnlimitedWord,
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,

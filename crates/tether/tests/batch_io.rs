@@ -29,6 +29,7 @@ fn path_sized_datagrams_in_every_batch_mode() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = || {
             let mut c = Config::default();
+            c.discovery.range = tether::DiscoveryRange::Localhost;
             c.discovery.registry_dir = Some(dir.path().to_path_buf());
             c.transport.max_datagram = 1472;
             c.transport.batch_io = mode;
@@ -93,6 +94,7 @@ fn a_received_batch_keeps_per_datagram_delivery() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = || {
             let mut c = Config::default();
+            c.discovery.range = tether::DiscoveryRange::Localhost;
             c.discovery.registry_dir = Some(dir.path().to_path_buf());
             c.transport.batch_io = mode;
             c
@@ -187,7 +189,7 @@ mod netns {
         };
         let cfg = |ip: Ipv4Addr, peers: Vec<SocketAddr>| {
             let mut c = Config::default();
-            c.discovery.registry = false;
+            c.discovery.range = tether::DiscoveryRange::Off;
             c.discovery.peers = peers;
             c.transport.listen = Some(SocketAddr::new(ip.into(), 0));
             c.transport.max_datagram = 4000;

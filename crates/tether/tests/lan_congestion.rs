@@ -128,7 +128,7 @@ fn share(rate: u64, least: f64) {
                 ..Config::default()
             };
             cfg.transport.listen = Some(SocketAddr::new(B.into(), 0));
-            cfg.discovery.registry = false;
+            cfg.discovery.range = tether::DiscoveryRange::Off;
             cfg.discovery.peers = vec![prx.recv().expect("the writer's address")];
             let session = Session::open(cfg).expect("reader session");
             tx.send(session.local_addr()).unwrap();
@@ -154,7 +154,7 @@ fn share(rate: u64, least: f64) {
                 ..Config::default()
             };
             cfg.transport.listen = Some(SocketAddr::new(A.into(), 0));
-            cfg.discovery.registry = false;
+            cfg.discovery.range = tether::DiscoveryRange::Off;
             let session = Session::open(cfg).expect("writer session");
             ptx.send(session.local_addr()).unwrap();
             let _ = rx.recv();

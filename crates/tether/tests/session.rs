@@ -10,6 +10,8 @@ use tether::{Config, Event, PutError, Qos, QosPolicy, RecvError, Session, Topic}
 
 fn cfg(dir: &std::path::Path) -> Config {
     let mut c = Config::default();
+    // This host only, in a directory of this test's: tests running at once never meet.
+    c.discovery.range = tether::DiscoveryRange::Localhost;
     c.discovery.registry_dir = Some(dir.to_path_buf());
     c.reliability.max_blocking_time_ms = 300;
     c
@@ -166,11 +168,11 @@ fn incompatible_qos_raises_events_on_both_sides() {
 #[test]
 fn static_peers_without_registry_and_domains() {
     let mut ca = Config::default();
-    ca.discovery.registry = false;
+    ca.discovery.range = tether::DiscoveryRange::Off;
     ca.transport.listen = Some("127.0.0.1:0".parse().unwrap());
     let a = Session::open(ca).unwrap();
     let mut cb = Config::default();
-    cb.discovery.registry = false;
+    cb.discovery.range = tether::DiscoveryRange::Off;
     cb.transport.listen = Some("127.0.0.1:0".parse().unwrap());
     cb.discovery.peers = vec![a.local_addr()];
     let b = Session::open(cb.clone()).unwrap();

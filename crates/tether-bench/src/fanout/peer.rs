@@ -69,8 +69,7 @@ fn session_config(
 ) -> Config {
     let mut c = base.clone();
     c.domain = a.domain;
-    c.discovery.registry = false;
-    c.discovery.multicast = false;
+    c.discovery.range = tether::DiscoveryRange::Off;
     c.discovery.peers = peers.to_vec();
     c.transport.listen = Some(std::net::SocketAddr::from((a.ip, 0)));
     // Subscribers take data on the group over the namespace's loopback; publishers need no

@@ -158,14 +158,14 @@ pub(crate) fn sender_and_sink(
 ) -> anyhow::Result<(tether::Session, Peer)> {
     let mut mine = bc.base.clone();
     mine.transport.listen = Some(std::net::SocketAddr::new(SENDER_IP.into(), 0));
-    mine.discovery.registry = false;
+    mine.discovery.range = tether::DiscoveryRange::Off;
     let session = tether::Session::open(mine)?;
     let path = bc.dir().join("sink.toml");
     std::fs::write(
         &path,
         format!(
             "[transport]\nlisten = \"{RECEIVER_IP}:0\"\nmax_datagram = {}\n\
-             [discovery]\nregistry = false\npeers = [\"{}\"]\n",
+             [discovery]\nrange = \"off\"\npeers = [\"{}\"]\n",
             bc.base.transport.max_datagram,
             session.local_addr()
         ),

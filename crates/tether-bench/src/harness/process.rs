@@ -53,6 +53,7 @@ impl Peer {
             .arg(cfg.domain().to_string())
             .arg("--registry-dir")
             .arg(cfg.dir())
+            .args(["--discovery", "localhost"])
             .args(cfg.peer_args());
         if busy {
             cmd.arg("--busy-poll");
@@ -65,7 +66,11 @@ impl Peer {
 
     fn start(mut cmd: Command, what: &'static str) -> anyhow::Result<Peer> {
         // A peer's keys come from its flags alone: a plain run's peer stays plain.
-        cmd.env_remove("TETHER_KEYS");
+        // Nor does it discover beyond what the benchmark configures.
+        cmd.env_remove("TETHER_KEYS")
+            .env_remove("TETHER_DOMAIN")
+            .env_remove("TETHER_DISCOVERY")
+            .env_remove("TETHER_PEERS");
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -82,6 +82,8 @@ fn private(
     std::fs::create_dir_all(&dir)?;
     let domain = 200 + (std::process::id() % 50) as u16 + domain_offset;
     base.domain = domain;
+    // This host only: measured on loopback, never meeting another run.
+    base.discovery.set_range(tether::DiscoveryRange::Localhost);
     base.discovery.registry_dir = Some(dir.clone());
     Ok(BenchCfg {
         base,

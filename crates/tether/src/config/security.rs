@@ -211,7 +211,7 @@ pub struct UnknownWord {
 }
 
 impl UnknownWord {
-    fn new(what: &'static str, given: &str, expected: &'static str) -> Self {
+    pub(crate) fn new(what: &'static str, given: &str, expected: &'static str) -> Self {
         UnknownWord {
             what,
             given: given.to_string(),

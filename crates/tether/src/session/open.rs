@@ -9,13 +9,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::{Participant, ParticipantId, Priority, Security};
-use tether_transport::{
-    MulticastReceiver, Registry, UdpOptions, UdpTransport, default_registry_dir, interface_ipv4,
-};
+use tether_transport::{MulticastReceiver, Registry, UdpOptions, UdpTransport, interface_ipv4};
 
 use super::revocations::RevocationWatch;
 use super::shared::{Inner, Shared};
-use super::threads::{RegistryInfo, discovery_loop, recv_loop, sender_loop};
+use super::threads::{GroupRx, RegistryInfo, discovery_loop, recv_loop, sender_loop};
 use super::{OpenError, Session};
 use crate::config::{Config, EngineSettings, SecurityPolicy};
 
@@ -43,10 +41,14 @@ impl Session {
             core.add_target(*p);
         }
         let multicast = match multicast_if {
-            Some(ifa) => Some(join_group(&config, ifa, &mut core)?),
+            Some(ifa) => join_group(&config, ifa, &mut core)?.map(|rx| GroupRx {
+                rx,
+                skip_registered: !config.transport.multicast_data,
+                own_port: transport.host_local_addr().port(),
+            }),
             None => None,
         };
-        let registry = match config.discovery.registry {
+        let registry = match config.discovery.uses_registry() {
             true => Some(register(&config, id, &transport, &mut core)?),
             false => None,
         };
@@ -95,21 +97,40 @@ impl Session {
     }
 }
 
+/// Whether multicast is on only because the discovery range says so (not asked for by
+/// `discovery.multicast` or `transport.multicast_data`): then a host where it cannot start
+/// (no interface or route for the group) opens without it, with a warning, and still finds
+/// the sessions of its own host through the registry.
+fn multicast_by_default(config: &Config) -> bool {
+    config.discovery.multicast.is_none() && !config.transport.multicast_data
+}
+
 /// Binds the unicast socket; also gives the interface of the discovery group when the
 /// session uses it.
 fn bind(config: &Config) -> Result<(UdpTransport, Option<Ipv4Addr>), OpenError> {
     let addr = config.listen_addr();
+    let d = &config.discovery;
     // The discovery group's socket also takes data when readers here take data by
     // multicast, with or without multicast discovery.
-    let multicast_if = if config.discovery.multicast || config.transport.multicast_data {
-        let d = &config.discovery;
-        let ifa = interface_ipv4(&d.interface).map_err(|source| OpenError::Multicast {
-            group: d.multicast_group,
-            port: d.multicast_port,
-            interface: d.interface.clone(),
-            source,
-        })?;
-        Some(ifa)
+    let multicast_if = if d.uses_multicast() || config.transport.multicast_data {
+        match interface_ipv4(&d.interface) {
+            Ok(ifa) => Some(ifa),
+            Err(source) if multicast_by_default(config) => {
+                tracing::warn!(
+                    "no multicast discovery: interface {}: {source}; set discovery.interface",
+                    d.interface
+                );
+                None
+            }
+            Err(source) => {
+                return Err(OpenError::Multicast {
+                    group: d.multicast_group,
+                    port: d.multicast_port,
+                    interface: d.interface.clone(),
+                    source,
+                });
+            }
+        }
     } else {
         None
     };
@@ -153,26 +174,38 @@ fn join_realm(policy: &SecurityPolicy, now: Instant) -> Result<Security, OpenErr
 }
 
 /// Joins the discovery multicast group on interface `ifa`, and announces there with
-/// multicast discovery on.
+/// multicast discovery on. `None` when multicast is on only by default and the group
+/// cannot be joined (a host without a route for it: one with only a loopback interface).
 fn join_group(
     config: &Config,
     ifa: Ipv4Addr,
     core: &mut Participant,
-) -> Result<MulticastReceiver, OpenError> {
+) -> Result<Option<MulticastReceiver>, OpenError> {
     let d = &config.discovery;
     let port = config.multicast_port();
-    let rx = MulticastReceiver::join(d.multicast_group, port, ifa).map_err(|source| {
-        OpenError::Multicast {
-            group: d.multicast_group,
-            port,
-            interface: d.interface.clone(),
-            source,
+    let rx = match MulticastReceiver::join(d.multicast_group, port, ifa) {
+        Ok(rx) => rx,
+        Err(source) if multicast_by_default(config) => {
+            tracing::warn!(
+                "no multicast discovery: cannot join {}:{port} on interface {}: {source}",
+                d.multicast_group,
+                d.interface
+            );
+            return Ok(None);
         }
-    })?;
-    if d.multicast {
+        Err(source) => {
+            return Err(OpenError::Multicast {
+                group: d.multicast_group,
+                port,
+                interface: d.interface.clone(),
+                source,
+            });
+        }
+    };
+    if d.uses_multicast() {
         core.add_target(SocketAddr::new(d.multicast_group.into(), port));
     }
-    Ok(rx)
+    Ok(Some(rx))
 }
 
 /// Enters the session in the registry directory and targets the sessions already there.
@@ -182,7 +215,7 @@ fn register(
     transport: &UdpTransport,
     core: &mut Participant,
 ) -> Result<Registry, OpenError> {
-    let dir = (config.discovery.registry_dir.clone()).unwrap_or_else(default_registry_dir);
+    let dir = config.discovery.registry_root();
     let r = Registry::register(&dir, config.domain, id.0, transport.host_local_addr())
         .map_err(|source| OpenError::Registry { dir, source })?;
     for a in r.scan() {
@@ -195,7 +228,7 @@ fn register(
 fn start_threads(
     shared: &Arc<Shared>,
     scan: Option<RegistryInfo>,
-    multicast: Option<MulticastReceiver>,
+    multicast: Option<GroupRx>,
     revocations: Option<RevocationWatch>,
 ) -> Result<Vec<JoinHandle<()>>, OpenError> {
     let spawn = |name: &str, f: Box<dyn FnOnce(&Shared) + Send>| {

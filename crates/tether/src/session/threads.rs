@@ -201,56 +201,126 @@ pub(super) fn sender_loop(
 /// The registry to scan: directory, domain, our id, our address.
 pub(super) type RegistryInfo = (std::path::PathBuf, u16, u64, SocketAddr);
 
+/// The discovery group's socket, and whether what comes there from the sessions of this
+/// host that the registry lists is left out (see [`same_host_copy`]).
+pub(super) struct GroupRx {
+    /// The socket.
+    pub(super) rx: MulticastReceiver,
+    /// True unless this session's readers take data on the group.
+    pub(super) skip_registered: bool,
+    /// The port of our own unicast socket (our announcements loop back to us).
+    pub(super) own_port: u16,
+}
+
+/// Whether a datagram that came on the discovery group from `from` repeats what a session
+/// of this host already sends us by unicast: it comes from an address of this host (from
+/// the port of a session the registry lists, or our own). Such a session is heard at its
+/// loopback address by unicast and at its interface's address by multicast; taking both
+/// would make the engine see one peer at two addresses, and follow it back and forth. A
+/// session of this host that the registry does not list (another registry directory, a
+/// container sharing the host's network) is still found by multicast.
+pub(super) fn same_host_copy(
+    from: SocketAddr,
+    host_ips: &[std::net::IpAddr],
+    own_port: u16,
+    registered: &BTreeSet<SocketAddr>,
+) -> bool {
+    host_ips.contains(&from.ip())
+        && (from.port() == own_port || registered.iter().any(|a| a.port() == from.port()))
+}
+
+/// The registry's view in the discovery thread: what it lists, and when to look again.
+struct Scanner {
+    root: std::path::PathBuf,
+    domain: u16,
+    id: u64,
+    known: BTreeSet<SocketAddr>,
+    last_scan: Instant,
+    every: Duration,
+}
+
+impl Scanner {
+    /// Reads the directory again, and targets the sessions that came, untargets those gone.
+    fn scan(&mut self, shared: &Shared) {
+        self.last_scan = Instant::now();
+        let found: BTreeSet<SocketAddr> = scan_dir(&self.root, self.domain, self.id);
+        let added: Vec<SocketAddr> = found.difference(&self.known).copied().collect();
+        let removed: Vec<SocketAddr> = self.known.difference(&found).copied().collect();
+        if !added.is_empty() || !removed.is_empty() {
+            shared.with_core(|i, _| {
+                for a in &added {
+                    i.core.add_target(*a);
+                }
+                for a in &removed {
+                    i.core.remove_target(*a);
+                }
+            });
+        }
+        self.known = found;
+    }
+}
+
 /// The discovery thread: scans the registry directory and takes multicast announcements
 /// (and data, with `transport.multicast_data`), and watches the revocation list file.
 pub(super) fn discovery_loop(
     shared: &Shared,
     registry: Option<RegistryInfo>,
-    mcast: Option<MulticastReceiver>,
+    mcast: Option<GroupRx>,
     mut revocations: Option<RevocationWatch>,
 ) {
-    let reg = registry.as_ref().and_then(|(dir, domain, id, addr)| {
+    let mut reg = registry.as_ref().and_then(|(dir, domain, id, _)| {
         // A second handle on the same directory, only for scanning (the session's own
         // entry is owned by the Session).
-        let root = dir.parent()?.to_path_buf();
-        Some((root, *domain, *id, *addr))
+        Some(Scanner {
+            root: dir.parent()?.to_path_buf(),
+            domain: *domain,
+            id: *id,
+            known: BTreeSet::new(),
+            last_scan: Instant::now() - Duration::from_secs(1),
+            every: Duration::from_millis(50),
+        })
     });
-    let mut known: BTreeSet<SocketAddr> = BTreeSet::new();
+    let host_ips = match &mcast {
+        Some(g) if g.skip_registered => tether_transport::path::host_addresses(),
+        _ => Vec::new(),
+    };
     let mut chunk = BytesMut::new();
     let mut batch: Vec<(BytesMut, SocketAddr)> = Vec::new();
-    let mut last_scan = Instant::now() - Duration::from_secs(1);
-    let mut scan_every = Duration::from_millis(50);
     while !shared.closed.load(Ordering::Relaxed) {
         if let Some(w) = revocations.as_mut() {
             w.poll(shared, Instant::now());
         }
-        if let Some((root, domain, id, _)) = &reg {
-            if last_scan.elapsed() >= scan_every {
-                last_scan = Instant::now();
-                scan_every = (scan_every * 2).min(Duration::from_millis(500));
-                let found: BTreeSet<SocketAddr> = scan_dir(root, *domain, *id);
-                let added: Vec<SocketAddr> = found.difference(&known).copied().collect();
-                let removed: Vec<SocketAddr> = known.difference(&found).copied().collect();
-                if !added.is_empty() || !removed.is_empty() {
-                    shared.with_core(|i, _| {
-                        for a in &added {
-                            i.core.add_target(*a);
-                        }
-                        for a in &removed {
-                            i.core.remove_target(*a);
-                        }
-                    });
-                }
-                known = found;
+        if let Some(r) = reg.as_mut() {
+            if r.last_scan.elapsed() >= r.every {
+                r.every = (r.every * 2).min(Duration::from_millis(500));
+                r.scan(shared);
             }
         }
         match &mcast {
-            Some(rx) => {
-                if rx.recv_batch(&mut chunk, &mut batch).is_ok() {
+            Some(g) => {
+                if g.rx.recv_batch(&mut chunk, &mut batch).is_ok() {
                     for (d, from) in batch.drain(..) {
-                        if !d.is_empty() {
-                            shared.with_core(|i, now| i.core.handle_datagram_owned(now, from, d));
+                        if d.is_empty() {
+                            continue;
                         }
+                        if g.skip_registered && host_ips.contains(&from.ip()) {
+                            let empty = BTreeSet::new();
+                            let listed = |r: &Option<Scanner>| {
+                                let known = r.as_ref().map_or(&empty, |r| &r.known);
+                                same_host_copy(from, &host_ips, g.own_port, known)
+                            };
+                            // A session of this host that registered since our last scan
+                            // is looked for now, before its announcement is taken here.
+                            if !listed(&reg) {
+                                if let Some(r) = reg.as_mut() {
+                                    r.scan(shared);
+                                }
+                            }
+                            if listed(&reg) {
+                                continue;
+                            }
+                        }
+                        shared.with_core(|i, now| i.core.handle_datagram_owned(now, from, d));
                     }
                 }
                 batch.clear();
@@ -267,4 +337,27 @@ fn scan_dir(root: &std::path::Path, domain: u16, me: u64) -> BTreeSet<SocketAddr
     tether_transport::Registry::scan_dir(root, domain, me)
         .into_iter()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_host_copies_are_those_the_registry_lists() {
+        let host: Vec<std::net::IpAddr> =
+            vec!["127.0.0.1".parse().unwrap(), "192.0.2.2".parse().unwrap()];
+        let listed: BTreeSet<SocketAddr> = ["127.0.0.1:5000".parse().unwrap()].into();
+        let copy = |from: &str| same_host_copy(from.parse().unwrap(), &host, 6000, &listed);
+        assert!(
+            copy("192.0.2.2:5000"),
+            "a registered session, by its interface"
+        );
+        assert!(copy("192.0.2.2:6000"), "our own announcement, looped back");
+        assert!(
+            !copy("192.0.2.2:5001"),
+            "a session of this host not registered"
+        );
+        assert!(!copy("192.0.2.3:5000"), "another host");
+    }
 }

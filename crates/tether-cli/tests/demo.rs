@@ -1,0 +1,384 @@
+//! `tether demo` as a user runs it: its processes take its settings (keys, domain,
+//! discovery), another terminal can watch it with the command it prints, and it leaves no
+//! process and no registry entry behind, whether its time runs out, one of its processes
+//! fails, or it is stopped by SIGINT, SIGTERM, SIGHUP or SIGKILL. A demo whose discovery is
+//! off is refused. Each demo here runs in its own registry directory and domain, on this
+//! host only.
+
+mod common;
+use common::{Live, finish, text, wait_until};
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `tether` with the flags that keep a demo to itself.
+fn tether(reg: &Path, domain: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    for v in [
+        "TETHER_CONFIG",
+        "TETHER_DOMAIN",
+        "TETHER_DISCOVERY",
+        "TETHER_PEERS",
+        "TETHER_KEYS",
+    ] {
+        c.env_remove(v);
+    }
+    c.arg("--registry-dir").arg(reg).args([
+        "--discovery",
+        "localhost",
+        "--domain",
+        &domain.to_string(),
+    ]);
+    c
+}
+
+/// A realm in `dir` with member `demo` granted `grants`; its key bundle.
+fn member(dir: &Path, grants: &[&str]) -> std::path::PathBuf {
+    let keys = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .arg("keys")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    };
+    let d = dir.to_str().unwrap();
+    keys(&["init", d]);
+    keys(&[&["issue", d, "demo"][..], grants].concat());
+    dir.join("demo.key")
+}
+
+/// The arguments process `pid` was started with.
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `args` holds `flag` followed by `value`.
+fn has(args: &[String], flag: &str, value: &str) -> bool {
+    args.windows(2).any(|w| w[0] == flag && w[1] == value)
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // "PID (COMM) STATE PPID ...": COMM may hold spaces, so count from its ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+/// Asserts that none of `pids` runs any more and that the registry's domain directory
+/// holds no entry.
+fn assert_nothing_left(pids: &[u32], reg: &Path, domain: u16) {
+    for p in pids {
+        let alive = std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+            !s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+        assert!(!alive, "demo process {p} is still running");
+    }
+    let entries: Vec<String> = std::fs::read_dir(reg.join(format!("domain-{domain}")))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(entries.is_empty(), "left in the registry: {entries:?}");
+}
+
+/// `tether --keys K --domain N --discovery R --peer P … demo`: the processes it starts
+/// take the keys, the domain and the discovery settings (before, they ran without keys and
+/// the demo saw 0 msg/s), and the echo command it prints for a second terminal, run as
+/// printed, receives the demo's samples.
+#[test]
+fn demo_runs_with_its_keys_and_domain_and_can_be_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = member(
+        &dir.path().join("realm"),
+        &["--pub", "/demo/**", "--sub", "/demo/**"],
+    );
+    let reg = dir.path().join("reg");
+    // A static peer where nothing listens (a port this test holds): announced to, harmless.
+    let hold = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let peer = hold.local_addr().unwrap().to_string();
+    let mut c = tether(&reg, 41);
+    c.arg("--keys")
+        .arg(&key)
+        .args(["--peer", &peer, "demo", "--duration", "6"]);
+    let mut demo = Live::spawn(c);
+    let hint = "watch it from another terminal: ";
+    let line = || {
+        demo.out
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| l.strip_prefix(hint).map(str::to_string))
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || line().is_some()),
+        "no line saying how to watch: {:?} {}",
+        demo.out.lock().unwrap(),
+        demo.stderr()
+    );
+    let line = line().unwrap();
+    let (topics, echo) = line.split_once("   ").expect("two commands");
+    assert!(topics.ends_with(" topics -v"), "{line}");
+    assert!(echo.ends_with(" echo /demo/chatter"), "{line}");
+    for flag in [
+        "--domain 41",
+        "--keys",
+        "--registry-dir",
+        "--discovery localhost",
+    ] {
+        assert!(echo.contains(flag), "{flag} missing: {line}");
+    }
+    // The watcher, typed as printed (the paths hold no spaces).
+    let words: Vec<&str> = echo.split_whitespace().collect();
+    assert_eq!(words[0], "tether");
+    let watch = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(&words[1..])
+        .args(["--count", "3", "--timeout", "20"])
+        .env_remove("TETHER_KEYS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(watch, Duration::from_secs(40));
+    assert!(out.status.success(), "watcher: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 3);
+    let pid = demo.child.id();
+    let kids = children_of(pid);
+    assert_eq!(kids.len(), 3, "three demo processes");
+    // Each runs with the demo's settings, paths made absolute.
+    for k in &kids {
+        let args = cmdline(*k);
+        for (flag, value) in [
+            ("--keys", key.to_str().unwrap()),
+            ("--registry-dir", reg.to_str().unwrap()),
+            ("--domain", "41"),
+            ("--discovery", "localhost"),
+            ("--peer", &peer),
+        ] {
+            assert!(has(&args, flag, value), "{flag} {value} missing: {args:?}");
+        }
+    }
+    assert_eq!(
+        demo.wait(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        demo.stderr()
+    );
+    let out = demo.out.lock().unwrap().join("\n");
+    assert!(out.contains("domain 41"), "{out}");
+    assert!(out.contains("sessions: 4"), "{out}");
+    assert_nothing_left(&kids, &reg, 41);
+}
+
+/// Stopped by SIGTERM, SIGINT or SIGHUP (its terminal closed) while running until
+/// interrupted, the demo kills and waits for its processes, removes their registry entries,
+/// prints what it received and exits 143, 130 or 129. (Before, SIGTERM ended the demo alone
+/// and its three processes went on publishing.)
+#[test]
+fn demo_stopped_by_a_signal_leaves_nothing() {
+    for (sig, code, domain) in [("TERM", 143, 42), ("INT", 130, 43), ("HUP", 129, 45)] {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = dir.path().join("reg");
+        let mut c = tether(&reg, domain);
+        c.args(["demo", "--duration", "0"]);
+        let mut demo = Live::spawn(c);
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                demo.out
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l.starts_with("[  1s]"))
+            }),
+            "{}",
+            demo.stderr()
+        );
+        let kids = children_of(demo.child.id());
+        assert_eq!(kids.len(), 3, "three demo processes");
+        demo.signal(sig);
+        assert_eq!(
+            demo.wait(Duration::from_secs(20)),
+            Some(code),
+            "SIG{sig}: {}",
+            demo.stderr()
+        );
+        assert!(
+            demo.out
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.starts_with("received ")),
+            "SIG{sig}: no summary"
+        );
+        assert_nothing_left(&kids, &reg, domain);
+    }
+}
+
+/// A demo process that fails (here: the credential grants no publishing, so both
+/// publishers refuse to start) ends the demo at once with status 1 and the reason, and
+/// nothing is left behind.
+#[test]
+fn demo_ends_when_one_of_its_processes_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = member(&dir.path().join("realm"), &["--sub", "/demo/**"]);
+    let reg = dir.path().join("reg");
+    let mut c = tether(&reg, 44);
+    c.arg("--keys").arg(&key).args(["demo", "--duration", "30"]);
+    let mut demo = Live::spawn(c);
+    assert!(wait_until(Duration::from_secs(20), || demo.lines() >= 2));
+    let kids = children_of(demo.child.id());
+    assert_eq!(
+        demo.wait(Duration::from_secs(20)),
+        Some(1),
+        "{}",
+        demo.stderr()
+    );
+    let err = demo.stderr();
+    assert!(
+        err.contains("error: a demo process ended early") && err.contains("tether pub /demo/"),
+        "{err}"
+    );
+    assert_nothing_left(&kids, &reg, 44);
+}
+
+/// Killed (SIGKILL: no handler runs), the demo's processes end with it (the kernel sends
+/// them SIGTERM) instead of publishing on with no one to stop them, and the next session
+/// that looks at the registry removes their entries.
+#[test]
+fn demo_killed_takes_its_processes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = dir.path().join("reg");
+    let mut c = tether(&reg, 46);
+    c.args(["demo", "--duration", "0"]);
+    let mut demo = Live::spawn(c);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            demo.out
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.starts_with("[  1s]"))
+        }),
+        "{}",
+        demo.stderr()
+    );
+    let kids = children_of(demo.child.id());
+    assert_eq!(kids.len(), 3, "three demo processes");
+    demo.signal("KILL");
+    // Not `demo.wait`: it reads the demo's output to its end, which processes that outlive
+    // the demo (they share its stderr) would hold open.
+    assert!(wait_until(Duration::from_secs(10), || {
+        demo.child.try_wait().unwrap().is_some()
+    }));
+    let running = || -> Vec<u32> {
+        kids.iter()
+            .copied()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                    !s.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+            })
+            .collect()
+    };
+    if !wait_until(Duration::from_secs(10), || running().is_empty()) {
+        let left = running();
+        for p in &left {
+            let _ = Command::new("kill")
+                .args(["-KILL", &p.to_string()])
+                .status();
+        }
+        panic!("demo processes {left:?} outlived the demo");
+    }
+    // A later session of the domain (here `topics`) clears what the killed ones left.
+    let mut t = tether(&reg, 46);
+    t.args(["topics", "--wait", "1"]);
+    let out = finish(
+        t.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_nothing_left(&kids, &reg, 46);
+}
+
+/// With discovery off its processes could not find each other: the demo says so and what
+/// to do, and starts nothing (before, it ran its time and failed with 0 msg/s).
+#[test]
+fn demo_refuses_discovery_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = dir.path().join("reg");
+    let bare = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+        for v in [
+            "TETHER_CONFIG",
+            "TETHER_DISCOVERY",
+            "TETHER_PEERS",
+            "TETHER_KEYS",
+        ] {
+            c.env_remove(v);
+        }
+        c.arg("--registry-dir").arg(&reg).args(["--domain", "47"]);
+        c
+    };
+    let mut by_flag = bare();
+    by_flag.args(["--discovery", "off", "demo", "--duration", "3"]);
+    let mut by_env = bare();
+    by_env
+        .env("TETHER_DISCOVERY", "off")
+        .args(["demo", "--duration", "3"]);
+    for (who, mut c) in [
+        ("--discovery off", by_flag),
+        ("TETHER_DISCOVERY=off", by_env),
+    ] {
+        let started = std::time::Instant::now();
+        let out = finish(
+            c.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            Duration::from_secs(20),
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{who}: {err}");
+        assert!(
+            err.contains("tether demo needs discovery on this host")
+                && err.contains("--discovery localhost"),
+            "{who}: {err}"
+        );
+        assert!(text(&out.stdout).is_empty(), "{who}: started anyway");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{who}: ran its time"
+        );
+    }
+    assert!(!reg.exists(), "nothing registered");
+}
