@@ -8,12 +8,53 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tether::{AuthFailure, Event, QosPolicy, RefusalReason, Session};
 
 /// Distinct lines remembered as printed; past this, lines are printed without being
 /// remembered (memory stays bounded whatever peers do).
 const REMEMBERED: usize = 4096;
+
+/// Lines printed at once before the rate applies, then one per [`REFILL`]: anyone on the
+/// network can make a session refuse things (an outsider invents a participant id a
+/// datagram), and a terminal or a log must not grow with what it sends. What is not printed
+/// is counted, said in one line, and every refusal is in `--stats`.
+const BURST: f64 = 20.0;
+const REFILL: Duration = Duration::from_secs(1);
+
+/// A token bucket over printed lines.
+struct Printed {
+    lines: HashSet<String>,
+    tokens: f64,
+    last: Instant,
+    suppressed: u64,
+}
+
+impl Printed {
+    fn take(&mut self, now: Instant) -> bool {
+        let gained = now.saturating_duration_since(self.last).as_secs_f64() / REFILL.as_secs_f64();
+        self.tokens = (self.tokens + gained).min(BURST);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// `line` with control characters escaped: it may quote what a peer announced.
+pub(crate) fn printable(line: &str) -> String {
+    line.chars()
+        .flat_map(|c| {
+            let escaped = c.is_control().then(|| c.escape_default());
+            let plain = (!c.is_control()).then_some(c);
+            escaped.into_iter().flatten().chain(plain)
+        })
+        .collect()
+}
 
 /// Which events a command prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +70,12 @@ pub(crate) enum Scope {
 /// once. Called right after `open`, as the session's only listener: the first gets the
 /// events raised before it (a refusal may come within a millisecond of `open`).
 pub(crate) fn report(session: &Session, scope: Scope) {
-    let printed = Arc::new(Mutex::new(HashSet::new()));
+    let printed = Arc::new(Mutex::new(Printed {
+        lines: HashSet::new(),
+        tokens: BURST,
+        last: Instant::now(),
+        suppressed: 0,
+    }));
     session.on_event(move |e| {
         let Some(line) = line(e, scope) else {
             return;
@@ -39,14 +85,25 @@ pub(crate) fn report(session: &Session, scope: Scope) {
             return;
         }
         let mut p = printed.lock().unwrap_or_else(|p| p.into_inner());
-        if p.contains(&line) {
+        if p.lines.contains(&line) {
             return;
         }
-        if p.len() < REMEMBERED {
-            p.insert(line.clone());
+        if !p.take(Instant::now()) {
+            p.suppressed += 1;
+            return;
         }
+        if p.lines.len() < REMEMBERED {
+            p.lines.insert(line.clone());
+        }
+        let suppressed = std::mem::take(&mut p.suppressed);
         drop(p);
-        eprintln!("{line}");
+        if suppressed > 0 {
+            eprintln!(
+                "warning: {suppressed} more reports not shown (at most {BURST} at once, then one a \
+                 second; --stats counts every refusal)"
+            );
+        }
+        eprintln!("{}", printable(&line));
     });
 }
 
@@ -253,5 +310,37 @@ mod tests {
         };
         assert!(line(&lost, Scope::Refusals).is_none());
         assert!(line(&lost, Scope::All).is_some());
+    }
+
+    /// Twenty lines at once, then one a second: what an outsider inventing an id a datagram
+    /// can make a member print.
+    #[test]
+    fn lines_are_limited_to_a_burst_then_one_a_second() {
+        let t0 = Instant::now();
+        let mut p = Printed {
+            lines: HashSet::new(),
+            tokens: BURST,
+            last: t0,
+            suppressed: 0,
+        };
+        let printed = (0..10_000).filter(|_| p.take(t0)).count();
+        assert_eq!(printed, 20);
+        let later = (0..100)
+            .filter(|_| p.take(t0 + Duration::from_millis(1_500)))
+            .count();
+        assert_eq!(later, 1);
+        let after_a_minute = (0..100)
+            .filter(|_| p.take(t0 + Duration::from_secs(62)))
+            .count();
+        assert_eq!(after_a_minute, 20, "the burst comes back, no more");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            printable("warning: \u{1b}[2J\nerror: fake\r"),
+            "warning: \\u{1b}[2J\\nerror: fake\\r"
+        );
+        assert_eq!(printable("/robot1/pose é"), "/robot1/pose é");
     }
 }

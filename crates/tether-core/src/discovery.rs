@@ -454,7 +454,7 @@ impl Participant {
             if rp.name.is_empty() && !p.name.is_empty() {
                 // Validated without its pending entry (evicted, or refused for a name over
                 // `max_string_bytes`): its name comes now, if within the cap.
-                if self.admit_name(pid, p.name).is_some() {
+                if self.admit_name(pid, p.name, true).is_some() {
                     if let Some(rp) = self.peers.remotes.get_mut(&pid) {
                         rp.name = pending::cut(p.name);
                         rp.metadata = crate::limits::name_cost(&rp.name);
@@ -491,7 +491,7 @@ impl Participant {
         // Unknown: it waits in the pending table while its address is challenged; what it
         // announces is taken once it answers (`discovery/pending.rs`). A name over the cap
         // is refused first (`limits.rs`).
-        if self.admit_name(pid, p.name).is_none() {
+        if self.admit_name(pid, p.name, false).is_none() {
             return false;
         }
         self.on_unknown_participant(now, pid, from, &p);

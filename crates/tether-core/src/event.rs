@@ -512,6 +512,13 @@ pub enum Limit {
         /// The limit.
         max: usize,
     },
+    /// A string it announced (its name, or an endpoint's topic, type or partition) holds
+    /// control characters (escape sequences, line breaks), which would rewrite the terminal
+    /// or log of whoever prints it: the announcement is refused.
+    ControlCharacters {
+        /// `name`, `topic`, `type` or `partition`.
+        field: &'static str,
+    },
     /// An endpoint with more partitions than `Config::max_partitions`: refused.
     Partitions {
         /// How many it announced.
@@ -560,6 +567,7 @@ impl Limit {
             Limit::WriterReassembly { .. } => 3,
             Limit::ReaderReassembly { .. } => 4,
             Limit::Endpoints { .. } => 5,
+            Limit::ControlCharacters { .. } => 6,
         }
     }
 }
@@ -570,6 +578,10 @@ impl fmt::Display for Limit {
             Limit::StringBytes { field, len, max } => write!(
                 f,
                 "an announced {field} of {len} bytes is longer than max_string_bytes ({max})"
+            ),
+            Limit::ControlCharacters { field } => write!(
+                f,
+                "an announced {field} holds control characters (escape sequences or line breaks)"
             ),
             Limit::Partitions { count, max } => write!(
                 f,
@@ -873,9 +885,13 @@ pub struct Stats {
     /// REFUSALs received that verified: a peer refused our credential and said why
     /// ([`Event::RefusedByPeer`]).
     pub refusals_heard: u64,
-    /// REFUSALs received that did not verify (not for us, not over our challenge, or not
-    /// signed by the credential the sender presented): dropped.
+    /// REFUSALs received that were not believed (not for us, not over our challenge, not
+    /// signed by the credential the sender presented, or not checked: one signature check
+    /// per peer each 100 ms, none once one verified): dropped.
     pub refusals_unverified: u64,
+    /// REFUSAL signatures checked: at most one per peer each 100 ms, so a flood of REFUSALs
+    /// with forged signatures costs a bounded number of Ed25519 verifications.
+    pub refusals_checked: u64,
 }
 
 impl Stats {
@@ -981,6 +997,7 @@ impl Stats {
             refusals_sent,
             refusals_heard,
             refusals_unverified,
+            refusals_checked,
         )
     }
 }

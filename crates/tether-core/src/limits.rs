@@ -51,6 +51,12 @@ pub(crate) fn stored_cost(e: &RemoteEndpoint) -> u64 {
             .sum::<u64>()
 }
 
+/// Whether `s` holds a control character (C0, DEL or C1: escape sequences, line breaks,
+/// carriage returns), which no name, topic, type or partition needs.
+pub(crate) fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
 impl Participant {
     /// Counts a refusal, and reports it once per peer and kind of limit.
     pub(crate) fn over_limit(&mut self, pid: ParticipantId, limit: Limit) {
@@ -70,21 +76,33 @@ impl Participant {
     }
 
     /// Whether a new remote participant's announced `name` may be stored: `Some` with what
-    /// it costs its metadata budget, or `None` (counted and reported) if it is longer than
-    /// `max_string_bytes`.
-    pub(crate) fn admit_name(&mut self, pid: ParticipantId, name: &str) -> Option<u64> {
+    /// it costs its metadata budget, or `None` (counted) if it is longer than
+    /// `max_string_bytes` or holds control characters. Reported only when `report`: a
+    /// participant whose address is not validated yet may be anyone writing any source
+    /// address, and one report per invented id would let it flood every member's log.
+    pub(crate) fn admit_name(
+        &mut self,
+        pid: ParticipantId,
+        name: &str,
+        report: bool,
+    ) -> Option<u64> {
         let max = self.cfg.max_string_bytes;
-        if name.len() > max {
-            self.stats.announcements_over_cap += 1;
-            let limit = Limit::StringBytes {
+        let limit = if name.len() > max {
+            Limit::StringBytes {
                 field: "name",
                 len: name.len(),
                 max,
-            };
+            }
+        } else if has_control(name) {
+            Limit::ControlCharacters { field: "name" }
+        } else {
+            return Some(name_cost(name));
+        };
+        self.stats.announcements_over_cap += 1;
+        if report {
             self.over_limit(pid, limit);
-            return None;
         }
-        Some(name_cost(name))
+        None
     }
 
     /// Whether endpoint `e` of `pid` is within the per-string and per-endpoint limits;
@@ -95,16 +113,21 @@ impl Participant {
         e: &EndpointRepr<'_>,
     ) -> bool {
         let max = self.cfg.max_string_bytes;
-        let long = [("topic", e.topic), ("type", e.type_name)]
-            .into_iter()
-            .chain(e.partitions.iter().map(|p| ("partition", p)))
-            .find(|(_, s)| s.len() > max);
+        let strings = || {
+            [("topic", e.topic), ("type", e.type_name)]
+                .into_iter()
+                .chain(e.partitions.iter().map(|p| ("partition", p)))
+        };
+        let long = strings().find(|(_, s)| s.len() > max);
+        let controlled = strings().find(|(_, s)| has_control(s));
         let limit = if let Some((field, s)) = long {
             Limit::StringBytes {
                 field,
                 len: s.len(),
                 max,
             }
+        } else if let Some((field, _)) = controlled {
+            Limit::ControlCharacters { field }
         } else if e.partitions.len() > self.cfg.max_partitions {
             Limit::Partitions {
                 count: e.partitions.len(),

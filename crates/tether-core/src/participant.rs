@@ -615,7 +615,7 @@ impl Participant {
                     // read, and nothing else (`docs/wire.md#refusal`).
                     for m in d.submessages() {
                         if let Ok(Submessage::Refusal(r)) = m {
-                            self.on_refusal(pid, r);
+                            self.on_refusal(now, pid, r);
                         }
                     }
                     return;
@@ -691,7 +691,7 @@ impl Participant {
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
                 Submessage::Auth(a) => self.on_auth(now, pid, a),
-                Submessage::Refusal(r) => self.on_refusal(pid, r),
+                Submessage::Refusal(r) => self.on_refusal(now, pid, r),
                 // A SEALED anywhere but first in an outer datagram, or in what one opened to.
                 Submessage::Sealed(_) => {
                     self.stats.pair_open_failed += 1;

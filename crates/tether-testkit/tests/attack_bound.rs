@@ -429,3 +429,88 @@ fn forged_control_huge_sequence_ranges_are_bounded() {
     assert!(sent < 2_000, "the reader sent {sent} datagrams in 2 s");
     assert!(sim.nodes[wn].participant.history_len(wa) <= 100);
 }
+
+/// Names, topics, types and partitions with control characters (escape sequences, line
+/// breaks) are refused, reported once and never stored: `tether topics` and every warning
+/// that quotes them would otherwise let a peer rewrite the user's terminal or forge lines
+/// ("error: ..."). A stranger whose address is not validated yet (anyone, from any source
+/// address, a new id a datagram) is counted but not reported: one report per invented id
+/// let an outsider write without end to every member's stderr.
+#[test]
+fn announced_control_characters_are_refused_and_strangers_not_reported() {
+    let mut sim = Sim::new(175, Link::perfect());
+    let victim = sim.add_node(0);
+    let named = sim.add_node_with(|c| c.name = "robot\u{1b}[2J\nerror: fake".into());
+    let typed = sim.add_node(0);
+    let q = Qos::new();
+    let now = sim.now;
+    sim.p(victim).create_reader(now, info("/ok", q));
+    let e = EndpointInfo {
+        topic: "/ok".into(),
+        type_name: "t\r\u{1b}[31mfake".into(),
+        partitions: vec![],
+        qos: q,
+    };
+    let w = sim.p(typed).create_writer(now, e).unwrap();
+    for i in 0..3 {
+        sim.pump(i);
+    }
+    sim.run_for(Duration::from_secs(3));
+    let (named_id, typed_id) = (
+        sim.nodes[named].participant.id(),
+        sim.nodes[typed].participant.id(),
+    );
+    let p = &sim.nodes[victim].participant;
+    assert!(
+        p.remote_participants()
+            .iter()
+            .all(|(_, name, _)| !name.chars().any(char::is_control)),
+        "a name with control characters is stored"
+    );
+    assert!(
+        p.remote_endpoints()
+            .iter()
+            .all(|(g, _, _)| g.participant != typed_id),
+        "an endpoint with control characters in its type is stored"
+    );
+    assert_eq!(sim.nodes[typed].participant.matched_count(w), 0);
+    let reported = |id: ParticipantId, want: &str| {
+        sim.nodes[victim]
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(e, Event::OverLimit { participant, limit: Limit::ControlCharacters { field } }
+                    if *participant == id && *field == want)
+            })
+            .count()
+    };
+    assert_eq!(reported(named_id, "name"), 1);
+    assert_eq!(reported(typed_id, "type"), 1);
+
+    // Strangers: 500 invented ids from 500 addresses, each announcing a name over the cap
+    // and never answering the challenge.
+    let over_before = sim.nodes[victim].participant.stats().announcements_over_cap;
+    let events_before = sim.nodes[victim].events.len();
+    let long = "n".repeat(600);
+    for k in 0..500u64 {
+        let from: SocketAddr = format!("10.9.{}.{}:7400", k / 200, k % 200 + 1)
+            .parse()
+            .unwrap();
+        let dg = tether_testkit::realm::forged(
+            ParticipantId(0x5000 + k),
+            &[Submessage::Participant(tether_wire::ParticipantRepr {
+                lease_ms: 10_000,
+                name: &long,
+                data_group: None,
+            })],
+        );
+        tether_testkit::realm::inject(&mut sim, victim, from, &dg);
+    }
+    let p = &sim.nodes[victim].participant;
+    assert_eq!(p.stats().announcements_over_cap - over_before, 500);
+    let new_reports = sim.nodes[victim].events[events_before..]
+        .iter()
+        .filter(|e| matches!(e, Event::OverLimit { .. }))
+        .count();
+    assert_eq!(new_reports, 0, "strangers' long names reported");
+}

@@ -8,7 +8,8 @@
 //! the sticky bit (mode 1777, as `/tmp`), its entries readable by all (0644): any user can
 //! add entries and remove their own, none can remove another's. What a local user can do
 //! with it is what they could do on the network anyway: list the sessions' ports, and point
-//! sessions at addresses of their choosing (which then receive announcements). Whom a
+//! sessions at addresses of this host (which then receive announcements; an entry naming
+//! another host's address is left out, so the directory cannot aim sessions at a victim). Whom a
 //! session trusts is decided by the engine (addresses are challenged, and in a secure realm
 //! peers authenticate), never by this directory. Reading it is bounded: only regular files,
 //! never followed through a link, opened without blocking, at most 64 bytes each, at most
@@ -132,6 +133,7 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
     };
     let mine = me.map(|m| format!("-{m:016x}.addr"));
     let ns = netns_id();
+    let mut local = Vec::new();
     for e in rd.flatten().take(MAX_ENTRIES) {
         let path = e.path();
         if Some(path.as_path()) == skip || path.extension().is_none_or(|x| x != "addr") {
@@ -162,6 +164,9 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
         match read_entry(&path) {
             // A session of another network namespace: its loopback is not ours.
             Some((_, Some(theirs))) if ns.is_some_and(|n| n != theirs) => {}
+            // Only addresses of this host: an entry naming another host's address is a local
+            // user pointing sessions' announcements at a victim.
+            Some((a, _)) if !host_local(a.ip(), &mut local) => {}
             Some((a, _)) => out.push(a),
             None => {}
         }
@@ -169,6 +174,23 @@ fn scan_entries(dir: &Path, skip: Option<&Path>, me: Option<u64>) -> Vec<SocketA
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether `ip` is an address of this host: loopback, or one a socket can be bound to
+/// (the kernel refuses to bind another host's address). Answers are kept in `seen` for the
+/// rest of a scan.
+fn host_local(ip: std::net::IpAddr, seen: &mut Vec<(std::net::IpAddr, bool)>) -> bool {
+    if ip.is_loopback() {
+        return true;
+    }
+    if let Some((_, ok)) = seen.iter().find(|(a, _)| *a == ip) {
+        return *ok;
+    }
+    let ok = !ip.is_unspecified()
+        && !ip.is_multicast()
+        && std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok();
+    seen.push((ip, ok));
+    ok
 }
 
 /// The network namespace this process is in (the inode of `/proc/self/ns/net`), written
@@ -254,6 +276,33 @@ mod tests {
         assert!(!dead.exists());
         drop(b);
         assert!(a.scan().is_empty());
+    }
+
+    /// An entry naming an address that is not this host's (a local user aiming sessions'
+    /// announcements at a victim elsewhere) is left out of a scan; loopback stays.
+    #[test]
+    fn entries_of_other_hosts_addresses_are_left_out() {
+        let root = tempfile::tempdir().unwrap();
+        let a = Registry::register(root.path(), 3, 1, "127.0.0.1:1111".parse().unwrap()).unwrap();
+        let pid = std::process::id();
+        for (k, addr) in [
+            "192.0.2.7:7400",
+            "198.51.100.1:9",
+            "0.0.0.0:5",
+            "224.0.0.1:7",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let entry = a.dir().join(format!("{pid}-00000000000000{k:02x}.addr"));
+            fs::write(&entry, addr).unwrap();
+        }
+        fs::write(
+            a.dir().join(format!("{pid}-00000000000000aa.addr")),
+            "127.0.0.1:4444",
+        )
+        .unwrap();
+        assert_eq!(a.scan(), vec!["127.0.0.1:4444".parse().unwrap()]);
     }
 
     /// A process that has ended but is not reaped yet (a zombie) has no session: its entry

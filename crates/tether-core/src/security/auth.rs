@@ -193,7 +193,7 @@ impl Participant {
     //= docs/wire.md#refusal
     //# A receiver believes a REFUSAL only if it is addressed to it, carries the challenge it
     //# set the sender, and verifies with the key of the credential the sender's AUTH presented
-    pub(crate) fn on_refusal(&mut self, pid: ParticipantId, r: RefusalRepr<'_>) {
+    pub(crate) fn on_refusal(&mut self, now: Instant, pid: ParticipantId, r: RefusalRepr<'_>) {
         let me = self.cfg.participant;
         let Some(a) = self
             .peers
@@ -204,6 +204,17 @@ impl Participant {
             self.stats.refusals_unverified += 1;
             return;
         };
+        // The cheap checks first; then one signature check per peer each
+        // REFUSAL_CHECK_GAP, and none once one verified (a genuine peer sends one a second).
+        let due = a
+            .refusal_checked
+            .is_none_or(|t| now.saturating_duration_since(t) >= crate::security::REFUSAL_CHECK_GAP);
+        if r.to != me || r.challenge != a.mine || a.refusal_heard || !due {
+            self.stats.refusals_unverified += 1;
+            return;
+        }
+        a.refusal_checked = Some(now);
+        self.stats.refusals_checked += 1;
         let signed = refusal_signed_bytes(&a.mine, pid, me, r.reason);
         let name = a
             .credential

@@ -262,6 +262,9 @@ impl Security {
 /// peer resends its AUTH, and each is answered at most this often.
 pub(crate) const REFUSAL_GAP: Duration = Duration::from_secs(1);
 
+/// At most one REFUSAL's signature is checked from a peer in this time (`on_refusal`).
+pub(crate) const REFUSAL_CHECK_GAP: Duration = Duration::from_millis(100);
+
 /// The first wait before an unanswered AUTH is sent again (`PeerAuth::resend_gap`).
 pub(crate) const AUTH_RESEND_FIRST: Duration = Duration::from_millis(50);
 
@@ -311,6 +314,10 @@ pub(crate) struct PeerAuth {
     pub(crate) conflict_reported: bool,
     /// When we last sent it a REFUSAL (at most one a second: [`REFUSAL_GAP`]).
     pub(crate) refusal_sent: Option<Instant>,
+    /// When we last checked a REFUSAL's signature from it: at most one check per
+    /// [`REFUSAL_CHECK_GAP`], so REFUSALs with a valid challenge and a forged signature
+    /// (a sniffer's) cost one signature check each 100 ms, not one each.
+    pub(crate) refusal_checked: Option<Instant>,
     /// It refused our credential and said why, in a REFUSAL that verified (reported once).
     pub(crate) refusal_heard: bool,
     /// Answers to our challenge that did not verify. One or two are a session that left or
@@ -340,6 +347,7 @@ impl PeerAuth {
             wrapped_ours: None,
             conflict_reported: false,
             refusal_sent: None,
+            refusal_checked: None,
             refusal_heard: false,
             bad_answers: 0,
         }
