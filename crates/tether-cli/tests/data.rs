@@ -14,6 +14,8 @@ use std::time::Duration;
 fn tether(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
     c.arg("--registry-dir").arg(dir);
+    // This host only: tests never meet each other or the network.
+    c.args(["--discovery", "localhost"]);
     c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
     c
 }

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 fn tether(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
     c.arg("--registry-dir").arg(dir);
+    // This host only: tests never meet each other or the network.
+    c.args(["--discovery", "localhost"]);
     c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
     c
 }
@@ -302,7 +304,7 @@ fn config_paths_are_relative_to_the_file() {
     let write = |name: &str, key: &str| {
         let p = robot.join(name);
         let text = format!(
-            "[discovery]\nregistry_dir = \"reg\"\n[security]\nkeys = \"realm/{key}.key\"\n\
+            "[discovery]\nrange = \"localhost\"\nregistry_dir = \"reg\"\n[security]\nkeys = \"realm/{key}.key\"\n\
              revocations = \"realm/revoked.toml\"\n"
         );
         std::fs::write(&p, text).unwrap();

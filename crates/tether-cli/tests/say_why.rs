@@ -13,6 +13,8 @@ use std::time::Duration;
 fn tether(reg: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
     c.arg("--registry-dir").arg(reg);
+    // This host only: tests never meet each other or the network.
+    c.args(["--discovery", "localhost"]);
     for v in ["TETHER_CONFIG", "TETHER_KEYS", "TETHER_LOG", "RUST_LOG"] {
         c.env_remove(v);
     }

@@ -9,6 +9,8 @@ use tether::{Config, Encoding, ProtectionMode, Qos, Session, Topic};
 
 fn cfg(dir: &std::path::Path) -> Config {
     let mut c = Config::default();
+    // This host only: tests never meet each other or the network.
+    c.discovery.range = tether::DiscoveryRange::Localhost;
     c.discovery.registry_dir = Some(dir.to_path_buf());
     c
 }

@@ -42,6 +42,7 @@ fn an_outsider_reads_ids_not_names_from_the_wire() {
     .unwrap();
 
     let mut cfg = Config::default();
+    cfg.discovery.range = tether::DiscoveryRange::Localhost;
     cfg.discovery.registry_dir = Some(reg);
     cfg.security.keys = Some(key.clone());
     let s = Session::open(cfg).unwrap();

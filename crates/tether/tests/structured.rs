@@ -20,6 +20,7 @@ fn serde_values_cross_sessions_intact() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = || {
         let mut c = Config::default();
+        c.discovery.range = tether::DiscoveryRange::Localhost;
         c.discovery.registry_dir = Some(dir.path().to_path_buf());
         c
     };
