@@ -264,9 +264,13 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
         children.procs.len() + 1
     );
     let flags: String = globals.iter().map(|g| format!("{} ", quoted(g))).collect();
+    let prog = program();
     println!(
-        "watch it from another terminal: tether {flags}topics -v   tether {flags}echo /demo/chatter"
+        "watch it from another terminal: {prog} {flags}topics -v   {prog} {flags}echo /demo/chatter"
     );
+    if a.duration > 0.0 {
+        println!("it runs {} s (--duration SECS; 0 until Ctrl-C)", a.duration);
+    }
     let start = Instant::now();
     let mut totals = vec![0u64; topics.len()];
     let mut failed = None;
@@ -324,4 +328,23 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How another terminal runs this binary: `tether` when that is what `PATH` finds, else its
+/// full path (the README's first command runs it through cargo, before any install).
+fn program() -> String {
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| {
+            std::fs::canonicalize(d.join("tether"))
+                .ok()
+                .is_some_and(|p| Some(&p) == me.as_ref())
+        })
+    });
+    match (on_path, &me) {
+        (false, Some(p)) if !p.to_string_lossy().contains(char::is_whitespace) => {
+            p.display().to_string()
+        }
+        _ => "tether".into(),
+    }
 }

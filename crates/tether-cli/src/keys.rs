@@ -134,6 +134,11 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                 r.revocations()?.serial,
                 dir.join("revoked.toml").display()
             )?;
+            eprintln!(
+                "note: sessions refuse it once they load this list: run them with \
+                 --revocations {} (reloaded while they run), or copy it over the list they load",
+                dir.join("revoked.toml").display()
+            );
         }
         KeysCmd::Show { file } => crate::out::print(&describe(&file)?)?,
     }

@@ -307,12 +307,21 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                     } else {
                         format!("only {m} of {wait_matched} subscribers")
                     };
-                    eprintln!(
-                        "error: {who} matched on {} within {} s (--linger): nothing was \
-                         published; start one first (tether echo {}), or publish regardless \
-                         with --wait-matched 0",
-                        a.topic, a.linger, a.topic
-                    );
+                    if crate::why::anything_reported() {
+                        eprintln!(
+                            "error: {who} matched on {} within {} s (--linger): nothing was \
+                             published; the warnings above say why peers were refused or \
+                             did not match",
+                            a.topic, a.linger
+                        );
+                    } else {
+                        eprintln!(
+                            "error: {who} matched on {} within {} s (--linger): nothing was \
+                             published; start one first (tether echo {}), or publish \
+                             regardless with --wait-matched 0",
+                            a.topic, a.linger, a.topic
+                        );
+                    }
                     if a.stats {
                         print_stats(&session);
                     }
@@ -340,6 +349,8 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let mut watch = Watch::new(&interrupt, None);
     let mut end = End::Done;
     let mut out = std::io::stdout().lock();
+    // Samples written while no subscriber was matched: nobody got them.
+    let mut unheard = 0u64;
     while count.is_none_or(|c| n < c) {
         if let Some(p) = period {
             if let Some(sig) = interrupt.sleep_until(next) {
@@ -359,6 +370,9 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         } else {
             data.clone()
         };
+        if p.matched() == 0 {
+            unheard += 1;
+        }
         let seq = match p.put(sample.clone()) {
             Ok(seq) => seq,
             Err(e) => {
@@ -415,7 +429,16 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     }
     // Every reliable sample must be acknowledged by every reader it was written for, those
     // that left included: otherwise the exit status says so, -q or not.
-    let delivered = report_owed(&p, n);
+    let mut delivered = report_owed(&p, n);
+    if unheard > 0 {
+        eprintln!(
+            "warning: {unheard} of {n} samples were written while no subscriber was matched on \
+             {}: nobody received them",
+            a.topic
+        );
+        // Asked to wait for subscribers, the run did not deliver what it wrote.
+        delivered &= wait_matched == 0;
+    }
     if let End::Signal(sig) = end {
         match count {
             Some(c) => eprintln!(

@@ -66,6 +66,15 @@ pub(crate) enum Scope {
     All,
 }
 
+/// Reports printed (or held back) so far by this process: a command that ends without a
+/// match says the reason is in them rather than "start one first".
+static REPORTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether a refusal or mismatch has been reported by this process.
+pub(crate) fn anything_reported() -> bool {
+    REPORTED.load(std::sync::atomic::Ordering::Relaxed) > 0
+}
+
 /// Prints what `session` reports, as `scope` says, one line each on stderr, each line
 /// once. Called right after `open`, as the session's only listener: the first gets the
 /// events raised before it (a refusal may come within a millisecond of `open`).
@@ -88,6 +97,7 @@ pub(crate) fn report(session: &Session, scope: Scope) {
         if p.lines.contains(&line) {
             return;
         }
+        REPORTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !p.take(Instant::now()) {
             p.suppressed += 1;
             return;

@@ -285,7 +285,7 @@ fn users_meet(test: &str, tag: &str, args: &[&str]) {
     let host = lan.a();
     // A topic of this run alone: the default directory is shared with whatever else runs
     // on this machine (other namespaces' sessions are left out of a scan, but all the same).
-    let topic = format!("/users/{}/{test}", std::process::id());
+    let topic = format!("/users/p{}/{test}", std::process::id());
     let mut e = host.command(&prefix[0]);
     e.args(&prefix[1..]).arg(env!("CARGO_BIN_EXE_tether"));
     for v in VARS.into_iter().chain(["XDG_RUNTIME_DIR"]) {

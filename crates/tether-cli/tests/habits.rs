@@ -154,6 +154,32 @@ fn pub_count_with_nobody_exits_1_after_linger() {
     ]);
     let out = finish(spawn(p), Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("2 of 2 samples were written while no subscriber"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// The subscriber leaves after its first sample: the four samples written after reached
+/// nobody, and `pub` says so and exits 1 (before: exit 0, nothing said).
+#[test]
+fn samples_written_to_nobody_make_pub_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/left", "--count", "1", "--timeout", "20"]);
+    let echo = spawn(e);
+    let mut p = tether(dir.path());
+    p.args(["pub", "/left", "hi", "-n", "5", "-r", "2", "-q"]);
+    let out = finish(spawn(p), Duration::from_secs(30));
+    let e = finish(echo, Duration::from_secs(30));
+    assert_eq!(e.status.code(), Some(0), "{}", text(&e.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("samples were written while no subscriber was matched on /left"),
+        "{err}"
+    );
 }
 
 /// A best-effort publisher: `echo`, `hz` and `bw` with no QoS flag subscribe best-effort

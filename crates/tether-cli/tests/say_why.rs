@@ -251,6 +251,37 @@ fn a_keyless_peer_and_the_member_both_say_why() {
     );
 }
 
+/// A one-shot `pub` whose only subscriber was refused does not tell the user to start one:
+/// it points at the refusal it printed.
+#[test]
+fn a_refused_subscriber_is_not_called_missing() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("realm");
+    realm(&dir);
+    let reg = t.path().join("reg");
+    let mut e = tether(&reg);
+    e.args(["echo", "/robot/odom", "--count", "1", "--timeout", "8"]);
+    let echo = spawn(e);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = tether(&reg);
+    p.arg("--keys").arg(dir.join("robot.key")).args([
+        "pub",
+        "/robot/odom",
+        "pose",
+        "--once",
+        "--linger",
+        "4",
+    ]);
+    let p = finish(spawn(p), Duration::from_secs(60));
+    let _ = finish(echo, Duration::from_secs(60));
+    let err = text(&p.stderr);
+    assert_eq!(p.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the warnings above say why") && !err.contains("start one first"),
+        "{err}"
+    );
+}
+
 /// Every command that opens a session (pub, echo, hz, bw, topics, info, send, recv) says
 /// once why a member of a secure realm stays silent to it.
 #[test]

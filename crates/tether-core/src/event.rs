@@ -886,11 +886,11 @@ pub struct Stats {
     /// ([`Event::RefusedByPeer`]).
     pub refusals_heard: u64,
     /// REFUSALs received that were not believed (not for us, not over our challenge, not
-    /// signed by the credential the sender presented, or not checked: one signature check
-    /// per peer each 100 ms, none once one verified): dropped.
+    /// signed by the credential the sender presented, or not checked: after a
+    /// signature that failed, none from that peer for 100 ms): dropped.
     pub refusals_unverified: u64,
-    /// REFUSAL signatures checked: at most one per peer each 100 ms, so a flood of REFUSALs
-    /// with forged signatures costs a bounded number of Ed25519 verifications.
+    /// REFUSAL signatures checked: after one that failed, none from that peer for 100 ms, so
+    /// a flood of REFUSALs with forged signatures costs a bounded number of verifications.
     pub refusals_checked: u64,
 }
 

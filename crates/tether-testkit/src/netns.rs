@@ -498,6 +498,7 @@ impl Lan {
             addrs: None,
             mtu: None,
             multicast: true,
+            multicast_route: true,
             one_frame_per_datagram: false,
             static_neighbours: false,
         }
@@ -523,6 +524,7 @@ pub struct LanBuilder {
     addrs: Option<([Ipv4Addr; 2], u8)>,
     mtu: Option<u32>,
     multicast: bool,
+    multicast_route: bool,
     one_frame_per_datagram: bool,
     static_neighbours: bool,
 }
@@ -564,6 +566,14 @@ impl LanBuilder {
     /// Whether the veth interfaces carry multicast, routed for 224.0.0.0/4 (default yes).
     pub fn multicast(mut self, on: bool) -> Self {
         self.multicast = on;
+        self
+    }
+
+    /// Whether the hosts get a route for 224.0.0.0/4 on the veth (default yes). Without
+    /// it, and with no default route, they are a robot's LAN without a gateway: the
+    /// kernel has no route for a multicast group until a socket names the interface.
+    pub fn multicast_route(mut self, on: bool) -> Self {
+        self.multicast_route = on;
         self
     }
 
@@ -629,7 +639,7 @@ impl LanBuilder {
         }
         let mc = if self.multicast { "on" } else { "off" };
         h.ns.ip(&["link", "set", &h.dev, "up", "multicast", mc])?;
-        if self.multicast {
+        if self.multicast && self.multicast_route {
             h.ns.ip(&["route", "add", "224.0.0.0/4", "dev", &h.dev])?;
         }
         Ok(())

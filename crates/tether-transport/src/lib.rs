@@ -513,6 +513,50 @@ pub fn background_thread() -> io::Result<()> {
     }
 }
 
+/// The interface to discover on when none is configured: unspecified (the kernel picks it
+/// by the route to `group`) when the host has a route for the group, or else the first IPv4
+/// address of an interface that is up, not loopback and multicast-capable (a robot's LAN
+/// without a default gateway has no route for any multicast group), or unspecified when
+/// there is none.
+pub fn multicast_interface_for(group: Ipv4Addr) -> Ipv4Addr {
+    let routed = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .and_then(|s| s.connect((group, 9)))
+        .is_ok();
+    if routed {
+        return Ipv4Addr::UNSPECIFIED;
+    }
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return Ipv4Addr::UNSPECIFIED;
+    }
+    let mut cur = ifap;
+    let mut found = Ipv4Addr::UNSPECIFIED;
+    let wanted = (libc::IFF_UP | libc::IFF_MULTICAST) as libc::c_uint;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        let flags = ifa.ifa_flags;
+        if ifa.ifa_addr.is_null()
+            || flags & wanted != wanted
+            || flags & libc::IFF_LOOPBACK as libc::c_uint != 0
+        {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points to a sockaddr of family sa_family.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            break;
+        }
+    }
+    // SAFETY: frees the list returned by getifaddrs exactly once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found
+}
+
 /// The IPv4 address of interface `name` (e.g. `eth0`), or `name` itself if it is an address.
 pub fn interface_ipv4(name: &str) -> io::Result<Ipv4Addr> {
     if let Ok(ip) = name.parse::<Ipv4Addr>() {

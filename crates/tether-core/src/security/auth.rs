@@ -204,16 +204,15 @@ impl Participant {
             self.stats.refusals_unverified += 1;
             return;
         };
-        // The cheap checks first; then one signature check per peer each
-        // REFUSAL_CHECK_GAP, and none once one verified (a genuine peer sends one a second).
+        // The cheap checks first; after a signature that did not verify, no other check of
+        // this peer's REFUSALs for REFUSAL_CHECK_GAP (a genuine peer sends one a second).
         let due = a
             .refusal_checked
             .is_none_or(|t| now.saturating_duration_since(t) >= crate::security::REFUSAL_CHECK_GAP);
-        if r.to != me || r.challenge != a.mine || a.refusal_heard || !due {
+        if r.to != me || r.challenge != a.mine || !due {
             self.stats.refusals_unverified += 1;
             return;
         }
-        a.refusal_checked = Some(now);
         self.stats.refusals_checked += 1;
         let signed = refusal_signed_bytes(&a.mine, pid, me, r.reason);
         let name = a
@@ -226,6 +225,8 @@ impl Participant {
             })
             .map(|c| c.name.clone());
         let Some(name) = name else {
+            // A forged signature: the next check of this peer's REFUSALs waits.
+            a.refusal_checked = Some(now);
             self.stats.refusals_unverified += 1;
             return;
         };

@@ -314,7 +314,7 @@ pub(crate) struct PeerAuth {
     pub(crate) conflict_reported: bool,
     /// When we last sent it a REFUSAL (at most one a second: [`REFUSAL_GAP`]).
     pub(crate) refusal_sent: Option<Instant>,
-    /// When we last checked a REFUSAL's signature from it: at most one check per
+    /// When a REFUSAL's signature from it last failed: no other is checked for
     /// [`REFUSAL_CHECK_GAP`], so REFUSALs with a valid challenge and a forged signature
     /// (a sniffer's) cost one signature check each 100 ms, not one each.
     pub(crate) refusal_checked: Option<Instant>,

@@ -114,6 +114,11 @@ fn bind(config: &Config) -> Result<(UdpTransport, Option<Ipv4Addr>), OpenError> 
     // multicast, with or without multicast discovery.
     let multicast_if = if d.uses_multicast() || config.transport.multicast_data {
         match interface_ipv4(&d.interface) {
+            // None named: the kernel's choice, or an interface when it has no route for the
+            // group (a LAN without a gateway).
+            Ok(ifa) if ifa.is_unspecified() => {
+                Some(tether_transport::multicast_interface_for(d.multicast_group))
+            }
             Ok(ifa) => Some(ifa),
             Err(source) if multicast_by_default(config) => {
                 tracing::warn!(
