@@ -311,7 +311,8 @@ fn every_command_says_why() {
         "bw /robot/odom --duration 2",
         "topics --wait 2",
         "info /robot/odom --wait 2",
-        "send FILE /files --timeout 2 --wait-matched 0",
+        // Waits for a receiver (there is none) long enough to hear the member.
+        "send FILE /files --timeout 3",
         "recv /files DIR --timeout 2",
     ]
     .iter()
