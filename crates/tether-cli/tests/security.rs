@@ -83,14 +83,14 @@ fn granted_peers_exchange_and_others_get_nothing() {
         "echo",
         "/robot/odom",
         "--count",
-        "3",
+        "6",
         "--timeout",
         "20",
     ]);
     let (p, e) = publish(&reg, &dir, &[], e);
     assert!(p.status.success(), "{}", text(&p.stderr));
     assert!(e.status.success(), "{}", text(&e.stderr));
-    assert_eq!(text(&e.stdout).lines().count(), 3);
+    assert_eq!(text(&e.stdout).lines().count(), 6);
 
     // A peer without credentials receives nothing.
     let mut e = tether(&reg);
