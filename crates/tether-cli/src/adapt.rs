@@ -31,7 +31,7 @@ pub(crate) fn reader_qos<E>(
     quiet: bool,
     mut stop: impl FnMut() -> Option<E>,
 ) -> Result<Qos, E> {
-    let mut qos = args.qos();
+    let mut qos = args.reader_qos();
     let fixed_reliability = args.best_effort || args.reliable;
     let fixed_durability = args.transient_local || args.volatile;
     if fixed_reliability && fixed_durability {

@@ -161,6 +161,23 @@ impl QosArgs {
         q
     }
 
+    /// A reader's QoS: without a history flag it keeps every sample received until the
+    /// command takes it (up to 1,000; a reliable writer then waits), so that a burst of
+    /// repairs arriving at once is not replaced in the cache before it is printed.
+    pub(crate) fn reader_qos(&self) -> Qos {
+        let q = self.qos();
+        if self.history_given() {
+            q
+        } else {
+            q.keep_all().max_samples(1000)
+        }
+    }
+
+    /// Whether a history flag was given (`--keep-all`, `--keep-last N`).
+    pub(crate) fn history_given(&self) -> bool {
+        self.keep_all || self.keep_last.is_some()
+    }
+
     pub(crate) fn topic(&self, name: &str) -> Topic {
         let mut t = Topic::new(name).type_name(self.type_name.clone());
         for p in &self.partition {

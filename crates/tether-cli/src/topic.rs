@@ -269,6 +269,14 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let session = open_and_say(cfg, a.quiet)?;
     report_events(&session);
     let mut qos = a.qos.qos();
+    // A bounded run is there to deliver its samples. Without a history flag its reliable
+    // writer keeps what its readers have not acknowledged (keep-all, 10 samples held, a put
+    // waiting for room) instead of replacing it: with keep-last 10, `-n 20 -r 0` across a
+    // lossy link replaced samples before they were acknowledged, the reader reported them
+    // lost, and pub exited 0.
+    if count.is_some() && qos.is_reliable() && !a.qos.history_given() {
+        qos = qos.keep_all().max_samples(10);
+    }
     if a.batch
         || a.coalesce
         || a.batch_bytes.is_some()

@@ -518,6 +518,45 @@ fn lan_reliable_under_loss_both_ways() {
     }
 }
 
+/// A bounded `pub -n 40 -r 0` (no history flag) to a running `echo` across 20 % frame
+/// loss: every sample arrives and pub exits 0, or pub does not exit 0. Before, its
+/// keep-last 10 history replaced samples before they were acknowledged: the reader
+/// reported them lost ("the writer no longer had them") while pub exited 0.
+#[test]
+fn lan_bounded_pub_delivers_or_says_so() {
+    let Some(lan) = lossy_lan("q", "lan_bounded_pub_delivers_or_says_so", 20) else {
+        return;
+    };
+    for round in 0..3 {
+        let topic = format!("/burst{round}");
+        let echo = lan.tether(
+            lan.a(),
+            &lan.cfg("vta"),
+            &["echo", &topic, "--count", "40", "--timeout", "40"],
+        );
+        let publisher = lan.tether(
+            lan.b(),
+            &lan.cfg("vtb"),
+            &[
+                "pub", &topic, "x", "-n", "40", "-r", "0", "-q", "--linger", "30",
+            ],
+        );
+        let p = publisher.wait_with_output().expect("pub");
+        let e = echo.wait_with_output().expect("echo");
+        let got = String::from_utf8_lossy(&e.stdout).lines().count();
+        let (perr, eerr) = (
+            String::from_utf8_lossy(&p.stderr),
+            String::from_utf8_lossy(&e.stderr),
+        );
+        assert_eq!(
+            got, 40,
+            "round {round}: echo got {got} of 40: {eerr}\npub: {perr}"
+        );
+        assert_eq!(p.status.code(), Some(0), "round {round}: {perr}");
+        assert!(!eerr.contains("lost"), "round {round}: {eerr}");
+    }
+}
+
 /// Data by multicast across the LAN: three subscribers on host `a` take data on the
 /// discovery group (`transport.multicast_data`), so the publisher on `b` sends each sample
 /// once to the group instead of three times by unicast. nftables counters on `b`'s link
