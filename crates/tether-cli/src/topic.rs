@@ -357,8 +357,6 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let mut watch = Watch::new(&interrupt, None);
     let mut end = End::Done;
     let mut out = std::io::stdout().lock();
-    // Samples written while no subscriber was matched: nobody got them.
-    let mut unheard = 0u64;
     while count.is_none_or(|c| n < c) {
         if let Some(p) = period {
             if let Some(sig) = interrupt.sleep_until(next) {
@@ -378,9 +376,6 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         } else {
             data.clone()
         };
-        if p.matched() == 0 {
-            unheard += 1;
-        }
         let seq = match p.put(sample.clone()) {
             Ok(seq) => seq,
             Err(e) => {
@@ -438,6 +433,8 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     // Every reliable sample must be acknowledged by every reader it was written for, those
     // that left included: otherwise the exit status says so, -q or not.
     let mut delivered = report_owed(&p, n);
+    // Samples written while no subscriber was matched: nobody got them.
+    let unheard = p.written_unmatched();
     if unheard > 0 {
         eprintln!(
             "warning: {unheard} of {n} samples were written while no subscriber was matched on \

@@ -514,6 +514,12 @@ impl Participant {
         self.readers.get(&id).map_or(0, |r| r.writers.len())
     }
 
+    /// Samples local writer `id` wrote while no reader was matched (0 for an unknown writer):
+    /// nobody received them.
+    pub fn written_unmatched(&self, id: EntityId) -> u64 {
+        self.writers.get(&id).map_or(0, |w| w.unheard)
+    }
+
     /// The readers a local writer is matched with now, remote and local (empty for an
     /// unknown writer).
     pub fn matched_readers(&self, writer: EntityId) -> Vec<Guid> {

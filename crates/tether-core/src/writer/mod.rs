@@ -321,6 +321,7 @@ impl Participant {
         };
         let seq = kept.seq;
         w.push_history(kept);
+        w.unheard += u64::from(w.readers.is_empty());
         if let Some(d) = w.info.qos.deadline_period() {
             w.deadline_at = Some(after(now, d));
         }

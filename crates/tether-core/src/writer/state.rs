@@ -146,6 +146,8 @@ pub(crate) struct Writer {
     /// `departed_more`).
     pub(crate) departed: Vec<Shortfall>,
     pub(crate) departed_more: u64,
+    /// Samples written while no reader was matched: nobody received them.
+    pub(crate) unheard: u64,
     /// Remote participants with at least one matched reader, for fan-out.
     pub(crate) dests: Vec<ParticipantId>,
     /// The `dests` where at least one matched reader is reliable: where periodic
@@ -240,6 +242,7 @@ impl Writer {
             readers: BTreeMap::new(),
             departed: Vec::new(),
             departed_more: 0,
+            unheard: 0,
             dests: Vec::new(),
             reliable_dests: Vec::new(),
             locals: Vec::new(),

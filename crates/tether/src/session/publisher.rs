@@ -154,6 +154,13 @@ impl Publisher {
         self.shared.with_core(|i, now| i.core.flush(now, self.id));
     }
 
+    /// Samples this publisher wrote while no reader was matched: nobody received them (a
+    /// subscriber that left early, or one never there). Counted by the engine as it writes,
+    /// so asking costs nothing per sample.
+    pub fn written_unmatched(&self) -> u64 {
+        self.shared.lock().core.written_unmatched(self.id)
+    }
+
     /// How many readers this publisher is matched with.
     pub fn matched(&self) -> usize {
         self.shared.lock().core.matched_count(self.id)
