@@ -4,21 +4,12 @@
 //! the publisher's `--encoding` label says. Real processes on loopback.
 
 mod common;
-use common::{finish, text};
+use common::{finish, tether, text};
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
-
-fn tether(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-    c.arg("--registry-dir").arg(dir);
-    // This host only: tests never meet each other or the network.
-    c.args(["--discovery", "localhost"]);
-    c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
-    c
-}
 
 fn spawn(mut c: Command, stdin: Option<&[u8]>) -> Child {
     c.stdin(if stdin.is_some() {

@@ -4,28 +4,9 @@
 //! registry directory.
 
 mod common;
-use common::{Live, finish, text, wait_until};
+use common::{Live, finish, spawn, tether, text, wait_until};
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn tether(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-    c.arg("--registry-dir").arg(dir);
-    // This host only: tests never meet each other or the network.
-    c.args(["--discovery", "localhost"]);
-    c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
-    c
-}
-
-fn spawn(mut c: Command) -> Child {
-    c.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 /// Twenty one-shot publishers, one after the other, each a new process started while
 /// `echo` runs: every sample arrives, and every `pub` exits 0 (it waited for the

@@ -6,29 +6,12 @@
 //! what to do.
 
 mod common;
-use common::{Live, finish, text, wait_until};
+use common::{Live, finish, spawn, tether, text, wait_until};
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn tether(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-    c.arg("--registry-dir").arg(dir);
-    // This host only: tests never meet each other or the network.
-    c.args(["--discovery", "localhost"]);
-    c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
-    c
-}
-
-fn spawn(mut c: Command) -> Child {
-    c.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 /// A publisher of `topic` at 20 Hz that runs until killed.
 fn steady(dir: &Path, topic: &str) -> Live {

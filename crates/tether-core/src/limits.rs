@@ -12,8 +12,10 @@ use std::collections::VecDeque;
 use tether_wire::{EndpointRepr, ParticipantId};
 
 use crate::discovery::RemoteEndpoint;
-use crate::event::{Event, Limit};
+use crate::event::{Event, Guid};
 use crate::participant::Participant;
+use std::fmt;
+use tether_wire::EntityId;
 
 /// What the table spends on a stored string besides its bytes (its `String`, the
 /// allocation's rounding).
@@ -139,5 +141,118 @@ impl Participant {
         self.stats.announcements_over_cap += 1;
         self.over_limit(pid, limit);
         false
+    }
+}
+
+/// A limit on what a remote participant can make this one store ([`Event::OverLimit`]);
+/// its `Display` says it in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// A string it announced (its name, or an endpoint's topic, type or partition) is
+    /// longer than `Config::max_string_bytes`: the announcement is refused.
+    StringBytes {
+        /// `name`, `topic`, `type` or `partition`.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A string it announced (its name, or an endpoint's topic, type or partition) holds
+    /// control characters (escape sequences, line breaks), which would rewrite the terminal
+    /// or log of whoever prints it: the announcement is refused.
+    ControlCharacters {
+        /// `name`, `topic`, `type` or `partition`.
+        field: &'static str,
+    },
+    /// An endpoint with more partitions than `Config::max_partitions`: refused.
+    Partitions {
+        /// How many it announced.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Its endpoints would take what is stored for it past
+    /// `Config::max_peer_metadata_bytes`: the endpoint is refused.
+    MetadataBytes {
+        /// The limit.
+        max: usize,
+    },
+    /// It announced more than `Config::max_endpoints_per_participant` endpoints: the
+    /// further ones are refused (also counted in `Stats::table_full`).
+    Endpoints {
+        /// The limit.
+        max: usize,
+    },
+    /// One of its writers holds `Config::max_reassembly_bytes_per_writer` in a reader's
+    /// samples being reassembled (or 256 samples): its further fragments are refused
+    /// until some complete or expire.
+    WriterReassembly {
+        /// The writer.
+        writer: Guid,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A local reader holds `Config::max_reassembly_bytes` in samples being reassembled
+    /// (or 1,024 samples): this peer's fragment was refused.
+    ReaderReassembly {
+        /// The reader.
+        reader: EntityId,
+        /// The limit in bytes.
+        max: usize,
+    },
+}
+
+impl Limit {
+    /// Which kind of limit (a peer is reported once per kind).
+    pub(crate) fn kind(&self) -> u8 {
+        match self {
+            Limit::StringBytes { .. } => 0,
+            Limit::Partitions { .. } => 1,
+            Limit::MetadataBytes { .. } => 2,
+            Limit::WriterReassembly { .. } => 3,
+            Limit::ReaderReassembly { .. } => 4,
+            Limit::Endpoints { .. } => 5,
+            Limit::ControlCharacters { .. } => 6,
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::StringBytes { field, len, max } => write!(
+                f,
+                "an announced {field} of {len} bytes is longer than max_string_bytes ({max})"
+            ),
+            Limit::ControlCharacters { field } => write!(
+                f,
+                "an announced {field} holds control characters (escape sequences or line breaks)"
+            ),
+            Limit::Partitions { count, max } => write!(
+                f,
+                "an endpoint with {count} partitions has more than max_partitions ({max})"
+            ),
+            Limit::MetadataBytes { max } => write!(
+                f,
+                "its endpoints would take more than max_peer_metadata_bytes ({max} bytes)"
+            ),
+            Limit::Endpoints { max } => {
+                write!(
+                    f,
+                    "it announced more than max_endpoints_per_participant ({max})"
+                )
+            }
+            Limit::WriterReassembly { writer, max } => write!(
+                f,
+                "writer {writer} holds max_reassembly_bytes_per_writer ({max} bytes) in samples being reassembled"
+            ),
+            Limit::ReaderReassembly { reader, max } => write!(
+                f,
+                "reader {} holds max_reassembly_bytes ({max} bytes) in samples being reassembled",
+                reader.0
+            ),
+        }
     }
 }

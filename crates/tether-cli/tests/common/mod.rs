@@ -6,6 +6,26 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `tether` with this test's own registry directory `dir`, on this host only (tests never
+/// meet each other or the network), and no configuration or keys from the environment.
+pub(crate) fn tether(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.arg("--registry-dir").arg(dir);
+    // This host only: tests never meet each other or the network.
+    c.args(["--discovery", "localhost"]);
+    c.env_remove("TETHER_CONFIG").env_remove("TETHER_KEYS");
+    c
+}
+
+/// Starts `c` with its output piped and no input.
+pub(crate) fn spawn(mut c: Command) -> Child {
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Waits for a child with a hard limit, killing it if it overruns (a test never hangs).
 /// Its output is read as it comes, so a child that prints more than a pipe holds does not
 /// block on a full pipe.
