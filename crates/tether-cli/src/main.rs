@@ -162,14 +162,15 @@ impl QosArgs {
     }
 
     /// A reader's QoS: without a history flag it keeps every sample received until the
-    /// command takes it (up to 1,000; a reliable writer then waits), so that a burst of
-    /// repairs arriving at once is not replaced in the cache before it is printed.
+    /// command takes it (up to 1,000 samples and 64 MiB; a reliable writer then waits), so
+    /// that a burst of repairs arriving at once is not replaced in the cache before it is
+    /// printed, while a slow terminal cannot make it hold a camera stream's gigabytes.
     pub(crate) fn reader_qos(&self) -> Qos {
         let q = self.qos();
         if self.history_given() {
             q
         } else {
-            q.keep_all().max_samples(1000)
+            q.keep_all().max_samples(1000).max_bytes(64 << 20)
         }
     }
 
@@ -303,5 +304,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::BenchFanout(a) => tether_bench::fanout_peer(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::Demo(a) => demo::run(cfg, a, &globals),
         Cmd::Keys(a) => keys::run(a),
+    }
+}
+
+#[cfg(test)]
+mod qos_tests {
+    use super::*;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        q: QosArgs,
+    }
+
+    /// Without a history flag a command's reader keeps what it has not taken, within 1,000
+    /// samples and 64 MiB; a flag given wins.
+    #[test]
+    fn readers_keep_what_they_have_not_taken_within_bounds() {
+        let q = T::parse_from(["t"]).q.reader_qos();
+        assert_eq!(q.history(), tether::History::KeepAll);
+        assert_eq!(q.max_samples_limit(), 1000);
+        assert_eq!(q.max_bytes_limit(), 64 << 20);
+        let q = T::parse_from(["t", "--keep-last", "5"]).q.reader_qos();
+        assert_eq!(q.history(), tether::History::KeepLast(5));
     }
 }
