@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_wire::{
-    DatagramBuilder, EndpointKind, EndpointRepr, EntityId, HEADER_LEN, ParticipantId,
+    DatagramBuilder, Encoding, EndpointKind, EndpointRepr, EntityId, HEADER_LEN, ParticipantId,
     ParticipantRepr, ProtectionMode, StrList, Submessage,
 };
 
@@ -401,6 +401,23 @@ impl Participant {
         Some((p.name.as_str(), p.endpoints.get(&g.entity)?))
     }
 
+    /// The encoding label of writer `writer` as reader `reader` knows it: the writer's
+    /// own (local or remote, while it is known), or the one it had when it left this reader
+    /// (its samples may still wait to be taken). `Unset` when there is none.
+    pub fn writer_encoding(&self, reader: EntityId, writer: Guid) -> Encoding {
+        if writer.participant == self.id() {
+            if let Some(w) = self.writers.get(&writer.entity) {
+                return w.info.qos.encoding_label();
+            }
+        } else if let Some((_, e)) = self.remote_endpoint(writer) {
+            return e.info.qos.encoding_label();
+        }
+        self.readers
+            .get(&reader)
+            .and_then(|r| r.left_label(writer))
+            .unwrap_or(Encoding::Unset)
+    }
+
     /// Remote participants: id, name, address.
     pub fn remote_participants(&self) -> Vec<(ParticipantId, String, SocketAddr)> {
         self.peers
@@ -699,6 +716,7 @@ impl Participant {
                             if let Some(wp) = r.writers.remove(&g) {
                                 r.remember(g, &wp);
                             }
+                            r.remember_label(g, e.info.qos.encoding_label());
                             self.events.push_back(Event::Unmatched {
                                 local: r.id,
                                 remote: g,

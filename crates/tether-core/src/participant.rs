@@ -454,6 +454,7 @@ impl Participant {
                 if rp.local {
                     if let Some(r) = self.readers.get_mut(&g.entity) {
                         r.writers.remove(&guid);
+                        r.remember_label(guid, w.info.qos.encoding_label());
                     }
                 }
             }

@@ -58,6 +58,38 @@ fn encoding_label_reaches_subscribers() {
     assert_eq!(b.endpoint(d.guid).unwrap().encoding(), Encoding::Json);
 }
 
+/// A writer that leaves before its samples are taken (a one-shot `tether pub` exits at
+/// once) keeps its label for them: remote (its session closed) and local (dropped).
+#[test]
+fn a_departed_writers_samples_keep_its_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Session::open(cfg(dir.path())).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let sub = b.subscriber("/pose", Qos::default().keep_all()).unwrap();
+    let p = a
+        .publisher(Topic::new("/pose").encoding(Encoding::Json), Qos::default())
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 1));
+    p.put(&b"{\"x\":1}"[..]).unwrap();
+    assert!(p.wait_for_acknowledgments(Duration::from_secs(10)));
+    drop(p);
+    drop(a);
+    // Gone from the subscriber's session, its sample still waiting.
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 0));
+    let local = b
+        .publisher(Topic::new("/pose").encoding(Encoding::Cbor), Qos::default())
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 1));
+    local.put(&b"\xa1ax\x01"[..]).unwrap();
+    drop(local);
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 0));
+    let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(s.payload, &b"{\"x\":1}"[..]);
+    assert_eq!(sub.writer_encoding(s.writer), Encoding::Json);
+    let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(sub.writer_encoding(s.writer), Encoding::Cbor);
+}
+
 /// In a secure realm members read a publisher's topic and type and its session's certified
 /// name; a session without keys sees the topic's id alone.
 #[test]

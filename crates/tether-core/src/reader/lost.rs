@@ -84,6 +84,28 @@ impl Reader {
         self.left.push_back((g, next));
     }
 
+    /// Writer `g`, gone, was labelled `label`: what it wrote before it left and this reader
+    /// has not yet taken keeps its label.
+    pub(crate) fn remember_label(&mut self, g: Guid, label: tether_wire::Encoding) {
+        self.left_labels.retain(|(w, _)| *w != g);
+        if label == tether_wire::Encoding::Unset {
+            return;
+        }
+        if self.left_labels.len() >= MAX_REMEMBERED {
+            self.left_labels.pop_front();
+        }
+        self.left_labels.push_back((g, label));
+    }
+
+    /// The label of a writer this reader lost, if it remembers it.
+    pub(crate) fn left_label(&self, g: Guid) -> Option<tether_wire::Encoding> {
+        self.left_labels
+            .iter()
+            .rev()
+            .find(|(w, _)| *w == g)
+            .map(|(_, l)| *l)
+    }
+
     /// Where this reader stood with writer `g` when it lost it, if it remembers (once).
     pub(crate) fn recall(&mut self, g: Guid) -> Option<u64> {
         let i = self.left.iter().position(|(w, _)| *w == g)?;

@@ -498,6 +498,9 @@ pub(crate) struct Reader {
     /// Writers this reader lost (left, or their lease ran out), with the next sequence
     /// number it would have delivered from each (see `reader/lost.rs`).
     pub(crate) left: VecDeque<(Guid, u64)>,
+    /// The encoding labels of writers this reader lost, newest last: samples they wrote
+    /// may still wait in the cache after they left (a one-shot publisher exits at once).
+    pub(crate) left_labels: VecDeque<(Guid, tether_wire::Encoding)>,
     /// Samples this reader will never deliver (its share of `Stats::lost`).
     pub(crate) lost: u64,
 }
@@ -517,6 +520,7 @@ impl Reader {
             signalled: false,
             deadline_at: None,
             left: VecDeque::new(),
+            left_labels: VecDeque::new(),
             lost: 0,
         }
     }

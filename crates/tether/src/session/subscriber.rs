@@ -113,22 +113,11 @@ impl Subscriber {
 
     /// The encoding label `writer` (a sample's [`Sample::writer`]) announced for its
     /// payloads ([`Topic::encoding`](crate::Topic::encoding)): a writer of this session or
-    /// of another. [`Encoding::Unset`] if it gave none or is not known (any more).
+    /// of another. A writer that has left keeps its label for the samples it wrote that
+    /// still wait here (the last 64 writers this subscriber lost are remembered).
+    /// [`Encoding::Unset`] if it gave none or is not known.
     pub fn writer_encoding(&self, writer: Guid) -> tether_core::Encoding {
-        let g = self.shared.lock();
-        if writer.participant == g.core.id() {
-            return g
-                .core
-                .local_endpoint(writer.entity)
-                .map_or(tether_core::Encoding::Unset, |(_, i)| {
-                    i.qos.encoding_label()
-                });
-        }
-        g.core
-            .remote_endpoint(writer)
-            .map_or(tether_core::Encoding::Unset, |(_, e)| {
-                e.info.qos.encoding_label()
-            })
+        self.shared.lock().core.writer_encoding(self.id, writer)
     }
 }
 
