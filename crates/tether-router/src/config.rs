@@ -1,0 +1,421 @@
+//! `router.toml`: what a router listens on, which routers it dials, its keys, its export
+//! list and its limits. Every field but `keys` has a default; unknown fields are refused,
+//! so a misspelt setting is an error rather than silently ignored. Paths are relative to
+//! the file.
+//!
+//! ```toml
+//! name = "site-a"                      # in logs and metrics
+//! domain = 0                           # sessions and routers of other domains are refused
+//! listen = "0.0.0.0:7447"              # QUIC (UDP) for sessions and routers; omit: dial only
+//! keys = "site-a.key"                  # `tether keys issue DIR site-a --role router`
+//! revocations = "revoked.toml"         # optional, reloaded when the file changes
+//! connect = ["quic/cloud.example.org:7447"]
+//! metrics = "127.0.0.1:9464"           # Prometheus text format at /metrics; omit: off
+//!
+//! [limits]
+//! max_links = 1024
+//! max_routes = 1000000
+//! link_queue_bytes = 8388608           # per link: what waits beyond this is dropped, counted
+//! link_rate_bytes_per_sec = 0          # per link token bucket; 0: the link's own pace
+//!
+//! # With an export list (even empty) the router is a site's gateway: only these topic keys
+//! # cross between the site's sessions and other routers, in the direction given. Without
+//! # one, everything crosses (a cloud router). Keys, never names: `tether keys topic-id`.
+//! [[export]]
+//! key = "5f1c…"                        # 64 hex digits
+//! direction = "out"                    # out (leave the site), in (enter it), both
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a router configuration was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {cause}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        cause: std::io::Error,
+    },
+    /// Not TOML, or a field unknown or of the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the TOML reader said.
+        message: String,
+    },
+    /// A value that parses but cannot be used.
+    #[error("{path}: {field}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The setting.
+        field: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+}
+
+/// Which way an exported topic may cross a site's router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Published in the site, subscribed elsewhere: data leaves the site.
+    Out,
+    /// Published elsewhere, subscribed in the site: data enters the site.
+    In,
+    /// Both ways.
+    Both,
+}
+
+impl Direction {
+    /// True if data published inside the site may leave it.
+    pub fn leaves(self) -> bool {
+        matches!(self, Direction::Out | Direction::Both)
+    }
+
+    /// True if data published outside the site may enter it.
+    pub fn enters(self) -> bool {
+        matches!(self, Direction::In | Direction::Both)
+    }
+}
+
+/// One topic a site lets cross its router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportRule {
+    /// The topic's routing key (never its name).
+    pub key: [u8; 32],
+    /// Which way.
+    pub direction: Direction,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExport {
+    key: String,
+    direction: Direction,
+}
+
+/// Limits that keep a router's memory bounded whatever its peers send.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Links (sessions and routers) at once; more are refused.
+    pub max_links: usize,
+    /// Routes in the routing information base; more advertisements are refused, counted.
+    pub max_routes: usize,
+    /// Bytes waiting to go out on one link; beyond, frames are dropped and counted (the
+    /// sessions' end-to-end reliability repairs what a reliable topic loses).
+    pub link_queue_bytes: usize,
+    /// A token bucket per link, bytes per second; 0: as fast as the link takes them.
+    pub link_rate_bytes_per_sec: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_links: 1024,
+            max_routes: 1_000_000,
+            link_queue_bytes: 8 << 20,
+            link_rate_bytes_per_sec: 0,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    domain: u16,
+    listen: Option<String>,
+    keys: Option<PathBuf>,
+    revocations: Option<PathBuf>,
+    #[serde(default)]
+    connect: Vec<String>,
+    metrics: Option<String>,
+    #[serde(default)]
+    limits: Limits,
+    export: Option<Vec<RawExport>>,
+}
+
+/// A router's configuration, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// Its name in logs and metrics (its credential names it to peers).
+    pub name: String,
+    /// The domain it serves.
+    pub domain: u16,
+    /// Where it listens for QUIC links, if it does.
+    pub listen: Option<SocketAddr>,
+    /// Its key bundle (a credential with the router role).
+    pub keys: PathBuf,
+    /// The realm's revocation list, if given.
+    pub revocations: Option<PathBuf>,
+    /// Routers it dials: `host:port` (the `quic/` prefix taken off).
+    pub connect: Vec<String>,
+    /// Where `/metrics` is served, if it is.
+    pub metrics: Option<SocketAddr>,
+    /// Its limits.
+    pub limits: Limits,
+    /// Its export list; `None`: everything crosses.
+    pub export: Option<Vec<ExportRule>>,
+}
+
+/// Parses a `quic/host:port` address (the prefix may be left out): `host:port`.
+pub fn router_address(s: &str) -> Result<String, String> {
+    let rest = match s.split_once('/') {
+        Some(("quic", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "'{s}': transport '{scheme}' is not supported (only quic/HOST:PORT)"
+            ));
+        }
+        None => s,
+    };
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{s}': no port (write quic/HOST:PORT)"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("'{s}': no host (write quic/HOST:PORT)"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p != 0 => Ok(rest.to_string()),
+        _ => Err(format!("'{s}': port '{port}' is not 1 to 65535")),
+    }
+}
+
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl RouterConfig {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> Result<RouterConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Io {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        RouterConfig::parse(&text, path)
+    }
+
+    /// Parses and checks `text`, read from `path` (relative paths are taken from its
+    /// directory).
+    pub fn parse(text: &str, path: &Path) -> Result<RouterConfig, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })?;
+        let invalid = |field: &str, reason: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            reason,
+        };
+        let base = path.parent().unwrap_or(Path::new("."));
+        let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let keys = raw.keys.map(rel).ok_or_else(|| {
+            invalid(
+                "keys",
+                "missing: a router needs its key bundle (`tether keys issue DIR NAME --role \
+                 router`)"
+                    .into(),
+            )
+        })?;
+        let listen = raw
+            .listen
+            .map(|s| {
+                s.parse::<SocketAddr>()
+                    .map_err(|_| invalid("listen", format!("'{s}' is not ADDRESS:PORT")))
+            })
+            .transpose()?;
+        let metrics = raw
+            .metrics
+            .map(|s| {
+                s.parse::<SocketAddr>()
+                    .map_err(|_| invalid("metrics", format!("'{s}' is not ADDRESS:PORT")))
+            })
+            .transpose()?;
+        let connect = raw
+            .connect
+            .iter()
+            .map(|s| router_address(s).map_err(|r| invalid("connect", r)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if listen.is_none() && connect.is_empty() {
+            return Err(invalid(
+                "listen",
+                "a router that neither listens nor connects joins nothing: give listen, \
+                 connect or both"
+                    .into(),
+            ));
+        }
+        let l = &raw.limits;
+        if l.max_links == 0 || l.max_routes == 0 {
+            return Err(invalid(
+                "limits",
+                "max_links and max_routes must be > 0".into(),
+            ));
+        }
+        if l.link_queue_bytes < 1 << 16 {
+            return Err(invalid(
+                "limits.link_queue_bytes",
+                "at least 65536 (one largest datagram must fit)".into(),
+            ));
+        }
+        let export = raw
+            .export
+            .map(|rules| {
+                let mut out: Vec<ExportRule> = Vec::with_capacity(rules.len());
+                for r in rules {
+                    let key = hex32(&r.key).ok_or_else(|| {
+                        invalid(
+                            "export.key",
+                            format!(
+                                "'{}' is not a topic key of 64 hex digits (`tether keys \
+                                 topic-id DIR TOPIC` prints one)",
+                                r.key
+                            ),
+                        )
+                    })?;
+                    if out.iter().any(|e| e.key == key) {
+                        return Err(invalid(
+                            "export.key",
+                            format!("'{}' is listed twice", r.key),
+                        ));
+                    }
+                    out.push(ExportRule {
+                        key,
+                        direction: r.direction,
+                    });
+                }
+                Ok(out)
+            })
+            .transpose()?;
+        Ok(RouterConfig {
+            name: raw.name,
+            domain: raw.domain,
+            listen,
+            keys,
+            revocations: raw.revocations.map(rel),
+            connect,
+            metrics,
+            limits: raw.limits,
+            export,
+        })
+    }
+
+    /// The export rule for `key`: `None` without an export list (everything crosses both
+    /// ways), `Some(None)` when the list leaves it out (nothing crosses).
+    pub fn export_rule(&self, key: &[u8; 32]) -> Option<Option<Direction>> {
+        self.export
+            .as_ref()
+            .map(|rules| rules.iter().find(|r| &r.key == key).map(|r| r.direction))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RouterConfig, ConfigError> {
+        RouterConfig::parse(text, Path::new("/etc/tether/router.toml"))
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let doc = include_str!("config.rs");
+        let example: String = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .map(|l| l.replace("5f1c…", &"5f1c".repeat(16)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = parse(&example).unwrap();
+        assert_eq!(c.name, "site-a");
+        assert_eq!(c.keys, Path::new("/etc/tether/site-a.key"));
+        assert_eq!(
+            c.revocations.as_deref(),
+            Some(Path::new("/etc/tether/revoked.toml"))
+        );
+        assert_eq!(c.connect, ["cloud.example.org:7447"]);
+        assert_eq!(c.listen, Some("0.0.0.0:7447".parse().unwrap()));
+        let key = hex32(&"5f1c".repeat(16)).unwrap();
+        assert_eq!(c.export_rule(&key), Some(Some(Direction::Out)));
+        assert_eq!(c.export_rule(&[0; 32]), Some(None));
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        let e = parse("listen = \"0.0.0.0:1\"").unwrap_err().to_string();
+        assert!(e.contains("--role router"), "{e}");
+        let e = parse("keys = \"k\"").unwrap_err().to_string();
+        assert!(e.contains("neither listens nor connects"), "{e}");
+        let e = parse("keys = \"k\"\nconnect = [\"tcp/h:1\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("only quic/HOST:PORT"), "{e}");
+        let e = parse("keys = \"k\"\nconnect = [\"quic/h\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no port"), "{e}");
+        let e = parse("keys = \"k\"\nconnect = [\"h:0\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 to 65535"), "{e}");
+        let e = parse("keys = \"k\"\nlisten = \"x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ADDRESS:PORT"), "{e}");
+        let e = parse("keys = \"k\"\nlisten = \"0.0.0.0:1\"\nlisen = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lisen"), "{e}");
+        let e = parse(
+            "keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[[export]]\nkey = \"/camera\"\ndirection = \"out\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("topic-id"), "{e}");
+        let e = parse(
+            "keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[[export]]\nkey = \"00\"\ndirection = \"up\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("up"), "{e}");
+    }
+
+    #[test]
+    fn without_an_export_list_everything_crosses_and_an_empty_one_denies_all() {
+        let c = parse("keys = \"/k\"\nlisten = \"[::]:7447\"").unwrap();
+        assert_eq!(c.export_rule(&[1; 32]), None);
+        assert_eq!(c.keys, Path::new("/k"));
+        let c = parse("keys = \"k\"\nlisten = \"[::]:7447\"\nexport = []").unwrap();
+        assert_eq!(c.export_rule(&[1; 32]), Some(None));
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(router_address("quic/[::1]:7447").unwrap(), "[::1]:7447");
+        assert_eq!(router_address("10.0.0.1:1").unwrap(), "10.0.0.1:1");
+        assert!(router_address("quic/:1").is_err());
+    }
+}
