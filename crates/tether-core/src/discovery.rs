@@ -78,8 +78,11 @@ pub(crate) struct RemoteParticipant {
     pub(crate) endpoints: BTreeMap<EntityId, RemoteEndpoint>,
     /// With security on: what we know of its identity.
     pub(crate) auth: Option<crate::security::PeerAuth>,
-    /// The multicast group its readers also take data on.
+    /// Where a writer sends it data with others': the multicast group its readers also
+    /// take data on, or, routed, its link's group (`route::effective_group`).
     pub(crate) group: Option<SocketAddr>,
+    /// The data group it announced (ours to use only while it is at a direct address).
+    pub(crate) announced_group: Option<SocketAddr>,
     /// The path to it: how large a datagram crosses it.
     pub(crate) path: crate::path::PathMtu,
     /// The largest datagram sent to it (its path, or its data group's smallest).
@@ -219,12 +222,14 @@ impl Participant {
                 return true;
             }
             p.received = p.received.wrapping_add(counted as u64);
-            if p.addr == from {
+            let (cur, lease, addr_heard) = (p.addr, p.lease, p.addr_heard);
+            if cur == from {
                 p.addr_heard = now;
-            } else if p
-                .prev
-                .is_some_and(|(a, t)| a == from && now.saturating_duration_since(t) < PREV_KEPT)
-            {
+            } else if p.prev.is_some_and(|(a, t)| {
+                a == from
+                    && now.saturating_duration_since(t) < PREV_KEPT
+                    && crate::route::may_return(cur, from)
+            }) {
                 //= docs/wire.md#validation
                 //# a datagram from the address a peer moved from, authenticated, moves it
                 //# back at once
@@ -234,11 +239,15 @@ impl Participant {
                 if let Some(p) = self.peers.remotes.get_mut(&pid) {
                     p.prev = None;
                 }
-            } else if now.saturating_duration_since(p.addr_heard) >= MOVE_QUIET {
-                // The peer's address changed (new IP, NAT rebinding): the new address is
-                // challenged, and followed (`move_peer`) once it answers
-                // (`discovery/pending.rs`).
+            } else if now.saturating_duration_since(addr_heard) >= self.move_quiet(cur, from, lease)
+            {
+                // The peer's address changed (new IP, NAT rebinding, a router link that
+                // came or went): the new address is challenged, and followed (`move_peer`)
+                // once it answers (`discovery/pending.rs`).
                 self.challenge_new_address(now, pid, from);
+            } else if crate::route::is_routed(&from) {
+                // Heard directly and through a router: it stays where it is heard directly.
+                self.stats.routed_not_followed += 1;
             } else {
                 // Still heard at its address: someone relays its datagrams from elsewhere.
                 self.stats.moves_refused += 1;
@@ -279,12 +288,14 @@ impl Participant {
         let Some(p) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
-        if p.addr == from {
+        let cur = p.addr;
+        if cur == from {
             p.addr_heard = now;
-        } else if p
-            .prev
-            .is_some_and(|(a, t)| a == from && now.saturating_duration_since(t) < PREV_KEPT)
-        {
+        } else if p.prev.is_some_and(|(a, t)| {
+            a == from
+                && now.saturating_duration_since(t) < PREV_KEPT
+                && crate::route::may_return(cur, from)
+        }) {
             p.prev = None;
             self.stats.addresses_moved += 1;
             self.move_peer(now, pid, from);
@@ -309,12 +320,18 @@ impl Participant {
         self.left_address(pid, old);
         self.peers.remote_at.insert(from, pid);
         self.peers.at_addr.entry(from).or_default().push(pid);
-        // Another address is another path.
+        // Another address is another path, and maybe another group (a router link's).
         let path = self.new_path(&from, now);
         let cc = self.new_congestion(&from, now);
         if let Some(p) = self.peers.remotes.get_mut(&pid) {
             p.path = path;
             p.cc = cc;
+            let group = crate::route::effective_group(from, p.announced_group);
+            if p.group != group {
+                self.peers.grouped =
+                    self.peers.grouped + group.is_some() as usize - p.group.is_some() as usize;
+                p.group = group;
+            }
         }
         self.resize_paths();
     }
@@ -497,6 +514,8 @@ impl Participant {
                 rp.reannounced = Some(now);
                 self.peers.pending.promoted.push(pid);
             }
+            rp.announced_group = group;
+            let group = crate::route::effective_group(rp.addr, group);
             if rp.group != group {
                 self.peers.grouped =
                     self.peers.grouped + group.is_some() as usize - rp.group.is_some() as usize;

@@ -781,6 +781,14 @@ pub struct Stats {
     /// REFUSAL signatures checked: after one that failed, none from that peer for 100 ms, so
     /// a flood of REFUSALs with forged signatures costs a bounded number of verifications.
     pub refusals_checked: u64,
+
+    // Routed peers (`route`).
+    /// Datagrams from a routed peer's virtual address under another participant's id (a
+    /// router that lies, or a driver's mistake): dropped.
+    pub routed_mismatched: u64,
+    /// Datagrams of a peer known at a direct address that came through a router while that
+    /// address was still heard: taken, but the peer stays at its direct address.
+    pub routed_not_followed: u64,
 }
 
 impl Stats {
@@ -887,6 +895,8 @@ impl Stats {
             refusals_heard,
             refusals_unverified,
             refusals_checked,
+            routed_mismatched,
+            routed_not_followed,
         )
     }
 }

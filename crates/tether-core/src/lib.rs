@@ -39,6 +39,7 @@ pub mod path;
 pub mod qos;
 mod reader;
 mod reliability;
+pub mod route;
 mod security;
 mod transmit;
 mod writer;
@@ -60,6 +61,7 @@ pub use participant::{
     MAX_LEASE, Participant,
 };
 pub use qos::{AsyncPublish, Batching, FlowName, History, Inactivity, Qos, QosPolicy};
+pub use route::RouteLink;
 pub use security::keys::{HELD_FOR_KEY_BYTES, HELD_FOR_KEY_TIME, KEPT_EPOCHS};
 pub use security::{Protection, Security};
 pub use tether_wire::{

@@ -339,7 +339,7 @@ impl Participant {
         let secure = w.key.is_some();
         let single = crate::writer::single_payload(max_dg);
         let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
-        let mut p = Packer::new(addr, hdr, max_dg);
+        let mut p = Packer::for_writer(addr, hdr, max_dg, writer);
         if transient {
             for c in w.history.iter() {
                 let Some(payload) =

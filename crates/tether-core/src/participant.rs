@@ -124,6 +124,11 @@ pub struct Config {
     /// (`limits::ENDPOINT_OVERHEAD`, `limits::STRING_OVERHEAD`). An endpoint that would pass
     /// it is refused.
     pub max_peer_metadata_bytes: usize,
+    /// Router links this participant reaches other participants through
+    /// ([`route`](crate::route)): each link's number and datagram size. Links come and go
+    /// at run time with [`Participant::add_route_link`] and
+    /// [`Participant::remove_route_link`].
+    pub routes: Vec<crate::route::RouteLink>,
 }
 
 /// The default [`Config::max_sample_size`]: 256 MiB.
@@ -180,6 +185,7 @@ impl Config {
             max_string_bytes: DEFAULT_MAX_STRING_BYTES,
             max_partitions: DEFAULT_MAX_PARTITIONS,
             max_peer_metadata_bytes: DEFAULT_MAX_PEER_METADATA_BYTES,
+            routes: Vec::new(),
         }
     }
 }
@@ -255,6 +261,11 @@ pub struct Participant {
     pub(crate) farewells: VecDeque<(Instant, SocketAddr, tether_wire::AckNackRepr)>,
     /// When credentials (peers' and our own) are next checked for expiry.
     pub(crate) expiry: crate::security::expiry::ExpiryTimer,
+    /// The route key of every local endpoint (`route`), computed once at its creation:
+    /// the driver looks one up for every datagram it sends to a link's group.
+    pub(crate) route_keys: BTreeMap<EntityId, (EndpointKind, [u8; 32])>,
+    /// Changes whenever a local endpoint comes or goes (`route_keys_generation`).
+    pub(crate) route_gen: u64,
 }
 
 /// How long a deleted reader's final ACKNACKs ride again with a PARTICIPANT_BYE: far longer
@@ -312,6 +323,8 @@ impl Participant {
             last_dest: None,
             farewells: VecDeque::new(),
             expiry: Default::default(),
+            route_keys: BTreeMap::new(),
+            route_gen: 0,
         }
     }
 
@@ -403,6 +416,7 @@ impl Participant {
         }
         self.paced_writers += usize::from(w.paced());
         self.describe(id, &w.info);
+        self.note_route_key(id, EndpointKind::Writer, &w.info.topic);
         self.writers.insert(id, w);
         self.announce_endpoint(id);
         // Match against everything already known.
@@ -423,6 +437,7 @@ impl Participant {
         let id = self.alloc_entity();
         self.reliable_readers += usize::from(info.qos.is_reliable());
         self.describe(id, &info);
+        self.note_route_key(id, EndpointKind::Reader, &info.topic);
         self.readers.insert(id, Reader::new(id, info));
         self.announce_endpoint(id);
         let remote = self.remote_endpoints_of(EndpointKind::Writer);
@@ -476,6 +491,9 @@ impl Participant {
         }
         self.matches.reported.retain(|(l, _, _)| *l != id);
         self.keystore.descriptions.remove(&id);
+        if self.route_keys.remove(&id).is_some() {
+            self.route_gen += 1;
+        }
         self.say_goodbye(&Submessage::EndpointBye(id), &acks);
         // The PARTICIPANT_BYE of a host that shuts down next could overtake that datagram
         // too: it carries them again (see `farewells`; housekeeping forgets old ones).
@@ -604,6 +622,14 @@ impl Participant {
         };
         let d = admitted.datagram();
         let pid = d.header().participant;
+        // What a router brings from participant P comes from P's virtual address: a router
+        // that hands us another participant's datagram under it is not believed (that
+        // datagram would still fail authentication; this keeps it from costing a
+        // challenge or a move).
+        if outer && crate::route::routed_participant(&from).is_some_and(|(p, _)| p != pid) {
+            self.stats.routed_mismatched += 1;
+            return;
+        }
         // A datagram sealed for us alone (pairwise mode) is authenticated by its seal, and
         // what it opens to by its own AUTH_TAG.
         let sealed = outer && datagram.get(HEADER_LEN) == Some(&(SubmessageKind::Sealed as u8));
@@ -946,6 +972,7 @@ impl Participant {
             head: payload.into(),
             body: Bytes::new(),
             tail: Tail::NONE,
+            writer: None,
         });
     }
 

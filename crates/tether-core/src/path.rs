@@ -343,6 +343,10 @@ pub(crate) fn datagram_size(peers: &Peers, cfg: &Config, dest: SocketAddr) -> us
 impl Participant {
     /// The path to a participant newly heard from at `addr`.
     pub(crate) fn new_path(&self, addr: &SocketAddr, now: Instant) -> PathMtu {
+        if let Some((_, link)) = crate::route::routed_participant(addr) {
+            // Through a router: frames on a QUIC stream, the link's size, nothing to probe.
+            return PathMtu::fixed(self.route_datagram(link), now);
+        }
         let c = &self.cfg;
         let size = starting_size(addr, &c.local_addrs, c.path_mtu, c.max_datagram);
         if c.probe_paths && !is_local(addr, &c.local_addrs) {
@@ -394,14 +398,19 @@ impl Participant {
     /// Recomputes every participant's datagram size from the paths (after a path, an
     /// address or a data group changed): writers re-plan their fan-out.
     pub(crate) fn resize_paths(&mut self) {
-        let base = |g: &SocketAddr| starting_size(g, &[], self.cfg.path_mtu, self.cfg.max_datagram);
+        // A router link's group takes the link's size; a multicast group's datagrams leave by
+        // a real interface.
+        let base = |g: &SocketAddr| match crate::route::group_link(g) {
+            Some(link) => self.route_datagram(link),
+            None => starting_size(g, &[], self.cfg.path_mtu, self.cfg.max_datagram),
+        };
         let mut groups: Vec<(SocketAddr, usize)> = Vec::new();
         for r in self.peers.remotes.values() {
             if let Some(g) = r.group {
                 match groups.iter_mut().find(|(a, _)| *a == g) {
                     Some((_, s)) => *s = (*s).min(r.path.size),
-                    // A group's datagrams leave by a real interface: never larger than a
-                    // link's starting size, whoever its members are.
+                    // A multicast group's datagrams leave by a real interface: never larger
+                    // than a link's starting size, whoever its members are.
                     None => groups.push((g, base(&g).min(r.path.size))),
                 }
             }
@@ -495,8 +504,16 @@ impl Participant {
         if b.push(&Submessage::ProbeAck(ack)).is_ok() {
             // To the participant's address, not to where its PROBE came from: a PROBE of a
             // known participant relayed from elsewhere gets its answer where that
-            // participant is, not at the relay (`docs/wire.md#validation`).
-            let to = self.peers.remotes.get(&pid).map_or(from, |r| r.addr);
+            // participant is, not at the relay (`docs/wire.md#validation`). But back the
+            // way it came when that is the other kind of way (`route`): through the router
+            // while we know it at a direct address, or directly while we know it through a
+            // router. The participant is reached the other way only by this answer, and it
+            // challenges that way only when it is moving there.
+            let to = self
+                .peers
+                .remotes
+                .get(&pid)
+                .map_or(from, |r| crate::route::answer_to(r.addr, from));
             // Sent once the datagram is handled: in front of our announcement if the PROBE
             // was a challenge (`discovery/pending.rs`).
             self.peers.pending.answers.push((pid, to, buf));

@@ -98,6 +98,7 @@ pub(crate) fn heartbeat_all(
         return;
     }
     let dg = Bytes::from(dg);
+    let writer = w.id;
     let (_, grouped, min) = key;
     let mut send = |dest: SocketAddr, group: bool| {
         stats.heartbeats_sent += 1;
@@ -109,6 +110,7 @@ pub(crate) fn heartbeat_all(
             head: dg.clone().into(),
             body: Bytes::new(),
             tail: Tail::NONE,
+            writer: Some(writer),
         });
     };
     if w.reliable_dests.len() == w.dests.len() {
@@ -420,7 +422,7 @@ impl Participant {
             }
             None => {
                 let hdr = self.header();
-                let mut p = Packer::new(addr, hdr, self.datagram_size(addr));
+                let mut p = Packer::for_writer(addr, hdr, self.datagram_size(addr), nf.writer);
                 p.push(
                     &Submessage::Gap(GapRepr {
                         writer: nf.writer,
@@ -590,7 +592,7 @@ impl Participant {
         // what it asks for is re-sent.
         let kept = w.first_available().max(start).min(w.last_sent() + 1);
         let mut r = Repair {
-            packer: Packer::new(addr, hdr, size),
+            packer: Packer::for_writer(addr, hdr, size, an.writer),
             gap: (an.base < kept).then_some((an.base, kept)),
             out: &mut self.transmits,
             stats: &mut self.stats,
@@ -694,7 +696,7 @@ impl Participant {
             self.events.push_back(e);
         }
         if let Some(hb) = w.addressed_heartbeat(rg) {
-            let mut p = Packer::new(addr, hdr, self.datagram_size(addr));
+            let mut p = Packer::for_writer(addr, hdr, self.datagram_size(addr), writer);
             p.push(
                 &Submessage::Heartbeat(hb),
                 &mut self.transmits,

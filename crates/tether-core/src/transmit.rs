@@ -125,6 +125,12 @@ pub struct Transmit {
     pub body: Bytes,
     /// The datagram's authentication tag (secure realms), or empty.
     pub tail: Tail,
+    /// The local writer whose samples (DATA, DATA_FRAG, BATCH, SEALED_BATCH), heartbeat or
+    /// GAP this datagram carries; `None` for everything else (discovery, AUTH, keys,
+    /// ACKNACKs, probes). A driver sends a datagram to a router link's group as a DATA frame
+    /// under that writer's [`route_key`](crate::Participant::route_key): such a datagram
+    /// always names its writer. A copy field, so tagging costs nothing per sample.
+    pub writer: Option<tether_wire::EntityId>,
 }
 
 impl Transmit {

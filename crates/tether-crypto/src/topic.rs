@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use aws_lc_rs::hmac;
+use aws_lc_rs::{digest, hmac};
 
 use crate::RealmSecret;
 
@@ -33,6 +33,17 @@ impl TopicId {
         tether_wire::topic_id_input(name, type_name, scope, |piece| ctx.update(piece));
         let tag = ctx.sign();
         TopicId(tag.as_ref().try_into().expect("HMAC-SHA-256 is 32 bytes"))
+    }
+
+    /// The id of a topic outside any realm (security off): SHA-256 over the same canonical
+    /// input as [`derive`](Self::derive). Anyone can compute it from the name, so it hides
+    /// nothing; it gives routers the same 256-bit key space with and without security, and
+    /// never equals a realm's id of the same topic.
+    pub fn plain(name: &str, type_name: &str, scope: &str) -> TopicId {
+        let mut ctx = digest::Context::new(&digest::SHA256);
+        tether_wire::topic_id_input(name, type_name, scope, |piece| ctx.update(piece));
+        let d = ctx.finish();
+        TopicId(d.as_ref().try_into().expect("SHA-256 is 32 bytes"))
     }
 }
 
@@ -65,6 +76,18 @@ mod tests {
             TopicId::derive(&other, "/cmd_vel", "geometry_msgs/Twist", "")
         );
         assert_eq!(a.to_string().len(), 64);
+    }
+
+    #[test]
+    fn plain_ids_are_sha256_of_the_canonical_input() {
+        let mut input = Vec::new();
+        tether_wire::topic_id_input("/chatter", "", "", |p| input.extend_from_slice(p));
+        let want = digest::digest(&digest::SHA256, &input);
+        let id = TopicId::plain("/chatter", "", "");
+        assert_eq!(&id.0[..], want.as_ref());
+        assert_ne!(id, TopicId::plain("/chatter", "t", ""));
+        let s = RealmSecret::from_bytes([7; 32]);
+        assert_ne!(id, TopicId::derive(&s, "/chatter", "", ""));
     }
 
     /// RFC 4231 test case 2, so the provider's HMAC-SHA-256 is checked too.

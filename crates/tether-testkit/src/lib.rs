@@ -13,6 +13,7 @@ pub mod fuzz;
 pub mod netns;
 mod random;
 pub mod realm;
+pub mod router;
 
 pub use random::SeededRandom;
 
@@ -194,6 +195,9 @@ pub struct Node {
     pub queue_drops: u64,
     /// Most bytes ever waiting in its bottleneck queue.
     pub max_queue: usize,
+    /// Its site: datagrams to real addresses reach only nodes of the same site (sites meet
+    /// through a [`router`](crate::router)). 0 for every node unless a test says otherwise.
+    pub site: u32,
 }
 
 /// A datagram as a host that sees the traffic observes it ([`Sim::sniffed`]).
@@ -245,6 +249,10 @@ pub struct Sim {
     /// Datagrams sent to addresses no node holds (a spoofed source's true owner, say), by
     /// destination: how many, and their bytes.
     pub unrouted: BTreeMap<SocketAddr, (u64, u64)>,
+    /// Datagrams to a real address of another site (dropped: only a router joins sites).
+    pub other_site: u64,
+    /// The router joining sites, if any ([`router`](crate::router)).
+    pub router: Option<router::SimRouter>,
 }
 
 impl Sim {
@@ -266,6 +274,8 @@ impl Sim {
             wire: None,
             sniffed: None,
             unrouted: BTreeMap::new(),
+            other_site: 0,
+            router: None,
         }
     }
 
@@ -328,6 +338,7 @@ impl Sim {
             free_at: self.now,
             queue_drops: 0,
             max_queue: 0,
+            site: 0,
         });
         self.pump(i);
         i
@@ -387,7 +398,12 @@ impl Sim {
                 payload: t.contiguous(),
             });
         }
-        let targets: Vec<usize> = self
+        // Through the router (virtual addresses, and announcements it floods).
+        if self.route(i, &t) {
+            return;
+        }
+        let site = self.nodes[i].site;
+        let mut targets: Vec<usize> = self
             .nodes
             .iter()
             .enumerate()
@@ -398,6 +414,12 @@ impl Sim {
             let u = self.unrouted.entry(t.dest).or_default();
             u.0 += 1;
             u.1 += t.len() as u64;
+            return;
+        }
+        let all = targets.len();
+        targets.retain(|k| self.nodes[*k].site == site);
+        self.other_site += (all - targets.len()) as u64;
+        if targets.is_empty() {
             return;
         }
         let payload = t.contiguous();
@@ -535,7 +557,10 @@ impl Sim {
                 };
                 self.now = self.now.max(f.at);
                 let now = self.now;
-                if self.nodes[f.to].up && !self.nodes[f.to].unplugged {
+                // A frame in flight on a router link that went down is lost with it.
+                let link_down =
+                    tether_core::route::is_routed(&f.from) && !self.router_link_is_up(f.to);
+                if self.nodes[f.to].up && !self.nodes[f.to].unplugged && !link_down {
                     self.nodes[f.to]
                         .participant
                         .handle_datagram(now, f.from, &f.payload);

@@ -751,7 +751,8 @@ impl Participant {
                 last_heard: now,
                 endpoints: std::collections::BTreeMap::new(),
                 auth,
-                group,
+                group: crate::route::effective_group(from, group),
+                announced_group: group,
                 datagram: path.size,
                 path,
                 cc,
@@ -767,7 +768,7 @@ impl Participant {
             }),
         );
         self.peers.fanout_gen += 1;
-        self.peers.grouped += group.is_some() as usize;
+        self.peers.grouped += crate::route::effective_group(from, group).is_some() as usize;
         self.resize_paths();
         self.events.push_back(Event::ParticipantDiscovered {
             participant: pid,
@@ -1045,6 +1046,17 @@ impl Participant {
     ) -> bool {
         if !self.peers.pending.verify(pid, from, now, a.id) {
             return false;
+        }
+        // A late answer from a router's virtual address does not take a peer from a direct
+        // address heard since (`route`): direct is preferred while it lives.
+        if let Some(p) = self.peers.remotes.get(&pid) {
+            if crate::route::is_routed(&from)
+                && !crate::route::is_routed(&p.addr)
+                && now.saturating_duration_since(p.addr_heard) < crate::route::routed_quiet(p.lease)
+            {
+                self.stats.routed_not_followed += 1;
+                return true;
+            }
         }
         self.stats.addresses_moved += 1;
         self.move_peer(now, pid, from);

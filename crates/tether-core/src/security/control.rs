@@ -245,7 +245,12 @@ impl Participant {
         // one it is for, or nobody: a datagram to an address where we know no participant
         // (a challenge, say) must not count, relayed, at a peer that verified us.
         // (`retag` asks for any receiver with the unspecified address.)
-        let to = if shared || t.dest.ip().is_multicast() || t.dest.ip().is_unspecified() {
+        // A router link's group is a group too (`route`).
+        let to = if shared
+            || t.dest.ip().is_multicast()
+            || t.dest.ip().is_unspecified()
+            || crate::route::is_route_group(&t.dest)
+        {
             0
         } else {
             self.peers
@@ -325,6 +330,7 @@ impl Participant {
             head: Head::copy_from_slice(covered),
             body: bytes::Bytes::new(),
             tail: Tail::NONE,
+            writer: None,
         };
         self.tag_transmit(t).contiguous()
     }

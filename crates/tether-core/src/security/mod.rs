@@ -177,6 +177,13 @@ impl Security {
         )
     }
 
+    /// The key routers route topic `name` by (`route`): its id under the realm secret with
+    /// the type and scope left out, so that a reader of any type meets typed writers (the
+    /// engines still match types and partitions end to end). Routers see only this.
+    pub fn route_key(&self, name: &str) -> [u8; 32] {
+        TopicId::derive(&self.realm_secret, name, "", "").0
+    }
+
     /// How samples of `topic` are protected, as an ENDPOINT announces it.
     pub(crate) fn mode_for(&self, topic: &str) -> tether_wire::ProtectionMode {
         let p = self.protection_for(topic);

@@ -102,6 +102,7 @@ impl Participant {
             head: Head::from(Bytes::from(v)),
             body: Bytes::new(),
             tail: Tail::NONE,
+            writer: t.writer,
         }
     }
 

@@ -208,18 +208,18 @@ impl Participant {
         if hb.is_some() {
             self.stats.heartbeats_sent += w.dests.len() as u64;
         }
-        for p in &w.dests {
-            if let Some(rp) = self.peers.remotes.get(p) {
-                for (head, body) in &parts {
-                    self.stats.datagrams_sent += 1;
-                    self.stats.bytes_sent += (head.len() + body.len()) as u64;
-                    self.transmits.push_back(Transmit {
-                        dest: rp.addr,
-                        head: head.clone(),
-                        body: body.clone(),
-                        tail: Tail::NONE,
-                    });
-                }
+        let pairwise = crate::writer::multicast_peers(&self.cfg, 1) == 0;
+        for dest in crate::route::batch_dests(&self.peers.remotes, &w.dests, pairwise) {
+            for (head, body) in &parts {
+                self.stats.datagrams_sent += 1;
+                self.stats.bytes_sent += (head.len() + body.len()) as u64;
+                self.transmits.push_back(Transmit {
+                    dest,
+                    head: head.clone(),
+                    body: body.clone(),
+                    tail: Tail::NONE,
+                    writer: Some(writer),
+                });
             }
         }
     }
@@ -300,7 +300,7 @@ impl Participant {
             return;
         };
         let mut out = VecDeque::new();
-        let mut p = Packer::new(first.addr, hdr, size);
+        let mut p = Packer::for_writer(first.addr, hdr, size, writer);
         let batch = BatchRepr {
             writer,
             reader: EntityId::ALL,
@@ -323,21 +323,15 @@ impl Participant {
             self.stats.heartbeats_sent += w.dests.len() as u64;
         }
         p.finish(&mut out, &mut self.stats);
-        for (i, rp) in w
-            .dests
-            .iter()
-            .filter_map(|p| self.peers.remotes.get(p))
-            .enumerate()
-        {
+        let pairwise = crate::writer::multicast_peers(&self.cfg, 1) == 0;
+        let dests = crate::route::batch_dests(&self.peers.remotes, &w.dests, pairwise);
+        for (i, dest) in dests.into_iter().enumerate() {
             for t in &out {
                 if i > 0 {
                     self.stats.datagrams_sent += 1;
                     self.stats.bytes_sent += t.len() as u64;
                 }
-                self.transmits.push_back(Transmit {
-                    dest: rp.addr,
-                    ..t.clone()
-                });
+                self.transmits.push_back(Transmit { dest, ..t.clone() });
             }
         }
     }

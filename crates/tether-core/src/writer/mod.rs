@@ -51,7 +51,11 @@ pub(crate) fn multicast_peers(cfg: &Config, grouped: usize) -> usize {
 
 /// Where a writer sends one sample for its matched participants `dests`: each one's address,
 /// except that participants sharing a data group, `min` or more of them, get one datagram
-/// to the group (`true`). `grouped`: how many remotes announced a group (0: all unicast).
+/// to the group (`true`). `grouped`: how many remotes have a group (0: all unicast).
+///
+/// A router link's group takes even one participant (`route`): a datagram there crosses
+/// the link once and the router copies it where it is wanted, so `min`, which weighs a
+/// multicast datagram's cost to every host on a LAN against unicast copies, does not apply.
 pub(crate) fn fanout_addrs(
     remotes: &BTreeMap<ParticipantId, Box<RemoteParticipant>>,
     dests: &[ParticipantId],
@@ -71,7 +75,7 @@ pub(crate) fn fanout_addrs(
             }
         }
     }
-    groups.retain(|(_, n)| *n >= min.max(1));
+    groups.retain(|(g, n)| *n >= min.max(1) || crate::route::is_route_group(g));
     let mut out: Vec<(SocketAddr, bool)> = groups.iter().map(|(g, _)| (*g, true)).collect();
     out.extend(
         peers
@@ -408,6 +412,7 @@ impl Participant {
                         head: head.clone(),
                         body: body.clone(),
                         tail: Tail::NONE,
+                        writer: Some(writer),
                     });
                 }
             }
@@ -427,6 +432,7 @@ impl Participant {
                     head: head.clone(),
                     body: body.clone(),
                     tail: Tail::NONE,
+                    writer: Some(writer),
                 });
             }
         }

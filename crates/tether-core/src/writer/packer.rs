@@ -20,6 +20,8 @@ pub(crate) struct Packer {
     pub(crate) max: usize,
     pub(crate) buf: Vec<u8>,
     pub(crate) tmp: Vec<u8>,
+    /// The local writer whose submessages these are, if any ([`Transmit::writer`]).
+    pub(crate) writer: Option<EntityId>,
 }
 
 impl Packer {
@@ -32,6 +34,16 @@ impl Packer {
             max,
             buf,
             tmp: Vec::new(),
+            writer: None,
+        }
+    }
+
+    /// A packer for local writer `writer`'s submessages (repairs, GAPs, heartbeats): its
+    /// datagrams name it ([`Transmit::writer`]).
+    pub(crate) fn for_writer(dest: SocketAddr, hdr: Header, max: usize, writer: EntityId) -> Self {
+        Packer {
+            writer: Some(writer),
+            ..Packer::new(dest, hdr, max)
         }
     }
 
@@ -65,6 +77,7 @@ impl Packer {
             head: dg.into(),
             body: Bytes::new(),
             tail: Tail::NONE,
+            writer: self.writer,
         });
     }
 
@@ -144,6 +157,7 @@ impl Outgoing<'_> {
             head: Head::copy_from_slice(&head),
             body,
             tail: Tail::NONE,
+            writer: Some(self.writer),
         }
     }
 }

@@ -1,0 +1,509 @@
+//! Routed peers (issue 19): participants that meet through a router link, in the simulator
+//! (`tether_testkit::router`). The router forwards by virtual address and route key only;
+//! discovery, authentication, matching and reliability run end to end through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_core::route::{self, group_addr};
+use tether_core::{EndpointKind, EntityId, Event, ParticipantId, Qos};
+use tether_testkit::realm::{Realm, info};
+use tether_testkit::{Link, Sim};
+
+/// A node of `site` (direct datagrams reach only its own site), member of `realm` if given.
+fn node(sim: &mut Sim, realm: Option<&Realm>, serial: u64, site: u32) -> usize {
+    let sec = realm.map(|r| Arc::new(r.security(sim.now, serial, "robot", &["/**"], &["/**"])));
+    let i = sim.add_node_alone(move |c| c.security = sec);
+    sim.nodes[i].site = site;
+    i
+}
+
+/// A router whose path is `path`, on a LAN that is perfect.
+fn sim_with_router(seed: u64, path: Link) -> Sim {
+    let mut sim = Sim::new(seed, Link::perfect());
+    sim.add_router(path);
+    sim
+}
+
+/// A sample of `k`: its number first; every 40th is 150 kB (fragmented even in a router
+/// link's 60,000-byte datagrams).
+fn sample(k: u64) -> Bytes {
+    let n = if k % 40 == 39 { 150_000 } else { 600 };
+    let mut v = vec![(k % 251) as u8; n];
+    v[..8].copy_from_slice(&k.to_le_bytes());
+    Bytes::from(v)
+}
+
+fn keep_all() -> Qos {
+    Qos::new().reliable().keep_all()
+}
+
+/// Writes `n` samples (numbered from `from`), one a millisecond.
+fn write_n(sim: &mut Sim, w: usize, wid: EntityId, from: u64, n: u64) {
+    for k in from..from + n {
+        sim.write(w, wid, k, sample(k), Duration::from_secs(30));
+        sim.run_for(Duration::from_millis(1));
+    }
+}
+
+/// Asserts reader `r` of node `i` got samples 0..n exactly once, in order, intact.
+fn assert_all_in_order(sim: &Sim, i: usize, r: EntityId, n: u64) {
+    let got = sim.payloads(i, r);
+    assert_eq!(got.len() as u64, n, "every sample once");
+    for (k, p) in got.iter().enumerate() {
+        assert_eq!(p, &sample(k as u64), "sample {k} in order and intact");
+    }
+}
+
+/// Where node `i` has the participant of node `j`.
+fn addr_of(sim: &Sim, i: usize, j: usize) -> Option<std::net::SocketAddr> {
+    let pid = sim.nodes[j].participant.id();
+    sim.nodes[i]
+        .participant
+        .remote_participants()
+        .into_iter()
+        .find(|(p, _, _)| *p == pid)
+        .map(|(_, _, a)| a)
+}
+
+/// Two participants on different sites, each with its link to the router (numbered
+/// differently), a keep-all writer on the first and a reader on the second: they meet,
+/// authenticate (in a secure realm) and match through the router alone.
+fn routed_pair(seed: u64, secure: bool, path: Link) -> (Sim, usize, EntityId, usize, EntityId) {
+    let realm = Realm::new();
+    let mut sim = sim_with_router(seed, path);
+    let a = node(&mut sim, secure.then_some(&realm), 1, 0);
+    let b = node(&mut sim, secure.then_some(&realm), 2, 1);
+    sim.attach(a, 3);
+    sim.attach(b, 9);
+    let now = sim.now;
+    let wid = sim
+        .p(a)
+        .create_writer(now, info("/routed", keep_all()))
+        .unwrap();
+    let rid = sim.p(b).create_reader(now, info("/routed", keep_all()));
+    sim.pump(a);
+    sim.pump(b);
+    assert!(
+        sim.run_until(Duration::from_secs(20), |s| {
+            s.nodes[a].participant.matched_count(wid) == 1
+                && s.nodes[b].participant.matched_count(rid) == 1
+        }),
+        "seed {seed}: matched through the router"
+    );
+    (sim, a, wid, b, rid)
+}
+
+#[test]
+fn participants_meet_authenticate_and_deliver_through_the_router_alone() {
+    for (seed, secure) in [(1, true), (2, false)] {
+        let mut path = Link::lossy(0.0);
+        path.duplicate = 0.0;
+        let (mut sim, a, wid, b, rid) = routed_pair(seed, secure, path);
+        // Each knows the other at its virtual address on its own link.
+        let pa = sim.nodes[a].participant.id();
+        let pb = sim.nodes[b].participant.id();
+        assert_eq!(addr_of(&sim, b, a), Some(route::virtual_addr(pa, 9)));
+        assert_eq!(addr_of(&sim, a, b), Some(route::virtual_addr(pb, 3)));
+        if secure {
+            // Authenticated end to end: the router is not trusted and proves nothing.
+            assert_eq!(sim.nodes[b].participant.certified_name(pa), Some("robot"));
+            assert_eq!(sim.nodes[a].participant.certified_name(pb), Some("robot"));
+        }
+        // Nothing crossed between the sites but through the router.
+        let before = sim.other_site;
+        let n = 120;
+        write_n(&mut sim, a, wid, 0, n);
+        assert!(
+            sim.run_until(Duration::from_secs(30), |s| s.seqs(b, rid).len() as u64
+                == n),
+            "seed {seed}: delivered"
+        );
+        sim.run_for(Duration::from_secs(1));
+        assert_all_in_order(&sim, b, rid, n);
+        assert!(sim.other_site >= before, "the sites are apart");
+        let r = sim.router();
+        assert_eq!(
+            r.untagged, 0,
+            "every datagram to a link group names its writer"
+        );
+        // One datagram per sample through the link group (fragments for the large ones),
+        // not one per reader by unicast.
+        assert!(r.data_frames_from(a) as u64 >= n);
+        // Repairs (the path reorders) go to the one reader that asked, by unicast: few.
+        assert!(r.unicast_data_from(a) as u64 <= n / 10, "few repairs");
+        assert_eq!(sim.nodes[b].participant.stats().routed_mismatched, 0);
+        // The path takes the link's datagram size.
+        assert_eq!(
+            sim.nodes[a].participant.path_datagram(pb),
+            Some(route::DEFAULT_ROUTE_DATAGRAM)
+        );
+    }
+}
+
+#[test]
+fn a_lossy_router_path_loses_nothing_end_to_end() {
+    for seed in [11, 12, 13] {
+        let (mut sim, a, wid, b, rid) = routed_pair(seed, true, Link::lossy(0.15));
+        let n = 200;
+        write_n(&mut sim, a, wid, 0, n);
+        assert!(
+            sim.run_until(Duration::from_secs(60), |s| s.seqs(b, rid).len() as u64
+                >= n),
+            "seed {seed}: delivered despite loss, got {}",
+            sim.seqs(b, rid).len()
+        );
+        sim.run_for(Duration::from_secs(1));
+        assert_all_in_order(&sim, b, rid, n);
+        let r = sim.router();
+        assert!(r.lost > 0, "seed {seed}: the path lost frames");
+        assert!(
+            r.unicast_data_from(a) > 0,
+            "seed {seed}: repairs went to the reader alone"
+        );
+    }
+}
+
+#[test]
+fn ten_subscribers_behind_the_router_cost_one_datagram_per_sample() {
+    for secure in [true, false] {
+        let realm = Realm::new();
+        let mut sim = sim_with_router(21, Link::perfect());
+        let w = node(&mut sim, secure.then_some(&realm), 1, 0);
+        sim.attach(w, 1);
+        let now = sim.now;
+        let wid = sim
+            .p(w)
+            .create_writer(now, info("/fan", keep_all()))
+            .unwrap();
+        sim.pump(w);
+        let mut readers = Vec::new();
+        for k in 0..10u64 {
+            let i = node(&mut sim, secure.then_some(&realm), 10 + k, 1 + k as u32);
+            sim.attach(i, 2 + k as u16);
+            let now = sim.now;
+            let r = sim.p(i).create_reader(now, info("/fan", keep_all()));
+            sim.pump(i);
+            readers.push((i, r));
+        }
+        // A participant with no reader of the topic gets nothing of it from the router.
+        let idle = node(&mut sim, secure.then_some(&realm), 99, 20);
+        sim.attach(idle, 40);
+        assert!(sim.run_until(Duration::from_secs(20), |s| {
+            s.nodes[w].participant.matched_count(wid) == 10
+        }));
+        let before = sim.router().log.len();
+        let n = 30u64;
+        for k in 0..n {
+            let now = sim.now;
+            sim.p(w)
+                .write(now, wid, k, Bytes::from(vec![k as u8; 800]))
+                .unwrap();
+            sim.pump(w);
+            sim.run_for(Duration::from_millis(2));
+        }
+        sim.run_for(Duration::from_secs(1));
+        for &(i, r) in &readers {
+            assert_eq!(sim.seqs(i, r), (1..=n).collect::<Vec<_>>(), "reader at {i}");
+        }
+        let frames = &sim.router().log[before..];
+        let data: Vec<_> = frames
+            .iter()
+            .filter(|f| f.from == w && f.has_body)
+            .collect();
+        assert_eq!(
+            data.len() as u64,
+            n,
+            "secure {secure}: one datagram per sample"
+        );
+        for f in &data {
+            assert_eq!(f.dest, group_addr(1), "to the writer's link group");
+            assert_eq!(f.writer, Some(wid));
+            assert_eq!(f.copies, 10, "the router copies it to each subscriber");
+        }
+        // Heartbeats go to the group too, once per link.
+        assert!(
+            frames
+                .iter()
+                .filter(|f| f.from == w && !f.has_body)
+                .all(|f| f.dest != group_addr(1) || f.writer == Some(wid))
+        );
+        assert_eq!(sim.router().untagged, 0);
+        assert!(sim.nodes[idle].delivered.is_empty());
+    }
+}
+
+#[test]
+fn one_routed_subscriber_still_takes_the_link_group() {
+    let (mut sim, a, wid, b, rid) = routed_pair(31, false, Link::perfect());
+    assert_eq!(sim.nodes[a].participant.config().multicast_min, 2);
+    let before = sim.router().log.len();
+    write_n(&mut sim, a, wid, 0, 10);
+    sim.run_for(Duration::from_millis(500));
+    assert_all_in_order(&sim, b, rid, 10);
+    let sent: Vec<_> = sim.router().log[before..]
+        .iter()
+        .filter(|f| f.from == a && f.has_body)
+        .collect();
+    assert_eq!(sent.len(), 10);
+    assert!(sent.iter().all(|f| f.dest == group_addr(3)));
+}
+
+#[test]
+fn pairwise_mode_seals_a_copy_for_each_routed_peer() {
+    let realm = Realm::new();
+    let mut sim = sim_with_router(41, Link::perfect());
+    let mk = |sim: &mut Sim, serial: u64, site: u32| {
+        let sec = Arc::new(
+            realm
+                .security(sim.now, serial, "robot", &["/**"], &["/**"])
+                .with_pairwise(true),
+        );
+        let i = sim.add_node_alone(move |c| c.security = Some(sec));
+        sim.nodes[i].site = site;
+        i
+    };
+    let w = mk(&mut sim, 1, 0);
+    sim.attach(w, 1);
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info("/pw", keep_all()))
+        .unwrap();
+    let mut readers = Vec::new();
+    for k in 0..3u64 {
+        let i = mk(&mut sim, 10 + k, 1 + k as u32);
+        sim.attach(i, 5);
+        let now = sim.now;
+        let r = sim.p(i).create_reader(now, info("/pw", keep_all()));
+        readers.push((i, r));
+    }
+    assert!(sim.run_until(Duration::from_secs(20), |s| {
+        s.nodes[w].participant.matched_count(wid) == 3
+    }));
+    let before = sim.router().log.len();
+    for k in 0..5u64 {
+        let now = sim.now;
+        sim.p(w)
+            .write(now, wid, k, Bytes::from(vec![1; 300]))
+            .unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(2));
+    }
+    sim.run_for(Duration::from_millis(500));
+    for &(i, r) in &readers {
+        assert_eq!(sim.seqs(i, r).len(), 5);
+    }
+    // Each datagram is sealed for one peer: three copies a sample, each to a virtual
+    // address, none to the link group.
+    let sent = &sim.router().log[before..];
+    assert!(sent.iter().all(|f| f.from != w || f.dest != group_addr(1)));
+    assert!(
+        sent.iter()
+            .filter(|f| f.from == w && route::is_routed(&f.dest))
+            .count()
+            >= 15
+    );
+}
+
+/// Two participants on one LAN, both linked to the router: they keep each other at their
+/// direct addresses (data never crosses the router), follow each other through the router
+/// once the LAN parts them (after the direct address has been quiet, not before), and come
+/// back to the LAN when it heals.
+#[test]
+fn a_direct_address_is_preferred_to_a_routed_one() {
+    let realm = Realm::new();
+    let mut sim = sim_with_router(51, Link::perfect());
+    let a = node(&mut sim, Some(&realm), 1, 0);
+    let b = node(&mut sim, Some(&realm), 2, 0);
+    sim.attach(a, 1);
+    sim.attach(b, 2);
+    let (aa, ba) = (sim.nodes[a].addr, sim.nodes[b].addr);
+    sim.p(a).add_target(ba);
+    sim.p(b).add_target(aa);
+    sim.pump(a);
+    sim.pump(b);
+    let now = sim.now;
+    let wid = sim
+        .p(a)
+        .create_writer(now, info("/both", keep_all()))
+        .unwrap();
+    let rid = sim.p(b).create_reader(now, info("/both", keep_all()));
+    sim.pump(a);
+    sim.pump(b);
+    assert!(sim.run_until(Duration::from_secs(20), |s| {
+        s.nodes[a].participant.matched_count(wid) == 1
+    }));
+    // Whichever way they first met, they settle on the LAN and stay there.
+    // (The router's path is faster here: they meet there first, then move to the LAN.)
+    sim.run_for(Duration::from_secs(3));
+    let moved = |sim: &Sim| [a, b].map(|i| sim.nodes[i].participant.stats().addresses_moved);
+    let settled = moved(&sim);
+    assert_eq!(addr_of(&sim, a, b), Some(ba));
+    assert_eq!(addr_of(&sim, b, a), Some(aa));
+    let before = sim.router().log.len();
+    write_n(&mut sim, a, wid, 0, 20);
+    sim.run_for(Duration::from_secs(5));
+    assert_all_in_order(&sim, b, rid, 20);
+    assert_eq!(addr_of(&sim, a, b), Some(ba), "still direct");
+    assert_eq!(addr_of(&sim, b, a), Some(aa), "still direct");
+    assert!(
+        sim.router().log[before..]
+            .iter()
+            .all(|f| !(f.from == a && f.has_body)),
+        "no sample crossed the router"
+    );
+    // What came through the router meanwhile (announcements flooded, copies of what the
+    // LAN brought first) moved nobody.
+    assert_eq!(moved(&sim), settled, "no flapping");
+
+    // The LAN parts them: the router carries on, after the direct address went quiet.
+    sim.nodes[b].site = 1;
+    let parted = sim.now;
+    write_n(&mut sim, a, wid, 20, 20);
+    assert!(sim.run_until(Duration::from_secs(20), |s| {
+        addr_of(s, b, a).is_some_and(|x| route::is_routed(&x))
+            && addr_of(s, a, b).is_some_and(|x| route::is_routed(&x))
+    }));
+    // Quiet for `ROUTED_QUIET_MAX` since it was last heard (some time before the parting:
+    // at most an announcement period), and in time for keep-all writers not to give up on
+    // their readers.
+    let waited = sim.now - parted;
+    assert!(
+        waited + Duration::from_secs(1) >= route::ROUTED_QUIET_MAX
+            && waited < tether_core::DEFAULT_INACTIVE_AFTER,
+        "followed to the router only once the direct address was quiet: {waited:?}"
+    );
+    assert!(sim.run_until(Duration::from_secs(30), |s| s.seqs(b, rid).len() == 40));
+    assert_all_in_order(&sim, b, rid, 40);
+    assert!(
+        !sim.nodes[b]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::ParticipantLost { .. })),
+        "nobody was lost"
+    );
+
+    // The LAN heals: back to direct addresses at once.
+    sim.nodes[b].site = 0;
+    let healed = sim.now;
+    write_n(&mut sim, a, wid, 40, 20);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        addr_of(s, b, a) == Some(aa) && addr_of(s, a, b) == Some(ba)
+    }));
+    assert!(
+        sim.now - healed < Duration::from_secs(3),
+        "direct is taken at once"
+    );
+    assert!(sim.run_until(Duration::from_secs(30), |s| s.seqs(b, rid).len() == 60));
+    assert_all_in_order(&sim, b, rid, 60);
+}
+
+/// A reliable stream through the router survives the link going away for a while and
+/// coming back: the same participants, nothing lost, nothing twice (reliability end to
+/// end: the router keeps nothing).
+#[test]
+fn a_reliable_stream_survives_the_router_link_going_away() {
+    for (seed, down) in [(61, 0usize), (62, 1)] {
+        let (mut sim, a, wid, b, rid) = routed_pair(seed, true, Link::lossy(0.02));
+        write_n(&mut sim, a, wid, 0, 50);
+        // One side's link goes down (its driver lost the QUIC connection) for 2 s, while
+        // the writer goes on writing.
+        let gone = [a, b][down];
+        sim.router_link_down(gone);
+        let t0 = sim.now;
+        let mut k = 50;
+        while sim.now - t0 < Duration::from_secs(2) {
+            let now = sim.now;
+            if sim.p(a).write(now, wid, k, sample(k)).is_ok() {
+                k += 1;
+            }
+            sim.pump(a);
+            sim.run_for(Duration::from_millis(10));
+        }
+        let during = sim.seqs(b, rid).len();
+        assert!(
+            during <= 50 + 1,
+            "seed {seed}: nothing crossed a link that was down"
+        );
+        sim.router_link_up(gone);
+        write_n(&mut sim, a, wid, k, 30);
+        let n = k + 30;
+        assert!(
+            sim.run_until(Duration::from_secs(30), |s| s.seqs(b, rid).len() as u64
+                >= n),
+            "seed {seed}: caught up, got {} of {n}",
+            sim.seqs(b, rid).len()
+        );
+        sim.run_for(Duration::from_secs(1));
+        assert_all_in_order(&sim, b, rid, n);
+        for i in [a, b] {
+            assert!(
+                !sim.nodes[i]
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, Event::ParticipantLost { .. })),
+                "seed {seed}: the participants stayed"
+            );
+        }
+        assert_eq!(sim.nodes[a].participant.matched_count(wid), 1);
+    }
+}
+
+#[test]
+fn route_keys_are_topic_ids_and_change_with_local_endpoints() {
+    let realm = Realm::new();
+    let mut sim = Sim::new(71, Link::perfect());
+    let s = node(&mut sim, Some(&realm), 1, 0);
+    let p = node(&mut sim, None, 2, 0);
+    let now = sim.now;
+    let g0 = sim.nodes[p].participant.route_keys_generation();
+    let w = sim
+        .p(p)
+        .create_writer(now, info("/chatter", Qos::new()))
+        .unwrap();
+    let r = sim.p(p).create_reader(now, info("/chatter", Qos::new()));
+    let plain = tether_crypto::TopicId::plain("/chatter", "", "").0;
+    assert_eq!(sim.nodes[p].participant.route_key(w), Some(plain));
+    // The type is left out: a reader of any type meets typed writers.
+    assert_eq!(sim.nodes[p].participant.route_key(r), Some(plain));
+    assert_eq!(
+        sim.nodes[p].participant.local_route_keys(),
+        vec![
+            (w, EndpointKind::Writer, plain),
+            (r, EndpointKind::Reader, plain)
+        ]
+    );
+    let g1 = sim.nodes[p].participant.route_keys_generation();
+    assert_ne!(g0, g1);
+    sim.p(p).delete_endpoint(now, r);
+    assert_ne!(sim.nodes[p].participant.route_keys_generation(), g1);
+    assert_eq!(sim.nodes[p].participant.route_key(r), None);
+    assert_eq!(sim.nodes[p].participant.local_route_keys().len(), 1);
+
+    let sw = sim
+        .p(s)
+        .create_writer(now, info("/chatter", Qos::new()))
+        .unwrap();
+    let secret = tether_crypto::RealmSecret::from_bytes(realm.ca.public());
+    let id = tether_crypto::TopicId::derive(&secret, "/chatter", "", "").0;
+    assert_eq!(sim.nodes[s].participant.route_key(sw), Some(id));
+    assert_ne!(id, plain);
+    assert_eq!(sim.nodes[s].participant.route_key(EntityId(999)), None);
+}
+
+#[test]
+fn a_router_cannot_pass_one_participant_off_as_another() {
+    let (mut sim, a, _wid, b, _rid) = routed_pair(81, true, Link::perfect());
+    // A datagram of `a`, handed to `b` as if it came from a third participant's address.
+    let dg = tether_testkit::realm::forged(
+        sim.nodes[a].participant.id(),
+        &[tether_wire::Submessage::ParticipantBye],
+    );
+    let now = sim.now;
+    let liar = route::virtual_addr(ParticipantId(0xbad), 9);
+    sim.p(b).handle_datagram(now, liar, &dg);
+    assert_eq!(sim.nodes[b].participant.stats().routed_mismatched, 1);
+    assert_eq!(sim.nodes[b].participant.remote_participants().len(), 1);
+}
