@@ -8,6 +8,9 @@
 //! pair). Its only system calls of its own are those of [`Host::delay_incoming`], whose
 //! thread enters a namespace ([`Namespace::enter`]) and serves a netfilter queue there.
 //!
+//! [`sites`] builds a larger topology on the same pieces: two robot sites, each behind a
+//! NAT, and a cloud.
+//!
 //! Creating namespaces needs root; [`Lan::builder`]'s [`LanBuilder::create`] says so with
 //! [`NetnsError::NotRoot`] so a test can skip with the reason.
 //!
@@ -34,6 +37,8 @@ use std::time::{Duration, Instant};
 mod delay;
 #[cfg(target_os = "linux")]
 pub use delay::{Delay, DelayStats, MAX_HELD, have_iptables};
+#[cfg(target_os = "linux")]
+pub mod sites;
 
 /// How long one `ip` or `nft` command may take before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -245,6 +250,22 @@ fn enter(name: &str) -> Result<(), NetnsError> {
     Ok(())
 }
 
+/// The MAC address of interface `dev` of namespace `ns` (`link/ether` of `ip -o link
+/// show`).
+fn mac(ns: &Namespace, dev: &str) -> Result<String, NetnsError> {
+    let out = ns.ip(&["-o", "link", "show", dev])?;
+    let listing = String::from_utf8_lossy(&out.stdout);
+    listing
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .map(str::to_string)
+        .ok_or_else(|| NetnsError::Failed {
+            command: format!("ip -n {} -o link show {dev}", ns.name),
+            stderr: format!("no link/ether in: {}", listing.trim()),
+        })
+}
+
 /// A network namespace, deleted on drop.
 #[derive(Debug)]
 pub struct Namespace {
@@ -354,17 +375,7 @@ impl Host {
 
     /// This side's MAC address (`link/ether` of `ip -o link show`).
     pub fn mac(&self) -> Result<String, NetnsError> {
-        let out = self.ns.ip(&["-o", "link", "show", &self.dev])?;
-        let listing = String::from_utf8_lossy(&out.stdout);
-        listing
-            .split_whitespace()
-            .skip_while(|w| *w != "link/ether")
-            .nth(1)
-            .map(str::to_string)
-            .ok_or_else(|| NetnsError::Failed {
-                command: format!("ip -n {} -o link show {}", self.ns.name, self.dev),
-                stderr: format!("no link/ether in: {}", listing.trim()),
-            })
+        mac(&self.ns, &self.dev)
     }
 
     /// `program` to run on this host (see [`Namespace::command`]).
