@@ -266,6 +266,17 @@ fn mac(ns: &Namespace, dev: &str) -> Result<String, NetnsError> {
         })
 }
 
+/// The nftables match for `percent` % of packets chosen at random, before the statement
+/// it guards: none for 100 % or more, as `numgen random mod 100` yields 0 to 99 and nft
+/// refuses the comparison `< 100` as out of range.
+fn share(percent: u8) -> String {
+    if percent >= 100 {
+        String::new()
+    } else {
+        format!("numgen random mod 100 < {percent} ")
+    }
+}
+
 /// A network namespace, deleted on drop.
 #[derive(Debug)]
 pub struct Namespace {
@@ -387,8 +398,9 @@ impl Host {
     /// `inet loss`, read back with [`Host::dropped`].
     pub fn drop_outgoing(&self, percent: u8) -> Result<(), NetnsError> {
         self.ns.nft(&format!(
-            "table inet loss {{\n  chain out {{\n    type filter hook output priority 0;\n    oifname \"{}\" numgen random mod 100 < {percent} counter drop\n  }}\n}}\n",
-            self.dev
+            "table inet loss {{\n  chain out {{\n    type filter hook output priority 0;\n    oifname \"{}\" {}counter drop\n  }}\n}}\n",
+            self.dev,
+            share(percent)
         ))
     }
 
@@ -404,8 +416,9 @@ impl Host {
     /// [`Host::dropped_incoming`].
     pub fn drop_incoming(&self, percent: u8) -> Result<(), NetnsError> {
         self.ns.nft(&format!(
-            "table netdev ingress_loss {{\n  chain in {{\n    type filter hook ingress device \"{}\" priority 0;\n    numgen random mod 100 < {percent} counter drop\n  }}\n}}\n",
-            self.dev
+            "table netdev ingress_loss {{\n  chain in {{\n    type filter hook ingress device \"{}\" priority 0;\n    {}counter drop\n  }}\n}}\n",
+            self.dev,
+            share(percent)
         ))
     }
 
@@ -426,8 +439,9 @@ impl Host {
     /// table `netdev egress_dup`, at the device's egress hook.
     pub fn duplicate_outgoing(&self, percent: u8) -> Result<(), NetnsError> {
         self.ns.nft(&format!(
-            "table netdev egress_dup {{\n  chain out {{\n    type filter hook egress device \"{0}\" priority 0;\n    numgen random mod 100 < {percent} counter dup to \"{0}\"\n  }}\n}}\n",
-            self.dev
+            "table netdev egress_dup {{\n  chain out {{\n    type filter hook egress device \"{0}\" priority 0;\n    {1}counter dup to \"{0}\"\n  }}\n}}\n",
+            self.dev,
+            share(percent)
         ))
     }
 

@@ -42,7 +42,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use super::delay::delay_on;
-use super::{Delay, DelayStats, Host, Namespace, NetnsError, ip, is_root, mac, remove_stale};
+use super::{
+    Delay, DelayStats, Host, Namespace, NetnsError, ip, is_root, mac, remove_stale, share,
+};
 
 /// The cloud's address (on its loopback; reached over either uplink).
 pub const CLOUD_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
@@ -217,7 +219,8 @@ impl Sites {
             return Ok(());
         }
         ns.nft(&format!(
-            "table netdev {table} {{\n  chain in {{\n    type filter hook ingress device \"{dev}\" priority 0;\n    numgen random mod 100 < {percent} counter drop\n  }}\n}}\n"
+            "table netdev {table} {{\n  chain in {{\n    type filter hook ingress device \"{dev}\" priority 0;\n    {}counter drop\n  }}\n}}\n",
+            share(percent)
         ))
     }
 
