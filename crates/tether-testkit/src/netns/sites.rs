@@ -23,9 +23,10 @@
 //!   was sent to (address-and-port-dependent filtering): a common home or cellular NAT.
 //! - The cloud has 198.18.0.100 (on its loopback, reached over either uplink) and a host
 //!   route to each NAT's public address, and forwards between them, as the internet does:
-//!   the NATs reach each other's public address (hole punching would work as it does
-//!   between two Linux NATs); nothing reaches 10.10.0.0/16, for which nobody outside has
-//!   a route.
+//!   a NAT's public address is reachable from the other site, but only what answers a
+//!   flow opened from inside gets through it (whether hole punching between the two NATs
+//!   works is not tested here); nothing reaches 10.10.0.0/16, for which nobody outside
+//!   has a route.
 //!
 //! Loss is per frame at a device's ingress (nftables `netdev` tables, one per device, so
 //! a NAT's two links are set apart); delay is the NFQUEUE delay of [`Host::delay_incoming`] at IP
