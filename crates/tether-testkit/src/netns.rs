@@ -8,6 +8,9 @@
 //! pair). Its only system calls of its own are those of [`Host::delay_incoming`], whose
 //! thread enters a namespace ([`Namespace::enter`]) and serves a netfilter queue there.
 //!
+//! [`sites`] builds a larger topology on the same pieces: two robot sites, each behind a
+//! NAT, and a cloud.
+//!
 //! Creating namespaces needs root; [`Lan::builder`]'s [`LanBuilder::create`] says so with
 //! [`NetnsError::NotRoot`] so a test can skip with the reason.
 //!
@@ -34,6 +37,8 @@ use std::time::{Duration, Instant};
 mod delay;
 #[cfg(target_os = "linux")]
 pub use delay::{Delay, DelayStats, MAX_HELD, have_iptables};
+#[cfg(target_os = "linux")]
+pub mod sites;
 
 /// How long one `ip` or `nft` command may take before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -245,6 +250,33 @@ fn enter(name: &str) -> Result<(), NetnsError> {
     Ok(())
 }
 
+/// The MAC address of interface `dev` of namespace `ns` (`link/ether` of `ip -o link
+/// show`).
+fn mac(ns: &Namespace, dev: &str) -> Result<String, NetnsError> {
+    let out = ns.ip(&["-o", "link", "show", dev])?;
+    let listing = String::from_utf8_lossy(&out.stdout);
+    listing
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .map(str::to_string)
+        .ok_or_else(|| NetnsError::Failed {
+            command: format!("ip -n {} -o link show {dev}", ns.name),
+            stderr: format!("no link/ether in: {}", listing.trim()),
+        })
+}
+
+/// The nftables match for `percent` % of packets chosen at random, before the statement
+/// it guards: none for 100 % or more, as `numgen random mod 100` yields 0 to 99 and nft
+/// refuses the comparison `< 100` as out of range.
+fn share(percent: u8) -> String {
+    if percent >= 100 {
+        String::new()
+    } else {
+        format!("numgen random mod 100 < {percent} ")
+    }
+}
+
 /// A network namespace, deleted on drop.
 #[derive(Debug)]
 pub struct Namespace {
@@ -354,17 +386,7 @@ impl Host {
 
     /// This side's MAC address (`link/ether` of `ip -o link show`).
     pub fn mac(&self) -> Result<String, NetnsError> {
-        let out = self.ns.ip(&["-o", "link", "show", &self.dev])?;
-        let listing = String::from_utf8_lossy(&out.stdout);
-        listing
-            .split_whitespace()
-            .skip_while(|w| *w != "link/ether")
-            .nth(1)
-            .map(str::to_string)
-            .ok_or_else(|| NetnsError::Failed {
-                command: format!("ip -n {} -o link show {}", self.ns.name, self.dev),
-                stderr: format!("no link/ether in: {}", listing.trim()),
-            })
+        mac(&self.ns, &self.dev)
     }
 
     /// `program` to run on this host (see [`Namespace::command`]).
@@ -376,8 +398,9 @@ impl Host {
     /// `inet loss`, read back with [`Host::dropped`].
     pub fn drop_outgoing(&self, percent: u8) -> Result<(), NetnsError> {
         self.ns.nft(&format!(
-            "table inet loss {{\n  chain out {{\n    type filter hook output priority 0;\n    oifname \"{}\" numgen random mod 100 < {percent} counter drop\n  }}\n}}\n",
-            self.dev
+            "table inet loss {{\n  chain out {{\n    type filter hook output priority 0;\n    oifname \"{}\" {}counter drop\n  }}\n}}\n",
+            self.dev,
+            share(percent)
         ))
     }
 
@@ -393,8 +416,9 @@ impl Host {
     /// [`Host::dropped_incoming`].
     pub fn drop_incoming(&self, percent: u8) -> Result<(), NetnsError> {
         self.ns.nft(&format!(
-            "table netdev ingress_loss {{\n  chain in {{\n    type filter hook ingress device \"{}\" priority 0;\n    numgen random mod 100 < {percent} counter drop\n  }}\n}}\n",
-            self.dev
+            "table netdev ingress_loss {{\n  chain in {{\n    type filter hook ingress device \"{}\" priority 0;\n    {}counter drop\n  }}\n}}\n",
+            self.dev,
+            share(percent)
         ))
     }
 
@@ -415,8 +439,9 @@ impl Host {
     /// table `netdev egress_dup`, at the device's egress hook.
     pub fn duplicate_outgoing(&self, percent: u8) -> Result<(), NetnsError> {
         self.ns.nft(&format!(
-            "table netdev egress_dup {{\n  chain out {{\n    type filter hook egress device \"{0}\" priority 0;\n    numgen random mod 100 < {percent} counter dup to \"{0}\"\n  }}\n}}\n",
-            self.dev
+            "table netdev egress_dup {{\n  chain out {{\n    type filter hook egress device \"{0}\" priority 0;\n    {1}counter dup to \"{0}\"\n  }}\n}}\n",
+            self.dev,
+            share(percent)
         ))
     }
 

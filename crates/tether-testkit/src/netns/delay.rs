@@ -74,41 +74,53 @@ impl Host {
         jitter: Duration,
         percent: u8,
     ) -> Result<Delay, NetnsError> {
-        let queue = NEXT_QUEUE.fetch_add(1, Ordering::Relaxed);
-        let shared = Arc::new(Shared::default());
-        let (tx, rx) = mpsc::sync_channel(1);
-        let hold = Hold { delay, jitter };
-        let (ns, sh) = (self.name().to_string(), Arc::clone(&shared));
-        let thread = std::thread::Builder::new()
-            .name(format!("delay-{ns}"))
-            .spawn(move || handle(&ns, queue, hold, &sh, &tx))
-            .map_err(|source| NetnsError::Os {
-                what: "starting the delay handler thread".into(),
-                source,
-            })?;
-        let mut guard = Delay {
-            ns: self.name().to_string(),
-            rule: rule(&self.dev, percent, queue),
-            installed: false,
-            shared,
-            thread: Some(thread),
-        };
-        match rx.recv_timeout(COMMAND_TIMEOUT) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                // Left to itself: joining a thread stuck in the kernel would hang the caller.
-                guard.thread = None;
-                return Err(NetnsError::TimedOut {
-                    command: format!("opening netfilter queue {queue} in {}", self.name()),
-                    after: COMMAND_TIMEOUT,
-                });
-            }
-        }
-        iptables(&guard.ns, "-A", &guard.rule)?;
-        guard.installed = true;
-        Ok(guard)
+        delay_on(self.name(), &self.dev, delay, jitter, percent)
     }
+}
+
+/// [`Host::delay_incoming`] on device `dev` of namespace `ns`: for a namespace with more
+/// than one interface, such as a NAT's ([`super::sites`]).
+pub(super) fn delay_on(
+    ns: &str,
+    dev: &str,
+    delay: Duration,
+    jitter: Duration,
+    percent: u8,
+) -> Result<Delay, NetnsError> {
+    let queue = NEXT_QUEUE.fetch_add(1, Ordering::Relaxed);
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = mpsc::sync_channel(1);
+    let hold = Hold { delay, jitter };
+    let (name, sh) = (ns.to_string(), Arc::clone(&shared));
+    let thread = std::thread::Builder::new()
+        .name(format!("delay-{ns}"))
+        .spawn(move || handle(&name, queue, hold, &sh, &tx))
+        .map_err(|source| NetnsError::Os {
+            what: "starting the delay handler thread".into(),
+            source,
+        })?;
+    let mut guard = Delay {
+        ns: ns.to_string(),
+        rule: rule(dev, percent, queue),
+        installed: false,
+        shared,
+        thread: Some(thread),
+    };
+    match rx.recv_timeout(COMMAND_TIMEOUT) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            // Left to itself: joining a thread stuck in the kernel would hang the caller.
+            guard.thread = None;
+            return Err(NetnsError::TimedOut {
+                command: format!("opening netfilter queue {queue} in {ns}"),
+                after: COMMAND_TIMEOUT,
+            });
+        }
+    }
+    iptables(&guard.ns, "-A", &guard.rule)?;
+    guard.installed = true;
+    Ok(guard)
 }
 
 /// The rule, as iptables takes it after `-A` or `-D`.
