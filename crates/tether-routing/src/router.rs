@@ -1,0 +1,1460 @@
+//! [`Router`]: the router's state machine.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::frame::{Advertise, Announce, Data, Frame, FrameType, Hello, HostRoute, LinkState,
+    Unicast, Withdraw, LINK_VERSION};
+use crate::rib::{LinkEntry, Origin, RefChange, Rib, Small};
+use crate::topology::{Offer, Topology};
+use crate::{LinkId, MAX_HOPS, NodeId, ParticipantId, Role, RouteKey};
+
+/// A router's configuration: who it is and how much it may hold.
+///
+/// ```
+/// use tether_routing::{Config, NodeId, Router};
+/// let mut config = Config::new(NodeId(7), 0);
+/// config.max_routes(100_000).max_links(256);
+/// let router = Router::new(config);
+/// assert_eq!(router.rib_len(), 0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    node: NodeId,
+    domain: u32,
+    max_routes: usize,
+    max_links: usize,
+    max_pending_queries: usize,
+    max_participants: usize,
+    max_origins_per_route: usize,
+    max_nodes: usize,
+    query_timeout: Duration,
+    sweep_interval: Duration,
+}
+
+impl Config {
+    /// A configuration for router `node` (non-zero, unique among routers and sessions) in
+    /// `domain`, with the default limits.
+    pub fn new(node: NodeId, domain: u32) -> Self {
+        Config {
+            node,
+            domain,
+            max_routes: 2_000_000,
+            max_links: 4_096,
+            max_pending_queries: 4_096,
+            max_participants: 65_536,
+            max_origins_per_route: 64,
+            max_nodes: 4_096,
+            query_timeout: Duration::from_secs(5),
+            sweep_interval: Duration::from_secs(30),
+        }
+    }
+
+    /// Most routing keys held, tombstones included (default 2,000,000). New keys past it are
+    /// refused and counted ([`DropReason::RouteLimit`]).
+    pub fn max_routes(&mut self, value: usize) -> &mut Self {
+        self.max_routes = value;
+        self
+    }
+
+    /// Most links up at once (default 4,096; at most 65,535).
+    pub fn max_links(&mut self, value: usize) -> &mut Self {
+        self.max_links = value.min(u16::MAX as usize);
+        self
+    }
+
+    /// Most QUERYs waiting for an answer (default 4,096).
+    pub fn max_pending_queries(&mut self, value: usize) -> &mut Self {
+        self.max_pending_queries = value;
+        self
+    }
+
+    /// Most host routes (participants) held (default 65,536).
+    pub fn max_participants(&mut self, value: usize) -> &mut Self {
+        self.max_participants = value;
+        self
+    }
+
+    /// Most origin routers one key may have (default 64).
+    pub fn max_origins_per_route(&mut self, value: usize) -> &mut Self {
+        self.max_origins_per_route = value.max(1);
+        self
+    }
+
+    /// Most routers in the graph (default 4,096).
+    pub fn max_nodes(&mut self, value: usize) -> &mut Self {
+        self.max_nodes = value.max(1);
+        self
+    }
+
+    /// How long a QUERY waits for an answer before another may be sent (default 5 s).
+    pub fn query_timeout(&mut self, value: Duration) -> &mut Self {
+        self.query_timeout = value;
+        self
+    }
+
+    /// How often tombstones and unreachable routers are swept (default 30 s). A tombstone
+    /// lives between one and two intervals: long enough for every late copy of what it
+    /// withdrew to arrive on reliable links.
+    pub fn sweep_interval(&mut self, value: Duration) -> &mut Self {
+        self.sweep_interval = value;
+        self
+    }
+}
+
+/// Why a frame or a datagram was dropped (counted in [`Stats::drops`]). None of these closes
+/// the link: they are routing outcomes, not protocol violations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// DATA of a key with no route, or UNICAST to a participant with no host route.
+    NoRoute,
+    /// DATA of a key nobody beyond the sender subscribed to.
+    NoSubscriber,
+    /// DATA or ANNOUNCE that did not come from the parent in its origin's tree (a late copy
+    /// while routes converge, or an origin this router cannot reach).
+    NotOnTree,
+    /// DATA from a session for a key it did not advertise.
+    NotPublisher,
+    /// DATA, UNICAST or ANNOUNCE from a session whose `src` it did not announce.
+    SpoofedSource,
+    /// A frame that travelled [`MAX_HOPS`] router hops.
+    HopLimit,
+    /// A new routing key past [`Config::max_routes`].
+    RouteLimit,
+    /// A new origin of a key past [`Config::max_origins_per_route`].
+    OriginLimit,
+    /// A new host route past [`Config::max_participants`].
+    ParticipantLimit,
+    /// A new router past [`Config::max_nodes`].
+    NodeLimit,
+    /// A QUERY not sent: [`Config::max_pending_queries`] are waiting.
+    QueryLimit,
+}
+
+impl DropReason {
+    /// Every reason, in a fixed order (for metrics).
+    pub const ALL: [DropReason; 11] = [
+        DropReason::NoRoute,
+        DropReason::NoSubscriber,
+        DropReason::NotOnTree,
+        DropReason::NotPublisher,
+        DropReason::SpoofedSource,
+        DropReason::HopLimit,
+        DropReason::RouteLimit,
+        DropReason::OriginLimit,
+        DropReason::ParticipantLimit,
+        DropReason::NodeLimit,
+        DropReason::QueryLimit,
+    ];
+
+    /// A short snake_case name, for metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::NoRoute => "no_route",
+            DropReason::NoSubscriber => "no_subscriber",
+            DropReason::NotOnTree => "not_on_tree",
+            DropReason::NotPublisher => "not_publisher",
+            DropReason::SpoofedSource => "spoofed_source",
+            DropReason::HopLimit => "hop_limit",
+            DropReason::RouteLimit => "route_limit",
+            DropReason::OriginLimit => "origin_limit",
+            DropReason::ParticipantLimit => "participant_limit",
+            DropReason::NodeLimit => "node_limit",
+            DropReason::QueryLimit => "query_limit",
+        }
+    }
+
+    fn index(self) -> usize {
+        DropReason::ALL
+            .iter()
+            .position(|&r| r == self)
+            .unwrap_or_default()
+    }
+}
+
+/// Drops counted by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Drops([u64; DropReason::ALL.len()]);
+
+impl Drops {
+    /// Drops for `reason`.
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Every reason with its count.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.iter().map(|&r| (r, self.get(r)))
+    }
+
+    fn add(&mut self, reason: DropReason) {
+        self.0[reason.index()] += 1;
+    }
+}
+
+/// Counters since the router started. Gauges (routes, links, routers) are methods of
+/// [`Router`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Frames handed to [`Router::handle_frame`].
+    pub frames_received: u64,
+    /// Frames given out by [`Router::poll_transmit`].
+    pub frames_sent: u64,
+    /// DATA frames received.
+    pub data_received: u64,
+    /// DATA copies sent (one per link per datagram).
+    pub data_forwarded: u64,
+    /// Datagram bytes in those copies.
+    pub data_bytes_forwarded: u64,
+    /// UNICAST frames sent on.
+    pub unicast_forwarded: u64,
+    /// ANNOUNCE copies sent.
+    pub announce_forwarded: u64,
+    /// Advertisements, withdrawals, host routes and link states dropped as not newer (the
+    /// loop suppression at work).
+    pub floods_suppressed: u64,
+    /// QUERY rounds sent.
+    pub queries_sent: u64,
+    /// QUERYs answered with at least one advertisement.
+    pub queries_answered: u64,
+    /// QUERY rounds that timed out.
+    pub queries_expired: u64,
+    /// Drops by reason.
+    pub drops: Drops,
+}
+
+/// Why a link was refused or should be closed. The peer's faults (`OwnNode`,
+/// `WrongDomain`, `UnsupportedVersion`, `Unexpected`, `SpoofedOrigin`) mean the peer does not
+/// follow the protocol; the others are the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// `link_up` for a link id that is already up (caller's fault).
+    AlreadyUp,
+    /// A frame for a link that is not up: send nothing but HELLO first (caller's fault, or a
+    /// frame that raced a `link_down`).
+    NotUp,
+    /// [`Config::max_links`] links are up.
+    TooManyLinks,
+    /// The peer claims this router's own node id (or zero).
+    OwnNode,
+    /// The peer is in another domain.
+    WrongDomain {
+        /// This router's domain.
+        ours: u32,
+        /// The peer's.
+        theirs: u32,
+    },
+    /// The peer speaks another link version.
+    UnsupportedVersion(u8),
+    /// A frame the peer's role must not send (for example LINK_STATE from a session, or a
+    /// second HELLO).
+    Unexpected(FrameType),
+    /// A session named an origin other than itself.
+    SpoofedOrigin,
+}
+
+impl core::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LinkError::AlreadyUp => f.write_str("link already up"),
+            LinkError::NotUp => f.write_str("frame on a link that is not up"),
+            LinkError::TooManyLinks => f.write_str("too many links"),
+            LinkError::OwnNode => f.write_str("peer claims this router's node id"),
+            LinkError::WrongDomain { ours, theirs } => {
+                write!(f, "peer is in domain {theirs}, this router in {ours}")
+            }
+            LinkError::UnsupportedVersion(v) => write!(f, "peer speaks link version {v}"),
+            LinkError::Unexpected(t) => write!(f, "unexpected {t:?} frame"),
+            LinkError::SpoofedOrigin => f.write_str("session named another origin"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+/// One link that is up.
+#[derive(Debug)]
+struct Link {
+    id: LinkId,
+    role: Role,
+    node: u64,
+    /// Route entries naming this link: a link down scans the table only if some do.
+    refs: u64,
+    /// Where the table sync for a new router neighbour has got to (a slab position).
+    sync: Option<u32>,
+}
+
+/// A participant's host route.
+#[derive(Debug, Default)]
+struct Host {
+    origins: Small<Origin, 1>,
+    /// The session link it was announced on, at this router.
+    local: Option<u16>,
+}
+
+/// The router's state machine, **sans-IO**.
+///
+/// Inputs: [`Router::link_up`] when a link's HELLO arrived (or pass the HELLO to
+/// [`Router::handle_frame`]), [`Router::handle_frame`] for every later frame,
+/// [`Router::link_down`] when a link is lost, [`Router::handle_timeout`] at
+/// [`Router::poll_timeout`]. Outputs: [`Router::poll_transmit`]. Send [`Router::hello`] first
+/// on every link, before anything the router gives.
+///
+/// Polling order for a driver, after every input: send every `poll_transmit` (each frame on
+/// its link, in order), then sleep until `poll_timeout` or the next input.
+///
+/// A full table is sent to a new router neighbour lazily, a route at a time as
+/// `poll_transmit` is called, so a link up costs no memory in proportion to the table.
+#[derive(Debug)]
+pub struct Router {
+    config: Config,
+    me: u64,
+    /// The counter behind every sequence number this router originates.
+    seq: u32,
+    links: Vec<Option<Link>>,
+    by_id: HashMap<LinkId, u16>,
+    /// The link used to reach each neighbouring router (the lowest slot if several).
+    node_slot: HashMap<u64, u16>,
+    rib: Rib,
+    hosts: HashMap<u64, Host>,
+    topo: Topology,
+    /// Keys queried, with when the query expires.
+    queries: HashMap<RouteKey, Instant>,
+    out: VecDeque<(LinkId, Frame)>,
+    next_sweep: Option<Instant>,
+    topo_dirty: bool,
+    stats: Stats,
+}
+
+impl Router {
+    /// A router with nothing learnt.
+    pub fn new(config: Config) -> Self {
+        let me = config.node.0;
+        Router {
+            topo: Topology::new(me, config.max_nodes),
+            config,
+            me,
+            seq: 0,
+            links: Vec::new(),
+            by_id: HashMap::new(),
+            node_slot: HashMap::new(),
+            rib: Rib::new(),
+            hosts: HashMap::new(),
+            queries: HashMap::new(),
+            out: VecDeque::new(),
+            next_sweep: None,
+            topo_dirty: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// This router's node id.
+    pub fn node(&self) -> NodeId {
+        NodeId(self.me)
+    }
+
+    /// The HELLO to send first on every link.
+    pub fn hello(&self) -> Frame {
+        Frame::Hello(Hello {
+            version: LINK_VERSION,
+            role: Role::Router,
+            node: NodeId(self.me),
+            domain: self.config.domain,
+        })
+    }
+
+    /// Routing keys held (routes, including tombstones of withdrawn ones).
+    pub fn rib_len(&self) -> usize {
+        self.rib.len()
+    }
+
+    /// Heap bytes held by the routing table (not counting host routes and the graph): what
+    /// "memory per route" divides.
+    pub fn rib_heap_bytes(&self) -> usize {
+        self.rib.heap_bytes()
+    }
+
+    /// Links up.
+    pub fn link_count(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Routers in the graph, this one included.
+    pub fn node_count(&self) -> usize {
+        self.topo.nodes()
+    }
+
+    /// Host routes held.
+    pub fn participant_count(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Whether `link` carries a subscription of `key` toward a publisher (this router
+    /// subscribed on it): for tests and diagnostics.
+    pub fn is_subscribed_on(&self, key: &RouteKey, link: LinkId) -> bool {
+        self.flags_of(key, link) & LinkEntry::UP != 0
+    }
+
+    /// Whether `link` subscribed to `key` through this router.
+    pub fn has_subscriber(&self, key: &RouteKey, link: LinkId) -> bool {
+        self.flags_of(key, link) & LinkEntry::DOWN != 0
+    }
+
+    fn flags_of(&self, key: &RouteKey, link: LinkId) -> u8 {
+        let (Some(i), Some(&slot)) = (self.rib.find(key), self.by_id.get(&link)) else {
+            return 0;
+        };
+        self.rib.get(i).map_or(0, |r| r.flags(slot))
+    }
+
+    /// A link is up: its HELLO said `role` and `node`. A router neighbour is sent the graph,
+    /// the host routes and (lazily) the table; the graph changes, and routes move to it.
+    pub fn link_up(
+        &mut self,
+        now: Instant,
+        link: LinkId,
+        role: Role,
+        node: NodeId,
+    ) -> Result<(), LinkError> {
+        if self.by_id.contains_key(&link) {
+            return Err(LinkError::AlreadyUp);
+        }
+        if node.0 == 0 || node.0 == self.me {
+            return Err(LinkError::OwnNode);
+        }
+        if self.by_id.len() >= self.config.max_links {
+            return Err(LinkError::TooManyLinks);
+        }
+        let slot = match self.links.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.links.push(None);
+                self.links.len() - 1
+            }
+        } as u16;
+        self.links[slot as usize] = Some(Link {
+            id: link,
+            role,
+            node: node.0,
+            refs: 0,
+            sync: None,
+        });
+        self.by_id.insert(link, slot);
+        self.next_sweep
+            .get_or_insert(now + self.config.sweep_interval);
+        if role == Role::Router {
+            self.update_node_slot(node.0);
+            self.originate_link_state();
+            // The new neighbour gets everything it may lack: the graph (its own link state
+            // included: a restarted router learns its old sequence number from it), the
+            // host routes now, and the table as `poll_transmit` pulls it.
+            let states: Vec<Frame> = self
+                .topo
+                .all()
+                .filter(|(o, _, _)| *o != self.me)
+                .map(|(o, seq, n)| {
+                    let n: Vec<NodeId> = n.iter().map(|&x| NodeId(x)).collect();
+                    Frame::LinkState(LinkState::new(NodeId(o), seq, &n))
+                })
+                .collect();
+            for f in states {
+                self.send(slot, f);
+            }
+            let mut hosts: Vec<Frame> = Vec::new();
+            for (&p, h) in &self.hosts {
+                for o in h.origins.as_slice() {
+                    hosts.push(host_frame(p, o));
+                }
+            }
+            for f in hosts {
+                self.send(slot, f);
+            }
+            if let Some(l) = self.links[slot as usize].as_mut() {
+                l.sync = Some(0);
+            }
+        }
+        self.settle(now);
+        Ok(())
+    }
+
+    /// A link is lost: every route learnt over it goes (its publishers are withdrawn, its
+    /// subscriptions dropped, upstream subscriptions moved or dropped), and, for a router
+    /// neighbour, the graph changes. Unknown links are ignored.
+    pub fn link_down(&mut self, now: Instant, link: LinkId) {
+        let Some(slot) = self.by_id.remove(&link) else {
+            return;
+        };
+        let Some(l) = self.links[slot as usize].take() else {
+            return;
+        };
+        if l.role == Role::Router {
+            // Before routes are refreshed, so that none moves to the link that went.
+            self.update_node_slot(l.node);
+        }
+        if l.refs > 0 {
+            let positions: Vec<u32> = self.rib.positions().collect();
+            for i in positions {
+                let Some(route) = self.rib.get_mut(i) else { continue };
+                let flags = route.flags(slot);
+                if flags == 0 {
+                    continue;
+                }
+                route.links.retain(|e| e.slot != slot);
+                let key = route.key;
+                if flags & LinkEntry::PUB != 0 && !route.has_publisher_link() {
+                    self.withdraw_own(i, key);
+                }
+                self.refresh(now, i);
+                self.rib.remove_if_empty(i);
+            }
+        }
+        let gone: Vec<u64> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.local == Some(slot))
+            .map(|(&p, _)| p)
+            .collect();
+        for p in gone {
+            self.local_host(p, slot, false);
+        }
+        if l.role == Role::Router {
+            self.originate_link_state();
+        }
+        self.settle(now);
+    }
+
+    /// A frame from `link`. A HELLO on a link not yet up brings it up ([`Router::link_up`]).
+    /// An error means the peer (or the caller) broke the protocol: close the link and call
+    /// [`Router::link_down`].
+    pub fn handle_frame(
+        &mut self,
+        now: Instant,
+        link: LinkId,
+        frame: Frame,
+    ) -> Result<(), LinkError> {
+        self.stats.frames_received += 1;
+        let Some(&slot) = self.by_id.get(&link) else {
+            if let Frame::Hello(h) = frame {
+                if h.version != LINK_VERSION {
+                    return Err(LinkError::UnsupportedVersion(h.version));
+                }
+                if h.domain != self.config.domain {
+                    return Err(LinkError::WrongDomain {
+                        ours: self.config.domain,
+                        theirs: h.domain,
+                    });
+                }
+                return self.link_up(now, link, h.role, h.node);
+            }
+            return Err(LinkError::NotUp);
+        };
+        let (role, peer) = match &self.links[slot as usize] {
+            Some(l) => (l.role, l.node),
+            None => return Err(LinkError::NotUp),
+        };
+        let r = match role {
+            Role::Session => self.from_session(now, slot, peer, frame),
+            Role::Router => self.from_router(now, slot, frame),
+        };
+        self.settle(now);
+        r
+    }
+
+    /// The next frame to send, and its link.
+    pub fn poll_transmit(&mut self) -> Option<(LinkId, Frame)> {
+        if self.out.is_empty() {
+            self.pull_sync();
+        }
+        let f = self.out.pop_front()?;
+        self.stats.frames_sent += 1;
+        Some(f)
+    }
+
+    /// When [`Router::handle_timeout`] wants to be called: the next query expiry or sweep.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let q = self.queries.values().min().copied();
+        match (q, self.next_sweep) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Time has passed: unanswered queries expire (a later SUBSCRIBE may query again), and
+    /// at each sweep tombstones older than an interval and routers unreachable for an
+    /// interval are forgotten with their routes.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let before = self.queries.len();
+        self.queries.retain(|_, &mut t| t > now);
+        self.stats.queries_expired += (before - self.queries.len()) as u64;
+        if self.next_sweep.is_some_and(|t| t <= now) {
+            self.next_sweep = Some(now + self.config.sweep_interval);
+            self.sweep(now);
+        }
+        self.settle(now);
+    }
+
+    // ---- inputs by role -------------------------------------------------------------
+
+    fn from_session(
+        &mut self,
+        now: Instant,
+        slot: u16,
+        peer: u64,
+        frame: Frame,
+    ) -> Result<(), LinkError> {
+        //= docs/wire.md#router-links
+        //# A session writes its own node id as the origin; a router refuses any other.
+        match frame {
+            Frame::Advertise(a) => {
+                check_origin(a.origin, peer)?;
+                self.local_publish(now, slot, a.key, true);
+            }
+            Frame::WithdrawAdvertise(w) => {
+                check_origin(w.origin, peer)?;
+                self.local_publish(now, slot, w.key, false);
+            }
+            Frame::Subscribe(key) => self.subscribe_from(now, slot, key, true),
+            Frame::Unsubscribe(key) => self.subscribe_from(now, slot, key, false),
+            Frame::Participant(r) => {
+                check_origin(r.origin, peer)?;
+                self.local_host(r.participant.0, slot, true);
+            }
+            Frame::ParticipantGone(r) => {
+                check_origin(r.origin, peer)?;
+                self.local_host(r.participant.0, slot, false);
+            }
+            Frame::Data(d) => {
+                check_origin(d.origin, peer)?;
+                self.stats.data_received += 1;
+                if self.is_local_src(d.src, slot) {
+                    self.forward_data(slot, true, d);
+                }
+            }
+            Frame::Unicast(u) => {
+                if self.is_local_src(u.src, slot) {
+                    self.forward_unicast(slot, u);
+                }
+            }
+            Frame::Announce(a) => {
+                check_origin(a.origin, peer)?;
+                if self.is_local_src(a.src, slot) {
+                    self.forward_announce(slot, true, a);
+                }
+            }
+            other => return Err(LinkError::Unexpected(other.frame_type())),
+        }
+        Ok(())
+    }
+
+    fn from_router(&mut self, now: Instant, slot: u16, frame: Frame) -> Result<(), LinkError> {
+        match frame {
+            Frame::Advertise(a) => self.on_advertise(now, slot, a),
+            Frame::WithdrawAdvertise(w) => self.on_withdraw(now, slot, w),
+            Frame::Subscribe(key) => self.subscribe_from(now, slot, key, true),
+            Frame::Unsubscribe(key) => self.subscribe_from(now, slot, key, false),
+            Frame::Query(key) => self.on_query(slot, key),
+            Frame::Participant(r) => self.on_host(slot, r, false),
+            Frame::ParticipantGone(r) => self.on_host(slot, r, true),
+            Frame::LinkState(ls) => self.on_link_state(slot, ls),
+            Frame::Data(d) => {
+                self.stats.data_received += 1;
+                self.forward_data(slot, false, d)
+            }
+            Frame::Unicast(u) => self.forward_unicast(slot, u),
+            Frame::Announce(a) => self.forward_announce(slot, false, a),
+            other => return Err(LinkError::Unexpected(other.frame_type())),
+        }
+        Ok(())
+    }
+
+    // ---- advertisements -------------------------------------------------------------
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.saturating_add(1);
+        self.seq
+    }
+
+    /// A session on `slot` advertises (`on`) or withdraws `key`. The first local publisher
+    /// makes this router an origin of the key; the last one to go withdraws it.
+    fn local_publish(&mut self, now: Instant, slot: u16, key: RouteKey, on: bool) {
+        let i = if on {
+            match self.rib.find_or_insert(&key, self.config.max_routes) {
+                Some(i) => i,
+                None => return self.stats.drops.add(DropReason::RouteLimit),
+            }
+        } else {
+            match self.rib.find(&key) {
+                Some(i) => i,
+                None => return,
+            }
+        };
+        self.set_flag(i, slot, LinkEntry::PUB, on);
+        let Some(route) = self.rib.get(i) else { return };
+        let live = route.origin(self.me).is_some_and(|o| !o.withdrawn());
+        if on && !live {
+            self.advertise_own(i, key);
+        } else if !on && live && !route.has_publisher_link() {
+            self.withdraw_own(i, key);
+        }
+        self.refresh(now, i);
+        self.rib.remove_if_empty(i);
+    }
+
+    fn advertise_own(&mut self, i: u32, key: RouteKey) {
+        let seq = self.next_seq();
+        let me = self.me;
+        let Some(route) = self.rib.get_mut(i) else { return };
+        let o = Origin {
+            node: me,
+            seq,
+            hops: 0,
+            flags: 0,
+        };
+        match route.origin_mut(me) {
+            Some(x) => *x = o,
+            None => route.origins.push(o),
+        }
+        self.flood(
+            None,
+            Frame::Advertise(Advertise {
+                key,
+                origin: NodeId(me),
+                seq,
+                hops: 0,
+            }),
+        );
+    }
+
+    fn withdraw_own(&mut self, i: u32, key: RouteKey) {
+        let seq = self.next_seq();
+        let me = self.me;
+        let Some(route) = self.rib.get_mut(i) else { return };
+        let o = Origin {
+            node: me,
+            seq,
+            hops: 0,
+            flags: Origin::WITHDRAWN,
+        };
+        match route.origin_mut(me) {
+            Some(x) => *x = o,
+            None => route.origins.push(o),
+        }
+        self.flood(
+            None,
+            Frame::WithdrawAdvertise(Withdraw {
+                key,
+                origin: NodeId(me),
+                seq,
+            }),
+        );
+    }
+
+    /// Someone holds word of this router's own origin for `key` at `seq`: if it is not
+    /// older than what this router said last (a restart forgot it), say the truth again
+    /// above it.
+    fn own_word(&mut self, now: Instant, key: RouteKey, seq: u32, advertised: bool) {
+        let mine = self
+            .rib
+            .find(&key)
+            .and_then(|i| self.rib.get(i))
+            .and_then(|r| r.origin(self.me).copied());
+        match mine {
+            Some(m) if m.seq > seq => {
+                self.stats.floods_suppressed += 1;
+                return;
+            }
+            None if !advertised => return,
+            _ => {}
+        }
+        self.seq = self.seq.max(seq);
+        let Some(i) = self.rib.find_or_insert(&key, self.config.max_routes) else {
+            return self.stats.drops.add(DropReason::RouteLimit);
+        };
+        let publishes = self.rib.get(i).is_some_and(|r| r.has_publisher_link());
+        if publishes {
+            self.advertise_own(i, key);
+        } else {
+            self.withdraw_own(i, key);
+        }
+        self.refresh(now, i);
+    }
+
+    fn on_advertise(&mut self, now: Instant, slot: u16, a: Advertise) {
+        if a.origin.0 == self.me {
+            return self.own_word(now, a.key, a.seq, true);
+        }
+        let Some(i) = self.rib.find_or_insert(&a.key, self.config.max_routes) else {
+            return self.stats.drops.add(DropReason::RouteLimit);
+        };
+        let hops = a.hops.saturating_add(1);
+        if !self.store_origin(i, a.origin.0, a.seq, hops, 0) {
+            return;
+        }
+        //= docs/wire.md#router-links
+        //# A router forwards an ADVERTISE or WITHDRAW_ADVERTISE to every other router link
+        //# only if it is newer than what it holds for (key, origin).
+        self.flood(Some(slot), Frame::Advertise(Advertise { hops, ..a }));
+        self.queries.remove(&a.key);
+        self.refresh(now, i);
+    }
+
+    fn on_withdraw(&mut self, now: Instant, slot: u16, w: Withdraw) {
+        if w.origin.0 == self.me {
+            return self.own_word(now, w.key, w.seq, false);
+        }
+        let Some(i) = self.rib.find_or_insert(&w.key, self.config.max_routes) else {
+            return self.stats.drops.add(DropReason::RouteLimit);
+        };
+        if !self.store_origin(i, w.origin.0, w.seq, 0, Origin::WITHDRAWN) {
+            return;
+        }
+        self.flood(Some(slot), Frame::WithdrawAdvertise(w));
+        self.refresh(now, i);
+        self.rib.remove_if_empty(i);
+    }
+
+    /// Records an origin's word on route `i` if it is newer; false if it was not (or no room).
+    fn store_origin(&mut self, i: u32, node: u64, seq: u32, hops: u8, flags: u8) -> bool {
+        let max = self.config.max_origins_per_route;
+        let Some(route) = self.rib.get_mut(i) else { return false };
+        let new = Origin {
+            node,
+            seq,
+            hops,
+            flags,
+        };
+        let full = route.origins.len() >= max;
+        match route.origin_mut(node) {
+            Some(o) if o.seq >= seq => {
+                self.stats.floods_suppressed += 1;
+                false
+            }
+            Some(o) => {
+                *o = new;
+                true
+            }
+            None if full => {
+                self.stats.drops.add(DropReason::OriginLimit);
+                self.rib.remove_if_empty(i);
+                false
+            }
+            None => {
+                route.origins.push(new);
+                true
+            }
+        }
+    }
+
+    fn on_query(&mut self, slot: u16, key: RouteKey) {
+        let Some(route) = self.rib.find(&key).and_then(|i| self.rib.get(i)) else {
+            return;
+        };
+        let answers: Vec<Frame> = route
+            .origins
+            .as_slice()
+            .iter()
+            .filter(|o| !o.withdrawn())
+            .map(|o| {
+                Frame::Advertise(Advertise {
+                    key,
+                    origin: NodeId(o.node),
+                    seq: o.seq,
+                    hops: o.hops,
+                })
+            })
+            .collect();
+        if !answers.is_empty() {
+            self.stats.queries_answered += 1;
+        }
+        for f in answers {
+            self.send(slot, f);
+        }
+    }
+
+    fn maybe_query(&mut self, now: Instant, key: RouteKey) {
+        if self.queries.contains_key(&key) {
+            return;
+        }
+        let routers: Vec<u16> = self.router_slots().collect();
+        if routers.is_empty() {
+            return;
+        }
+        if self.queries.len() >= self.config.max_pending_queries {
+            return self.stats.drops.add(DropReason::QueryLimit);
+        }
+        self.queries.insert(key, now + self.config.query_timeout);
+        self.stats.queries_sent += 1;
+        for s in routers {
+            self.send(s, Frame::Query(key));
+        }
+    }
+
+    // ---- subscriptions --------------------------------------------------------------
+
+    fn subscribe_from(&mut self, now: Instant, slot: u16, key: RouteKey, on: bool) {
+        let i = if on {
+            match self.rib.find_or_insert(&key, self.config.max_routes) {
+                Some(i) => i,
+                None => return self.stats.drops.add(DropReason::RouteLimit),
+            }
+        } else {
+            match self.rib.find(&key) {
+                Some(i) => i,
+                None => return,
+            }
+        };
+        self.set_flag(i, slot, LinkEntry::DOWN, on);
+        self.refresh(now, i);
+        self.rib.remove_if_empty(i);
+    }
+
+    fn set_flag(&mut self, i: u32, slot: u16, flag: u8, on: bool) {
+        if on && self.links[slot as usize].is_none() {
+            return;
+        }
+        let Some(route) = self.rib.get_mut(i) else { return };
+        let change = route.set_flag(slot, flag, on);
+        if let Some(l) = self.links[slot as usize].as_mut() {
+            match change {
+                RefChange::Added => l.refs += 1,
+                RefChange::Removed => l.refs = l.refs.saturating_sub(1),
+                RefChange::None => {}
+            }
+        }
+    }
+
+    /// Brings route `i`'s upstream subscriptions in line with its origins and subscribers:
+    /// subscribed on each link toward a live origin (the parent in its tree, or a local
+    /// publisher session) exactly while some other link is subscribed to us. Queries if
+    /// there are subscribers and no publisher is known.
+    fn refresh(&mut self, now: Instant, i: u32) {
+        let Some(route) = self.rib.get(i) else { return };
+        let key = route.key;
+        let mut toward: Vec<u16> = Vec::new();
+        for o in route.origins.as_slice().iter().filter(|o| !o.withdrawn()) {
+            if o.node == self.me {
+                toward.extend(
+                    route
+                        .links
+                        .as_slice()
+                        .iter()
+                        .filter(|e| e.flags & LinkEntry::PUB != 0)
+                        .map(|e| e.slot),
+                );
+            } else if let Some(p) = self.topo.tree(o.node).and_then(|t| t.parent)
+                && let Some(&s) = self.node_slot.get(&p)
+            {
+                toward.push(s);
+            }
+        }
+        let downs: Vec<u16> = route
+            .links
+            .as_slice()
+            .iter()
+            .filter(|e| e.flags & LinkEntry::DOWN != 0)
+            .map(|e| e.slot)
+            .collect();
+        let ups: Vec<u16> = route
+            .links
+            .as_slice()
+            .iter()
+            .filter(|e| e.flags & LinkEntry::UP != 0)
+            .map(|e| e.slot)
+            .collect();
+        let want = |u: u16| toward.contains(&u) && downs.iter().any(|&d| d != u);
+        let needs_query = !downs.is_empty() && !route.has_live_origin();
+        for u in ups.iter().copied().filter(|&u| !want(u)) {
+            self.set_flag(i, u, LinkEntry::UP, false);
+            self.send(u, Frame::Unsubscribe(key));
+        }
+        let mut added: Vec<u16> = Vec::new();
+        for u in toward.iter().copied() {
+            if want(u) && !ups.contains(&u) && !added.contains(&u) {
+                added.push(u);
+                self.set_flag(i, u, LinkEntry::UP, true);
+                self.send(u, Frame::Subscribe(key));
+            }
+        }
+        if needs_query {
+            self.maybe_query(now, key);
+        }
+    }
+
+    // ---- host routes ----------------------------------------------------------------
+
+    /// A session on `slot` announces (`on`) or withdraws participant `p`.
+    fn local_host(&mut self, p: u64, slot: u16, on: bool) {
+        if on && !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants
+        {
+            return self.stats.drops.add(DropReason::ParticipantLimit);
+        }
+        let me = self.me;
+        if !on && self.hosts.get(&p).is_none_or(|h| h.local != Some(slot)) {
+            return;
+        }
+        let seq = self.next_seq();
+        let h = self.hosts.entry(p).or_default();
+        h.local = on.then_some(slot);
+        let o = Origin {
+            node: me,
+            seq,
+            hops: 0,
+            flags: if on { 0 } else { Origin::WITHDRAWN },
+        };
+        match h.origins.as_mut_slice().iter_mut().find(|o| o.node == me) {
+            Some(x) => *x = o,
+            None => h.origins.push(o),
+        }
+        self.flood(None, host_frame(p, &o));
+    }
+
+    fn on_host(&mut self, slot: u16, r: HostRoute, gone: bool) {
+        let p = r.participant.0;
+        if r.origin.0 == self.me {
+            // Word of our own host route: a restart forgot it; say the truth above it.
+            let mine = self
+                .hosts
+                .get(&p)
+                .and_then(|h| h.origins.as_slice().iter().find(|o| o.node == self.me))
+                .copied();
+            if mine.is_some_and(|m| m.seq > r.seq) || (mine.is_none() && gone) {
+                self.stats.floods_suppressed += 1;
+                return;
+            }
+            self.seq = self.seq.max(r.seq);
+            let seq = self.next_seq();
+            let me = self.me;
+            let h = self.hosts.entry(p).or_default();
+            let o = Origin {
+                node: me,
+                seq,
+                hops: 0,
+                flags: if h.local.is_some() { 0 } else { Origin::WITHDRAWN },
+            };
+            match h.origins.as_mut_slice().iter_mut().find(|o| o.node == me) {
+                Some(x) => *x = o,
+                None => h.origins.push(o),
+            }
+            return self.flood(None, host_frame(p, &o));
+        }
+        if !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants {
+            return self.stats.drops.add(DropReason::ParticipantLimit);
+        }
+        let max = self.config.max_origins_per_route;
+        let h = self.hosts.entry(p).or_default();
+        let new = Origin {
+            node: r.origin.0,
+            seq: r.seq,
+            hops: 0,
+            flags: if gone { Origin::WITHDRAWN } else { 0 },
+        };
+        let full = h.origins.len() >= max;
+        match h.origins.as_mut_slice().iter_mut().find(|o| o.node == r.origin.0) {
+            Some(o) if o.seq >= r.seq => {
+                self.stats.floods_suppressed += 1;
+                return;
+            }
+            Some(o) => *o = new,
+            None if full => {
+                return self.stats.drops.add(DropReason::OriginLimit);
+            }
+            None => h.origins.push(new),
+        }
+        let f = if gone {
+            Frame::ParticipantGone(r)
+        } else {
+            Frame::Participant(r)
+        };
+        self.flood(Some(slot), f);
+    }
+
+    // ---- the graph ------------------------------------------------------------------
+
+    fn on_link_state(&mut self, slot: u16, ls: LinkState) {
+        match self
+            .topo
+            .offer(ls.origin.0, ls.seq, ls.neighbours().map(|n| n.0))
+        {
+            Offer::Newer => {
+                self.topo_dirty = true;
+                self.flood(Some(slot), Frame::LinkState(ls));
+            }
+            Offer::Stale => self.stats.floods_suppressed += 1,
+            Offer::OwnNewer(seq) => {
+                self.seq = self.seq.max(seq);
+                self.originate_link_state();
+            }
+            Offer::Full => self.stats.drops.add(DropReason::NodeLimit),
+        }
+    }
+
+    /// Floods this router's neighbours under a new sequence number.
+    fn originate_link_state(&mut self) {
+        let mut n: Vec<u64> = self
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.role == Role::Router)
+            .map(|l| l.node)
+            .collect();
+        n.sort_unstable();
+        n.dedup();
+        let seq = self.next_seq();
+        let ids: Vec<NodeId> = n.iter().map(|&x| NodeId(x)).collect();
+        self.topo.set_own(seq, n);
+        self.topo_dirty = true;
+        self.flood(None, Frame::LinkState(LinkState::new(NodeId(self.me), seq, &ids)));
+    }
+
+    fn update_node_slot(&mut self, node: u64) {
+        let best = self
+            .links
+            .iter()
+            .enumerate()
+            .filter_map(|(s, l)| l.as_ref().map(|l| (s, l)))
+            .find(|(_, l)| l.role == Role::Router && l.node == node)
+            .map(|(s, _)| s as u16);
+        match best {
+            Some(s) => self.node_slot.insert(node, s),
+            None => self.node_slot.remove(&node),
+        };
+    }
+
+    /// After each input: if the graph changed, routes naming an origin whose parent
+    /// changed move their subscriptions.
+    fn settle(&mut self, now: Instant) {
+        if !self.topo_dirty {
+            return;
+        }
+        self.topo_dirty = false;
+        let changed = self.topo.changed_parents();
+        if changed.is_empty() {
+            return;
+        }
+        let positions: Vec<u32> = self.rib.positions().collect();
+        for i in positions {
+            let hit = self.rib.get(i).is_some_and(|r| {
+                r.origins
+                    .as_slice()
+                    .iter()
+                    .any(|o| changed.binary_search(&o.node).is_ok())
+            });
+            if hit {
+                self.refresh(now, i);
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        let purged = self.topo.sweep();
+        if !purged.is_empty() {
+            self.topo_dirty = true;
+        }
+        let me = self.me;
+        let positions: Vec<u32> = self.rib.positions().collect();
+        for i in positions {
+            let Some(route) = self.rib.get_mut(i) else { continue };
+            let mut lost_live = false;
+            route.origins.retain(|o| {
+                let purge = purged.contains(&o.node) && o.node != me;
+                let expired = o.withdrawn() && o.flags & Origin::OLD != 0;
+                lost_live |= purge && !o.withdrawn();
+                !(purge || expired)
+            });
+            for o in route.origins.as_mut_slice() {
+                if o.withdrawn() {
+                    o.flags |= Origin::OLD;
+                }
+            }
+            if lost_live {
+                self.refresh(now, i);
+            }
+            self.rib.remove_if_empty(i);
+        }
+        self.hosts.retain(|_, h| {
+            h.origins.retain(|o| {
+                let purge = purged.contains(&o.node) && o.node != me;
+                !(purge || (o.withdrawn() && o.flags & Origin::OLD != 0))
+            });
+            for o in h.origins.as_mut_slice() {
+                if o.withdrawn() {
+                    o.flags |= Origin::OLD;
+                }
+            }
+            !h.origins.is_empty() || h.local.is_some()
+        });
+    }
+
+    // ---- forwarding -----------------------------------------------------------------
+
+    fn is_local_src(&mut self, src: ParticipantId, slot: u16) -> bool {
+        let ok = self.hosts.get(&src.0).is_some_and(|h| h.local == Some(slot));
+        if !ok {
+            self.stats.drops.add(DropReason::SpoofedSource);
+        }
+        ok
+    }
+
+    /// The children of this router in `origin`'s tree, as link slots, if `from` passes the
+    /// reverse-path check (a session link for our own origin, the parent's link otherwise).
+    fn tree_step(&mut self, origin: u64, from: u16, from_session: bool) -> Option<Vec<u16>> {
+        let from_node = self.links[from as usize].as_ref().map(|l| l.node);
+        let tree = self.topo.tree(origin)?;
+        let ok = if from_session {
+            origin == self.me
+        } else {
+            tree.parent.is_some() && tree.parent == from_node
+        };
+        if !ok {
+            return None;
+        }
+        Some(
+            tree.children
+                .iter()
+                .filter_map(|c| self.node_slot.get(c).copied())
+                .collect(),
+        )
+    }
+
+    fn forward_data(&mut self, from: u16, from_session: bool, mut d: Data) {
+        if from_session {
+            d.origin = NodeId(self.me);
+            d.hops = 0;
+        } else if d.hops >= MAX_HOPS {
+            return self.stats.drops.add(DropReason::HopLimit);
+        } else {
+            d.hops += 1;
+        }
+        let Some(i) = self.rib.find(&d.key) else {
+            return self.stats.drops.add(DropReason::NoRoute);
+        };
+        if from_session
+            && self
+                .rib
+                .get(i)
+                .is_none_or(|r| r.flags(from) & LinkEntry::PUB == 0)
+        {
+            return self.stats.drops.add(DropReason::NotPublisher);
+        }
+        let Some(children) = self.tree_step(d.origin.0, from, from_session) else {
+            return self.stats.drops.add(DropReason::NotOnTree);
+        };
+        let Some(route) = self.rib.get(i) else { return };
+        //= docs/wire.md#router-links
+        //# A router sends DATA to each subscribed session link and each subscribed child
+        //# in the origin's tree, one copy per link, never back on the link it came from.
+        let targets: Vec<u16> = route
+            .links
+            .as_slice()
+            .iter()
+            .filter(|e| e.flags & LinkEntry::DOWN != 0 && e.slot != from)
+            .map(|e| e.slot)
+            .filter(|&s| match &self.links[s as usize] {
+                Some(l) if l.role == Role::Session => true,
+                Some(_) => children.contains(&s),
+                None => false,
+            })
+            .collect();
+        if targets.is_empty() {
+            return self.stats.drops.add(DropReason::NoSubscriber);
+        }
+        for s in targets {
+            self.stats.data_forwarded += 1;
+            self.stats.data_bytes_forwarded += d.datagram.len() as u64;
+            self.send(s, Frame::Data(d.clone()));
+        }
+    }
+
+    fn forward_unicast(&mut self, from: u16, mut u: Unicast) {
+        let from_router = self.links[from as usize]
+            .as_ref()
+            .is_some_and(|l| l.role == Role::Router);
+        if from_router {
+            if u.hops >= MAX_HOPS {
+                return self.stats.drops.add(DropReason::HopLimit);
+            }
+            u.hops += 1;
+        } else {
+            u.hops = 0;
+        }
+        let Some(h) = self.hosts.get(&u.dst.0) else {
+            return self.stats.drops.add(DropReason::NoRoute);
+        };
+        let next = if let Some(s) = h.local {
+            Some(s)
+        } else {
+            // The nearest live origin; ties to the lowest node id.
+            let origins: Vec<u64> = h
+                .origins
+                .as_slice()
+                .iter()
+                .filter(|o| !o.withdrawn() && o.node != self.me)
+                .map(|o| o.node)
+                .collect();
+            let mut best: Option<(u32, u64, u64)> = None;
+            for o in origins {
+                if let Some(t) = self.topo.tree(o)
+                    && let Some(p) = t.parent
+                    && best.is_none_or(|b| (t.depth, o) < (b.0, b.1))
+                {
+                    best = Some((t.depth, o, p));
+                }
+            }
+            best.and_then(|(_, _, p)| self.node_slot.get(&p).copied())
+        };
+        match next {
+            Some(s) if s != from => {
+                self.stats.unicast_forwarded += 1;
+                self.send(s, Frame::Unicast(u));
+            }
+            _ => self.stats.drops.add(DropReason::NoRoute),
+        }
+    }
+
+    fn forward_announce(&mut self, from: u16, from_session: bool, mut a: Announce) {
+        if from_session {
+            a.origin = NodeId(self.me);
+            a.hops = 0;
+        } else if a.hops >= MAX_HOPS {
+            return self.stats.drops.add(DropReason::HopLimit);
+        } else {
+            a.hops += 1;
+        }
+        let Some(children) = self.tree_step(a.origin.0, from, from_session) else {
+            return self.stats.drops.add(DropReason::NotOnTree);
+        };
+        //= docs/wire.md#router-links
+        //# ANNOUNCE goes to every session link and to each child in the origin's tree.
+        let targets: Vec<u16> = self
+            .links
+            .iter()
+            .enumerate()
+            .filter_map(|(s, l)| {
+                let l = l.as_ref()?;
+                let s = s as u16;
+                let yes = s != from
+                    && match l.role {
+                        Role::Session => true,
+                        Role::Router => children.contains(&s),
+                    };
+                yes.then_some(s)
+            })
+            .collect();
+        for s in targets {
+            self.stats.announce_forwarded += 1;
+            self.send(s, Frame::Announce(a.clone()));
+        }
+    }
+
+    // ---- output ---------------------------------------------------------------------
+
+    fn send(&mut self, slot: u16, frame: Frame) {
+        if let Some(l) = &self.links[slot as usize] {
+            self.out.push_back((l.id, frame));
+        }
+    }
+
+    fn router_slots(&self) -> impl Iterator<Item = u16> + '_ {
+        self.links
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.as_ref().is_some_and(|l| l.role == Role::Router))
+            .map(|(s, _)| s as u16)
+    }
+
+    /// Sends `frame` on every router link but `except`.
+    fn flood(&mut self, except: Option<u16>, frame: Frame) {
+        let slots: Vec<u16> = self.router_slots().filter(|&s| Some(s) != except).collect();
+        for s in slots {
+            self.send(s, frame.clone());
+        }
+    }
+
+    /// Moves the next route of a pending table sync into the output queue.
+    fn pull_sync(&mut self) {
+        for slot in 0..self.links.len() {
+            let Some(Some(l)) = self.links.get(slot) else { continue };
+            let Some(mut pos) = l.sync else { continue };
+            let id = l.id;
+            while (pos as usize) < self.rib.slots() {
+                let here = pos;
+                pos += 1;
+                let Some(route) = self.rib.get(here) else { continue };
+                let key = route.key;
+                let frames: Vec<Frame> = route
+                    .origins
+                    .as_slice()
+                    .iter()
+                    .map(|o| adv_frame(key, o))
+                    .collect();
+                if frames.is_empty() {
+                    continue;
+                }
+                for f in frames {
+                    self.out.push_back((id, f));
+                }
+                break;
+            }
+            if let Some(Some(l)) = self.links.get_mut(slot) {
+                l.sync = ((pos as usize) < self.rib.slots()).then_some(pos);
+            }
+            if !self.out.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+fn check_origin(origin: NodeId, peer: u64) -> Result<(), LinkError> {
+    if origin.0 == peer {
+        Ok(())
+    } else {
+        Err(LinkError::SpoofedOrigin)
+    }
+}
+
+fn adv_frame(key: RouteKey, o: &Origin) -> Frame {
+    if o.withdrawn() {
+        Frame::WithdrawAdvertise(Withdraw {
+            key,
+            origin: NodeId(o.node),
+            seq: o.seq,
+        })
+    } else {
+        Frame::Advertise(Advertise {
+            key,
+            origin: NodeId(o.node),
+            seq: o.seq,
+            hops: o.hops,
+        })
+    }
+}
+
+fn host_frame(p: u64, o: &Origin) -> Frame {
+    let r = HostRoute {
+        participant: ParticipantId(p),
+        origin: NodeId(o.node),
+        seq: o.seq,
+    };
+    if o.withdrawn() {
+        Frame::ParticipantGone(r)
+    } else {
+        Frame::Participant(r)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! Router unit tests: one router, frames in, frames out.
