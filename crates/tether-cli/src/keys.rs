@@ -25,6 +25,11 @@ enum KeysCmd {
     /// topic patterns given (`*` one level, `**` any depth). Writes DIR/NAME.key (0600, for
     /// `--keys`) and DIR/NAME.cred.
     ///
+    /// With --role router, NAME is a router: its credential (role router) has no grants,
+    /// and its DIR/NAME.key holds no realm secret (routers forward sealed data by topic id
+    /// and cannot open it; members refuse a router as a peer). Use it with `tether router`.
+    /// A replacement (--replace) keeps the role NAME has.
+    ///
     /// With --replace, NAME already has a credential: it gets new keys and a credential
     /// under a new serial, and its earlier serials are revoked in the same step (the
     /// revocation list DIR/revoked.toml is re-signed with the next list serial). Sessions
@@ -45,6 +50,10 @@ enum KeysCmd {
         /// Days until it expires.
         #[arg(long, value_name = "DAYS", default_value_t = 365)]
         expires: u64,
+        /// What NAME is: a member (a session, with grants) or a router (no grants, no
+        /// realm secret).
+        #[arg(long, value_enum, default_value_t = RoleArg::Member)]
+        role: RoleArg,
         /// Replace NAME's credential: new keys and serial, the old serials revoked.
         #[arg(long)]
         replace: bool,
@@ -67,6 +76,15 @@ enum KeysCmd {
     },
 }
 
+/// `--role`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum RoleArg {
+    /// A session: publishes and subscribes under its grants.
+    Member,
+    /// A router: relays sealed data between sites over QUIC; no grants.
+    Router,
+}
+
 pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
     match a.cmd {
         KeysCmd::Init { dir } => {
@@ -84,19 +102,30 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
             publish,
             subscribe,
             expires,
+            role,
             replace,
         } => {
             if expires == 0 || expires > 36_500 {
                 anyhow::bail!("--expires {expires} is outside 1..=36500 days");
             }
+            if role == RoleArg::Router && !(publish.is_empty() && subscribe.is_empty()) {
+                anyhow::bail!(
+                    "a router's credential carries no grants: leave out --pub and --sub with \
+                     --role router (routers forward sealed samples by topic id and cannot \
+                     open them)"
+                );
+            }
             // Topic names are taken from the root (`chatter` is `/chatter`): so are grants.
             let (publish, subscribe) = (rooted(publish), rooted(subscribe));
             let r = Realm::open(&dir)?;
-            let (c, revoked) =
-                if replace {
-                    r.replace(&name, publish, subscribe, expires)?
-                } else {
-                    let c = r.issue(&name, publish, subscribe, expires).map_err(|e| match e {
+            let (c, revoked) = if replace {
+                r.replace(&name, publish, subscribe, expires)?
+            } else {
+                let issued = match role {
+                    RoleArg::Router => r.issue_router(&name, expires),
+                    RoleArg::Member => r.issue(&name, publish, subscribe, expires),
+                };
+                let c = issued.map_err(|e| match e {
                     KeyError::Exists(p) => anyhow::anyhow!(
                         "{} exists; refusing to overwrite it (to give {name} a new credential \
                          and revoke its old one: --replace)",
@@ -104,12 +133,17 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                     ),
                     e => e.into(),
                 })?;
-                    (c, Vec::new())
-                };
+                (c, Vec::new())
+            };
             outln!(
-                "issued {} serial {}, expires {}\nkeys: {}\ncredential: {}",
+                "issued {} serial {}{}, expires {}\nkeys: {}\ncredential: {}",
                 c.name,
                 c.serial,
+                if c.role == tether_crypto::Role::Router {
+                    " (role router: no grants, no realm secret)"
+                } else {
+                    ""
+                },
                 utc(c.expires),
                 dir.join(format!("{name}.key")).display(),
                 dir.join(format!("{name}.cred")).display()

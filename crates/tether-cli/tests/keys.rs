@@ -186,3 +186,47 @@ fn clear_errors() {
         "{s}"
     );
 }
+
+/// `--role router`: a credential without grants and a bundle without the realm secret;
+/// grants with it are refused, saying why; `show` names the role; a session refuses the
+/// bundle.
+#[test]
+fn router_credentials() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("realm");
+    ok(&keys(&["init", "DIR"], &dir));
+    let o = keys(
+        &["issue", "DIR", "relay", "--role", "router", "--sub", "/a"],
+        &dir,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("a router's credential carries no grants"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!dir.join("relay.key").exists());
+    let out = ok(&keys(&["issue", "DIR", "relay", "--role", "router"], &dir));
+    assert!(out.contains("role router"), "{out}");
+    let bundle = std::fs::read_to_string(dir.join("relay.key")).unwrap();
+    assert!(!bundle.contains("realm_secret"), "{bundle}");
+    for f in ["DIR/relay.key", "DIR/relay.cred"] {
+        let s = ok(&keys(&["show", f], &dir));
+        assert!(s.contains("role         router"), "{f}: {s}");
+        assert!(s.contains("publish      (nothing)"), "{f}: {s}");
+    }
+    let o = keys(&["issue", "--help"], &dir);
+    assert!(text(&o.stdout).contains("--role"), "{}", text(&o.stdout));
+    // A session does not take a router's keys.
+    let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["pub", "/t", "x", "--count", "1", "--keys"])
+        .arg(dir.join("relay.key"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("router's key bundle"),
+        "{}",
+        text(&o.stderr)
+    );
+}

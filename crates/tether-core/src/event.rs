@@ -175,6 +175,10 @@ pub enum AuthFailure {
     /// of a version that does not speak AUTH. Nothing is exchanged with it. Reported once,
     /// instead of [`AuthFailure::NotInTime`] 10 s later.
     NoAuth,
+    /// Its credential is valid but not a member's: a router's. Routers forward sealed
+    /// datagrams between sites and are neither readers nor writers: they get no sender keys,
+    /// no control keys, and match no endpoint.
+    NotAMember(tether_crypto::Role),
 }
 
 impl fmt::Display for AuthFailure {
@@ -199,6 +203,11 @@ impl fmt::Display for AuthFailure {
                 "it began authenticating but did not finish within 10 s of being discovered \
                  (its AUTH or ours lost each time, or it cannot verify us): forgotten until \
                  it announces itself again",
+            ),
+            AuthFailure::NotAMember(role) => write!(
+                f,
+                "its credential is a {role}'s, not a member's: {role}s forward sealed data and \
+                 are neither readers nor writers (refused; it gets no keys)"
             ),
             AuthFailure::NoAuth => f.write_str(
                 "it sends no AUTH: it has no keys (started without --keys, or with security \

@@ -9,8 +9,8 @@ use crate::identity::verify;
 use crate::{CaKey, from_hex, hex_array, to_hex};
 
 use tether_wire::{
-    CredentialRepr, MAX_NAME_LEN as MAX_NAME, MAX_PATTERNS, MAX_REVOKED, PatternList,
-    RevocationListRepr, SerialList,
+    CREDENTIAL_MAGIC_V1, CredentialRepr, MAX_NAME_LEN as MAX_NAME, MAX_PATTERNS, MAX_REVOKED,
+    PatternList, RevocationListRepr, Role, SerialList,
 };
 
 /// How far in the future an issue time may be (clock skew between hosts).
@@ -65,6 +65,8 @@ pub struct Credential {
     pub issued: u64,
     /// Expiry, unix seconds.
     pub expires: u64,
+    /// What its holder is: a member (a session, with grants) or a router (no grants).
+    pub role: Role,
     /// Ed25519 public key (authentication, signatures).
     pub sign_public: [u8; 32],
     /// X25519 public key (key wrapping).
@@ -76,6 +78,10 @@ pub struct Credential {
     /// The CA's Ed25519 signature over everything above.
     pub signature: [u8; 64],
 }
+
+/// Why a credential of the layout before roles is refused.
+const OLD_LAYOUT: &str = "a credential of version 1 (TCR1, issued before credentials had a role) \
+     is no longer read: issue a new one (`tether keys issue DIR NAME --replace`)";
 
 /// What a malformed binary form is refused with: the layout error, in the terms of `what`.
 fn malformed(what: &str, e: tether_wire::Error) -> CredentialError {
@@ -108,7 +114,8 @@ fn check_patterns(what: &str, v: &[String]) -> Result<(), CredentialError> {
 }
 
 impl Credential {
-    /// A credential for `name` with `identity`'s public keys, signed by `ca`.
+    /// A member's credential for `name` with `identity`'s public keys, signed by `ca`
+    /// ([`issue_with_role`](Self::issue_with_role) with [`Role::Member`]).
     #[allow(clippy::too_many_arguments)]
     pub fn issue(
         ca: &CaKey,
@@ -121,6 +128,42 @@ impl Credential {
         publish: Vec<String>,
         subscribe: Vec<String>,
     ) -> Result<Credential, CredentialError> {
+        Self::issue_with_role(
+            ca,
+            Role::Member,
+            name,
+            serial,
+            issued,
+            expires,
+            sign_public,
+            kx_public,
+            publish,
+            subscribe,
+        )
+    }
+
+    /// A credential of `role` for `name`, signed by `ca`. A router's carries no grants:
+    /// one asked for with grants is refused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue_with_role(
+        ca: &CaKey,
+        role: Role,
+        name: &str,
+        serial: u64,
+        issued: u64,
+        expires: u64,
+        sign_public: [u8; 32],
+        kx_public: [u8; 32],
+        publish: Vec<String>,
+        subscribe: Vec<String>,
+    ) -> Result<Credential, CredentialError> {
+        if role == Role::Router && !(publish.is_empty() && subscribe.is_empty()) {
+            return Err(CredentialError::Invalid(
+                "a router's credential carries no publish or subscribe grants \
+                 (routers forward sealed samples they cannot open)"
+                    .into(),
+            ));
+        }
         if name.is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
             return Err(CredentialError::Invalid(format!(
                 "name '{name}' (1 to {MAX_NAME} bytes, no control characters)"
@@ -139,6 +182,7 @@ impl Credential {
             serial,
             issued,
             expires,
+            role,
             sign_public,
             kx_public,
             publish,
@@ -156,6 +200,7 @@ impl Credential {
             serial: self.serial,
             issued: self.issued,
             expires: self.expires,
+            role: self.role,
             sign_public: self.sign_public,
             kx_public: self.kx_public,
             name: &self.name,
@@ -182,6 +227,9 @@ impl Credential {
     /// Parses the binary form, bounds-checked (the signature is not checked here: see
     /// [`verify`](Self::verify)).
     pub fn from_bytes(b: &[u8]) -> Result<Credential, CredentialError> {
+        if b.starts_with(&CREDENTIAL_MAGIC_V1) {
+            return Err(CredentialError::Malformed(OLD_LAYOUT.into()));
+        }
         let r = CredentialRepr::parse(b).map_err(|e| malformed("credential", e))?;
         Ok(Credential {
             realm: r.realm,
@@ -189,6 +237,7 @@ impl Credential {
             serial: r.serial,
             issued: r.issued,
             expires: r.expires,
+            role: r.role,
             sign_public: r.sign_public,
             kx_public: r.kx_public,
             publish: r.publish.iter().map(str::to_string).collect(),
@@ -225,6 +274,11 @@ impl Credential {
         if revoked.is_some_and(|r| r.contains(self.serial)) {
             return Err(CredentialError::Revoked(self.serial));
         }
+        if self.role == Role::Router && !(self.publish.is_empty() && self.subscribe.is_empty()) {
+            return Err(CredentialError::Invalid(
+                "a router's credential with grants".into(),
+            ));
+        }
         for p in self.publish.iter().chain(&self.subscribe) {
             if !valid_pattern(p) {
                 return Err(CredentialError::Invalid(format!("pattern '{p}'")));
@@ -246,7 +300,8 @@ impl Credential {
     /// The TOML text form (for files; `tether keys show` prints it).
     pub fn to_toml(&self) -> String {
         let f = CredFile {
-            tether_credential: 1,
+            tether_credential: 2,
+            role: self.role.as_str().to_string(),
             name: self.name.clone(),
             serial: self.serial,
             issued: self.issued,
@@ -263,16 +318,39 @@ impl Credential {
 
     /// From the TOML text form (the signature is checked by [`verify`](Self::verify)).
     pub fn from_toml(text: &str) -> Result<Credential, CredentialError> {
+        // Version 1 had no role, and its signature covers other bytes: say so rather than
+        // name a missing field.
+        #[derive(Deserialize)]
+        struct Version {
+            tether_credential: u32,
+        }
+        if let Ok(Version {
+            tether_credential: v,
+        }) = toml::from_str(text)
+        {
+            if v == 1 {
+                return Err(CredentialError::Malformed(OLD_LAYOUT.into()));
+            }
+            if v != 2 {
+                return Err(CredentialError::Malformed(format!(
+                    "credential version {v} (this tether reads 2)"
+                )));
+            }
+        }
         let f: CredFile =
             toml::from_str(text).map_err(|e| CredentialError::Malformed(e.to_string()))?;
         let bad = |what: &str| CredentialError::Malformed(format!("{what} is not valid hex"));
-        if f.tether_credential != 1 {
-            return Err(CredentialError::Malformed(format!(
-                "credential version {} (this tether reads 1)",
-                f.tether_credential
-            )));
-        }
+        let role = match f.role.as_str() {
+            "member" => Role::Member,
+            "router" => Role::Router,
+            r => {
+                return Err(CredentialError::Malformed(format!(
+                    "role '{r}' (member or router)"
+                )));
+            }
+        };
         Ok(Credential {
+            role,
             realm: hex_array(&f.realm).ok_or_else(|| bad("realm"))?,
             name: f.name,
             serial: f.serial,
@@ -292,6 +370,7 @@ impl Credential {
 struct CredFile {
     tether_credential: u32,
     name: String,
+    role: String,
     serial: u64,
     issued: u64,
     expires: u64,
@@ -575,6 +654,61 @@ mod tests {
         let mut b = c.to_bytes();
         b.push(0);
         assert!(Credential::from_bytes(&b).is_err());
+    }
+
+    /// A router's credential has no grants, its role is signed, and the layouts before
+    /// roles are refused saying so.
+    #[test]
+    fn roles_are_signed_and_routers_have_no_grants() {
+        let ca = CaKey::generate();
+        let id = Identity::generate();
+        let router = |publish: Vec<String>| {
+            Credential::issue_with_role(
+                &ca,
+                Role::Router,
+                "relay1",
+                5,
+                1000,
+                2000,
+                id.sign_public(),
+                id.kx_public(),
+                publish,
+                vec![],
+            )
+        };
+        let e = router(vec!["/a".into()]).unwrap_err();
+        assert!(
+            e.to_string().contains("no publish or subscribe grants"),
+            "{e}"
+        );
+        let r = router(vec![]).unwrap();
+        assert_eq!(r.role, Role::Router);
+        assert_eq!(r.verify(&ca.public(), 1500, None), Ok(()));
+        assert_eq!(Credential::from_bytes(&r.to_bytes()).unwrap(), r);
+        assert_eq!(Credential::from_toml(&r.to_toml()).unwrap(), r);
+        assert!(r.to_toml().contains("role = \"router\""));
+        assert_eq!(cred(&ca, 1).role, Role::Member);
+        // The role is signed: a member's credential relabelled router does not verify.
+        let mut m = cred(&ca, 6);
+        m.role = Role::Router;
+        m.publish.clear();
+        m.subscribe.clear();
+        assert_eq!(
+            m.verify(&ca.public(), 1500, None),
+            Err(CredentialError::BadSignature)
+        );
+        // Version 1 (no role), binary and text, is refused with a reason.
+        let mut v1 = r.to_bytes();
+        v1[..4].copy_from_slice(b"TCR1");
+        let e = Credential::from_bytes(&v1).unwrap_err();
+        assert!(e.to_string().contains("no longer read"), "{e}");
+        let t = r
+            .to_toml()
+            .replace("tether_credential = 2", "tether_credential = 1");
+        let e = Credential::from_toml(&t).unwrap_err();
+        assert!(e.to_string().contains("version 1"), "{e}");
+        let t = r.to_toml().replace("\"router\"", "\"king\"");
+        assert!(Credential::from_toml(&t).is_err());
     }
 
     proptest! {

@@ -5,8 +5,9 @@
 //!   once under a nonce made of the epoch and the sample's sequence number.
 //! - [`Identity`] (an Ed25519 signing key and an X25519 key-agreement key) and [`CaKey`], the
 //!   realm's certificate authority.
-//! - [`Credential`]: a participant's name, public keys, grants (topic patterns it may publish
-//!   and subscribe, `*` one level, `**` any depth), serial and expiry, signed by the CA;
+//! - [`Credential`]: a participant's name, [`Role`] (member or router), public keys, grants
+//!   (topic patterns it may publish and subscribe, `*` one level, `**` any depth; a router
+//!   has none), serial and expiry, signed by the CA;
 //!   [`RevocationList`]: revoked serials, signed by the CA.
 //! - [`wrap_key`] / [`unwrap_key`]: a sender key sealed for one reader (X25519, HKDF-SHA-256,
 //!   AES-256-GCM): pairwise work once per reader and epoch, never per sample.
@@ -53,6 +54,7 @@ pub use random::{OsRandom, Random, random_array, random_bytes};
 pub use replay::{BatchWindow, ControlWindow, ReplayWindow, Window};
 pub use sample::{Protection, UnknownProtection};
 pub use suite::{SMALL_MESSAGE, SealError, SenderKey, Suite, TAG_LEN, UnknownSuite};
+pub use tether_wire::Role;
 pub use topic::TopicId;
 
 /// Lower-case hex of `b`.

@@ -66,6 +66,28 @@ fn member_at(
     }
 }
 
+/// A router's keys and credential (no grants).
+fn router(ca: &CaKey, serial: u64, name: &str) -> Member {
+    let identity = Identity::generate();
+    let credential = Credential::issue_with_role(
+        ca,
+        tether_crypto::Role::Router,
+        name,
+        serial,
+        NOW - 100,
+        NOW + 86_400,
+        identity.sign_public(),
+        identity.kx_public(),
+        vec![],
+        vec![],
+    )
+    .unwrap();
+    Member {
+        identity,
+        credential,
+    }
+}
+
 /// The realm secret of CA `ca` in these tests (derived, so every member of one realm has
 /// the same one and other realms another).
 fn secret(ca: &CaKey) -> RealmSecret {
@@ -209,6 +231,14 @@ fn refused_credentials_match_nothing_and_are_reported() {
             member(&other_realm, 2, "stranger", &[], &["/**"]),
             None,
             "another realm",
+        ),
+        // A router's credential (even one holding the realm secret, as a misconfigured
+        // router would) is refused: routers are not readers and get no sender keys.
+        (
+            "router",
+            router(&ca, 3, "relay"),
+            None,
+            "router's, not a member's",
         ),
     ];
     for (what, bad, rl, says) in cases {

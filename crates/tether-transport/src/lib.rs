@@ -9,9 +9,12 @@
 //!   `recvmmsg` with UDP GSO and GRO, so path-sized datagrams do not cost a call each);
 //! - [`MulticastReceiver`]: LAN discovery on a multicast group and interface;
 //! - [`Registry`]: same-host discovery without multicast, a per-domain directory of the
-//!   sessions' addresses (loopback has no multicast flag on many hosts).
+//!   sessions' addresses (loopback has no multicast flag on many hosts);
+//! - [`quic`]: links between routers and from a session to its router over QUIC (quinn,
+//!   rustls with aws-lc-rs), mutual TLS whose certificates carry the realm's credentials,
+//!   moving whole frames (async, tokio).
 //!
-//! Later transports (shared memory, QUIC) implement the same [`Transport`] trait.
+//! Later transports (shared memory) implement the same [`Transport`] trait.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -22,6 +25,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 mod batch;
 pub mod path;
+pub mod quic;
 mod registry;
 use batch::Batcher;
 pub use batch::{BatchIo, IoStats, Outgoing, SendReport};

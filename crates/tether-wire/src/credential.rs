@@ -3,8 +3,8 @@
 //! their integers are big-endian.
 //!
 //! ```text
-//! credential:  "TCR1" | realm CA key (32) | serial u64 | issued u64 | expires u64
-//!              | Ed25519 key (32) | X25519 key (32) | name str16 | publish list | subscribe list
+//! credential:  "TCR2" | realm CA key (32) | serial u64 | issued u64 | expires u64
+//!              | role u8 (0 member, 1 router) | Ed25519 key (32) | X25519 key (32) | name str16 | publish list | subscribe list
 //!              | CA signature (64)
 //! list:        count u16 | count × str16          (str16: length u16 | UTF-8)
 //! revocations: "TRV2" | realm CA key (32) | list serial u64 | issued u64 | count u32
@@ -13,8 +13,10 @@
 
 use crate::{Cursor, Error};
 
-/// The magic a credential starts with.
-pub const CREDENTIAL_MAGIC: [u8; 4] = *b"TCR1";
+/// The magic a credential starts with (`TCR1`, without the role, is no longer read).
+pub const CREDENTIAL_MAGIC: [u8; 4] = *b"TCR2";
+/// The magic of the credential layout before roles: recognised only to say it is too old.
+pub const CREDENTIAL_MAGIC_V1: [u8; 4] = *b"TCR1";
 /// The magic a revocation list starts with (`TRV1`, without the list's serial, is no
 /// longer read).
 pub const REVOCATION_MAGIC: [u8; 4] = *b"TRV2";
@@ -111,6 +113,43 @@ fn put_str16_be(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// What a credential's holder is in the realm: part of the signed bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Role {
+    /// A session: a participant that publishes and subscribes under its grants, holds the
+    /// realm secret, and authenticates to other members in AUTH.
+    Member = 0,
+    /// A router: relays sealed datagrams between sites over QUIC links (mutual TLS). It has
+    /// no grants, no realm secret and no sender keys; members refuse it as a peer in AUTH.
+    Router = 1,
+}
+
+impl Role {
+    /// The role of its wire value, if any.
+    pub fn from_u8(v: u8) -> Option<Role> {
+        match v {
+            0 => Some(Role::Member),
+            1 => Some(Role::Router),
+            _ => None,
+        }
+    }
+
+    /// Its name in files and messages: `member` or `router`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Member => "member",
+            Role::Router => "router",
+        }
+    }
+}
+
+impl core::fmt::Display for Role {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A credential's fields: what the realm's CA certifies about one participant.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CredentialRepr<'a> {
@@ -122,6 +161,8 @@ pub struct CredentialRepr<'a> {
     pub issued: u64,
     /// Expiry, unix seconds.
     pub expires: u64,
+    /// What its holder is: a member, or a router (which has no grants).
+    pub role: Role,
     /// Ed25519 public key.
     pub sign_public: [u8; 32],
     /// X25519 public key.
@@ -150,6 +191,9 @@ impl<'a> CredentialRepr<'a> {
         let serial = c.u64_be()?;
         let issued = c.u64_be()?;
         let expires = c.u64_be()?;
+        //= docs/wire.md#credential
+        //# role: 0 member, 1 router; any other value is malformed.
+        let role = Role::from_u8(c.u8()?).ok_or(Error::BadValue("role"))?;
         let sign_public = c.array()?;
         let kx_public = c.array()?;
         let name = c.str16_be(MAX_NAME_LEN)?;
@@ -162,6 +206,7 @@ impl<'a> CredentialRepr<'a> {
             serial,
             issued,
             expires,
+            role,
             sign_public,
             kx_public,
             name,
@@ -178,6 +223,7 @@ impl<'a> CredentialRepr<'a> {
         out.extend_from_slice(&self.serial.to_be_bytes());
         out.extend_from_slice(&self.issued.to_be_bytes());
         out.extend_from_slice(&self.expires.to_be_bytes());
+        out.push(self.role as u8);
         out.extend_from_slice(&self.sign_public);
         out.extend_from_slice(&self.kx_public);
         put_str16_be(out, self.name);

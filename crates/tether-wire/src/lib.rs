@@ -38,8 +38,8 @@ mod sample;
 mod view;
 
 pub use credential::{
-    CREDENTIAL_MAGIC, CredentialRepr, MAX_NAME_LEN, MAX_PATTERN_LEN, MAX_PATTERNS, MAX_REVOKED,
-    PatternList, REVOCATION_MAGIC, RevocationListRepr, SerialList,
+    CREDENTIAL_MAGIC, CREDENTIAL_MAGIC_V1, CredentialRepr, MAX_NAME_LEN, MAX_PATTERN_LEN,
+    MAX_PATTERNS, MAX_REVOKED, PatternList, REVOCATION_MAGIC, RevocationListRepr, Role, SerialList,
 };
 pub use cursor::Cursor;
 pub use error::Error;

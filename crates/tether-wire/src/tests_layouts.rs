@@ -125,6 +125,7 @@ proptest! {
         realm in any::<[u8; 32]>(),
         (serial, issued, expires) in (any::<u64>(), any::<u64>(), any::<u64>()),
         keys in any::<([u8; 32], [u8; 32])>(),
+        router in any::<bool>(),
         name in "[ -~]{0,255}",
         publish in proptest::collection::vec(pattern(), 0..=MAX_PATTERNS),
         subscribe in proptest::collection::vec(pattern(), 0..8),
@@ -136,6 +137,7 @@ proptest! {
             serial,
             issued,
             expires,
+            role: if router { Role::Router } else { Role::Member },
             sign_public: keys.0,
             kx_public: keys.1,
             name: &name,
@@ -301,6 +303,7 @@ fn credential_known_answer() {
         serial: 2,
         issued: 3,
         expires: 4,
+        role: Role::Router,
         sign_public: [5; 32],
         kx_public: [6; 32],
         name: "n",
@@ -311,11 +314,12 @@ fn credential_known_answer() {
     let mut out = Vec::new();
     c.emit(&mut out);
     let want = [
-        &b"TCR1"[..],
+        &b"TCR2"[..],
         &[1; 32],
         &[
             0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4,
         ],
+        &[1],
         &[5; 32],
         &[6; 32],
         &[0, 1],
@@ -327,6 +331,14 @@ fn credential_known_answer() {
     ]
     .concat();
     assert_eq!(out, want);
+    assert_eq!(CredentialRepr::parse(&want), Ok(c));
+    // The role byte (offset 60) takes two values; the layout before roles is not read.
+    let mut bad = want.clone();
+    bad[60] = 2;
+    assert_eq!(CredentialRepr::parse(&bad), Err(Error::BadValue("role")));
+    let mut old = want.clone();
+    old[..4].copy_from_slice(&CREDENTIAL_MAGIC_V1);
+    assert_eq!(CredentialRepr::parse(&old), Err(Error::BadMagic));
     let serials = [1, 0x0100];
     let r = RevocationListRepr {
         realm: [1; 32],

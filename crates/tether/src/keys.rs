@@ -8,7 +8,7 @@
 //! DIR/issued.toml    every credential issued: name, serial, expiry
 //! DIR/revoked.toml   the revocation list, signed by the CA
 //! DIR/NAME.key       NAME's bundle: its secret keys, credential, the CA's public key,
-//!                    the realm secret                            (secret, 0600)
+//!                    the realm secret (a member's; never a router's) (secret, 0600)
 //! DIR/NAME.cred      NAME's credential alone (public)
 //! ```
 
@@ -19,7 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tether_crypto::{
-    CaKey, Credential, CredentialError, Identity, RealmSecret, RevocationList, from_hex, to_hex,
+    CaKey, Credential, CredentialError, Identity, RealmSecret, RevocationList, Role, from_hex,
+    to_hex,
 };
 
 /// Why a key operation failed.
@@ -207,7 +208,9 @@ struct BundleFile {
     sign_seed: String,
     kx_secret: String,
     ca_public: String,
-    realm_secret: String,
+    /// A member's only: routers never hold the realm secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    realm_secret: Option<String>,
     credential: String,
 }
 
@@ -317,7 +320,26 @@ impl Realm {
             return Err(KeyError::Exists(key_path));
         }
         let mut issued = self.issued()?;
-        let (cred, bundle) = self.new_credential(&issued, name, publish, subscribe, valid_days)?;
+        let (cred, bundle) =
+            self.new_credential(&issued, Role::Member, name, publish, subscribe, valid_days)?;
+        self.record(&mut issued, &cred)?;
+        write_new(&key_path, &bundle, true)?;
+        self.write_cred(&cred)?;
+        Ok(cred)
+    }
+
+    /// Issues a router's credential for `name` with fresh keys (role router, no grants):
+    /// writes `NAME.key` (0600; the keys and credential, no realm secret: a router never
+    /// holds it) and `NAME.cred`. Load the bundle with [`RouterKeys::load`].
+    pub fn issue_router(&self, name: &str, valid_days: u64) -> Result<Credential, KeyError> {
+        check_name(name)?;
+        let key_path = self.dir.join(format!("{name}.key"));
+        if key_path.exists() {
+            return Err(KeyError::Exists(key_path));
+        }
+        let mut issued = self.issued()?;
+        let (cred, bundle) =
+            self.new_credential(&issued, Role::Router, name, vec![], vec![], valid_days)?;
         self.record(&mut issued, &cred)?;
         write_new(&key_path, &bundle, true)?;
         self.write_cred(&cred)?;
@@ -347,17 +369,21 @@ impl Realm {
         if old.is_empty() {
             return Err(KeyError::Unknown(name.to_string()));
         }
-        // No grants given: the member keeps those of its credential now (a replacement is
-        // new keys, not fewer rights).
+        // The replacement keeps the role of the credential now. No grants given: a member
+        // keeps those of its credential now (a replacement is new keys, not fewer rights).
+        let p = self.dir.join(format!("{name}.cred"));
+        let now_cred = fs::read_to_string(&p)
+            .map_err(io(&p))
+            .and_then(|text| Credential::from_toml(&text).map_err(|e| format(&p, e.to_string())));
+        let role = now_cred.as_ref().map_or(Role::Member, |c| c.role);
         let (publish, subscribe) = if publish.is_empty() && subscribe.is_empty() {
-            let p = self.dir.join(format!("{name}.cred"));
-            let text = fs::read_to_string(&p).map_err(io(&p))?;
-            let c = Credential::from_toml(&text).map_err(|e| format(&p, e.to_string()))?;
+            let c = now_cred?;
             (c.publish, c.subscribe)
         } else {
             (publish, subscribe)
         };
-        let (cred, bundle) = self.new_credential(&issued, name, publish, subscribe, valid_days)?;
+        let (cred, bundle) =
+            self.new_credential(&issued, role, name, publish, subscribe, valid_days)?;
         // The new serial is recorded first and the old ones revoked before the new keys are
         // written: a step that fails leaves the old credential revoked and the new serial
         // never handed out, not the old one still valid (run it again).
@@ -373,6 +399,7 @@ impl Realm {
     fn new_credential(
         &self,
         issued: &IssuedFile,
+        role: Role,
         name: &str,
         publish: Vec<String>,
         subscribe: Vec<String>,
@@ -381,8 +408,9 @@ impl Realm {
         let serial = issued.issued.iter().map(|e| e.serial).max().unwrap_or(0) + 1;
         let now = unix_now();
         let id = Identity::generate();
-        let cred = Credential::issue(
+        let cred = Credential::issue_with_role(
             &self.ca,
+            role,
             name,
             serial,
             now,
@@ -398,7 +426,7 @@ impl Realm {
             sign_seed: to_hex(id.sign_seed()),
             kx_secret: to_hex(id.kx_secret()),
             ca_public: to_hex(&self.ca.public()),
-            realm_secret: to_hex(self.secret.as_bytes()),
+            realm_secret: (role == Role::Member).then(|| to_hex(self.secret.as_bytes())),
             credential: to_hex(&cred.to_bytes()),
         })
         .expect("plain fields");
@@ -515,6 +543,65 @@ impl KeyBundle {
     /// and names this identity's public keys. (Expiry and revocation are checked when the
     /// session uses it, against the time then.)
     pub fn load(path: &Path) -> Result<KeyBundle, KeyError> {
+        let (f, k) = RouterKeys::read(path)?;
+        if k.credential.role != Role::Member {
+            return Err(format(
+                path,
+                format!(
+                    "this is a {role}'s key bundle (credential role {role}): a session needs \
+                     a member's (`tether keys issue DIR NAME --pub ... --sub ...`); a \
+                     {role}'s bundle is for `tether router`",
+                    role = k.credential.role
+                ),
+            ));
+        }
+        let realm_secret = RealmSecret::from_bytes(hex32(
+            path,
+            "realm_secret",
+            f.realm_secret.as_deref().unwrap_or(""),
+        )?);
+        Ok(KeyBundle {
+            identity: k.identity,
+            credential: k.credential,
+            ca_public: k.ca_public,
+            realm_secret,
+        })
+    }
+}
+
+/// A router's keys (`tether keys issue DIR NAME --role router`): its identity, its
+/// credential (role router) and the realm's CA public key. No realm secret: a router sees
+/// topic ids only, and forwards samples it cannot open.
+#[derive(Debug)]
+pub struct RouterKeys {
+    /// Its secret keys (the Ed25519 seed is its TLS key).
+    pub identity: Identity,
+    /// Its credential.
+    pub credential: Credential,
+    /// The realm's CA public key.
+    pub ca_public: [u8; 32],
+}
+
+impl RouterKeys {
+    /// Loads a router's `NAME.key`, with the checks of [`KeyBundle::load`]; refuses a
+    /// member's bundle (a router must not hold the realm secret).
+    pub fn load(path: &Path) -> Result<RouterKeys, KeyError> {
+        let (f, k) = Self::read(path)?;
+        if k.credential.role != Role::Router || f.realm_secret.is_some() {
+            return Err(format(
+                path,
+                format!(
+                    "this is a {}'s key bundle: a router needs a router's \
+                     (`tether keys issue DIR NAME --role router`), which holds no realm secret",
+                    k.credential.role
+                ),
+            ));
+        }
+        Ok(k)
+    }
+
+    /// Reads any bundle: the file's fields, and its keys checked against its credential.
+    fn read(path: &Path) -> Result<(BundleFile, RouterKeys), KeyError> {
         let f: BundleFile =
             toml::from_str(&read_secret(path)?).map_err(|e| format(path, e.to_string()))?;
         if f.tether_keys != 1 {
@@ -526,7 +613,6 @@ impl KeyBundle {
         )
         .ok_or_else(|| format(path, "unusable secret keys"))?;
         let ca_public = hex32(path, "ca_public", &f.ca_public)?;
-        let realm_secret = RealmSecret::from_bytes(hex32(path, "realm_secret", &f.realm_secret)?);
         let bytes = from_hex(&f.credential).ok_or_else(|| format(path, "credential is not hex"))?;
         let credential = Credential::from_bytes(&bytes).map_err(|e| format(path, e.to_string()))?;
         if credential.sign_public != identity.sign_public()
@@ -541,12 +627,14 @@ impl KeyBundle {
             }
             Err(_) => {}
         }
-        Ok(KeyBundle {
-            identity,
-            credential,
-            ca_public,
-            realm_secret,
-        })
+        Ok((
+            f,
+            RouterKeys {
+                identity,
+                credential,
+                ca_public,
+            },
+        ))
     }
 }
 
@@ -562,8 +650,12 @@ pub fn describe(path: &Path) -> Result<String, KeyError> {
             Err(e) => format!("NOT VALID: {e}"),
         };
         out.push_str(&format!(
-            "credential   {}\nserial       {}\nrealm        {} (CA public key)\nissued       {}\nexpires      {}\nsign key     {} (Ed25519)\nkx key       {} (X25519)\npublish      {}\nsubscribe    {}\nsignature    {} (checked against the realm's CA; revocation not checked)\n",
+            "credential   {}\nrole         {}\nserial       {}\nrealm        {} (CA public key)\nissued       {}\nexpires      {}\nsign key     {} (Ed25519)\nkx key       {} (X25519)\npublish      {}\nsubscribe    {}\nsignature    {} (checked against the realm's CA; revocation not checked)\n",
             c.name,
+            match c.role {
+                Role::Router => "router (relays sealed data; no grants, no realm secret)",
+                _ => "member",
+            },
             c.serial,
             to_hex(&c.realm),
             utc(c.issued),
@@ -580,10 +672,15 @@ pub fn describe(path: &Path) -> Result<String, KeyError> {
         let c = Credential::from_toml(&text).map_err(|e| format(path, e.to_string()))?;
         cred_lines(&c, &mut out);
     } else if table.contains_key("tether_keys") {
-        let b = KeyBundle::load(path)?;
+        let (f, b) = RouterKeys::read(path)?;
         out.push_str(&format!(
-            "key bundle of {} (secret keys, realm secret: not shown)\n",
-            b.credential.name
+            "key bundle of {} (secret keys{}: not shown)\n",
+            b.credential.name,
+            if f.realm_secret.is_some() {
+                ", realm secret"
+            } else {
+                "; no realm secret"
+            }
         ));
         cred_lines(&b.credential, &mut out);
     } else if table.contains_key("tether_revocations") {
@@ -657,6 +754,45 @@ mod tests {
         for x in [&a, &b, &c] {
             assert!(r.contains(x.serial), "serial {} came back", x.serial);
         }
+    }
+
+    /// A router's bundle has no realm secret; sessions refuse it, routers refuse a
+    /// member's; `show` names the role; a replacement stays a router.
+    #[test]
+    fn router_bundles() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("realm");
+        let realm = Realm::init(&dir).unwrap();
+        let r = realm.issue_router("relay", 30).unwrap();
+        assert_eq!(r.role, Role::Router);
+        assert!(r.publish.is_empty() && r.subscribe.is_empty());
+        let key = dir.join("relay.key");
+        let text = fs::read_to_string(&key).unwrap();
+        assert!(!text.contains("realm_secret"), "{text}");
+        let e = KeyBundle::load(&key).unwrap_err().to_string();
+        assert!(e.contains("router's key bundle"), "{e}");
+        let k = RouterKeys::load(&key).unwrap();
+        assert_eq!(k.credential, r);
+        assert_eq!(k.identity.sign_public(), r.sign_public);
+        realm
+            .issue("arm", vec!["/arm/**".into()], vec![], 30)
+            .unwrap();
+        let e = RouterKeys::load(&dir.join("arm.key"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("member's key bundle"), "{e}");
+        let shown = describe(&key).unwrap();
+        assert!(shown.contains("role         router"), "{shown}");
+        assert!(shown.contains("no realm secret"), "{shown}");
+        let shown = describe(&dir.join("arm.cred")).unwrap();
+        assert!(shown.contains("role         member"), "{shown}");
+        let (new, old) = realm.replace("relay", vec![], vec![], 30).unwrap();
+        assert_eq!((new.role, old), (Role::Router, vec![r.serial]));
+        assert!(
+            realm
+                .replace("relay", vec!["/a".into()], vec![], 30)
+                .is_err()
+        );
     }
 
     /// `--replace` without grants keeps the member's grants; with grants, takes them.

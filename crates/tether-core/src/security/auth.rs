@@ -303,6 +303,13 @@ impl Participant {
                 return;
             }
         };
+        //= docs/wire.md#credential
+        //# a member refuses a router's credential in AUTH
+        if cred.role != tether_crypto::Role::Member {
+            self.auth_refused(pid, AuthFailure::NotAMember(cred.role));
+            self.send_refusal(now, pid, m.challenge, RefusalReason::Other);
+            return;
+        }
         let ours = self.control_tx().key.epoch();
         let Some(a) = self
             .peers

@@ -1,0 +1,852 @@
+//! Endpoints (a UDP socket with quinn on it) and links (one verified connection, one
+//! bidirectional stream of length-prefixed frames).
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{ConnectionError, TransportConfig, VarInt};
+use rustls::pki_types::CertificateDer;
+use tether_crypto::{Credential, Identity, Random, Role};
+
+use super::backoff::Backoff;
+use super::cert::{self, CertView, CertificateError};
+use super::verify::{PeerPolicy, Verifier};
+
+/// The ALPN protocol of tether links.
+pub const ALPN: &[u8] = b"tether/1";
+
+/// The largest frame a link carries: 16 MiB + 5 (a routing frame's 5-byte header and the
+/// largest body).
+pub const MAX_FRAME: usize = 16 * 1024 * 1024 + 5;
+
+/// What each side writes first on the link's stream (`docs/security.md`).
+const PREAMBLE: [u8; 4] = *b"TQL1";
+
+/// Application close code: a frame over the limit.
+const CLOSE_FRAME_TOO_LARGE: u32 = 1;
+/// Application close code: the preamble is not `TQL1`.
+const CLOSE_BAD_PREAMBLE: u32 = 2;
+
+/// A node's certificate for its links, made from its identity and credential.
+pub struct LinkIdentity {
+    pub(super) cert: CertificateDer<'static>,
+    pub(super) key: rustls::pki_types::PrivateKeyDer<'static>,
+    pub(super) credential: Credential,
+}
+
+impl fmt::Debug for LinkIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkIdentity")
+            .field("name", &self.credential.name)
+            .field("serial", &self.credential.serial)
+            .field("role", &self.credential.role)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkIdentity {
+    /// The self-signed certificate of `identity`'s Ed25519 key carrying `credential`
+    /// (which must name that key).
+    pub fn new(identity: &Identity, credential: &Credential) -> Result<Self, CertificateError> {
+        let k = cert::make(identity, credential)?;
+        Ok(LinkIdentity {
+            cert: k.cert,
+            key: k.key,
+            credential: credential.clone(),
+        })
+    }
+
+    /// The certificate (DER).
+    pub fn certificate(&self) -> &[u8] {
+        &self.cert
+    }
+
+    /// The credential it carries.
+    pub fn credential(&self) -> &Credential {
+        &self.credential
+    }
+}
+
+/// Timers and limits of an endpoint's links.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    keep_alive: Duration,
+    idle_timeout: Duration,
+    max_frame: usize,
+    stream_window: u32,
+}
+
+impl Default for LinkConfig {
+    /// Keep-alive 1 s, idle timeout 4 s, frames up to [`MAX_FRAME`], 16 MiB stream window.
+    fn default() -> Self {
+        LinkConfig {
+            keep_alive: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(4),
+            max_frame: MAX_FRAME,
+            stream_window: 16 << 20,
+        }
+    }
+}
+
+impl LinkConfig {
+    /// How often an idle link sends a keep-alive (less than the idle timeout).
+    pub fn keep_alive(&mut self, d: Duration) -> &mut Self {
+        self.keep_alive = d;
+        self
+    }
+
+    /// How long without hearing from the peer before the link is declared dead (the lower
+    /// of both sides' values applies).
+    pub fn idle_timeout(&mut self, d: Duration) -> &mut Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// The largest frame accepted and sent (at most [`MAX_FRAME`]).
+    pub fn max_frame(&mut self, n: usize) -> &mut Self {
+        self.max_frame = n.min(MAX_FRAME);
+        self
+    }
+
+    /// How many bytes the peer may send ahead on the stream (flow control): what a link
+    /// can have in flight.
+    pub fn stream_window(&mut self, bytes: u32) -> &mut Self {
+        self.stream_window = bytes.max(64 * 1024);
+        self
+    }
+
+    fn transport(&self) -> Result<TransportConfig, LinkError> {
+        let mut t = TransportConfig::default();
+        let idle = quinn::IdleTimeout::try_from(self.idle_timeout)
+            .map_err(|_| LinkError::Config("idle timeout too long".into()))?;
+        t.max_idle_timeout(Some(idle))
+            .keep_alive_interval(Some(self.keep_alive))
+            .max_concurrent_bidi_streams(1u32.into())
+            .max_concurrent_uni_streams(0u32.into())
+            .stream_receive_window(self.stream_window.into())
+            .receive_window(VarInt::from_u32(self.stream_window.saturating_mul(2)))
+            .send_window(u64::from(self.stream_window) * 2);
+        Ok(t)
+    }
+}
+
+/// A peer's credential, as its certificate carried it and this side's verifier accepted it
+/// during the handshake. Only a link makes one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCredential(Credential);
+
+impl PeerCredential {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Its serial.
+    pub fn serial(&self) -> u64 {
+        self.0.serial
+    }
+
+    /// Its role.
+    pub fn role(&self) -> Role {
+        self.0.role
+    }
+
+    /// Its realm (the CA's public key).
+    pub fn realm(&self) -> [u8; 32] {
+        self.0.realm
+    }
+
+    /// The whole credential.
+    pub fn credential(&self) -> &Credential {
+        &self.0
+    }
+}
+
+/// Why a link could not be made, or ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// This side refused the peer's certificate (the reason says why: wrong realm,
+    /// expired, revoked, wrong role, key mismatch, bad certificate).
+    #[error("peer refused: {reason}")]
+    PeerRefused {
+        /// The verifier's reason.
+        reason: String,
+    },
+    /// The peer refused this side's certificate (its reason, as its close said it).
+    #[error("refused by the peer: {reason}")]
+    RefusedByPeer {
+        /// The peer's reason.
+        reason: String,
+    },
+    /// The handshake failed otherwise (no common ALPN or cipher suite, a protocol error).
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    /// Nothing heard from the peer within the idle timeout: it is gone or unreachable.
+    #[error("the peer went silent (idle timeout)")]
+    TimedOut,
+    /// The peer closed the link.
+    #[error("closed by the peer (code {code}): {reason}")]
+    ClosedByPeer {
+        /// Its close code.
+        code: u64,
+        /// Its reason.
+        reason: String,
+    },
+    /// This side closed the link (or its endpoint).
+    #[error("closed here")]
+    LocallyClosed,
+    /// The peer ended the stream: no more frames.
+    #[error("the peer ended the link's stream")]
+    Finished,
+    /// The peer announced a frame longer than the limit; the link was closed.
+    #[error("the peer sent a frame of {len} bytes (limit {max}); link closed")]
+    FrameTooLarge {
+        /// The announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The peer ended the stream inside a frame or the preamble.
+    #[error("the peer ended the stream inside a frame")]
+    Truncated,
+    /// The peer is not a tether link (wrong preamble).
+    #[error("not a tether link: bad preamble")]
+    BadPreamble,
+    /// No address to dial, or the endpoint cannot dial it.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The endpoint could not be set up.
+    #[error("endpoint configuration: {0}")]
+    Config(String),
+    /// A socket error.
+    #[error("socket: {0}")]
+    Io(String),
+    /// The connection was lost otherwise (reset, version mismatch, …).
+    #[error("connection lost: {0}")]
+    Lost(String),
+}
+
+/// Crypto (TLS alert) close codes are 0x100..0x200 (RFC 9001 section 4.8).
+fn is_crypto(code: u64) -> bool {
+    (0x100..0x200).contains(&code)
+}
+
+/// A verifier's [`Refusal`](super::Refusal) in words, from the reason rustls gives a
+/// refused certificate (`invalid peer certificate: Other(OtherError(<refusal>))`); `None` if
+/// the reason is not a refused certificate.
+fn refusal(reason: &str) -> Option<String> {
+    let r = reason.strip_prefix("invalid peer certificate: ")?;
+    Some(
+        r.strip_prefix("Other(OtherError(")
+            .and_then(|r| r.strip_suffix("))"))
+            .unwrap_or(r)
+            .to_string(),
+    )
+}
+
+impl From<ConnectionError> for LinkError {
+    fn from(e: ConnectionError) -> LinkError {
+        match e {
+            ConnectionError::TransportError(t) if is_crypto(u64::from(t.code)) => {
+                match refusal(&t.reason) {
+                    Some(reason) => LinkError::PeerRefused { reason },
+                    None => LinkError::Handshake(t.to_string()),
+                }
+            }
+            ConnectionError::TransportError(t) => LinkError::Lost(t.to_string()),
+            ConnectionError::ConnectionClosed(c) if is_crypto(u64::from(c.error_code)) => {
+                let reason = String::from_utf8_lossy(&c.reason).into_owned();
+                match refusal(&reason) {
+                    Some(reason) => LinkError::RefusedByPeer { reason },
+                    None => LinkError::Handshake(format!("{}: {reason}", c.error_code)),
+                }
+            }
+            ConnectionError::ConnectionClosed(c) => LinkError::Lost(c.to_string()),
+            ConnectionError::ApplicationClosed(a) => LinkError::ClosedByPeer {
+                code: a.error_code.into_inner(),
+                reason: String::from_utf8_lossy(&a.reason).into_owned(),
+            },
+            ConnectionError::TimedOut => LinkError::TimedOut,
+            ConnectionError::LocallyClosed => LinkError::LocallyClosed,
+            e => LinkError::Lost(e.to_string()),
+        }
+    }
+}
+
+impl From<quinn::ReadError> for LinkError {
+    fn from(e: quinn::ReadError) -> LinkError {
+        match e {
+            quinn::ReadError::ConnectionLost(c) => c.into(),
+            quinn::ReadError::Reset(code) => LinkError::ClosedByPeer {
+                code: code.into_inner(),
+                reason: "stream reset".into(),
+            },
+            quinn::ReadError::ClosedStream => LinkError::LocallyClosed,
+            e => LinkError::Lost(e.to_string()),
+        }
+    }
+}
+
+impl From<quinn::WriteError> for LinkError {
+    fn from(e: quinn::WriteError) -> LinkError {
+        match e {
+            quinn::WriteError::ConnectionLost(c) => c.into(),
+            quinn::WriteError::Stopped(code) => LinkError::ClosedByPeer {
+                code: code.into_inner(),
+                reason: "stream stopped".into(),
+            },
+            quinn::WriteError::ClosedStream => LinkError::LocallyClosed,
+            e => LinkError::Lost(e.to_string()),
+        }
+    }
+}
+
+fn io_err(e: io::Error) -> LinkError {
+    LinkError::Io(e.to_string())
+}
+
+/// A frame that was not sent, and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("frame of {} bytes not sent: {error}", frame.len())]
+pub struct SendError {
+    /// The frame.
+    pub frame: Bytes,
+    /// Why: the link is gone, or (local misuse) the frame is over the limit
+    /// ([`LinkError::FrameTooLarge`]).
+    pub error: LinkError,
+}
+
+/// A UDP socket with QUIC on it: accepts links (a server) and dials them.
+///
+/// Made and used inside a tokio runtime (with I/O and time enabled).
+#[derive(Debug, Clone)]
+pub struct QuicEndpoint {
+    inner: quinn::Endpoint,
+    cfg: LinkConfig,
+}
+
+fn rustls_err(e: rustls::Error) -> LinkError {
+    LinkError::Config(e.to_string())
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn client_config(
+    me: &LinkIdentity,
+    servers: PeerPolicy,
+    cfg: &LinkConfig,
+) -> Result<quinn::ClientConfig, LinkError> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(rustls_err)?
+        .dangerous()
+        .with_custom_certificate_verifier(Verifier::new(servers))
+        .with_client_auth_cert(vec![me.cert.clone()], me.key.clone_key())
+        .map_err(rustls_err)?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    // Every connection shows its certificate and is checked against the list in place.
+    tls.resumption = rustls::client::Resumption::disabled();
+    tls.enable_early_data = false;
+    let q = QuicClientConfig::try_from(tls).map_err(|e| LinkError::Config(e.to_string()))?;
+    let mut c = quinn::ClientConfig::new(Arc::new(q));
+    c.transport_config(Arc::new(cfg.transport()?));
+    Ok(c)
+}
+
+fn server_config(
+    me: &LinkIdentity,
+    clients: PeerPolicy,
+    cfg: &LinkConfig,
+) -> Result<quinn::ServerConfig, LinkError> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(rustls_err)?
+        .with_client_cert_verifier(Verifier::new(clients))
+        .with_single_cert(vec![me.cert.clone()], me.key.clone_key())
+        .map_err(rustls_err)?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.send_tls13_tickets = 0;
+    tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    tls.max_early_data_size = 0;
+    let q = QuicServerConfig::try_from(tls).map_err(|e| LinkError::Config(e.to_string()))?;
+    let mut s = quinn::ServerConfig::with_crypto(Arc::new(q));
+    s.transport_config(Arc::new(cfg.transport()?));
+    s.migration(true);
+    Ok(s)
+}
+
+impl QuicEndpoint {
+    /// A server on `bind`, accepting clients that `clients` accepts, presenting `me`. It
+    /// can dial too ([`connect`](Self::connect)): the servers it dials must be routers of
+    /// the same realm (`clients` with roles `[Router]`).
+    pub fn server(
+        bind: SocketAddr,
+        me: &LinkIdentity,
+        clients: PeerPolicy,
+        cfg: &LinkConfig,
+    ) -> Result<QuicEndpoint, LinkError> {
+        let servers = clients.with_roles(&[Role::Router]);
+        let sc = server_config(me, clients, cfg)?;
+        let socket = std::net::UdpSocket::bind(bind).map_err(io_err)?;
+        let mut inner = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(sc),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(io_err)?;
+        inner.set_default_client_config(client_config(me, servers, cfg)?);
+        Ok(QuicEndpoint {
+            inner,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// A client on `bind` (port 0: any), presenting `me`, dialling servers that `servers`
+    /// accepts (a session: roles `[Router]`).
+    pub fn client(
+        bind: SocketAddr,
+        me: &LinkIdentity,
+        servers: PeerPolicy,
+        cfg: &LinkConfig,
+    ) -> Result<QuicEndpoint, LinkError> {
+        let socket = std::net::UdpSocket::bind(bind).map_err(io_err)?;
+        let mut inner = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(io_err)?;
+        inner.set_default_client_config(client_config(me, servers, cfg)?);
+        Ok(QuicEndpoint {
+            inner,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Moves the endpoint to `socket` (a new local address, e.g. after the host's address
+    /// changed): its connections migrate to it, the server following the client.
+    pub fn rebind(&self, socket: std::net::UdpSocket) -> io::Result<()> {
+        self.inner.rebind(socket)
+    }
+
+    /// The next client knocking (a server; `None` once the endpoint is closed). Its
+    /// handshake runs in [`IncomingLink::establish`], which a server spawns so that one
+    /// slow client does not hold up the others.
+    pub async fn accept(&self) -> Option<IncomingLink> {
+        let incoming = self.inner.accept().await?;
+        Some(IncomingLink {
+            incoming,
+            cfg: self.cfg.clone(),
+        })
+    }
+
+    /// Dials `addr` (`server_name` is sent in the TLS SNI for the server's logs; identity
+    /// is the credential). Returns once both sides accepted each other's certificates and
+    /// the link's stream is open.
+    pub async fn connect(&self, addr: SocketAddr, server_name: &str) -> Result<Link, LinkError> {
+        let conn = self
+            .inner
+            .connect(addr, server_name)
+            .map_err(|e| LinkError::Connect(e.to_string()))?
+            .await?;
+        let peer = peer_credential(&conn)?;
+        let timeout = self.cfg.idle_timeout;
+        let opened = async {
+            let (mut send, mut recv) = conn.open_bi().await?;
+            send.write_all(&PREAMBLE).await?;
+            let mut p = [0u8; 4];
+            read_preamble(&mut recv, &mut p).await?;
+            if p != PREAMBLE {
+                conn.close(CLOSE_BAD_PREAMBLE.into(), b"bad preamble");
+                return Err(LinkError::BadPreamble);
+            }
+            Ok((send, recv))
+        };
+        let (send, recv) = tokio::time::timeout(timeout, opened)
+            .await
+            .map_err(|_| LinkError::TimedOut)??;
+        Ok(Link::new(conn, peer, send, recv, &self.cfg))
+    }
+
+    /// [`connect`](Self::connect) until it succeeds, waiting `backoff`'s delays between
+    /// attempts (jittered with `rng`); gives up after `max_attempts` if given, returning the
+    /// last error. Resets `backoff` on success.
+    pub async fn reconnect(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+        backoff: &mut Backoff,
+        rng: &mut (dyn Random + Send),
+        max_attempts: Option<u32>,
+    ) -> Result<Link, LinkError> {
+        let mut tries = 0u32;
+        loop {
+            match self.connect(addr, server_name).await {
+                Ok(l) => {
+                    backoff.reset();
+                    return Ok(l);
+                }
+                Err(e) => {
+                    tries += 1;
+                    if max_attempts.is_some_and(|m| tries >= m) {
+                        return Err(e);
+                    }
+                    let d = backoff.next_delay(rng);
+                    tracing::warn!(%addr, error = %e, attempt = tries, retry_in = ?d, "link not made");
+                    tokio::time::sleep(d).await;
+                }
+            }
+        }
+    }
+
+    /// Closes every connection of the endpoint with `code` and `reason`.
+    pub fn close(&self, code: u32, reason: &str) {
+        self.inner.close(code.into(), reason.as_bytes());
+    }
+
+    /// Waits until every connection has been closed cleanly (after [`close`](Self::close):
+    /// the peers learn of it).
+    pub async fn wait_idle(&self) {
+        self.inner.wait_idle().await;
+    }
+}
+
+/// The first 4 bytes of the stream; the end of the stream before them is a truncation.
+async fn read_preamble(recv: &mut quinn::RecvStream, p: &mut [u8; 4]) -> Result<(), LinkError> {
+    match recv.read_exact(p).await {
+        Ok(()) => Ok(()),
+        Err(quinn::ReadExactError::FinishedEarly(_)) => Err(LinkError::Truncated),
+        Err(quinn::ReadExactError::ReadError(e)) => Err(e.into()),
+    }
+}
+
+fn peer_credential(conn: &quinn::Connection) -> Result<PeerCredential, LinkError> {
+    let bad = || LinkError::Handshake("the peer's certificate is not at hand".into());
+    let certs = conn
+        .peer_identity()
+        .and_then(|a| a.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or_else(bad)?;
+    let first = certs.first().ok_or_else(bad)?;
+    // The verifier accepted this certificate during the handshake: read what it checked.
+    let view = CertView::parse(first).map_err(|e| LinkError::Handshake(e.to_string()))?;
+    let c =
+        Credential::from_bytes(view.credential).map_err(|e| LinkError::Handshake(e.to_string()))?;
+    Ok(PeerCredential(c))
+}
+
+/// A client whose handshake has begun on a server.
+#[derive(Debug)]
+pub struct IncomingLink {
+    incoming: quinn::Incoming,
+    cfg: LinkConfig,
+}
+
+impl IncomingLink {
+    /// Where it comes from.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.incoming.remote_address()
+    }
+
+    /// Completes the handshake (the client's certificate checked) and the preamble.
+    pub async fn establish(self) -> Result<Link, LinkError> {
+        let conn = self.incoming.await?;
+        let peer = peer_credential(&conn)?;
+        let opened = async {
+            let (mut send, mut recv) = conn.accept_bi().await?;
+            let mut p = [0u8; 4];
+            read_preamble(&mut recv, &mut p).await?;
+            if p != PREAMBLE {
+                conn.close(CLOSE_BAD_PREAMBLE.into(), b"bad preamble");
+                return Err(LinkError::BadPreamble);
+            }
+            send.write_all(&PREAMBLE).await?;
+            Ok((send, recv))
+        };
+        let (send, recv) = tokio::time::timeout(self.cfg.idle_timeout, opened)
+            .await
+            .map_err(|_| LinkError::TimedOut)??;
+        Ok(Link::new(conn, peer, send, recv, &self.cfg))
+    }
+}
+
+/// What both halves of a link share.
+#[derive(Debug)]
+struct Shared {
+    conn: quinn::Connection,
+    peer: PeerCredential,
+    frames_sent: AtomicU64,
+    bytes_sent: AtomicU64,
+    frames_received: AtomicU64,
+    bytes_received: AtomicU64,
+}
+
+/// A link's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkStats {
+    /// Frames sent (whole, handed to QUIC).
+    pub frames_sent: u64,
+    /// Their bytes (without length prefixes).
+    pub bytes_sent: u64,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Their bytes.
+    pub bytes_received: u64,
+    /// UDP datagrams sent.
+    pub udp_datagrams_sent: u64,
+    /// UDP bytes sent.
+    pub udp_bytes_sent: u64,
+    /// UDP datagrams received.
+    pub udp_datagrams_received: u64,
+    /// UDP bytes received.
+    pub udp_bytes_received: u64,
+    /// Packets declared lost.
+    pub lost_packets: u64,
+    /// Congestion events.
+    pub congestion_events: u64,
+    /// The congestion window, bytes.
+    pub cwnd: u64,
+    /// The smoothed round-trip time.
+    pub rtt: Duration,
+}
+
+impl Shared {
+    fn stats(&self) -> LinkStats {
+        let q = self.conn.stats();
+        LinkStats {
+            frames_sent: self.frames_sent.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
+            frames_received: self.frames_received.load(Ordering::Relaxed),
+            bytes_received: self.bytes_received.load(Ordering::Relaxed),
+            udp_datagrams_sent: q.udp_tx.datagrams,
+            udp_bytes_sent: q.udp_tx.bytes,
+            udp_datagrams_received: q.udp_rx.datagrams,
+            udp_bytes_received: q.udp_rx.bytes,
+            lost_packets: q.path.lost_packets,
+            congestion_events: q.path.congestion_events,
+            cwnd: q.path.cwnd,
+            rtt: q.path.rtt,
+        }
+    }
+}
+
+/// One verified connection carrying frames both ways. [`split`](Self::split) it to send
+/// and receive from different tasks.
+#[derive(Debug)]
+pub struct Link {
+    tx: LinkSender,
+    rx: LinkReceiver,
+}
+
+/// The sending half of a [`Link`].
+#[derive(Debug)]
+pub struct LinkSender {
+    stream: quinn::SendStream,
+    shared: Arc<Shared>,
+    max_frame: usize,
+}
+
+/// The receiving half of a [`Link`].
+#[derive(Debug)]
+pub struct LinkReceiver {
+    stream: quinn::RecvStream,
+    shared: Arc<Shared>,
+    max_frame: usize,
+    buf: BytesMut,
+}
+
+impl Link {
+    fn new(
+        conn: quinn::Connection,
+        peer: PeerCredential,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        cfg: &LinkConfig,
+    ) -> Link {
+        let shared = Arc::new(Shared {
+            conn,
+            peer,
+            frames_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            frames_received: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+        });
+        Link {
+            tx: LinkSender {
+                stream: send,
+                shared: shared.clone(),
+                max_frame: cfg.max_frame,
+            },
+            rx: LinkReceiver {
+                stream: recv,
+                shared,
+                max_frame: cfg.max_frame,
+                buf: BytesMut::new(),
+            },
+        }
+    }
+
+    /// The peer's verified credential.
+    pub fn peer(&self) -> &PeerCredential {
+        &self.tx.shared.peer
+    }
+
+    /// The peer's address now (it changes when the peer migrates).
+    pub fn remote_address(&self) -> SocketAddr {
+        self.tx.shared.conn.remote_address()
+    }
+
+    /// The smoothed round-trip time.
+    pub fn rtt(&self) -> Duration {
+        self.tx.shared.conn.rtt()
+    }
+
+    /// The link's counters.
+    pub fn stats(&self) -> LinkStats {
+        self.tx.shared.stats()
+    }
+
+    /// Sends one frame (see [`LinkSender::send`]).
+    pub async fn send(&mut self, frame: Bytes) -> Result<(), SendError> {
+        self.tx.send(frame).await
+    }
+
+    /// Receives one frame (see [`LinkReceiver::recv`]).
+    pub async fn recv(&mut self) -> Result<Bytes, LinkError> {
+        self.rx.recv().await
+    }
+
+    /// Closes the link at once with `code` and `reason` (frames not yet delivered are
+    /// dropped: to end cleanly, [`LinkSender::finish`] and wait for the peer's close).
+    pub fn close(&self, code: u32, reason: &str) {
+        self.tx.shared.conn.close(code.into(), reason.as_bytes());
+    }
+
+    /// Waits until the link is closed, and says why.
+    pub async fn closed(&self) -> LinkError {
+        self.tx.shared.conn.closed().await.into()
+    }
+
+    /// The two halves.
+    pub fn split(self) -> (LinkSender, LinkReceiver) {
+        (self.tx, self.rx)
+    }
+}
+
+impl LinkSender {
+    /// Sends one frame: its length (u32 BE) then its bytes, on the link's stream. Waits
+    /// while the peer's flow-control window is full (backpressure). A frame longer than
+    /// the link's limit is refused (`LinkError::FrameTooLarge`), and handed back.
+    pub async fn send(&mut self, frame: Bytes) -> Result<(), SendError> {
+        if frame.len() > self.max_frame {
+            let len = frame.len();
+            return Err(SendError {
+                frame,
+                error: LinkError::FrameTooLarge {
+                    len,
+                    max: self.max_frame,
+                },
+            });
+        }
+        let len = frame.len();
+        let head = Bytes::copy_from_slice(&(len as u32).to_be_bytes());
+        let mut chunks = [head, frame.clone()];
+        match self.stream.write_all_chunks(&mut chunks).await {
+            Ok(()) => {
+                self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .bytes_sent
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(SendError {
+                frame,
+                error: e.into(),
+            }),
+        }
+    }
+
+    /// Ends the stream after the frames sent: the peer's [`LinkReceiver::recv`] returns
+    /// [`LinkError::Finished`] once it has them all.
+    pub fn finish(&mut self) -> Result<(), LinkError> {
+        self.stream.finish().map_err(|_| LinkError::LocallyClosed)
+    }
+
+    /// The peer's verified credential.
+    pub fn peer(&self) -> &PeerCredential {
+        &self.shared.peer
+    }
+
+    /// The link's counters.
+    pub fn stats(&self) -> LinkStats {
+        self.shared.stats()
+    }
+
+    /// The peer's address now.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.shared.conn.remote_address()
+    }
+
+    /// Closes the link at once (see [`Link::close`]).
+    pub fn close(&self, code: u32, reason: &str) {
+        self.shared.conn.close(code.into(), reason.as_bytes());
+    }
+}
+
+impl LinkReceiver {
+    /// The next whole frame, however QUIC cut it. [`LinkError::Finished`] when the peer
+    /// ended the stream after a whole frame; a frame announced over the limit closes the
+    /// link.
+    pub async fn recv(&mut self) -> Result<Bytes, LinkError> {
+        loop {
+            if self.buf.len() >= 4 {
+                let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+                if len > self.max_frame {
+                    self.shared
+                        .conn
+                        .close(CLOSE_FRAME_TOO_LARGE.into(), b"frame too large");
+                    return Err(LinkError::FrameTooLarge {
+                        len,
+                        max: self.max_frame,
+                    });
+                }
+                if self.buf.len() >= 4 + len {
+                    self.buf.advance(4);
+                    let frame = self.buf.split_to(len).freeze();
+                    self.shared.frames_received.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .bytes_received
+                        .fetch_add(len as u64, Ordering::Relaxed);
+                    return Ok(frame);
+                }
+                self.buf.reserve(4 + len - self.buf.len());
+            }
+            match self.stream.read_chunk(usize::MAX, true).await? {
+                Some(chunk) => self.buf.extend_from_slice(&chunk.bytes),
+                None if self.buf.is_empty() => return Err(LinkError::Finished),
+                None => return Err(LinkError::Truncated),
+            }
+        }
+    }
+
+    /// The peer's verified credential.
+    pub fn peer(&self) -> &PeerCredential {
+        &self.shared.peer
+    }
+}
