@@ -372,13 +372,11 @@ impl Realm {
         // The replacement keeps the role of the credential now. No grants given: a member
         // keeps those of its credential now (a replacement is new keys, not fewer rights).
         let p = self.dir.join(format!("{name}.cred"));
-        let now_cred = fs::read_to_string(&p)
+        let (role, old_publish, old_subscribe) = fs::read_to_string(&p)
             .map_err(io(&p))
-            .and_then(|text| Credential::from_toml(&text).map_err(|e| format(&p, e.to_string())));
-        let role = now_cred.as_ref().map_or(Role::Member, |c| c.role);
+            .and_then(|text| grants_of(&p, &text))?;
         let (publish, subscribe) = if publish.is_empty() && subscribe.is_empty() {
-            let c = now_cred?;
-            (c.publish, c.subscribe)
+            (old_publish, old_subscribe)
         } else {
             (publish, subscribe)
         };
@@ -514,6 +512,30 @@ impl Realm {
     fn write_revocations(&self, r: &RevocationList) -> Result<(), KeyError> {
         replace(&self.dir.join("revoked.toml"), &r.to_toml())
     }
+}
+
+/// The role and grants of a credential file in the realm's directory, for its replacement:
+/// read from the text even when the credential is of a version no longer read (version 1,
+/// before roles: a member), so that `--replace` renews it.
+fn grants_of(path: &Path, text: &str) -> Result<(Role, Vec<String>, Vec<String>), KeyError> {
+    if let Ok(c) = Credential::from_toml(text) {
+        return Ok((c.role, c.publish, c.subscribe));
+    }
+    let t: toml::Table = toml::from_str(text).map_err(|e| format(path, e.to_string()))?;
+    let list = |k: &str| -> Result<Vec<String>, KeyError> {
+        match t.get(k) {
+            None => Ok(vec![]),
+            Some(v) => v
+                .as_array()
+                .and_then(|a| a.iter().map(|x| x.as_str().map(str::to_string)).collect())
+                .ok_or_else(|| format(path, format!("{k} is not a list of patterns"))),
+        }
+    };
+    let role = match t.get("role").and_then(|r| r.as_str()) {
+        Some("router") => Role::Router,
+        _ => Role::Member,
+    };
+    Ok((role, list("publish")?, list("subscribe")?))
 }
 
 /// Reads and verifies a revocation list against the realm's CA.
@@ -792,6 +814,30 @@ mod tests {
             realm
                 .replace("relay", vec!["/a".into()], vec![], 30)
                 .is_err()
+        );
+    }
+
+    /// A credential of version 1 (before roles) is replaced with its grants kept.
+    #[test]
+    fn a_version_1_credential_is_replaced() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("realm");
+        let realm = Realm::init(&dir).unwrap();
+        realm
+            .issue("arm", vec!["/arm/**".into()], vec![], 30)
+            .unwrap();
+        let p = dir.join("arm.cred");
+        let v1 = fs::read_to_string(&p)
+            .unwrap()
+            .replace("tether_credential = 2", "tether_credential = 1")
+            .replace("role = \"member\"\n", "");
+        fs::write(&p, v1).unwrap();
+        let e = describe(&p).unwrap_err().to_string();
+        assert!(e.contains("no longer read"), "{e}");
+        let (new, _) = realm.replace("arm", vec![], vec![], 30).unwrap();
+        assert_eq!(
+            (new.role, new.publish),
+            (Role::Member, vec!["/arm/**".to_string()])
         );
     }
 

@@ -51,6 +51,10 @@ pub enum RevocationsError {
         /// The serial of the list in place.
         current: u64,
     },
+    /// The serial of the list in place, with other contents: the CA signs one list per
+    /// serial, so one of them is not what it says.
+    #[error("revocation list {0} differs from the list {0} in place")]
+    Conflicting(u64),
 }
 
 impl Revocations {
@@ -64,8 +68,9 @@ impl Revocations {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Puts `list` in place if the realm's CA (`ca_public`) signed it and it is not older
-    /// than the list in place (`docs/wire.md#credential`: lists are ordered by their serial).
+    /// Puts `list` in place if the realm's CA (`ca_public`) signed it and it is newer than
+    /// the list in place, or that list again (`docs/wire.md#credential`: lists are ordered
+    /// by their serial; as a session does with the lists it loads).
     pub fn replace(
         &self,
         ca_public: &[u8; 32],
@@ -79,6 +84,9 @@ impl Revocations {
                     offered: list.serial,
                     current: c.serial,
                 });
+            }
+            if list.serial == c.serial && list != **c {
+                return Err(RevocationsError::Conflicting(list.serial));
             }
         }
         *cur = Some(Arc::new(list));
