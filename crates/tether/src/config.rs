@@ -74,6 +74,11 @@
 //! [security.topics]          # per-topic modes, by pattern (first match wins)
 //! "/cmd/**" = "encrypt+sign"
 //!
+//! [routers]                  # routers this session dials (QUIC, mutual TLS under the
+//!                            # realm's CA: needs [security] keys); it works behind NAT
+//! connect = ["quic/cloud.example.org:7447"]   # env TETHER_ROUTERS, flag --router
+//! datagram = 60000           # largest engine datagram on a router link
+//!
 //! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
 //! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).
 //! [flow_controllers.bulk]
@@ -88,8 +93,9 @@
 //! [`Config::from_env`] then applies the environment, which overrides the file (and the
 //! `tether` command's flags override both): `TETHER_DOMAIN` (the domain id),
 //! `TETHER_DISCOVERY` (`subnet`, `localhost` or `off`: the range, replacing the file's
-//! `range`, `registry` and `multicast`) and `TETHER_PEERS` (comma-separated `host:port`
-//! static peers, replacing the file's `peers`). Empty variables are ignored.
+//! `range`, `registry` and `multicast`), `TETHER_PEERS` (comma-separated `host:port`
+//! static peers, replacing the file's `peers`) and `TETHER_ROUTERS` (comma-separated
+//! `quic/host:port`, replacing `routers.connect`). Empty variables are ignored.
 
 use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -196,6 +202,56 @@ pub struct Config {
     pub flow_controllers: std::collections::BTreeMap<String, FlowControllerConfig>,
     /// Membership of a secure realm.
     pub security: SecurityConfig,
+    /// Routers to dial.
+    pub routers: RoutersConfig,
+}
+
+/// `[routers]`: the routers a session dials, so that it meets sessions of other sites
+/// (through NATs: the session dials out). Routers authenticate it by its credential, so a
+/// session with routers needs `[security] keys`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutersConfig {
+    /// `quic/HOST:PORT` of each router (the `quic/` may be left out).
+    pub connect: Vec<String>,
+    /// The largest engine datagram sent on a router link (frames on a QUIC stream: larger
+    /// than a path's MTU is fine; fewer, larger fragments for large samples).
+    pub datagram: usize,
+}
+
+impl Default for RoutersConfig {
+    fn default() -> Self {
+        RoutersConfig {
+            connect: Vec::new(),
+            datagram: 60_000,
+        }
+    }
+}
+
+/// A router address as `routers.connect`, `TETHER_ROUTERS` and `--router` take it:
+/// `quic/HOST:PORT` or `HOST:PORT`; gives `HOST:PORT`.
+pub fn parse_router(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let rest = match s.split_once('/') {
+        Some(("quic", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "router '{s}': transport '{scheme}' is not supported (write quic/HOST:PORT)"
+            ));
+        }
+        None => s,
+    };
+    match rest.rsplit_once(':') {
+        Some((h, p))
+            if !h.trim_start_matches('[').trim_end_matches(']').is_empty()
+                && p.parse::<u16>().is_ok_and(|p| p != 0) =>
+        {
+            Ok(rest.to_string())
+        }
+        _ => Err(format!(
+            "router '{s}' is not quic/HOST:PORT (the port its `listen` gives, e.g. quic/192.0.2.1:7447)"
+        )),
+    }
 }
 
 /// `[flow_controllers.NAME]`: a token bucket. Give `rate`, or `tokens_per_period` with
@@ -652,7 +708,8 @@ impl Config {
         Ok(c)
     }
 
-    /// Applies `TETHER_DOMAIN`, `TETHER_DISCOVERY` and `TETHER_PEERS` (each replaces what
+    /// Applies `TETHER_DOMAIN`, `TETHER_DISCOVERY`, `TETHER_PEERS` and `TETHER_ROUTERS`
+    /// (each replaces what
     /// it names; an empty or unset variable changes nothing).
     pub fn apply_env(&mut self) -> Result<(), ConfigError> {
         self.apply_vars(|k| std::env::var(k).ok())
@@ -679,6 +736,15 @@ impl Config {
                 .parse()
                 .map_err(|e: UnknownWord| bad(k, &v, e.to_string()))?;
             self.discovery.set_range(r);
+        }
+        if let Some((k, v)) = var("TETHER_ROUTERS") {
+            self.routers.connect = v
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|r| parse_router(r).map(|_| r.to_string()))
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(k, &v, e))?;
         }
         if let Some((k, v)) = var("TETHER_PEERS") {
             self.discovery.peers = v
@@ -741,6 +807,22 @@ impl Config {
         let t = &self.transport;
         let d = &self.discovery;
         let r = &self.reliability;
+        for c in &self.routers.connect {
+            parse_router(c).map_err(|e| ConfigError::invalid("routers.connect", e))?;
+        }
+        if !self.routers.connect.is_empty() && self.security.keys.is_none() {
+            return Err(ConfigError::invalid(
+                "routers.connect",
+                "routers take sessions of a realm only (they check each session's \
+                 credential): set security.keys (a bundle from `tether keys issue`) or --keys",
+            ));
+        }
+        if !(1024..=65_000).contains(&self.routers.datagram) {
+            return Err(ConfigError::invalid(
+                "routers.datagram",
+                format!("{} is not 1024 to 65000", self.routers.datagram),
+            ));
+        }
         for (field, value, allowed) in [
             (
                 "transport.max_datagram",

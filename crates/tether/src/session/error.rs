@@ -65,6 +65,9 @@ pub enum OpenError {
         /// The topic.
         topic: String,
     },
+    /// The router links (`[routers] connect`) could not be set up.
+    #[error("router links: {0}")]
+    Routers(String),
     /// A publisher's QoS names a flow controller the session does not have.
     #[error(
         "unknown flow controller '{0}': define it under [flow_controllers.{0}] or with Session::set_flow_controller"

@@ -28,6 +28,7 @@ pub use log::shown as event_logged;
 mod open;
 mod publisher;
 mod revocations;
+mod router;
 mod shared;
 mod subscriber;
 mod threads;
@@ -191,6 +192,19 @@ pub struct SessionStats {
     pub send_calls: u64,
     /// Receive system calls that returned datagrams.
     pub recv_calls: u64,
+    /// Router links up now (`[routers] connect`).
+    pub routers_up: u64,
+    /// Router links made (dialled again after a failure included).
+    pub router_connects: u64,
+    /// Frames sent to and received from routers.
+    pub router_frames_sent: u64,
+    /// Frames received from routers.
+    pub router_frames_received: u64,
+    /// Frames for a router link dropped because it was down (the engine repairs what a
+    /// reliable topic loses) or its queue was full.
+    pub router_frames_dropped: u64,
+    /// Frames a router sent that were malformed or out of protocol (the link was closed).
+    pub router_bad_frames: u64,
 }
 
 impl SessionStats {
@@ -203,6 +217,12 @@ impl SessionStats {
             ("recv_errors", self.recv_errors),
             ("send_calls", self.send_calls),
             ("recv_calls", self.recv_calls),
+            ("routers_up", self.routers_up),
+            ("router_connects", self.router_connects),
+            ("router_frames_sent", self.router_frames_sent),
+            ("router_frames_received", self.router_frames_received),
+            ("router_frames_dropped", self.router_frames_dropped),
+            ("router_bad_frames", self.router_bad_frames),
         ]);
         v
     }
@@ -485,6 +505,25 @@ impl Session {
             recv_errors: self.shared.recv_errors.load(Ordering::Relaxed),
             send_calls: io.send_calls,
             recv_calls: io.recv_calls,
+            ..self.router_stats()
+        }
+    }
+
+    /// The router links' counters (zero without routers).
+    fn router_stats(&self) -> SessionStats {
+        let Some(r) = &self.shared.routers else {
+            return SessionStats::default();
+        };
+        let c = &r.counters;
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        SessionStats {
+            routers_up: r.links_up() as u64,
+            router_connects: n(&c.connects),
+            router_frames_sent: n(&c.frames_sent),
+            router_frames_received: n(&c.frames_received),
+            router_frames_dropped: n(&c.dropped_link_down) + n(&c.dropped_queue_full),
+            router_bad_frames: n(&c.bad_frames),
+            ..SessionStats::default()
         }
     }
 
@@ -523,6 +562,9 @@ impl Drop for Session {
             }
         }
         self.shared.closed.store(true, Ordering::SeqCst);
+        if let Some(r) = &self.shared.routers {
+            r.close();
+        }
         self.shared.transport.wake();
         self.shared.writer_cv.notify_all();
         {

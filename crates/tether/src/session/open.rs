@@ -12,6 +12,7 @@ use tether_core::{Participant, ParticipantId, Priority, Security};
 use tether_transport::{MulticastReceiver, Registry, UdpOptions, UdpTransport, interface_ipv4};
 
 use super::revocations::RevocationWatch;
+use super::router::{LinkThread, Routers};
 use super::shared::{Inner, Shared};
 use super::threads::{GroupRx, RegistryInfo, discovery_loop, recv_loop, sender_loop};
 use super::{OpenError, Session};
@@ -34,6 +35,12 @@ impl Session {
         cc.local_addrs = tether_transport::path::host_addresses();
         cc.probe_paths &= transport.dont_fragment();
         let mut core = Participant::new(cc, now);
+        let routers = match settings.security.as_ref() {
+            Some(policy) if !config.routers.connect.is_empty() => {
+                Some(router_links(&config, policy, id, &mut core)?)
+            }
+            _ => None,
+        };
         for (name, spec) in &settings.flow_controllers {
             core.set_flow_controller(name, *spec);
         }
@@ -66,6 +73,7 @@ impl Session {
                 backlog: Some(std::collections::VecDeque::new()),
                 armed: None,
                 next_ticket: 0,
+                route_gen: 0,
             }),
             transport,
             writer_cv: Condvar::new(),
@@ -81,6 +89,7 @@ impl Session {
             recv_errors: AtomicU64::new(0),
             too_large: AtomicU64::new(0),
             too_large_warned: Mutex::new(None),
+            routers: routers.as_ref().map(|(r, _)| r.clone()),
         });
         // The first announcements.
         shared.with_core(|_, _| ());
@@ -89,12 +98,59 @@ impl Session {
             .as_ref()
             .and_then(|p| p.revocations.clone())
             .map(RevocationWatch::new);
+        let mut threads = start_threads(&shared, scan, multicast, watch)?;
+        if let Some((_, link_thread)) = routers {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("tether-routers".into())
+                    .spawn(move || link_thread.run(s))
+                    .map_err(OpenError::Thread)?,
+            );
+        }
         Ok(Session {
-            threads: start_threads(&shared, scan, multicast, watch)?,
+            threads,
             shared,
             _registry: registry,
         })
     }
+}
+
+/// The router links of `config.routers`: the certificate made from the session's key
+/// bundle, and each link declared to the engine (a route link, and its group as an
+/// announcement target, so discovery reaches the sessions beyond it).
+fn router_links(
+    config: &Config,
+    policy: &SecurityPolicy,
+    id: ParticipantId,
+    core: &mut Participant,
+) -> Result<(Arc<Routers>, LinkThread), OpenError> {
+    let targets = config
+        .routers
+        .connect
+        .iter()
+        .map(|r| crate::config::parse_router(r).map_err(OpenError::Routers))
+        .collect::<Result<Vec<_>, _>>()?;
+    let b = crate::keys::KeyBundle::load(&policy.keys)?;
+    let revocations = match &policy.revocations {
+        Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
+        None => None,
+    };
+    let identity = tether_transport::quic::LinkIdentity::new(&b.identity, &b.credential)
+        .map_err(|e| OpenError::Routers(e.to_string()))?;
+    let (routers, thread) = Routers::new(
+        &targets,
+        id.0,
+        config.domain,
+        identity,
+        b.ca_public,
+        revocations,
+    );
+    for n in routers.numbers() {
+        core.add_route_link(n, config.routers.datagram);
+        core.add_target(tether_core::route::group_addr(n));
+    }
+    Ok((routers, thread))
 }
 
 /// Whether multicast is on only because the discovery range says so (not asked for by

@@ -65,6 +65,8 @@ pub(super) struct Inner {
     pub(super) armed: Option<Instant>,
     /// The next send ticket (see [`Deferred`]).
     pub(super) next_ticket: u64,
+    /// The engine's generation of local route keys last told to the router links.
+    pub(super) route_gen: u64,
 }
 
 pub(super) struct Shared {
@@ -88,6 +90,8 @@ pub(super) struct Shared {
     pub(super) serving_waiters: AtomicU64,
     pub(super) serving_lock: Mutex<()>,
     pub(super) serving_cv: Condvar,
+    /// The router links, if the session has any (`[routers] connect`).
+    pub(super) routers: Option<std::sync::Arc<super::router::Routers>>,
 }
 
 /// Most events kept for the first listener, raised before it was registered.
@@ -115,8 +119,25 @@ impl Inner {
 /// a ticket and died would otherwise hold every later send up).
 const TICKET_WAIT: Duration = Duration::from_millis(50);
 
-/// An engine [`Transmit`] as the transport takes it (head and shared body, not joined).
-pub(super) struct Out(pub(super) Transmit);
+/// An engine [`Transmit`] as the transport takes it (head and shared body, not joined),
+/// with its writer's routing key when it goes to a router link's group (looked up under
+/// the lock, where the engine is at hand).
+pub(super) struct Out(pub(super) Transmit, pub(super) Option<[u8; 32]>);
+
+impl Outgoing for &Out {
+    fn dest(&self) -> SocketAddr {
+        self.0.dest
+    }
+    fn head(&self) -> &[u8] {
+        &self.0.head
+    }
+    fn body(&self) -> &[u8] {
+        &self.0.body
+    }
+    fn tail(&self) -> &[u8] {
+        &self.0.tail
+    }
+}
 
 impl Outgoing for Out {
     fn dest(&self) -> SocketAddr {
@@ -179,7 +200,11 @@ impl Deferred {
     /// Adds a datagram polled under the lock (`inner`), after those already taken.
     pub(super) fn push(&mut self, inner: &mut Inner, t: Transmit) {
         self.take_ticket(inner);
-        self.transmits.push(Out(t));
+        let key = match t.writer {
+            Some(w) if tether_core::route::is_route_group(&t.dest) => inner.core.route_key(w),
+            _ => None,
+        };
+        self.transmits.push(Out(t, key));
     }
 
     /// Takes this run's place in the order of sends, once (under the lock).
@@ -272,6 +297,26 @@ impl Shared {
     /// Sends datagrams in one batch (see the module's doc), counting failures. Call
     /// without the lock.
     pub(super) fn send_all(&self, ts: &[Out]) {
+        if let Some(routers) = &self.routers {
+            if ts.iter().any(|t| super::router::Routers::is_routed(&t.0.dest)) {
+                let mut udp: Vec<&Out> = Vec::with_capacity(ts.len());
+                for t in ts {
+                    if super::router::Routers::is_routed(&t.0.dest) {
+                        routers.send(t.0.dest, t.1, [&t.0.head, &t.0.body, &t.0.tail]);
+                    } else {
+                        udp.push(t);
+                    }
+                }
+                if !udp.is_empty() {
+                    self.send_udp(&udp);
+                }
+                return;
+            }
+        }
+        self.send_udp(ts);
+    }
+
+    fn send_udp<T: Outgoing>(&self, ts: &[T]) {
         let r = self.transport.send_batch(ts);
         if r.failed > 0 {
             self.send_errors
@@ -324,6 +369,13 @@ impl Shared {
     /// [`drive`](Self::drive) without re-arming the receive thread: for the receive thread
     /// itself, which reads the engine's timers after each batch of datagrams.
     pub(super) fn collect(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
+        if let Some(r) = &self.routers {
+            let g = inner.core.route_keys_generation();
+            if g != inner.route_gen {
+                inner.route_gen = g;
+                r.changed.notify_one();
+            }
+        }
         while let Some(t) = inner.core.poll_transmit() {
             out.push(inner, t);
         }

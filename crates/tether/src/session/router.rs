@@ -1,0 +1,548 @@
+//! A session's links to routers (`[routers] connect`): how it meets sessions of other sites.
+//!
+//! The session dials each router over QUIC (so it works behind NAT: it only ever connects
+//! out), presenting its realm credential in a certificate ([`tether_transport::quic`]); the
+//! router presents one with the router role. Over the link go link frames
+//! ([`tether_routing::frame`]): what the session publishes and subscribes, as 256-bit
+//! routing keys, never names ([`Leaf`]); and the engine's own datagrams, untouched and still
+//! sealed and authenticated end to end, as DATA (a writer's data, routed to every
+//! subscriber of its key, one copy per link), UNICAST (to one participant) and ANNOUNCE
+//! (discovery, flooded).
+//!
+//! To the engine a participant behind a router is a peer at a virtual address
+//! ([`tether_core::route`]): what arrives from participant `P` on link `L` is handed to
+//! `handle_datagram` from `virtual_addr(P, L)`, and a datagram the engine sends to such an
+//! address, or to the link's group address, leaves here as a frame instead of a UDP
+//! datagram ([`Routers::send`], called by `Shared::send_all`).
+//!
+//! A link that fails is dialled again with backoff (100 ms doubling to 2 s, jittered); on
+//! every new link the session says again everything it publishes and subscribes, so a
+//! restarted router gets all its routes back. The engine keeps its peers meanwhile (their
+//! virtual addresses stay: a link keeps its number), and its end-to-end reliability repairs
+//! what was lost while the link was down. A change of the host's address needs nothing: the
+//! QUIC socket is bound to the wildcard address, so the next datagram leaves from the new
+//! address and the router follows the connection to it (QUIC connection migration); if it
+//! cannot, the link times out and is dialled again.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tether_core::route;
+use tether_routing::{Delivery, Frame, Leaf, LinkId, NodeId, ParticipantId, RouteKey};
+use tether_transport::quic::{Backoff, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint};
+use tokio::sync::{Notify, mpsc};
+
+use super::shared::Shared;
+
+/// Frames waiting to go out on one link; beyond, frames are dropped and counted (the
+/// engine's reliability repairs what a reliable topic loses).
+const QUEUE: usize = 4096;
+
+/// How long the link thread waits for goodbyes to leave when the session closes.
+const CLOSE_FLUSH: Duration = Duration::from_millis(200);
+
+/// Counters of the router links, for [`SessionStats`](super::SessionStats).
+#[derive(Debug, Default)]
+pub(super) struct RouterCounters {
+    pub(super) frames_sent: AtomicU64,
+    pub(super) frames_received: AtomicU64,
+    /// Frames dropped because their link was down.
+    pub(super) dropped_link_down: AtomicU64,
+    /// Frames dropped because their link's queue was full.
+    pub(super) dropped_queue_full: AtomicU64,
+    /// Frames a router sent that were malformed or unexpected (the link is closed).
+    pub(super) bad_frames: AtomicU64,
+    /// Links made (first and again).
+    pub(super) connects: AtomicU64,
+}
+
+/// One configured router.
+struct LinkOut {
+    /// Its number: the port of its peers' virtual addresses.
+    number: u16,
+    /// `host:port` as configured.
+    target: String,
+    up: AtomicBool,
+    tx: mpsc::Sender<Bytes>,
+}
+
+/// The session's side of its router links, shared by the engine's threads (which send
+/// through it) and the link thread (which runs the QUIC links).
+pub(super) struct Routers {
+    links: Vec<LinkOut>,
+    leaf: Mutex<Leaf>,
+    /// The engine's local endpoints changed: what is advertised and subscribed is redone.
+    pub(super) changed: Notify,
+    shutdown: Notify,
+    closing: AtomicBool,
+    me: ParticipantId,
+    pub(super) counters: RouterCounters,
+}
+
+/// What the link thread takes with it.
+pub(super) struct LinkThread {
+    routers: Arc<Routers>,
+    receivers: Vec<mpsc::Receiver<Bytes>>,
+    endpoint_identity: LinkIdentity,
+    revocations: Option<tether_crypto::RevocationList>,
+    ca_public: [u8; 32],
+}
+
+impl Routers {
+    /// Router links for `targets` (`host:port` each, numbered from 1), for participant
+    /// `me` in `domain`.
+    pub(super) fn new(
+        targets: &[String],
+        me: u64,
+        domain: u16,
+        identity: LinkIdentity,
+        ca_public: [u8; 32],
+        revocations: Option<tether_crypto::RevocationList>,
+    ) -> (Arc<Routers>, LinkThread) {
+        let mut links = Vec::new();
+        let mut receivers = Vec::new();
+        for (i, t) in targets.iter().enumerate() {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            links.push(LinkOut {
+                number: i as u16 + 1,
+                target: t.clone(),
+                up: AtomicBool::new(false),
+                tx,
+            });
+            receivers.push(rx);
+        }
+        let mut leaf = Leaf::new(NodeId(me), u32::from(domain));
+        leaf.add_participant(ParticipantId(me));
+        let routers = Arc::new(Routers {
+            links,
+            leaf: Mutex::new(leaf),
+            changed: Notify::new(),
+            shutdown: Notify::new(),
+            closing: AtomicBool::new(false),
+            me: ParticipantId(me),
+            counters: RouterCounters::default(),
+        });
+        let thread = LinkThread {
+            routers: routers.clone(),
+            receivers,
+            endpoint_identity: identity,
+            revocations,
+            ca_public,
+        };
+        (routers, thread)
+    }
+
+    /// The link numbers, for the engine's route links.
+    pub(super) fn numbers(&self) -> impl Iterator<Item = u16> + '_ {
+        self.links.iter().map(|l| l.number)
+    }
+
+    /// True if a transmit to `dest` goes through a router link.
+    pub(super) fn is_routed(dest: &SocketAddr) -> bool {
+        route::is_routed(dest) || route::is_route_group(dest)
+    }
+
+    /// Sends one engine datagram (`parts` joined) to `dest`, a virtual address, as a frame:
+    /// UNICAST to a participant, DATA (with `key`, its writer's routing key) or ANNOUNCE
+    /// (no key: a discovery datagram) to a link's group. Never blocks: a link that is down
+    /// or whose queue is full drops it, counted.
+    pub(super) fn send(&self, dest: SocketAddr, key: Option<[u8; 32]>, parts: [&[u8]; 3]) {
+        let (frame, link) = if let Some((p, link)) = route::routed_participant(&dest) {
+            (
+                Frame::Unicast(tether_routing::frame::Unicast {
+                    dst: ParticipantId(p.0),
+                    src: self.me,
+                    hops: 0,
+                    datagram: Bytes::new(),
+                }),
+                link,
+            )
+        } else if let Some(link) = route::group_link(&dest) {
+            let f = match key {
+                Some(k) => Frame::Data(tether_routing::frame::Data {
+                    key: RouteKey(k),
+                    origin: NodeId(self.me.0),
+                    src: self.me,
+                    hops: 0,
+                    datagram: Bytes::new(),
+                }),
+                None => Frame::Announce(tether_routing::frame::Announce {
+                    src: self.me,
+                    origin: NodeId(self.me.0),
+                    hops: 0,
+                    datagram: Bytes::new(),
+                }),
+            };
+            (f, link)
+        } else {
+            return;
+        };
+        let Some(out) = self.links.iter().find(|l| l.number == link) else {
+            return;
+        };
+        if !out.up.load(Ordering::Acquire) {
+            self.counters
+                .dropped_link_down
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut v = Vec::with_capacity(frame.encoded_len() + len);
+        // The head is written with an empty payload, then its length fixed to the whole.
+        if frame.encode_head(&mut v).is_err() {
+            return;
+        }
+        let body = u32::from_be_bytes([v[1], v[2], v[3], v[4]]) as usize + len;
+        v[1..5].copy_from_slice(&(body as u32).to_be_bytes());
+        for p in parts {
+            v.extend_from_slice(p);
+        }
+        match out.tx.try_send(Bytes::from(v)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.counters
+                    .dropped_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.counters
+                    .dropped_link_down
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Links up now.
+    pub(super) fn links_up(&self) -> usize {
+        self.links
+            .iter()
+            .filter(|l| l.up.load(Ordering::Relaxed))
+            .count()
+    }
+
+    /// The session closes: the link thread sends what is queued (the goodbyes), closes
+    /// its links and ends.
+    pub(super) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.shutdown.notify_waiters();
+        self.changed.notify_one();
+    }
+
+    /// Queues the leaf's frames on their links' queues (links that are up).
+    fn flush_leaf(&self, leaf: &mut Leaf) {
+        while let Some((LinkId(n), f)) = leaf.poll_transmit() {
+            let Some(out) = self.links.iter().find(|l| u32::from(l.number) == n) else {
+                continue;
+            };
+            if !out.up.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Ok(b) = f.to_bytes() {
+                if out.tx.try_send(b).is_err() {
+                    self.counters
+                        .dropped_queue_full
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    fn leaf(&self) -> std::sync::MutexGuard<'_, Leaf> {
+        self.leaf.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl LinkThread {
+    /// Runs the links until the session closes (on a thread of its own: a current-thread
+    /// tokio runtime, since QUIC needs one; the engine's threads never wait on it).
+    pub(super) fn run(self, shared: Arc<Shared>) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!("router links: cannot start their runtime: {e}");
+                return;
+            }
+        };
+        rt.block_on(self.run_async(shared));
+    }
+
+    async fn run_async(self, shared: Arc<Shared>) {
+        let LinkThread {
+            routers,
+            receivers,
+            endpoint_identity,
+            revocations,
+            ca_public,
+        } = self;
+        let revs = tether_transport::quic::Revocations::new();
+        if let Some(list) = revocations {
+            if let Err(e) = revs.replace(&ca_public, list) {
+                tracing::warn!("router links: the revocation list is not used: {e}");
+            }
+        }
+        let policy = PeerPolicy::new(ca_public, revs, &[tether_crypto::Role::Router]);
+        let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
+        let endpoint = match QuicEndpoint::client(bind, &endpoint_identity, policy.clone(), &LinkConfig::default())
+            .or_else(|_| {
+                QuicEndpoint::client(
+                    "0.0.0.0:0".parse().expect("a literal address"),
+                    &endpoint_identity,
+                    policy,
+                    &LinkConfig::default(),
+                )
+            }) {
+            Ok(e) => Arc::new(e),
+            Err(e) => {
+                tracing::error!("router links: cannot open a QUIC endpoint: {e}");
+                return;
+            }
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, rx) in receivers.into_iter().enumerate() {
+            tasks.spawn(link_task(
+                shared.clone(),
+                routers.clone(),
+                endpoint.clone(),
+                i,
+                rx,
+            ));
+        }
+        tasks.spawn(endpoints_task(shared.clone(), routers.clone()));
+        // Until the session closes; then a moment for the goodbyes already queued.
+        while !routers.closing.load(Ordering::SeqCst) {
+            let wait = routers.shutdown.notified();
+            if routers.closing.load(Ordering::SeqCst) {
+                break;
+            }
+            wait.await;
+        }
+        let _ = tokio::time::timeout(CLOSE_FLUSH, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.abort_all();
+        endpoint.close(0, "session closed");
+        let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
+    }
+}
+
+/// Resolves `host:port` (IPv4 first, as static peers are).
+async fn resolve(target: &str) -> Result<SocketAddr, String> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(target)
+        .await
+        .map_err(|e| format!("cannot resolve {target}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{target} resolves to no address"))
+}
+
+/// One router: dials it, keeps the link, dials again when it fails.
+async fn link_task(
+    shared: Arc<Shared>,
+    routers: Arc<Routers>,
+    endpoint: Arc<QuicEndpoint>,
+    index: usize,
+    mut rx: mpsc::Receiver<Bytes>,
+) {
+    let out = &routers.links[index];
+    let id = LinkId(u32::from(out.number));
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut rng = tether_crypto::OsRandom;
+    let mut last_error: Option<(String, Instant)> = None;
+    let host = out
+        .target
+        .rsplit_once(':')
+        .map_or(out.target.as_str(), |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    while !routers.closing.load(Ordering::SeqCst) {
+        let link = match resolve(&out.target).await {
+            Ok(addr) => endpoint.connect(addr, &host).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        let link = match link {
+            Ok(l) => l,
+            Err(e) => {
+                // Said once, and again only if it changes or every 30 s: a router that is
+                // down for an hour is not 18,000 warnings.
+                let now = Instant::now();
+                let say = last_error
+                    .as_ref()
+                    .is_none_or(|(m, t)| *m != e || now.duration_since(*t) > Duration::from_secs(30));
+                if say {
+                    tracing::warn!("router {}: {e}; dialling again", out.target);
+                    last_error = Some((e, now));
+                }
+                let d = backoff.next_delay(&mut rng);
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = routers.shutdown.notified() => {}
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        last_error = None;
+        routers.counters.connects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            "router {}: linked to '{}' at {}",
+            out.target,
+            link.peer().name(),
+            link.remote_address()
+        );
+        // What queued while the link was down is stale: the engine repairs it.
+        while rx.try_recv().is_ok() {}
+        // HELLO and everything this session publishes and subscribes go first.
+        let initial: Vec<Bytes> = {
+            let mut leaf = routers.leaf();
+            leaf.link_up(id);
+            let mut mine = Vec::new();
+            while let Some((l, f)) = leaf.poll_transmit() {
+                if l == id {
+                    if let Ok(b) = f.to_bytes() {
+                        mine.push(b);
+                    }
+                } else if let Some(o) = routers.links.iter().find(|o| LinkId(u32::from(o.number)) == l) {
+                    if o.up.load(Ordering::Acquire) {
+                        if let Ok(b) = f.to_bytes() {
+                            let _ = o.tx.try_send(b);
+                        }
+                    }
+                }
+            }
+            out.up.store(true, Ordering::Release);
+            mine
+        };
+        let (mut send, mut recv) = link.split();
+        let mut failed: Option<String> = None;
+        for f in initial {
+            if let Err(e) = send.send(f).await {
+                failed = Some(e.to_string());
+                break;
+            }
+            routers.counters.frames_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        // The engine announces now rather than at its next period: the sessions beyond
+        // the router meet this one at once.
+        shared.with_core(|i, _| {
+            let g = route::group_addr(out.number);
+            i.core.remove_target(g);
+            i.core.add_target(g);
+        });
+        if failed.is_none() {
+            let sending = async {
+                while let Some(f) = rx.recv().await {
+                    send.send(f).await.map_err(|e| e.to_string())?;
+                    routers.counters.frames_sent.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<(), String>(())
+            };
+            let receiving = async {
+                loop {
+                    let b = recv.recv().await.map_err(|e| e.to_string())?;
+                    routers.counters.frames_received.fetch_add(1, Ordering::Relaxed);
+                    let frame = Frame::parse(b).map_err(|e| {
+                        routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                        format!("malformed frame: {e}")
+                    })?;
+                    let d = routers.leaf().handle_frame(id, frame).map_err(|e| {
+                        routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                        format!("protocol error: {e}")
+                    })?;
+                    let (src, datagram) = match d {
+                        Some(Delivery::Data { src, datagram, .. })
+                        | Some(Delivery::Announce { src, datagram }) => (src, datagram),
+                        Some(Delivery::Unicast { dst, src, datagram }) if dst == routers.me => {
+                            (src, datagram)
+                        }
+                        _ => continue,
+                    };
+                    let from = route::virtual_addr(tether_core::ParticipantId(src.0), out.number);
+                    shared.with_core(|i, now| i.core.handle_datagram(now, from, &datagram));
+                }
+                #[allow(unreachable_code)]
+                Ok::<(), String>(())
+            };
+            let r = tokio::select! {
+                r = sending => r,
+                r = receiving => r,
+                _ = routers.shutdown.notified() => Err("session closed".to_string()),
+            };
+            if let Err(e) = r {
+                failed = Some(e);
+            }
+        }
+        out.up.store(false, Ordering::Release);
+        routers.leaf().link_down(id);
+        if routers.closing.load(Ordering::SeqCst) {
+            // The goodbyes queued before the close go out, then the link is closed.
+            while let Ok(f) = rx.try_recv() {
+                if send.send(f).await.is_err() {
+                    break;
+                }
+            }
+            let _ = send.finish();
+            break;
+        }
+        tracing::warn!(
+            "router {}: link lost ({}); dialling again",
+            out.target,
+            failed.unwrap_or_else(|| "closed".into())
+        );
+    }
+}
+
+/// Keeps what the session advertises and subscribes in step with its writers and readers.
+async fn endpoints_task(shared: Arc<Shared>, routers: Arc<Routers>) {
+    let mut advertised: std::collections::BTreeSet<[u8; 32]> = Default::default();
+    let mut subscribed: std::collections::BTreeSet<[u8; 32]> = Default::default();
+    let mut generation = None;
+    while !routers.closing.load(Ordering::SeqCst) {
+        let (g, keys) = {
+            let i = shared.lock();
+            (i.core.route_keys_generation(), i.core.local_route_keys())
+        };
+        if generation != Some(g) {
+            generation = Some(g);
+            let mut pubs = std::collections::BTreeSet::new();
+            let mut subs = std::collections::BTreeSet::new();
+            for (_, kind, key) in keys {
+                match kind {
+                    tether_core::EndpointKind::Writer => pubs.insert(key),
+                    tether_core::EndpointKind::Reader => subs.insert(key),
+                };
+            }
+            let mut leaf = routers.leaf();
+            for k in advertised.difference(&pubs) {
+                leaf.withdraw(RouteKey(*k));
+            }
+            for k in pubs.difference(&advertised) {
+                leaf.advertise(RouteKey(*k));
+            }
+            for k in subscribed.difference(&subs) {
+                leaf.unsubscribe(RouteKey(*k));
+            }
+            for k in subs.difference(&subscribed) {
+                leaf.subscribe(RouteKey(*k));
+            }
+            routers.flush_leaf(&mut leaf);
+            advertised = pubs;
+            subscribed = subs;
+        }
+        tokio::select! {
+            _ = routers.changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
