@@ -19,6 +19,7 @@ mod names;
 mod out;
 mod payload;
 mod receipt;
+mod router;
 mod stats;
 mod topic;
 mod why;
@@ -47,6 +48,11 @@ struct Cli {
     /// port); repeatable. Replaces TETHER_PEERS (comma-separated) and the config's peers.
     #[arg(long, global = true, value_name = "HOST:PORT", value_parser = Config::parse_peer)]
     peer: Vec<std::net::SocketAddr>,
+    /// A router to dial, quic/HOST:PORT (repeatable; needs --keys): the session meets the
+    /// sessions of other sites through it, from behind NAT. Replaces TETHER_ROUTERS
+    /// (comma-separated) and the config's routers.connect.
+    #[arg(long, global = true, value_name = "quic/HOST:PORT", value_parser = parse_router_arg)]
+    router: Vec<String>,
     /// The address to listen on: IP:PORT, a port alone (every interface) or an IP alone
     /// (default: 0.0.0.0:0, with --discovery localhost 127.0.0.1:0).
     #[arg(long, global = true, value_name = "ADDR", value_parser = Config::parse_listen)]
@@ -96,6 +102,8 @@ enum Cmd {
     Bench(tether_bench::BenchArgs),
     /// Several processes on this host publishing and subscribing, with live rates.
     Demo(demo::DemoArgs),
+    /// Run a router: joins sites over QUIC, routing sealed samples on topic keys only.
+    Router(router::RouterArgs),
     /// (internal) The far side of a benchmark.
     #[command(name = tether_bench::PEER_SUBCOMMAND, hide = true)]
     BenchPeer(tether_bench::PeerArgs),
@@ -198,6 +206,11 @@ fn parse_range(s: &str) -> Result<tether::DiscoveryRange, String> {
     s.parse().map_err(|e: tether::UnknownWord| e.to_string())
 }
 
+/// `--router`: checked now, kept as given.
+fn parse_router_arg(s: &str) -> Result<String, String> {
+    tether::parse_router(s).map(|_| s.to_string())
+}
+
 impl Cli {
     /// The global flags given, but --listen (an address one process alone may take): what
     /// runs another `tether` with the same settings (`tether demo`'s processes, and the
@@ -222,6 +235,9 @@ impl Cli {
         for p in &self.peer {
             v.extend(["--peer".into(), p.to_string().into()]);
         }
+        for r in &self.router {
+            v.extend(["--router".into(), r.into()]);
+        }
         v
     }
 
@@ -237,6 +253,7 @@ impl Cli {
             "TETHER_DOMAIN" => self.domain.is_some(),
             "TETHER_DISCOVERY" => self.discovery.is_some(),
             "TETHER_PEERS" => !self.peer.is_empty(),
+            "TETHER_ROUTERS" => !self.router.is_empty(),
             _ => false,
         };
         c.apply_vars(|k| std::env::var(k).ok().filter(|_| !overridden(k)))?;
@@ -248,6 +265,9 @@ impl Cli {
         }
         if !self.peer.is_empty() {
             c.discovery.peers = self.peer.clone();
+        }
+        if !self.router.is_empty() {
+            c.routers.connect = self.router.clone();
         }
         if let Some(l) = self.listen {
             c.transport.listen = Some(l);
@@ -288,6 +308,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         // Key management needs no session and no configuration.
         return keys::run(a);
     }
+    if let Cmd::Router(a) = cli.cmd {
+        // A router is no session: it has its own configuration (router.toml).
+        return router::run(cli.config, a);
+    }
     let cfg = cli.load_config().context("loading configuration")?;
     let globals = cli.global_args();
     match cli.cmd {
@@ -304,6 +328,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::BenchFanout(a) => tether_bench::fanout_peer(cfg, a).map(|()| ExitCode::SUCCESS),
         Cmd::Demo(a) => demo::run(cfg, a, &globals),
         Cmd::Keys(a) => keys::run(a),
+        Cmd::Router(_) => unreachable!("handled above"),
     }
 }
 

@@ -9,6 +9,8 @@
 
 pub mod config;
 pub mod metrics;
+pub mod run;
 
 pub use config::{ConfigError, Direction, ExportRule, RouterConfig};
 pub use metrics::Metrics;
+pub use run::{RunError, run};

@@ -352,16 +352,32 @@ impl Body {
         RouteKey(k)
     }
     fn u8(&mut self) -> u8 {
-        if self.0.is_empty() { 0 } else { self.0.get_u8() }
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.get_u8()
+        }
     }
     fn u16(&mut self) -> u16 {
-        if self.0.len() < 2 { 0 } else { self.0.get_u16() }
+        if self.0.len() < 2 {
+            0
+        } else {
+            self.0.get_u16()
+        }
     }
     fn u32(&mut self) -> u32 {
-        if self.0.len() < 4 { 0 } else { self.0.get_u32() }
+        if self.0.len() < 4 {
+            0
+        } else {
+            self.0.get_u32()
+        }
     }
     fn u64(&mut self) -> u64 {
-        if self.0.len() < 8 { 0 } else { self.0.get_u64() }
+        if self.0.len() < 8 {
+            0
+        } else {
+            self.0.get_u64()
+        }
     }
     fn node(&mut self, field: &'static str) -> Result<NodeId, FrameError> {
         match self.u64() {

@@ -3,8 +3,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::frame::{Advertise, Announce, Data, Frame, FrameType, Hello, HostRoute, LinkState,
-    Unicast, Withdraw, LINK_VERSION};
+use crate::frame::{
+    Advertise, Announce, Data, Frame, FrameType, Hello, HostRoute, LINK_VERSION, LinkState,
+    Unicast, Withdraw,
+};
 use crate::rib::{LinkEntry, Origin, RefChange, Rib, Small};
 use crate::topology::{Offer, Topology};
 use crate::{LinkId, MAX_HOPS, NodeId, ParticipantId, Role, RouteKey};
@@ -507,7 +509,9 @@ impl Router {
         if l.refs > 0 {
             let positions: Vec<u32> = self.rib.positions().collect();
             for i in positions {
-                let Some(route) = self.rib.get_mut(i) else { continue };
+                let Some(route) = self.rib.get_mut(i) else {
+                    continue;
+                };
                 let flags = route.flags(slot);
                 if flags == 0 {
                     continue;
@@ -716,7 +720,9 @@ impl Router {
     fn advertise_own(&mut self, i: u32, key: RouteKey) {
         let seq = self.next_seq();
         let me = self.me;
-        let Some(route) = self.rib.get_mut(i) else { return };
+        let Some(route) = self.rib.get_mut(i) else {
+            return;
+        };
         let o = Origin {
             node: me,
             seq,
@@ -741,7 +747,9 @@ impl Router {
     fn withdraw_own(&mut self, i: u32, key: RouteKey) {
         let seq = self.next_seq();
         let me = self.me;
-        let Some(route) = self.rib.get_mut(i) else { return };
+        let Some(route) = self.rib.get_mut(i) else {
+            return;
+        };
         let o = Origin {
             node: me,
             seq,
@@ -829,7 +837,9 @@ impl Router {
     /// Records an origin's word on route `i` if it is newer; false if it was not (or no room).
     fn store_origin(&mut self, i: u32, node: u64, seq: u32, hops: u8, flags: u8) -> bool {
         let max = self.config.max_origins_per_route;
-        let Some(route) = self.rib.get_mut(i) else { return false };
+        let Some(route) = self.rib.get_mut(i) else {
+            return false;
+        };
         let new = Origin {
             node,
             seq,
@@ -925,7 +935,9 @@ impl Router {
         if on && self.links[slot as usize].is_none() {
             return;
         }
-        let Some(route) = self.rib.get_mut(i) else { return };
+        let Some(route) = self.rib.get_mut(i) else {
+            return;
+        };
         let change = route.set_flag(slot, flag, on);
         if let Some(l) = self.links[slot as usize].as_mut() {
             match change {
@@ -997,8 +1009,7 @@ impl Router {
 
     /// A session on `slot` announces (`on`) or withdraws participant `p`.
     fn local_host(&mut self, p: u64, slot: u16, on: bool) {
-        if on && !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants
-        {
+        if on && !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants {
             return self.stats.drops.add(DropReason::ParticipantLimit);
         }
         let me = self.me;
@@ -1042,7 +1053,11 @@ impl Router {
                 node: me,
                 seq,
                 hops: 0,
-                flags: if h.local.is_some() { 0 } else { Origin::WITHDRAWN },
+                flags: if h.local.is_some() {
+                    0
+                } else {
+                    Origin::WITHDRAWN
+                },
             };
             match h.origins.as_mut_slice().iter_mut().find(|o| o.node == me) {
                 Some(x) => *x = o,
@@ -1062,7 +1077,12 @@ impl Router {
             flags: if gone { Origin::WITHDRAWN } else { 0 },
         };
         let full = h.origins.len() >= max;
-        match h.origins.as_mut_slice().iter_mut().find(|o| o.node == r.origin.0) {
+        match h
+            .origins
+            .as_mut_slice()
+            .iter_mut()
+            .find(|o| o.node == r.origin.0)
+        {
             Some(o) if o.seq >= r.seq => {
                 self.stats.floods_suppressed += 1;
                 return;
@@ -1116,7 +1136,10 @@ impl Router {
         let ids: Vec<NodeId> = n.iter().map(|&x| NodeId(x)).collect();
         self.topo.set_own(seq, n);
         self.topo_dirty = true;
-        self.flood(None, Frame::LinkState(LinkState::new(NodeId(self.me), seq, &ids)));
+        self.flood(
+            None,
+            Frame::LinkState(LinkState::new(NodeId(self.me), seq, &ids)),
+        );
     }
 
     fn update_node_slot(&mut self, node: u64) {
@@ -1166,7 +1189,9 @@ impl Router {
         let me = self.me;
         let positions: Vec<u32> = self.rib.positions().collect();
         for i in positions {
-            let Some(route) = self.rib.get_mut(i) else { continue };
+            let Some(route) = self.rib.get_mut(i) else {
+                continue;
+            };
             let mut lost_live = false;
             route.origins.retain(|o| {
                 let purge = purged.contains(&o.node) && o.node != me;
@@ -1201,7 +1226,10 @@ impl Router {
     // ---- forwarding -----------------------------------------------------------------
 
     fn is_local_src(&mut self, src: ParticipantId, slot: u16) -> bool {
-        let ok = self.hosts.get(&src.0).is_some_and(|h| h.local == Some(slot));
+        let ok = self
+            .hosts
+            .get(&src.0)
+            .is_some_and(|h| h.local == Some(slot));
         if !ok {
             self.stats.drops.add(DropReason::SpoofedSource);
         }
@@ -1386,13 +1414,17 @@ impl Router {
     /// Moves the next route of a pending table sync into the output queue.
     fn pull_sync(&mut self) {
         for slot in 0..self.links.len() {
-            let Some(Some(l)) = self.links.get(slot) else { continue };
+            let Some(Some(l)) = self.links.get(slot) else {
+                continue;
+            };
             let Some(mut pos) = l.sync else { continue };
             let id = l.id;
             while (pos as usize) < self.rib.slots() {
                 let here = pos;
                 pos += 1;
-                let Some(route) = self.rib.get(here) else { continue };
+                let Some(route) = self.rib.get(here) else {
+                    continue;
+                };
                 let key = route.key;
                 let frames: Vec<Frame> = route
                     .origins

@@ -88,7 +88,10 @@ impl Topology {
     pub(crate) fn set_own(&mut self, seq: u32, mut neighbours: Vec<u64>) {
         neighbours.sort_unstable();
         neighbours.dedup();
-        let lsa = self.lsdb.get_mut(&self.me).expect("own link state is always held");
+        let lsa = self
+            .lsdb
+            .get_mut(&self.me)
+            .expect("own link state is always held");
         lsa.seq = seq;
         lsa.neighbours = neighbours;
         self.trees.clear();
@@ -174,7 +177,12 @@ impl Topology {
     /// Marks unreachable routers; returns those unreachable at two sweeps in a row, after
     /// forgetting their link state (the caller forgets their routes).
     pub(crate) fn sweep(&mut self) -> Vec<u64> {
-        let mut nodes: Vec<u64> = self.lsdb.keys().copied().filter(|&n| n != self.me).collect();
+        let mut nodes: Vec<u64> = self
+            .lsdb
+            .keys()
+            .copied()
+            .filter(|&n| n != self.me)
+            .collect();
         nodes.sort_unstable();
         let mut purged = Vec::new();
         for n in nodes {
@@ -308,7 +316,10 @@ mod tests {
         let mut t2 = graph(2, &ring);
         assert_eq!(t2.tree(1).unwrap().children, vec![3]);
         let mut t4 = graph(4, &ring);
-        assert!(t4.tree(1).unwrap().children.is_empty(), "3 hangs off 2, not 4");
+        assert!(
+            t4.tree(1).unwrap().children.is_empty(),
+            "3 hangs off 2, not 4"
+        );
         let mut t1 = graph(1, &ring);
         assert_eq!(t1.tree(1).unwrap().children, vec![2, 4]);
     }

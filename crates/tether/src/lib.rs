@@ -29,8 +29,8 @@ mod session;
 
 pub use config::{
     BatchIoMode, Config, ConfigError, DiscoveryConfig, DiscoveryRange, FlowControllerConfig,
-    InactiveAfter, ReliabilityConfig, RoutersConfig, SecurityConfig, SecurityMode, StrictWord, SuiteChoice,
-    TokenCount, TransportConfig, UnknownWord, UnlimitedWord, parse_router,
+    InactiveAfter, ReliabilityConfig, RoutersConfig, SecurityConfig, SecurityMode, StrictWord,
+    SuiteChoice, TokenCount, TransportConfig, UnknownWord, UnlimitedWord, parse_router,
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,

@@ -288,15 +288,20 @@ impl LinkThread {
         }
         let policy = PeerPolicy::new(ca_public, revs, &[tether_crypto::Role::Router]);
         let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
-        let endpoint = match QuicEndpoint::client(bind, &endpoint_identity, policy.clone(), &LinkConfig::default())
-            .or_else(|_| {
-                QuicEndpoint::client(
-                    "0.0.0.0:0".parse().expect("a literal address"),
-                    &endpoint_identity,
-                    policy,
-                    &LinkConfig::default(),
-                )
-            }) {
+        let endpoint = match QuicEndpoint::client(
+            bind,
+            &endpoint_identity,
+            policy.clone(),
+            &LinkConfig::default(),
+        )
+        .or_else(|_| {
+            QuicEndpoint::client(
+                "0.0.0.0:0".parse().expect("a literal address"),
+                &endpoint_identity,
+                policy,
+                &LinkConfig::default(),
+            )
+        }) {
             Ok(e) => Arc::new(e),
             Err(e) => {
                 tracing::error!("router links: cannot open a QUIC endpoint: {e}");
@@ -368,7 +373,10 @@ async fn link_task(
         .to_string();
     while !routers.closing.load(Ordering::SeqCst) {
         let link = match resolve(&out.target).await {
-            Ok(addr) => endpoint.connect(addr, &host).await.map_err(|e| e.to_string()),
+            Ok(addr) => endpoint
+                .connect(addr, &host)
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
         let link = match link {
@@ -377,9 +385,9 @@ async fn link_task(
                 // Said once, and again only if it changes or every 30 s: a router that is
                 // down for an hour is not 18,000 warnings.
                 let now = Instant::now();
-                let say = last_error
-                    .as_ref()
-                    .is_none_or(|(m, t)| *m != e || now.duration_since(*t) > Duration::from_secs(30));
+                let say = last_error.as_ref().is_none_or(|(m, t)| {
+                    *m != e || now.duration_since(*t) > Duration::from_secs(30)
+                });
                 if say {
                     tracing::warn!("router {}: {e}; dialling again", out.target);
                     last_error = Some((e, now));
@@ -413,7 +421,11 @@ async fn link_task(
                     if let Ok(b) = f.to_bytes() {
                         mine.push(b);
                     }
-                } else if let Some(o) = routers.links.iter().find(|o| LinkId(u32::from(o.number)) == l) {
+                } else if let Some(o) = routers
+                    .links
+                    .iter()
+                    .find(|o| LinkId(u32::from(o.number)) == l)
+                {
                     if o.up.load(Ordering::Acquire) {
                         if let Ok(b) = f.to_bytes() {
                             let _ = o.tx.try_send(b);
@@ -451,7 +463,10 @@ async fn link_task(
             let receiving = async {
                 loop {
                     let b = recv.recv().await.map_err(|e| e.to_string())?;
-                    routers.counters.frames_received.fetch_add(1, Ordering::Relaxed);
+                    routers
+                        .counters
+                        .frames_received
+                        .fetch_add(1, Ordering::Relaxed);
                     let frame = Frame::parse(b).map_err(|e| {
                         routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
                         format!("malformed frame: {e}")

@@ -298,7 +298,10 @@ impl Shared {
     /// without the lock.
     pub(super) fn send_all(&self, ts: &[Out]) {
         if let Some(routers) = &self.routers {
-            if ts.iter().any(|t| super::router::Routers::is_routed(&t.0.dest)) {
+            if ts
+                .iter()
+                .any(|t| super::router::Routers::is_routed(&t.0.dest))
+            {
                 let mut udp: Vec<&Out> = Vec::with_capacity(ts.len());
                 for t in ts {
                     if super::router::Routers::is_routed(&t.0.dest) {

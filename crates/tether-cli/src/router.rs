@@ -1,0 +1,80 @@
+//! `tether router --config router.toml`: a router for a site or the cloud
+//! ([`tether_router`]); `--check` validates the configuration and the keys it names
+//! without starting anything.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+/// `tether router`.
+#[derive(Args, Debug)]
+pub(crate) struct RouterArgs {
+    /// Check router.toml (given with --config) and the keys and revocation list it names,
+    /// say what the router would do, and exit: 0 if it would start, 2 if not.
+    #[arg(long)]
+    check: bool,
+}
+
+pub(crate) fn run(config: Option<PathBuf>, a: RouterArgs) -> anyhow::Result<ExitCode> {
+    let path = config.context(
+        "a router needs its configuration: tether router --config router.toml \
+         (see docs/routing.md for an example)",
+    )?;
+    let cfg = tether_router::RouterConfig::load(&path)?;
+    let keys = tether::keys::RouterKeys::load(&cfg.keys)?;
+    let revocations = cfg
+        .revocations
+        .as_ref()
+        .map(|p| tether::keys::load_revocations(p, &keys.ca_public))
+        .transpose()?;
+    keys.credential
+        .verify(
+            &keys.ca_public,
+            tether::keys::unix_now(),
+            revocations.as_ref(),
+        )
+        .context("the router's own credential")?;
+    if a.check {
+        println!("{}: ok", path.display());
+        println!(
+            "  router '{}' (credential '{}', serial {}, expires {}), domain {}",
+            cfg.name,
+            keys.credential.name,
+            keys.credential.serial,
+            tether::keys::utc(keys.credential.expires),
+            cfg.domain
+        );
+        match cfg.listen {
+            Some(l) => println!("  listens on quic/{l} for sessions and routers"),
+            None => println!("  listens on nothing (dials only)"),
+        }
+        for c in &cfg.connect {
+            println!("  dials quic/{c}");
+        }
+        if let Some(m) = cfg.metrics {
+            println!("  metrics at http://{m}/metrics");
+        }
+        match &cfg.export {
+            None => println!("  no export list: every topic crosses"),
+            Some(rules) => println!(
+                "  export list: {} topic key(s) may cross; nothing else does",
+                rules.len()
+            ),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stop = crate::interrupt::Interrupt::catch()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the router's runtime")?;
+    rt.block_on(tether_router::run(cfg, async move {
+        while stop.caught().is_none() {
+            tokio::time::sleep(crate::interrupt::TICK).await;
+        }
+    }))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,731 @@
+//! The router process: QUIC links around the sans-IO [`tether_routing::Router`].
+//!
+//! One lock guards the routing state; every input (a frame, a link up or down, a timer)
+//! takes it, feeds the router, and moves what the router gives onto the links' queues, in
+//! order. Each link has a task that writes its queue to the QUIC stream and one that reads
+//! frames from it. A link's queue is bounded in bytes (`limits.link_queue_bytes`): a slow
+//! link loses frames (counted) rather than holding up the others or growing without bound,
+//! and the sessions' end-to-end reliability repairs what reliable topics lose. With
+//! `limits.link_rate_bytes_per_sec` a token bucket paces each link, so bulk traffic to one
+//! site does not take what another's needs.
+//!
+//! Who may link: the QUIC layer accepts only certificates carrying a credential of the
+//! realm (not expired, not revoked) with the role the side expects; a session's link must
+//! then say HELLO as a session and a router's as a router. When the revocation list file
+//! changes it is reloaded, and links whose credential it revokes, or whose credential has
+//! expired, are closed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use tether_crypto::{Credential, OsRandom, Role as CredRole};
+use tether_routing::{DropReason, Frame, LinkId, NodeId, Role, RouteKey, Router};
+use tether_transport::quic::{
+    Backoff, Link, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint, Revocations,
+};
+use tokio::sync::{Notify, mpsc};
+
+use crate::config::{Direction, RouterConfig};
+use crate::metrics::Metrics;
+
+/// Why the router could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Its keys.
+    #[error("keys: {0}")]
+    Keys(#[from] tether::keys::KeyError),
+    /// Its own credential is not valid now.
+    #[error("its own credential is not usable: {0}")]
+    Credential(tether_crypto::CredentialError),
+    /// The QUIC endpoint.
+    #[error("{0}")]
+    Link(String),
+    /// The metrics address.
+    #[error("{0}")]
+    Metrics(std::io::Error),
+}
+
+/// Counters the driver keeps beside the router's own.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Frames dropped because their link's queue was full.
+    queue_full: AtomicU64,
+    /// DATA denied by the export list, and routing frames held back by it.
+    export_denied: AtomicU64,
+    /// Links refused after the handshake (HELLO role not the certificate's, protocol errors).
+    links_refused: AtomicU64,
+    /// Links closed because a credential was revoked or expired.
+    links_revoked: AtomicU64,
+    /// Links made, ever.
+    links_made: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// One link's outgoing side.
+struct LinkOut {
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// Bytes queued and not yet written to the stream.
+    queued: Arc<AtomicUsize>,
+    role: Role,
+    peer: String,
+    serial: u64,
+    expires: u64,
+    remote: SocketAddr,
+    close: Arc<Notify>,
+}
+
+struct State {
+    router: Router,
+    links: HashMap<LinkId, LinkOut>,
+}
+
+/// The router: its state and everything its tasks share.
+struct Shared {
+    state: Mutex<State>,
+    cfg: RouterConfig,
+    counters: Counters,
+    next_link: AtomicU64,
+    timers: Notify,
+    started: Instant,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves what the router gives onto the links' queues, through the export list.
+    fn drain(&self, st: &mut State) {
+        while let Some((link, frame)) = st.router.poll_transmit() {
+            let Some(out) = st.links.get(&link) else {
+                continue;
+            };
+            if out.role == Role::Router && !self.may_send_out(&frame) {
+                continue;
+            }
+            let Ok(b) = frame.to_bytes() else { continue };
+            let limit = self.cfg.limits.link_queue_bytes;
+            if out.queued.load(Ordering::Relaxed) + b.len() > limit {
+                self.counters.queue_full.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            out.queued.fetch_add(b.len(), Ordering::Relaxed);
+            let _ = out.tx.send(b);
+        }
+    }
+
+    /// The export rule of `key`: `None` without an export list.
+    fn rule(&self, key: &RouteKey) -> Option<Option<Direction>> {
+        self.cfg.export_rule(&key.0)
+    }
+
+    /// Whether `frame` may go to another router (leave the site). Without an export list
+    /// everything may; with one, only what the list lets leave (DATA, advertisements) or
+    /// enter (subscriptions and queries asking for data from outside).
+    fn may_send_out(&self, frame: &Frame) -> bool {
+        let (key, leaving) = match frame {
+            Frame::Data(d) => (d.key, true),
+            Frame::Advertise(a) => (a.key, true),
+            Frame::WithdrawAdvertise(w) => (w.key, true),
+            Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
+            _ => return true,
+        };
+        let ok = match self.rule(&key) {
+            None => true,
+            Some(None) => false,
+            Some(Some(d)) => {
+                if leaving {
+                    d.leaves()
+                } else {
+                    d.enters()
+                }
+            }
+        };
+        if !ok && matches!(frame, Frame::Data(_)) {
+            self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Whether `frame`, from another router, may come in (enter the site): DATA and
+    /// advertisements of keys the list lets enter, subscriptions of keys it lets leave.
+    fn may_take_in(&self, frame: &Frame) -> bool {
+        let (key, entering) = match frame {
+            Frame::Data(d) => (d.key, true),
+            Frame::Advertise(a) => (a.key, true),
+            Frame::WithdrawAdvertise(w) => (w.key, true),
+            Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
+            _ => return true,
+        };
+        let ok = match self.rule(&key) {
+            None => true,
+            Some(None) => false,
+            Some(Some(d)) => {
+                if entering {
+                    d.enters()
+                } else {
+                    d.leaves()
+                }
+            }
+        };
+        if !ok {
+            self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// The metrics page.
+    fn render(&self) -> String {
+        let st = self.lock();
+        let r = &st.router;
+        let s = r.stats();
+        let mut m = Metrics::new();
+        let name = self.cfg.name.as_str();
+        m.gauge(
+            "tether_router_up_seconds",
+            "Seconds since the router started.",
+            &[("router", name)],
+            self.started.elapsed().as_secs_f64(),
+        );
+        for (role, label) in [(Role::Session, "session"), (Role::Router, "router")] {
+            let n = st.links.values().filter(|l| l.role == role).count();
+            m.gauge(
+                "tether_router_links",
+                "Links up, by the peer's role.",
+                &[("router", name), ("role", label)],
+                n as f64,
+            );
+        }
+        m.gauge(
+            "tether_router_routes",
+            "Routing keys in the routing information base.",
+            &[("router", name)],
+            r.rib_len() as f64,
+        );
+        m.gauge(
+            "tether_router_rib_bytes",
+            "Heap bytes of the routing information base.",
+            &[("router", name)],
+            r.rib_heap_bytes() as f64,
+        );
+        m.gauge(
+            "tether_router_routers_known",
+            "Routers in the router graph.",
+            &[("router", name)],
+            r.node_count() as f64,
+        );
+        m.gauge(
+            "tether_router_participants",
+            "Participants with a host route.",
+            &[("router", name)],
+            r.participant_count() as f64,
+        );
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (metric, help, v) in [
+            (
+                "tether_router_frames_received_total",
+                "Link frames received.",
+                s.frames_received,
+            ),
+            (
+                "tether_router_frames_sent_total",
+                "Link frames sent.",
+                s.frames_sent,
+            ),
+            (
+                "tether_router_samples_received_total",
+                "DATA frames (engine datagrams of a writer) received.",
+                s.data_received,
+            ),
+            (
+                "tether_router_samples_forwarded_total",
+                "DATA copies forwarded (one per link per datagram).",
+                s.data_forwarded,
+            ),
+            (
+                "tether_router_sample_bytes_forwarded_total",
+                "Datagram bytes in forwarded DATA.",
+                s.data_bytes_forwarded,
+            ),
+            (
+                "tether_router_unicast_forwarded_total",
+                "UNICAST frames forwarded.",
+                s.unicast_forwarded,
+            ),
+            (
+                "tether_router_announce_forwarded_total",
+                "ANNOUNCE copies forwarded.",
+                s.announce_forwarded,
+            ),
+            (
+                "tether_router_floods_suppressed_total",
+                "Flooded frames dropped as not newer (loop suppression).",
+                s.floods_suppressed,
+            ),
+            (
+                "tether_router_bytes_received_total",
+                "Frame bytes received on all links.",
+                c(&self.counters.bytes_in),
+            ),
+            (
+                "tether_router_bytes_sent_total",
+                "Frame bytes written to all links.",
+                c(&self.counters.bytes_out),
+            ),
+            (
+                "tether_router_links_made_total",
+                "Links made.",
+                c(&self.counters.links_made),
+            ),
+            (
+                "tether_router_links_refused_total",
+                "Links refused after the handshake.",
+                c(&self.counters.links_refused),
+            ),
+            (
+                "tether_router_links_revoked_total",
+                "Links closed for a revoked or expired credential.",
+                c(&self.counters.links_revoked),
+            ),
+        ] {
+            m.counter(metric, help, &[("router", name)], v);
+        }
+        for (reason, v) in s.drops.iter() {
+            m.counter(
+                "tether_router_drops_total",
+                "Frames dropped, by reason.",
+                &[("router", name), ("reason", reason.name())],
+                v,
+            );
+        }
+        m.counter(
+            "tether_router_drops_total",
+            "Frames dropped, by reason.",
+            &[("router", name), ("reason", "queue_full")],
+            c(&self.counters.queue_full),
+        );
+        m.counter(
+            "tether_router_drops_total",
+            "Frames dropped, by reason.",
+            &[("router", name), ("reason", "export_denied")],
+            c(&self.counters.export_denied),
+        );
+        let _ = DropReason::ALL;
+        m.finish()
+    }
+}
+
+/// Runs a router as `cfg` says until `stop` completes.
+pub async fn run(
+    cfg: RouterConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
+    let keys = tether::keys::RouterKeys::load(&cfg.keys)?;
+    let unix = tether::keys::unix_now();
+    let revocations = Revocations::new();
+    let mut revocations_seen = None;
+    if let Some(p) = &cfg.revocations {
+        let list = tether::keys::load_revocations(p, &keys.ca_public)?;
+        revocations_seen = modified(p);
+        let _ = revocations.replace(&keys.ca_public, list);
+    }
+    keys.credential
+        .verify(&keys.ca_public, unix, revocations.current().as_deref())
+        .map_err(RunError::Credential)?;
+    let identity = LinkIdentity::new(&keys.identity, &keys.credential)
+        .map_err(|e| RunError::Link(e.to_string()))?;
+    let policy = PeerPolicy::new(
+        keys.ca_public,
+        revocations.clone(),
+        &[CredRole::Member, CredRole::Router],
+    );
+    let lc = LinkConfig::default();
+    let endpoint = match cfg.listen {
+        Some(addr) => QuicEndpoint::server(addr, &identity, policy, &lc),
+        None => QuicEndpoint::client(
+            "0.0.0.0:0".parse().expect("a literal address"),
+            &identity,
+            policy.with_roles(&[CredRole::Router]),
+            &lc,
+        ),
+    }
+    .map_err(|e| RunError::Link(format!("cannot open QUIC on {:?}: {e}", cfg.listen)))?;
+    let endpoint = Arc::new(endpoint);
+    let node = node_id(&keys.credential);
+    let mut rc = tether_routing::Config::new(NodeId(node), u32::from(cfg.domain));
+    rc.max_routes(cfg.limits.max_routes)
+        .max_links(cfg.limits.max_links);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            router: Router::new(rc),
+            links: HashMap::new(),
+        }),
+        cfg: cfg.clone(),
+        counters: Counters::default(),
+        next_link: AtomicU64::new(1),
+        timers: Notify::new(),
+        started: Instant::now(),
+    });
+    if let Some(addr) = cfg.listen {
+        tracing::info!(
+            "router '{}' ({}) listening on quic/{}",
+            cfg.name,
+            keys.credential.name,
+            endpoint.local_addr().unwrap_or(addr)
+        );
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(addr) = cfg.metrics {
+        let l = crate::metrics::bind(addr)
+            .await
+            .map_err(RunError::Metrics)?;
+        tracing::info!(
+            "metrics at http://{}/metrics",
+            l.local_addr().unwrap_or(addr)
+        );
+        let s = shared.clone();
+        tasks.spawn(crate::metrics::serve(l, Arc::new(move || s.render())));
+    }
+    if cfg.listen.is_some() {
+        let (s, e) = (shared.clone(), endpoint.clone());
+        tasks.spawn(async move {
+            while let Some(incoming) = e.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let from = incoming.remote_address();
+                    match incoming.establish().await {
+                        Ok(link) => serve_link(s, link).await,
+                        Err(err) => tracing::warn!("link from {from} refused: {err}"),
+                    }
+                });
+            }
+        });
+    }
+    for target in cfg.connect.clone() {
+        let (s, e) = (shared.clone(), endpoint.clone());
+        tasks.spawn(dial(s, e, target));
+    }
+    tasks.spawn(timers(shared.clone()));
+    {
+        let (s, e, ca) = (shared.clone(), endpoint.clone(), keys.ca_public);
+        let path = cfg.revocations.clone();
+        tasks.spawn(credentials(s, e, ca, path, revocations, revocations_seen));
+    }
+    stop.await;
+    tracing::info!("router '{}' stopping", cfg.name);
+    endpoint.close(0, "router stopping");
+    let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
+    tasks.abort_all();
+    Ok(())
+}
+
+/// A router's node id: from its credential (the realm's serials are unique), so a
+/// restarted router is the same node to the others, as its sequence numbers expect.
+fn node_id(c: &Credential) -> u64 {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &c.sign_public);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d.as_ref()[..8]);
+    u64::from_be_bytes(b).max(1)
+}
+
+fn modified(p: &PathBuf) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Dials a configured router, again with backoff whenever the link ends.
+async fn dial(shared: Arc<Shared>, endpoint: Arc<QuicEndpoint>, target: String) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut rng = OsRandom;
+    let host = target
+        .rsplit_once(':')
+        .map_or(target.as_str(), |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let mut said: Option<String> = None;
+    loop {
+        let addr = match tokio::net::lookup_host(&target).await {
+            Ok(mut a) => a.next(),
+            Err(_) => None,
+        };
+        let r = match addr {
+            Some(a) => endpoint.connect(a, &host).await.map_err(|e| e.to_string()),
+            None => Err(format!("cannot resolve {target}")),
+        };
+        match r {
+            Ok(link) => {
+                backoff.reset();
+                said = None;
+                serve_link(shared.clone(), link).await;
+            }
+            Err(e) => {
+                if said.as_ref() != Some(&e) {
+                    tracing::warn!("router {target}: {e}; dialling again");
+                    said = Some(e);
+                }
+            }
+        }
+        tokio::time::sleep(backoff.next_delay(&mut rng)).await;
+    }
+}
+
+/// Runs one link until it ends: HELLO both ways, then frames into the router and the
+/// link's queue onto the stream.
+async fn serve_link(shared: Arc<Shared>, link: Link) {
+    let id = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed) as u32);
+    let peer = link.peer().clone();
+    let role = match peer.role() {
+        CredRole::Router => Role::Router,
+        _ => Role::Session,
+    };
+    let remote = link.remote_address();
+    let (mut send, mut recv) = link.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let close = Arc::new(Notify::new());
+    let hello = shared.lock().router.hello();
+    if let Ok(b) = hello.to_bytes() {
+        if send.send(b).await.is_err() {
+            return;
+        }
+    }
+    // The peer's HELLO must come first and say what its certificate says.
+    let first = match tokio::time::timeout(Duration::from_secs(5), recv.recv()).await {
+        Ok(Ok(b)) => b,
+        _ => {
+            shared
+                .counters
+                .links_refused
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let hello = match Frame::parse(first) {
+        Ok(Frame::Hello(h)) if h.role == role => Frame::Hello(h),
+        Ok(Frame::Hello(h)) => {
+            tracing::warn!(
+                "link from '{}' at {remote} refused: its HELLO says {:?}, its credential {}",
+                peer.name(),
+                h.role,
+                peer.role()
+            );
+            shared
+                .counters
+                .links_refused
+                .fetch_add(1, Ordering::Relaxed);
+            send.close(1, "role mismatch");
+            return;
+        }
+        _ => {
+            shared
+                .counters
+                .links_refused
+                .fetch_add(1, Ordering::Relaxed);
+            send.close(1, "HELLO expected");
+            return;
+        }
+    };
+    {
+        let mut st = shared.lock();
+        st.links.insert(
+            id,
+            LinkOut {
+                tx,
+                queued: queued.clone(),
+                role,
+                peer: peer.name().to_string(),
+                serial: peer.serial(),
+                expires: peer.credential().expires,
+                remote,
+                close: close.clone(),
+            },
+        );
+        if let Err(e) = st.router.handle_frame(Instant::now(), id, hello) {
+            st.links.remove(&id);
+            drop(st);
+            tracing::warn!("link from '{}' at {remote} refused: {e}", peer.name());
+            shared
+                .counters
+                .links_refused
+                .fetch_add(1, Ordering::Relaxed);
+            send.close(1, &e.to_string());
+            return;
+        }
+        shared.drain(&mut st);
+    }
+    shared.counters.links_made.fetch_add(1, Ordering::Relaxed);
+    shared.timers.notify_one();
+    tracing::info!("link up: {} '{}' at {remote}", role_name(role), peer.name());
+    let rate = shared.cfg.limits.link_rate_bytes_per_sec;
+    let sending = async {
+        let mut bucket = TokenBucket::new(rate);
+        while let Some(b) = rx.recv().await {
+            let n = b.len();
+            bucket.take(n).await;
+            queued.fetch_sub(n, Ordering::Relaxed);
+            send.send(b).await.map_err(|e| e.to_string())?;
+            shared
+                .counters
+                .bytes_out
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Ok::<(), String>(())
+    };
+    let receiving = async {
+        loop {
+            let b = recv.recv().await.map_err(|e| e.to_string())?;
+            shared
+                .counters
+                .bytes_in
+                .fetch_add(b.len() as u64, Ordering::Relaxed);
+            let frame = Frame::parse(b).map_err(|e| format!("malformed frame: {e}"))?;
+            if role == Role::Router && !shared.may_take_in(&frame) {
+                continue;
+            }
+            let mut st = shared.lock();
+            st.router
+                .handle_frame(Instant::now(), id, frame)
+                .map_err(|e| format!("protocol error: {e}"))?;
+            shared.drain(&mut st);
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), String>(())
+    };
+    let why = tokio::select! {
+        r = sending => r.err().unwrap_or_else(|| "closed".into()),
+        r = receiving => r.err().unwrap_or_else(|| "closed".into()),
+        _ = close.notified() => "credential revoked or expired".into(),
+    };
+    {
+        let mut st = shared.lock();
+        st.links.remove(&id);
+        st.router.link_down(Instant::now(), id);
+        shared.drain(&mut st);
+    }
+    shared.timers.notify_one();
+    tracing::info!(
+        "link down: {} '{}' at {remote}: {why}",
+        role_name(role),
+        peer.name()
+    );
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Router => "router",
+        _ => "session",
+    }
+}
+
+/// The router's timers: query expiry and sweeps.
+async fn timers(shared: Arc<Shared>) {
+    loop {
+        let next = {
+            let mut st = shared.lock();
+            let now = Instant::now();
+            if st.router.poll_timeout().is_some_and(|t| t <= now) {
+                st.router.handle_timeout(now);
+                shared.drain(&mut st);
+            }
+            st.router.poll_timeout()
+        };
+        let wait = next.map_or(Duration::from_secs(1), |t| {
+            t.saturating_duration_since(Instant::now())
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+            _ = shared.timers.notified() => {}
+        }
+    }
+}
+
+/// Once a second: reloads the revocation list when its file changed, and closes links
+/// whose credential it revokes or whose credential has expired.
+async fn credentials(
+    shared: Arc<Shared>,
+    _endpoint: Arc<QuicEndpoint>,
+    ca: [u8; 32],
+    path: Option<PathBuf>,
+    revocations: Revocations,
+    mut seen: Option<SystemTime>,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(p) = &path {
+            let m = modified(p);
+            if m != seen {
+                seen = m;
+                match tether::keys::load_revocations(p, &ca) {
+                    Ok(list) => match revocations.replace(&ca, list) {
+                        Ok(()) => tracing::info!("revocation list reloaded from {}", p.display()),
+                        Err(e) => tracing::warn!("revocation list {} not taken: {e}", p.display()),
+                    },
+                    Err(e) => tracing::warn!("revocation list not reloaded: {e}"),
+                }
+            }
+        }
+        let list = revocations.current();
+        let now = tether::keys::unix_now();
+        let st = shared.lock();
+        for l in st.links.values() {
+            let revoked = list.as_ref().is_some_and(|r| r.contains(l.serial));
+            if revoked || now >= l.expires {
+                tracing::warn!(
+                    "closing the link of '{}' at {}: its credential is {}",
+                    l.peer,
+                    l.remote,
+                    if revoked { "revoked" } else { "expired" }
+                );
+                shared
+                    .counters
+                    .links_revoked
+                    .fetch_add(1, Ordering::Relaxed);
+                l.close.notify_one();
+            }
+        }
+    }
+}
+
+/// A token bucket of `rate` bytes a second (0: unlimited), a burst of 100 ms of it.
+struct TokenBucket {
+    rate: u64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: u64) -> TokenBucket {
+        TokenBucket {
+            rate,
+            tokens: rate as f64 / 10.0,
+            last: Instant::now(),
+        }
+    }
+
+    async fn take(&mut self, n: usize) {
+        if self.rate == 0 {
+            return;
+        }
+        let burst = (self.rate as f64 / 10.0).max(n as f64);
+        loop {
+            let now = Instant::now();
+            self.tokens = (self.tokens
+                + now.duration_since(self.last).as_secs_f64() * self.rate as f64)
+                .min(burst);
+            self.last = now;
+            if self.tokens >= n as f64 {
+                self.tokens -= n as f64;
+                return;
+            }
+            let need = (n as f64 - self.tokens) / self.rate as f64;
+            tokio::time::sleep(Duration::from_secs_f64(need)).await;
+        }
+    }
+}
