@@ -68,6 +68,14 @@ enum KeysCmd {
         /// A name or a serial number.
         who: String,
     },
+    /// Print the routing key of TOPIC in this realm: what routers route it on and what a
+    /// router's export list ([[export]] key = "…") names it by. Routers never learn names.
+    TopicId {
+        /// The realm directory (its realm secret derives the key).
+        dir: PathBuf,
+        /// The topic (a leading / is implied).
+        topic: String,
+    },
     /// Print a key file (credential, bundle, revocation list, CA) in plain words. Never
     /// prints a secret.
     Show {
@@ -87,6 +95,11 @@ enum RoleArg {
 
 pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
     match a.cmd {
+        KeysCmd::TopicId { dir, topic } => {
+            let topic = crate::names::topic(&topic).map_err(anyhow::Error::msg)?;
+            let r = Realm::open(&dir)?;
+            outln!("{}", tether_crypto::to_hex(&r.route_key(&topic)))?;
+        }
         KeysCmd::Init { dir } => {
             let r = Realm::init(&dir)?;
             outln!(

@@ -346,7 +346,10 @@ pub async fn run(
         revocations.clone(),
         &[CredRole::Member, CredRole::Router],
     );
-    let lc = LinkConfig::default();
+    let mut lc = LinkConfig::default();
+    // A restarted router resets its old connections at once (the sessions dial again at
+    // their next packet) instead of leaving them to the idle timeout.
+    lc.reset_secret(*keys.identity.sign_seed());
     let endpoint = match cfg.listen {
         Some(addr) => QuicEndpoint::server(addr, &identity, policy, &lc),
         None => QuicEndpoint::client(

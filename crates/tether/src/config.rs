@@ -60,9 +60,12 @@
 //!
 //! [reliability]
 //! heartbeat_period_ms = 100
-//! max_blocking_time_ms = 1000  # how long put() waits for room before failing
+//! max_blocking_time_ms = 1000  # how long put() waits for room before failing (10000 by
+//!                              # default with [routers])
 //! inactive_reader_ms = 3000    # a reader of a keep-all writer that owes acknowledgements and
-//!                              # sends none this long is let go of (0 or "strict": never)
+//!                              # sends none this long is let go of (0 or "strict": never);
+//!                              # 20000 by default with [routers] (a router restart, a new
+//!                              # address: a link takes seconds to come back)
 //!
 //! [security]                 # relative paths: from this file's directory
 //! keys = "realm/robot1.key"  # from `tether keys issue`; turns authentication on
@@ -178,6 +181,9 @@ impl ConfigError {
         }
     }
 }
+
+/// `reliability.max_blocking_time_ms` by default.
+pub(crate) const DEFAULT_MAX_BLOCKING_MS: u64 = 1000;
 
 /// One day in milliseconds: the longest period or time-out a configuration takes.
 const DAY_MS: u64 = 24 * 3600 * 1000;
@@ -645,7 +651,7 @@ impl Default for ReliabilityConfig {
     fn default() -> Self {
         ReliabilityConfig {
             heartbeat_period_ms: 100,
-            max_blocking_time_ms: 1000,
+            max_blocking_time_ms: DEFAULT_MAX_BLOCKING_MS,
             inactive_reader_ms: InactiveAfter::Ms(
                 tether_core::DEFAULT_INACTIVE_AFTER.as_millis() as u64
             ),

@@ -291,6 +291,13 @@ impl Realm {
         })
     }
 
+    /// The routing key of `topic` in this realm: what routers route its data on
+    /// (`TopicId::derive(realm secret, topic, "", "")`), and what a router's export list
+    /// names it by. Members derive it from the realm secret; routers never can.
+    pub fn route_key(&self, topic: &str) -> [u8; 32] {
+        tether_crypto::TopicId::derive(&self.secret, topic, "", "").0
+    }
+
     /// The CA's public key (the realm's identity).
     pub fn ca_public(&self) -> [u8; 32] {
         self.ca.public()

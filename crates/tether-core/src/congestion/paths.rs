@@ -83,15 +83,21 @@ const REPAIR_QUEUE: u64 = 1 << 20;
 pub(crate) const ROOM_RECHECK: Duration = Duration::from_millis(2);
 
 impl Participant {
-    /// The congestion controller of a path to `addr`: none on this host, or with control
-    /// off.
+    /// The congestion controller of a path to `addr`: none on this host, with control off,
+    /// or through a router link. A router link is a QUIC stream: QUIC's own congestion
+    /// control paces it and repairs its losses hop by hop, and it pushes back when full.
+    /// A second controller above it would read a link that is dialled again (seconds of
+    /// silence, then everything at once) as a collapsed path and keep its window shut on
+    /// datagrams that were dropped before the link came back.
     pub(crate) fn new_congestion(
         &self,
         addr: &SocketAddr,
         now: Instant,
     ) -> Option<Box<Congestion>> {
-        (self.cfg.congestion_control && !is_local(addr, &self.cfg.local_addrs))
-            .then(|| Box::new(Congestion::new(now)))
+        (self.cfg.congestion_control
+            && !is_local(addr, &self.cfg.local_addrs)
+            && !crate::route::is_routed(addr))
+        .then(|| Box::new(Congestion::new(now)))
     }
 
     /// After the participant table changed: each controlled path counts its participant's

@@ -80,6 +80,8 @@ pub struct LinkConfig {
     idle_timeout: Duration,
     max_frame: usize,
     stream_window: u32,
+    /// Where the stateless-reset key comes from (`None`: random per endpoint).
+    reset_secret: Option<[u8; 32]>,
 }
 
 impl Default for LinkConfig {
@@ -90,6 +92,7 @@ impl Default for LinkConfig {
             idle_timeout: Duration::from_secs(4),
             max_frame: MAX_FRAME,
             stream_window: 16 << 20,
+            reset_secret: None,
         }
     }
 }
@@ -106,6 +109,35 @@ impl LinkConfig {
     pub fn idle_timeout(&mut self, d: Duration) -> &mut Self {
         self.idle_timeout = d;
         self
+    }
+
+    /// Derives the endpoint's stateless-reset key from `secret` (a server's identity seed)
+    /// instead of drawing it at random: a server that restarts then answers packets of
+    /// the connections it had before with a reset its clients accept, so they notice at
+    /// their next packet (a keep-alive at most) rather than after the idle timeout, and
+    /// dial again at once.
+    pub fn reset_secret(&mut self, secret: [u8; 32]) -> &mut Self {
+        self.reset_secret = Some(secret);
+        self
+    }
+
+    fn endpoint(&self) -> quinn::EndpointConfig {
+        match self.reset_secret {
+            Some(s) => {
+                let salt = aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, b"tether quic");
+                let mut key = [0u8; 32];
+                let ok = salt
+                    .extract(&s)
+                    .expand(&[b"stateless reset"], aws_lc_rs::hkdf::HKDF_SHA256)
+                    .and_then(|okm| okm.fill(&mut key));
+                if ok.is_err() {
+                    return quinn::EndpointConfig::default();
+                }
+                let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &key);
+                quinn::EndpointConfig::new(Arc::new(k))
+            }
+            None => quinn::EndpointConfig::default(),
+        }
     }
 
     /// The largest frame accepted and sent (at most [`MAX_FRAME`]).
@@ -406,7 +438,7 @@ impl QuicEndpoint {
         let sc = server_config(me, clients, cfg)?;
         let socket = udp_socket(bind).map_err(io_err)?;
         let mut inner = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
+            cfg.endpoint(),
             Some(sc),
             socket,
             Arc::new(quinn::TokioRuntime),
@@ -429,7 +461,7 @@ impl QuicEndpoint {
     ) -> Result<QuicEndpoint, LinkError> {
         let socket = udp_socket(bind).map_err(io_err)?;
         let mut inner = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
+            cfg.endpoint(),
             None,
             socket,
             Arc::new(quinn::TokioRuntime),

@@ -13,7 +13,13 @@ use std::time::Duration;
 
 use tether_core::{FlowController, ParticipantId, Protection};
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, InactiveAfter};
+
+/// `reliability.inactive_reader_ms` by default (the engine's).
+const DEFAULT_INACTIVE_MS: u64 = tether_core::DEFAULT_INACTIVE_AFTER.as_millis() as u64;
+
+/// Its default for a session with routers (`[routers] connect`).
+const ROUTED_INACTIVE_MS: u64 = 20_000;
 
 /// What a [`Config`] asks of the engine, checked.
 #[derive(Debug, Clone)]
@@ -95,7 +101,15 @@ impl TryFrom<&Config> for EngineSettings {
             lease: Duration::from_millis(c.discovery.lease_ms),
             announce_period: c.announce_period(),
             heartbeat_period: Duration::from_millis(c.reliability.heartbeat_period_ms),
-            inactive_after: c.reliability.inactive_reader_ms.duration(),
+            inactive_after: match c.reliability.inactive_reader_ms {
+                // Through routers a reader can go quiet for seconds and come back (a router
+                // restarts, a robot's address changes, a link times out and is dialled
+                // again): the default gives it 20 s rather than 3.
+                InactiveAfter::Ms(DEFAULT_INACTIVE_MS) if !c.routers.connect.is_empty() => {
+                    Some(Duration::from_millis(ROUTED_INACTIVE_MS))
+                }
+                ref i => i.duration(),
+            },
             max_datagram: c.transport.max_datagram,
             path_mtu: c.transport.path_mtu,
             probe_paths: c.transport.probe_paths,
@@ -209,6 +223,23 @@ mod tests {
 
     /// A stalled reader is let go of after 3 s by default; 0 and "strict" keep DDS's
     /// strict behaviour; more than a day, or another word, is refused.
+    #[test]
+    fn with_routers_the_inactive_default_is_longer() {
+        let c = Config::from_toml(
+            "[routers]\nconnect = [\"quic/127.0.0.1:1\"]\n[security]\nkeys = \"k\"\n",
+        )
+        .unwrap();
+        let s = EngineSettings::try_from(&c).unwrap();
+        assert_eq!(s.inactive_after, Some(Duration::from_millis(ROUTED_INACTIVE_MS)));
+        let c = Config::from_toml(
+            "[routers]\nconnect = [\"quic/127.0.0.1:1\"]\n[security]\nkeys = \"k\"\n\
+             [reliability]\ninactive_reader_ms = 2500\n",
+        )
+        .unwrap();
+        let s = EngineSettings::try_from(&c).unwrap();
+        assert_eq!(s.inactive_after, Some(Duration::from_millis(2500)));
+    }
+
     #[test]
     fn inactive_reader_setting() {
         let engine = |toml: &str| {

@@ -83,7 +83,7 @@ impl Session {
             serving_lock: Mutex::new(()),
             serving_cv: Condvar::new(),
             closed: AtomicBool::new(false),
-            max_blocking: Duration::from_millis(config.reliability.max_blocking_time_ms),
+            max_blocking: Duration::from_millis(max_blocking_ms(&config)),
             busy_poll: AtomicBool::new(config.transport.busy_poll),
             send_errors: AtomicU64::new(0),
             recv_errors: AtomicU64::new(0),
@@ -151,6 +151,19 @@ fn router_links(
         core.add_target(tether_core::route::group_addr(n));
     }
     Ok((routers, thread))
+}
+
+/// `reliability.max_blocking_time_ms`, except that a session with routers waits 10 s by
+/// default rather than 1: while a router link is dialled again (a router restarted, a new
+/// address) a keep-all writer's path takes nothing for seconds, and its puts wait for the
+/// link rather than fail.
+fn max_blocking_ms(config: &Config) -> u64 {
+    let ms = config.reliability.max_blocking_time_ms;
+    if ms == crate::config::DEFAULT_MAX_BLOCKING_MS && !config.routers.connect.is_empty() {
+        10_000
+    } else {
+        ms
+    }
 }
 
 /// Whether multicast is on only because the discovery range says so (not asked for by

@@ -1,0 +1,329 @@
+//! `tether router` on loopback (issue 19): sessions that cannot meet otherwise (discovery
+//! off, no peers) meet through a router, with the realm's security end to end; a restarted
+//! router costs a reliable keep-all topic nothing; a revoked session and a router of
+//! another realm are refused; an export list lets only its topics cross. The same across
+//! NATs in network namespaces is in `netns_sites.rs`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Live, finish, spawn, text, wait_until};
+
+/// A realm in a temporary directory with members `a` and `b` (every topic) and routers
+/// `cloud` and `site`.
+struct Realm {
+    dir: tempfile::TempDir,
+}
+
+impl Realm {
+    fn new() -> Realm {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Realm { dir };
+        r.keys(&["init", "realm"]);
+        for m in ["a", "b"] {
+            r.keys(&["issue", "realm", m, "--pub", "/**", "--sub", "/**"]);
+        }
+        for router in ["cloud", "site"] {
+            r.keys(&["issue", "realm", router, "--role", "router"]);
+        }
+        r
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn keys(&self, args: &[&str]) -> String {
+        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .current_dir(self.dir.path())
+            .arg("keys")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "keys {args:?}: {}", text(&o.stderr));
+        text(&o.stdout)
+    }
+
+    /// A router named `name` with `extra` lines of router.toml, listening on `port`.
+    fn router(&self, name: &str, port: u16, metrics: u16, extra: &str) -> Live {
+        let cfg = self.path(&format!("{name}-{port}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\nkeys = \"realm/{name}.key\"\n\
+                 metrics = \"127.0.0.1:{metrics}\"\n{extra}\n"
+            ),
+        )
+        .unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+        c.env("RUST_LOG", "info")
+            .env_remove("TETHER_CONFIG")
+            .args(["router", "--config"])
+            .arg(&cfg);
+        Live::spawn(c)
+    }
+
+    /// `tether` as member `who`, meeting others only through `router`.
+    fn member(&self, who: &str, router: u16) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+        c.env_remove("TETHER_CONFIG")
+            .env_remove("TETHER_KEYS")
+            .arg("--registry-dir")
+            .arg(self.path("registry"))
+            .args(["--discovery", "off", "--keys"])
+            .arg(self.path(&format!("realm/{who}.key")))
+            .args(["--router", &format!("quic/127.0.0.1:{router}")]);
+        c
+    }
+}
+
+/// A UDP port free now (the router binds it a moment later).
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The router's metrics page.
+fn metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut s = String::new();
+    let _ = c.read_to_string(&mut s);
+    s
+}
+
+/// A metric's value (the first sample whose line starts with `prefix`).
+fn metric(page: &str, prefix: &str) -> f64 {
+    page.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// Sequence numbers echoed with --meta, in order of arrival.
+fn seqs(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("[seq "))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+fn wait_links(metrics_port: u16, role: &str, n: f64) -> bool {
+    wait_until(Duration::from_secs(15), || {
+        metric(
+            &metrics(metrics_port),
+            &format!("tether_router_links{{router=\"cloud\",role=\"{role}\"}}"),
+        ) == n
+    })
+}
+
+/// Two members with discovery off meet only through the router: samples arrive, sealed
+/// end to end (the router holds no realm secret), and the router's metrics count them.
+#[test]
+fn members_meet_through_a_router_and_nothing_else() {
+    let realm = Realm::new();
+    let (port, mport) = (free_port(), free_tcp_port());
+    let mut router = realm.router("cloud", port, mport, "");
+    let mut echo = realm.member("b", port);
+    echo.args(["echo", "/chat", "--count", "20", "--reliable", "--timeout", "30"]);
+    let echo = spawn(echo);
+    assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
+    let mut publ = realm.member("a", port);
+    publ.args(["pub", "/chat", "over the router", "-n", "20", "-r", "50"]);
+    let p = finish(spawn(publ), Duration::from_secs(40));
+    assert!(p.status.success(), "pub: {}", text(&p.stderr));
+    let e = finish(echo, Duration::from_secs(40));
+    assert!(e.status.success(), "echo: {}", text(&e.stderr));
+    assert_eq!(text(&e.stdout), "over the router\n".repeat(20));
+    let page = metrics(mport);
+    assert!(
+        metric(&page, "tether_router_samples_forwarded_total") >= 20.0,
+        "{page}"
+    );
+    router.kill();
+    // The router was never given the realm secret, only ids: its bundle has none.
+    let bundle = std::fs::read_to_string(realm.path("realm/cloud.key")).unwrap();
+    assert!(!bundle.contains("realm_secret"), "{bundle}");
+}
+
+/// The router is killed mid-stream and started again: the sessions dial it again, say
+/// again what they publish and subscribe, and a reliable keep-all topic resumes with every
+/// sample delivered once and in order.
+#[test]
+fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
+    let realm = Realm::new();
+    let (port, mport) = (free_port(), free_tcp_port());
+    let mut router = realm.router("cloud", port, mport, "");
+    let mut echo = realm.member("b", port);
+    echo.args([
+        "echo", "/stream", "--count", "150", "--reliable", "--keep-all", "--meta", "--timeout",
+        "60",
+    ]);
+    let echo = Live::spawn(echo);
+    assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
+    let mut publ = realm.member("a", port);
+    publ.args([
+        "pub", "/stream", "sample", "-n", "150", "-r", "25", "--keep-all", "--linger", "30",
+    ]);
+    let publ = spawn(publ);
+    assert!(
+        wait_until(Duration::from_secs(20), || echo.lines() >= 40),
+        "{}",
+        echo.stderr()
+    );
+    router.kill();
+    std::thread::sleep(Duration::from_millis(700));
+    let mut router = realm.router("cloud", port, mport, "");
+    let p = finish(publ, Duration::from_secs(60));
+    assert!(
+        p.status.success(),
+        "pub: {}\necho: {}\nrouter: {}\nmetrics: {}",
+        text(&p.stderr),
+        echo.stderr(),
+        router.stderr(),
+        metrics(mport)
+    );
+    let mut echo = echo;
+    assert_eq!(echo.wait(Duration::from_secs(60)), Some(0), "{}", echo.stderr());
+    let got = seqs(&echo.out.lock().unwrap().join("\n"));
+    assert_eq!(got, (1..=150).collect::<Vec<u64>>(), "{}", echo.stderr());
+    router.kill();
+}
+
+/// A revoked member is refused by the router (its echo finds nobody and says why on the
+/// router's side); a router of another realm cannot link.
+#[test]
+fn revoked_members_and_foreign_routers_are_refused() {
+    let realm = Realm::new();
+    realm.keys(&["revoke", "realm", "b"]);
+    let (port, mport) = (free_port(), free_tcp_port());
+    let mut router = realm.router("cloud", port, mport, "revocations = \"realm/revoked.toml\"");
+    let mut echo = realm.member("b", port);
+    echo.args(["echo", "/x", "--count", "1", "--reliable", "--timeout", "4"]);
+    let e = finish(spawn(echo), Duration::from_secs(30));
+    assert!(!e.status.success(), "a revoked member got through");
+    assert!(
+        wait_until(Duration::from_secs(5), || router.stderr().contains("revoked")),
+        "{}",
+        router.stderr()
+    );
+    assert_eq!(
+        metric(&metrics(mport), "tether_router_links{router=\"cloud\",role=\"session\"}"),
+        0.0
+    );
+    // Another realm's router dials this one: refused, never linked.
+    let other = Realm::new();
+    let oport = free_port();
+    let mut foreign = other.router(
+        "site",
+        oport,
+        free_tcp_port(),
+        &format!("connect = [\"quic/127.0.0.1:{port}\"]"),
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || router.stderr().contains("refused")
+            && router.stderr().contains("realm")),
+        "{}",
+        router.stderr()
+    );
+    assert_eq!(
+        metric(&metrics(mport), "tether_router_links{router=\"cloud\",role=\"router\"}"),
+        0.0
+    );
+    foreign.kill();
+    router.kill();
+}
+
+/// Site A's router lets only /allowed leave; members of site B (on the cloud router) get
+/// /allowed and never /private, and the site's router counts what it held back.
+#[test]
+fn an_export_list_lets_only_its_topics_cross() {
+    let realm = Realm::new();
+    let allowed = realm.keys(&["topic-id", "realm", "/allowed"]);
+    let (cport, cm) = (free_port(), free_tcp_port());
+    let (sport, sm) = (free_port(), free_tcp_port());
+    let mut cloud = realm.router("cloud", cport, cm, "");
+    let mut site = realm.router(
+        "site",
+        sport,
+        sm,
+        &format!(
+            "connect = [\"quic/127.0.0.1:{cport}\"]\n[[export]]\nkey = \"{}\"\ndirection = \"out\"",
+            allowed.trim()
+        ),
+    );
+    assert!(wait_links(cm, "router", 1.0), "{}", cloud.stderr());
+    let mut e1 = realm.member("b", cport);
+    e1.args(["echo", "/allowed", "--count", "3", "--reliable", "--timeout", "30"]);
+    let e1 = spawn(e1);
+    let mut e2 = realm.member("b", cport);
+    e2.args(["echo", "/private", "--count", "1", "--reliable", "--timeout", "8"]);
+    let e2 = spawn(e2);
+    assert!(wait_links(cm, "session", 2.0), "{}", cloud.stderr());
+    for topic in ["/allowed", "/private"] {
+        let mut p = realm.member("a", sport);
+        p.args(["pub", topic, "site data", "-n", "3", "-r", "20", "--linger", "6"]);
+        let _ = finish(spawn(p), Duration::from_secs(30));
+    }
+    let e1 = finish(e1, Duration::from_secs(40));
+    assert!(e1.status.success(), "allowed: {}", text(&e1.stderr));
+    assert_eq!(text(&e1.stdout), "site data\n".repeat(3));
+    let e2 = finish(e2, Duration::from_secs(40));
+    assert!(!e2.status.success(), "private crossed: {}", text(&e2.stdout));
+    assert!(text(&e2.stdout).is_empty());
+    let page = metrics(sm);
+    assert!(
+        metric(&page, "tether_router_drops_total{router=\"site\",reason=\"export_denied\"}")
+            > 0.0,
+        "{page}"
+    );
+    site.kill();
+    cloud.kill();
+}
+
+#[test]
+fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
+    let realm = Realm::new();
+    let cfg = realm.path("r.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:7447\"\nkeys = \"realm/cloud.key\"\nexport = []\n",
+    )
+    .unwrap();
+    let check = |p: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .env_remove("TETHER_CONFIG")
+            .args(["router", "--check", "--config"])
+            .arg(p)
+            .output()
+            .unwrap()
+    };
+    let o = check(&cfg);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("listens on quic/127.0.0.1:7447"), "{out}");
+    assert!(out.contains("export list: 0 topic key(s)"), "{out}");
+    std::fs::write(&cfg, "listen = \"127.0.0.1:7447\"\nkeys = \"realm/a.key\"\n").unwrap();
+    let o = check(&cfg);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("--role router"), "{}", text(&o.stderr));
+}
