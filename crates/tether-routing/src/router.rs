@@ -408,6 +408,18 @@ impl Router {
         self.topo.nodes()
     }
 
+    /// The router graph as this router knows it: each router's node id, sequence number and
+    /// neighbours, sorted by node id (for diagnostics).
+    pub fn graph(&self) -> Vec<(NodeId, u32, Vec<NodeId>)> {
+        let mut g: Vec<(NodeId, u32, Vec<NodeId>)> = self
+            .topo
+            .all()
+            .map(|(o, seq, n)| (NodeId(o), seq, n.iter().map(|&x| NodeId(x)).collect()))
+            .collect();
+        g.sort_by_key(|e| e.0);
+        g
+    }
+
     /// Host routes held.
     pub fn participant_count(&self) -> usize {
         self.hosts.len()
@@ -800,7 +812,7 @@ impl Router {
     /// Someone holds word of this router's own origin for `key` at `seq`: unless it is what
     /// this router said last (come back around a cycle) or older, a restart made it forget
     /// what it said: say the truth again, above it.
-    fn own_word(&mut self, now: Instant, key: RouteKey, seq: u32, advertised: bool) {
+    fn own_word(&mut self, now: Instant, slot: u16, key: RouteKey, seq: u32, advertised: bool) {
         // Whatever we said under `seq`, we say nothing under it again.
         self.seq = self.seq.max(seq);
         let mine = self
@@ -808,11 +820,17 @@ impl Router {
             .find(&key)
             .and_then(|i| self.rib.get(i))
             .and_then(|r| r.origin(self.me).copied());
+        let theirs = (seq, !advertised);
         match mine {
-            // Older than what we said, or our own word come back around a cycle.
-            Some(m) if m.seq > seq || (m.seq == seq && m.withdrawn() != advertised) => {
+            // Our own word come back around a cycle.
+            Some(m) if (m.seq, m.withdrawn()) == theirs => {
                 self.stats.floods_suppressed += 1;
                 return;
+            }
+            // The sender is behind: it gets what we said last.
+            Some(m) if (m.seq, m.withdrawn()) > theirs => {
+                self.stats.floods_suppressed += 1;
+                return self.send(slot, adv_frame(key, &m));
             }
             None if !advertised => return,
             _ => {}
@@ -832,7 +850,7 @@ impl Router {
 
     fn on_advertise(&mut self, now: Instant, slot: u16, a: Advertise) {
         if a.origin.0 == self.me {
-            return self.own_word(now, a.key, a.seq, true);
+            return self.own_word(now, slot, a.key, a.seq, true);
         }
         let Some(i) = self.rib.find_or_insert(&a.key, self.config.max_routes) else {
             return self.stats.drops.add(DropReason::RouteLimit);
@@ -851,7 +869,7 @@ impl Router {
 
     fn on_withdraw(&mut self, now: Instant, slot: u16, w: Withdraw) {
         if w.origin.0 == self.me {
-            return self.own_word(now, w.key, w.seq, false);
+            return self.own_word(now, slot, w.key, w.seq, false);
         }
         let Some(i) = self.rib.find_or_insert(&w.key, self.config.max_routes) else {
             return self.stats.drops.add(DropReason::RouteLimit);
@@ -886,14 +904,17 @@ impl Router {
             flags,
         };
         let full = route.origins.len() >= max;
+        // Ordered by sequence number, then a withdrawal above an advertisement (two words
+        // under one number: a restarted origin reused it; every router keeps the same one).
+        let theirs = (seq, flags & Origin::WITHDRAWN != 0);
         match route.origin_mut(node) {
-            Some(o) if o.seq > seq => {
+            Some(o) if (o.seq, o.withdrawn()) > theirs => {
                 let held = adv_frame(key, o);
                 self.stats.floods_suppressed += 1;
                 self.send(slot, held);
                 false
             }
-            Some(o) if o.seq == seq => {
+            Some(o) if (o.seq, o.withdrawn()) == theirs => {
                 self.stats.floods_suppressed += 1;
                 false
             }
@@ -1111,9 +1132,17 @@ impl Router {
                 .get(&p)
                 .and_then(|h| h.origins.as_slice().iter().find(|o| o.node == self.me))
                 .copied();
-            let echo = |m: &Origin| m.seq > r.seq || (m.seq == r.seq && m.withdrawn() == gone);
-            if mine.as_ref().is_some_and(echo) || (mine.is_none() && gone) {
-                self.stats.floods_suppressed += 1;
+            let theirs = (r.seq, gone);
+            if let Some(m) = mine {
+                if (m.seq, m.withdrawn()) == theirs {
+                    self.stats.floods_suppressed += 1;
+                    return;
+                }
+                if (m.seq, m.withdrawn()) > theirs {
+                    self.stats.floods_suppressed += 1;
+                    return self.send(slot, host_frame(p, &m));
+                }
+            } else if gone {
                 return;
             }
             self.seq = self.seq.max(r.seq);
@@ -1145,13 +1174,13 @@ impl Router {
         };
         let full = h.origins.len() >= max;
         match h.origins.as_mut_slice().iter_mut().find(|o| o.node == r.origin.0) {
-            Some(o) if o.seq > r.seq => {
+            Some(o) if (o.seq, o.withdrawn()) > (r.seq, gone) => {
                 // The sender is behind: it gets the word held.
                 let held = host_frame(p, o);
                 self.stats.floods_suppressed += 1;
                 return self.send(slot, held);
             }
-            Some(o) if o.seq == r.seq => {
+            Some(o) if (o.seq, o.withdrawn()) == (r.seq, gone) => {
                 self.stats.floods_suppressed += 1;
                 return;
             }

@@ -111,28 +111,31 @@ impl Topology {
         seq: u32,
         neighbours: impl Iterator<Item = u64>,
     ) -> Offer {
-        if origin == self.me {
-            // Our own link state come back around a cycle is stale; one at least as new
-            // that says something else is from before a restart.
-            let own = &self.lsdb[&self.me];
-            let mut n: Vec<u64> = neighbours.collect();
-            n.sort_unstable();
-            n.dedup();
-            return if seq > own.seq || (seq == own.seq && n != own.neighbours) {
-                Offer::OwnNewer(seq)
-            } else {
-                Offer::Stale
-            };
-        }
-        match self.lsdb.get(&origin) {
-            Some(l) if l.seq > seq => return Offer::Older,
-            Some(l) if l.seq == seq => return Offer::Stale,
-            None if self.lsdb.len() >= self.max_nodes => return Offer::Full,
-            _ => {}
-        }
+        // Link states are ordered by sequence number, then (two link states under one
+        // number: a router that restarted reused it) by their neighbour lists, so every
+        // router keeps the same one of the two and the origin, told, moves above both.
         let mut n: Vec<u64> = neighbours.collect();
         n.sort_unstable();
         n.dedup();
+        if origin == self.me {
+            // Our own link state come back around a cycle is stale; a greater one is from
+            // before a restart; a smaller one shows the sender is behind.
+            let own = &self.lsdb[&self.me];
+            return match (seq, &n).cmp(&(own.seq, &own.neighbours)) {
+                core::cmp::Ordering::Greater => Offer::OwnNewer(seq),
+                core::cmp::Ordering::Equal => Offer::Stale,
+                core::cmp::Ordering::Less => Offer::Older,
+            };
+        }
+        match self.lsdb.get(&origin) {
+            Some(l) => match (seq, &n).cmp(&(l.seq, &l.neighbours)) {
+                core::cmp::Ordering::Less => return Offer::Older,
+                core::cmp::Ordering::Equal => return Offer::Stale,
+                core::cmp::Ordering::Greater => {}
+            },
+            None if self.lsdb.len() >= self.max_nodes => return Offer::Full,
+            None => {}
+        }
         self.lsdb.insert(
             origin,
             Lsa {
@@ -379,11 +382,15 @@ mod tests {
         assert!(t.tree(3).is_none());
         assert_eq!(t.offer(2, 2, [1, 3].into_iter()), Offer::Newer);
         assert_eq!(t.tree(3).unwrap().parent, Some(2));
-        assert_eq!(t.offer(2, 2, [1].into_iter()), Offer::Stale);
+        assert_eq!(t.offer(2, 2, [3, 1].into_iter()), Offer::Stale);
         assert_eq!(t.offer(2, 1, [1].into_iter()), Offer::Older);
         assert_eq!(t.offer(1, 5, [].into_iter()), Offer::OwnNewer(5));
         assert_eq!(t.offer(1, 1, [2].into_iter()), Offer::Stale, "our own echo");
         assert_eq!(t.offer(1, 1, [3].into_iter()), Offer::OwnNewer(1));
+        assert_eq!(t.offer(1, 1, [].into_iter()), Offer::Older);
+        // Two link states under one number: the greater neighbour list wins everywhere.
+        assert_eq!(t.offer(2, 2, [1, 4].into_iter()), Offer::Newer);
+        assert_eq!(t.offer(2, 2, [1, 3].into_iter()), Offer::Older);
     }
 
     #[test]

@@ -126,6 +126,19 @@ fn check(sc: &Scenario) -> Result<(), TestCaseError> {
         }
     }
 
+    if std::env::var_os("SIM_DEBUG").is_some() {
+        for &r in &rs {
+            for k in 0..KEYS {
+                eprintln!("router {r} key {k}: {:?}", net.r(r).route(&key(k)));
+            }
+            eprintln!("router {r}: {:?}", net.r(r).stats());
+            eprintln!("router {r}: {:?}", net.r(r).graph());
+        }
+        for l in 0..net.link_count() {
+            eprintln!("link {l} {:?} up {}", net.link_ends(l), net.is_up(l));
+        }
+    }
+
     // DATA from every publisher of every key.
     for (pi, &p) in ls.iter().enumerate() {
         let keys: Vec<_> = net.l(p).leaf.advertised().copied().collect();
@@ -228,6 +241,29 @@ fn regression_unicast_after_restart() {
             Restore(3),
         ],
         seed: 17716959494225204810,
+    };
+    check(&sc).unwrap();
+}
+
+#[test]
+fn regression_restart_twice_around_a_failed_link() {
+    use Op::*;
+    let sc = Scenario {
+        routers: 4,
+        extra: vec![(3, 1), (2, 0), (3, 1)],
+        tree: vec![0, 0, 6529600816916227275],
+        leaves: vec![3, 1, 0],
+        ops: vec![
+            Run(13),
+            Restart(3),
+            Advertise(1, 1),
+            Run(12),
+            Subscribe(2, 1),
+            Restart(1),
+            Fail(9),
+            Restart(1),
+        ],
+        seed: 10800984285623255305,
     };
     check(&sc).unwrap();
 }
