@@ -145,7 +145,10 @@ pub(crate) struct Route {
 
 impl Route {
     pub(crate) fn origin_mut(&mut self, node: u64) -> Option<&mut Origin> {
-        self.origins.as_mut_slice().iter_mut().find(|o| o.node == node)
+        self.origins
+            .as_mut_slice()
+            .iter_mut()
+            .find(|o| o.node == node)
     }
 
     pub(crate) fn origin(&self, node: u64) -> Option<&Origin> {
@@ -164,7 +167,12 @@ impl Route {
     /// Sets or clears `flag` for `slot`; returns true if a link entry was added or removed
     /// (the caller counts the link's references).
     pub(crate) fn set_flag(&mut self, slot: u16, flag: u8, on: bool) -> RefChange {
-        if let Some(l) = self.links.as_mut_slice().iter_mut().find(|l| l.slot == slot) {
+        if let Some(l) = self
+            .links
+            .as_mut_slice()
+            .iter_mut()
+            .find(|l| l.slot == slot)
+        {
             if on {
                 l.flags |= flag;
                 return RefChange::None;
@@ -239,9 +247,7 @@ impl Rib {
         let slab = &self.slab;
         self.index
             .find(h, |&i| {
-                slab[i as usize]
-                    .as_ref()
-                    .is_some_and(|r| r.key == *key)
+                slab[i as usize].as_ref().is_some_and(|r| r.key == *key)
             })
             .copied()
     }
@@ -344,7 +350,11 @@ mod tests {
     fn a_route_is_small() {
         assert_eq!(size_of::<Origin>(), 16);
         assert_eq!(size_of::<LinkEntry>(), 4);
-        assert!(size_of::<Option<Route>>() <= 96, "{}", size_of::<Option<Route>>());
+        assert!(
+            size_of::<Option<Route>>() <= 96,
+            "{}",
+            size_of::<Option<Route>>()
+        );
     }
 
     #[test]

@@ -3,8 +3,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::frame::{Advertise, Announce, Data, Frame, FrameType, Hello, HostRoute, LinkState,
-    Unicast, Withdraw, LINK_VERSION};
+use crate::frame::{
+    Advertise, Announce, Data, Frame, FrameType, Hello, HostRoute, LINK_VERSION, LinkState,
+    Unicast, Withdraw,
+};
 use crate::rib::{LinkEntry, Origin, RefChange, Rib, Small};
 use crate::topology::{Offer, Topology};
 use crate::{LinkId, MAX_HOPS, NodeId, ParticipantId, Role, RouteKey};
@@ -111,8 +113,9 @@ pub enum DropReason {
     NoRoute,
     /// DATA of a key nobody beyond the sender subscribed to.
     NoSubscriber,
-    /// DATA or ANNOUNCE that did not come from the parent in its origin's tree (a late copy
-    /// while routes converge, or an origin this router cannot reach).
+    /// DATA that did not come over an edge of its key's tree, or ANNOUNCE that did not come
+    /// from the parent in its origin's tree (a late copy while routes converge, or an origin
+    /// this router cannot reach).
     NotOnTree,
     /// DATA from a session for a key it did not advertise.
     NotPublisher,
@@ -441,8 +444,18 @@ impl Router {
                 .count()
         };
         Some(RouteSummary {
-            origins: r.origins.as_slice().iter().filter(|o| !o.withdrawn()).count(),
-            tombstones: r.origins.as_slice().iter().filter(|o| o.withdrawn()).count(),
+            origins: r
+                .origins
+                .as_slice()
+                .iter()
+                .filter(|o| !o.withdrawn())
+                .count(),
+            tombstones: r
+                .origins
+                .as_slice()
+                .iter()
+                .filter(|o| o.withdrawn())
+                .count(),
             subscribers: count(LinkEntry::DOWN),
             upstream: count(LinkEntry::UP),
             publishers: count(LinkEntry::PUB),
@@ -554,7 +567,9 @@ impl Router {
         if l.refs > 0 {
             let positions: Vec<u32> = self.rib.positions().collect();
             for i in positions {
-                let Some(route) = self.rib.get_mut(i) else { continue };
+                let Some(route) = self.rib.get_mut(i) else {
+                    continue;
+                };
                 let flags = route.flags(slot);
                 if flags == 0 {
                     continue;
@@ -613,8 +628,8 @@ impl Router {
             None => return Err(LinkError::NotUp),
         };
         let r = match role {
-            Role::Session => self.from_session(now, slot, peer, frame),
-            Role::Router => self.from_router(now, slot, frame),
+            Role::Session => self.session_frame(now, slot, peer, frame),
+            Role::Router => self.router_frame(now, slot, frame),
         };
         self.settle(now);
         r
@@ -655,7 +670,7 @@ impl Router {
 
     // ---- inputs by role -------------------------------------------------------------
 
-    fn from_session(
+    fn session_frame(
         &mut self,
         now: Instant,
         slot: u16,
@@ -706,7 +721,7 @@ impl Router {
         Ok(())
     }
 
-    fn from_router(&mut self, now: Instant, slot: u16, frame: Frame) -> Result<(), LinkError> {
+    fn router_frame(&mut self, now: Instant, slot: u16, frame: Frame) -> Result<(), LinkError> {
         match frame {
             Frame::Advertise(a) => self.on_advertise(now, slot, a),
             Frame::WithdrawAdvertise(w) => self.on_withdraw(now, slot, w),
@@ -763,7 +778,9 @@ impl Router {
     fn advertise_own(&mut self, i: u32, key: RouteKey) {
         let seq = self.next_seq();
         let me = self.me;
-        let Some(route) = self.rib.get_mut(i) else { return };
+        let Some(route) = self.rib.get_mut(i) else {
+            return;
+        };
         let o = Origin {
             node: me,
             seq,
@@ -788,7 +805,9 @@ impl Router {
     fn withdraw_own(&mut self, i: u32, key: RouteKey) {
         let seq = self.next_seq();
         let me = self.me;
-        let Some(route) = self.rib.get_mut(i) else { return };
+        let Some(route) = self.rib.get_mut(i) else {
+            return;
+        };
         let o = Origin {
             node: me,
             seq,
@@ -895,7 +914,9 @@ impl Router {
         flags: u8,
     ) -> bool {
         let max = self.config.max_origins_per_route;
-        let Some(route) = self.rib.get_mut(i) else { return false };
+        let Some(route) = self.rib.get_mut(i) else {
+            return false;
+        };
         let key = route.key;
         let new = Origin {
             node,
@@ -1001,7 +1022,9 @@ impl Router {
         if on && self.links[slot as usize].is_none() {
             return;
         }
-        let Some(route) = self.rib.get_mut(i) else { return };
+        let Some(route) = self.rib.get_mut(i) else {
+            return;
+        };
         let change = route.set_flag(slot, flag, on);
         if let Some(l) = self.links[slot as usize].as_mut() {
             match change {
@@ -1079,7 +1102,11 @@ impl Router {
         let mut wanted: Vec<u16> = toward.iter().copied().filter(|&u| want(u)).collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let needs_query = route.links.as_slice().iter().any(|e| e.flags & LinkEntry::DOWN != 0)
+        let needs_query = route
+            .links
+            .as_slice()
+            .iter()
+            .any(|e| e.flags & LinkEntry::DOWN != 0)
             && origins.is_empty();
         for &u in ups.iter().filter(|u| !wanted.contains(u)) {
             self.set_flag(i, u, LinkEntry::UP, false);
@@ -1098,8 +1125,7 @@ impl Router {
 
     /// A session on `slot` announces (`on`) or withdraws participant `p`.
     fn local_host(&mut self, p: u64, slot: u16, on: bool) {
-        if on && !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants
-        {
+        if on && !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants {
             return self.stats.drops.add(DropReason::ParticipantLimit);
         }
         let me = self.me;
@@ -1153,7 +1179,11 @@ impl Router {
                 node: me,
                 seq,
                 hops: 0,
-                flags: if h.local.is_some() { 0 } else { Origin::WITHDRAWN },
+                flags: if h.local.is_some() {
+                    0
+                } else {
+                    Origin::WITHDRAWN
+                },
             };
             match h.origins.as_mut_slice().iter_mut().find(|o| o.node == me) {
                 Some(x) => *x = o,
@@ -1173,7 +1203,12 @@ impl Router {
             flags: if gone { Origin::WITHDRAWN } else { 0 },
         };
         let full = h.origins.len() >= max;
-        match h.origins.as_mut_slice().iter_mut().find(|o| o.node == r.origin.0) {
+        match h
+            .origins
+            .as_mut_slice()
+            .iter_mut()
+            .find(|o| o.node == r.origin.0)
+        {
             Some(o) if (o.seq, o.withdrawn()) > (r.seq, gone) => {
                 // The sender is behind: it gets the word held.
                 let held = host_frame(p, o);
@@ -1240,7 +1275,10 @@ impl Router {
         let ids: Vec<NodeId> = n.iter().map(|&x| NodeId(x)).collect();
         self.topo.set_own(seq, n);
         self.topo_dirty = true;
-        self.flood(None, Frame::LinkState(LinkState::new(NodeId(self.me), seq, &ids)));
+        self.flood(
+            None,
+            Frame::LinkState(LinkState::new(NodeId(self.me), seq, &ids)),
+        );
     }
 
     fn update_node_slot(&mut self, node: u64) {
@@ -1290,7 +1328,9 @@ impl Router {
         let me = self.me;
         let positions: Vec<u32> = self.rib.positions().collect();
         for i in positions {
-            let Some(route) = self.rib.get_mut(i) else { continue };
+            let Some(route) = self.rib.get_mut(i) else {
+                continue;
+            };
             let mut lost_live = false;
             route.origins.retain(|o| {
                 let purge = purged.contains(&o.node) && o.node != me;
@@ -1325,7 +1365,10 @@ impl Router {
     // ---- forwarding -----------------------------------------------------------------
 
     fn is_local_src(&mut self, src: ParticipantId, slot: u16) -> bool {
-        let ok = self.hosts.get(&src.0).is_some_and(|h| h.local == Some(slot));
+        let ok = self
+            .hosts
+            .get(&src.0)
+            .is_some_and(|h| h.local == Some(slot));
         if !ok {
             self.stats.drops.add(DropReason::SpoofedSource);
         }
@@ -1521,13 +1564,17 @@ impl Router {
     /// Moves the next route of a pending table sync into the output queue.
     fn pull_sync(&mut self) {
         for slot in 0..self.links.len() {
-            let Some(Some(l)) = self.links.get(slot) else { continue };
+            let Some(Some(l)) = self.links.get(slot) else {
+                continue;
+            };
             let Some(mut pos) = l.sync else { continue };
             let id = l.id;
             while (pos as usize) < self.rib.slots() {
                 let here = pos;
                 pos += 1;
-                let Some(route) = self.rib.get(here) else { continue };
+                let Some(route) = self.rib.get(here) else {
+                    continue;
+                };
                 let key = route.key;
                 let frames: Vec<Frame> = route
                     .origins

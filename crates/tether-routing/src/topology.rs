@@ -98,7 +98,10 @@ impl Topology {
     pub(crate) fn set_own(&mut self, seq: u32, mut neighbours: Vec<u64>) {
         neighbours.sort_unstable();
         neighbours.dedup();
-        let lsa = self.lsdb.get_mut(&self.me).expect("own link state is always held");
+        let lsa = self
+            .lsdb
+            .get_mut(&self.me)
+            .expect("own link state is always held");
         lsa.seq = seq;
         lsa.neighbours = neighbours;
         self.trees.clear();
@@ -231,7 +234,12 @@ impl Topology {
     /// Marks unreachable routers; returns those unreachable at two sweeps in a row, after
     /// forgetting their link state (the caller forgets their routes).
     pub(crate) fn sweep(&mut self) -> Vec<u64> {
-        let mut nodes: Vec<u64> = self.lsdb.keys().copied().filter(|&n| n != self.me).collect();
+        let mut nodes: Vec<u64> = self
+            .lsdb
+            .keys()
+            .copied()
+            .filter(|&n| n != self.me)
+            .collect();
         nodes.sort_unstable();
         let mut purged = Vec::new();
         for n in nodes {
@@ -351,7 +359,10 @@ mod tests {
         let mut t2 = graph(2, &ring);
         assert_eq!(t2.tree(1).unwrap().children, vec![3]);
         let mut t4 = graph(4, &ring);
-        assert!(t4.tree(1).unwrap().children.is_empty(), "3 hangs off 2, not 4");
+        assert!(
+            t4.tree(1).unwrap().children.is_empty(),
+            "3 hangs off 2, not 4"
+        );
         let mut t1 = graph(1, &ring);
         assert_eq!(t1.tree(1).unwrap().children, vec![2, 4]);
     }
@@ -364,7 +375,11 @@ mod tests {
         let ring = [(1, 2), (2, 3), (3, 4), (4, 5), (5, 1)];
         let mut t3 = graph(3, &ring);
         assert_eq!(t3.first_hop(1, 4), Some(2));
-        assert_eq!(t3.first_hop(4, 4), Some(4), "in 4's own tree, the direct link");
+        assert_eq!(
+            t3.first_hop(4, 4),
+            Some(4),
+            "in 4's own tree, the direct link"
+        );
         assert_eq!(t3.first_hop(1, 3), None);
         let mut t2 = graph(2, &ring);
         assert_eq!(t2.first_hop(1, 3), Some(3), "down to a child");

@@ -120,7 +120,10 @@ fn check(sc: &Scenario) -> Result<(), TestCaseError> {
             .any(|&l| net.l(l).leaf.subscribed().any(|x| *x == key(k)));
         if !wanted {
             for &r in &rs {
-                let up = net.r(r).route(&key(k)).map_or(0, |s| s.upstream + s.subscribers);
+                let up = net
+                    .r(r)
+                    .route(&key(k))
+                    .map_or(0, |s| s.upstream + s.subscribers);
                 prop_assert_eq!(up, 0, "router {} still subscribed to key {}", r, k);
             }
         }
@@ -176,7 +179,11 @@ fn check(sc: &Scenario) -> Result<(), TestCaseError> {
         if net.received(s, &msg) != usize::from(net.path(p, s)) {
             for &r in &rs {
                 let router = net.r(r);
-                eprintln!("router {r}: {:?} {:?}", router.stats(), router.participant_count());
+                eprintln!(
+                    "router {r}: {:?} {:?}",
+                    router.stats(),
+                    router.participant_count()
+                );
             }
         }
         prop_assert_eq!(

@@ -42,7 +42,11 @@ fn data_crosses_one_two_and_three_routers() {
             net.settle(SETTLE);
             net.send_data(p, key(1), b"hello");
             net.settle(SETTLE);
-            assert_eq!(net.received(s, b"hello"), 1, "{routers} routers, order {order}");
+            assert_eq!(
+                net.received(s, b"hello"),
+                1,
+                "{routers} routers, order {order}"
+            );
             assert_eq!(net.max_copies(b"hello"), 1);
             // The publisher's leaf was told someone wants the key.
             let pl = net.l(p).leaf.links()[0];
@@ -103,7 +107,9 @@ fn one_copy_per_link_whatever_the_subscribers_behind_it() {
 fn routes_heal_on_a_ring_and_go_without_a_path() {
     let mut net = Net::new(11);
     let rs: Vec<usize> = (1..=4).map(|i| net.router(i)).collect();
-    let ring: Vec<usize> = (0..4).map(|i| net.connect(rs[i], rs[(i + 1) % 4])).collect();
+    let ring: Vec<usize> = (0..4)
+        .map(|i| net.connect(rs[i], rs[(i + 1) % 4]))
+        .collect();
     let p = net.leaf(100);
     let s = net.leaf(200);
     net.connect(p, rs[0]);
@@ -192,7 +198,11 @@ fn query_for_an_unknown_key() {
     net.connect(s, b);
     net.l(s).leaf.subscribe(key(4));
     net.settle(SETTLE);
-    assert_eq!(net.r(b).stats().queries_sent, 0, "no router neighbour: nobody to ask");
+    assert_eq!(
+        net.r(b).stats().queries_sent,
+        0,
+        "no router neighbour: nobody to ask"
+    );
     net.connect(a, b);
     // Deliver only the first few frames: B's HELLO exchange, then run to the end.
     net.settle(SETTLE);
@@ -251,9 +261,7 @@ fn query_is_answered_from_a_neighbours_table() {
     a.handle_frame(t, LinkId(2), Frame::Query(key(6))).unwrap();
     let answer = a.poll_transmit().expect("an answer");
     assert_eq!(answer.0, LinkId(2));
-    assert!(
-        matches!(answer.1, Frame::Advertise(ad) if ad.key == key(6) && ad.origin == NodeId(1))
-    );
+    assert!(matches!(answer.1, Frame::Advertise(ad) if ad.key == key(6) && ad.origin == NodeId(1)));
     assert_eq!(a.stats().queries_answered, 1);
 }
 
@@ -312,7 +320,11 @@ fn sweeps_forget_withdrawn_and_unreachable() {
     for _ in 0..3 {
         net.advance(Duration::from_secs(31));
     }
-    assert_eq!(net.r(a).rib_len(), 0, "withdrawn and unreachable routes are gone");
+    assert_eq!(
+        net.r(a).rib_len(),
+        0,
+        "withdrawn and unreachable routes are gone"
+    );
     assert_eq!(net.r(a).node_count(), 1);
     assert_eq!(net.r(b).rib_len(), 1, "B still publishes key 8");
 }

@@ -108,7 +108,10 @@ fn payloads_are_not_copied() {
 
 #[test]
 fn bad_frames_are_refused_with_a_reason() {
-    assert_eq!(Frame::parse(Bytes::from_static(&[1, 0])), Err(FrameError::Truncated));
+    assert_eq!(
+        Frame::parse(Bytes::from_static(&[1, 0])),
+        Err(FrameError::Truncated)
+    );
     assert_eq!(
         Frame::parse(Bytes::from_static(&[0x7f, 0, 0, 0, 0])),
         Err(FrameError::UnknownType(0x7f))
@@ -137,10 +140,16 @@ fn bad_frames_are_refused_with_a_reason() {
     );
     hello[5] = 1;
     hello[6] = 3;
-    assert_eq!(Frame::parse(hello.into()), Err(FrameError::BadValue("role")));
+    assert_eq!(
+        Frame::parse(hello.into()),
+        Err(FrameError::BadValue("role"))
+    );
     let mut adv = samples()[1].to_bytes().unwrap().to_vec();
     adv[37..45].fill(0);
-    assert_eq!(Frame::parse(adv.into()), Err(FrameError::BadValue("origin")));
+    assert_eq!(
+        Frame::parse(adv.into()),
+        Err(FrameError::BadValue("origin"))
+    );
     // LINK_STATE whose count disagrees with its length.
     let mut ls = samples()[11].to_bytes().unwrap().to_vec();
     ls[18] = 3;
@@ -256,15 +265,20 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 Frame::Participant(r)
             }
         }),
-        (arb_key(), nz.clone(), nz.clone(), any::<u8>(), bytes.clone()).prop_map(
-            |(key, o, s, hops, datagram)| Frame::Data(Data {
+        (
+            arb_key(),
+            nz.clone(),
+            nz.clone(),
+            any::<u8>(),
+            bytes.clone()
+        )
+            .prop_map(|(key, o, s, hops, datagram)| Frame::Data(Data {
                 key,
                 origin: NodeId(o),
                 src: ParticipantId(s),
                 hops,
                 datagram,
-            })
-        ),
+            })),
         (nz.clone(), nz.clone(), any::<u8>(), bytes.clone()).prop_map(|(d, s, hops, datagram)| {
             Frame::Unicast(Unicast {
                 dst: ParticipantId(d),

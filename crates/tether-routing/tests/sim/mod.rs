@@ -38,7 +38,7 @@ impl Rng {
 }
 
 pub enum Node {
-    Router(Router),
+    Router(Box<Router>),
     Leaf(LeafNode),
 }
 
@@ -99,7 +99,10 @@ impl Net {
     /// A router with node id `node`.
     pub fn router(&mut self, node: u64) -> usize {
         self.nodes
-            .push(Node::Router(Router::new(Config::new(NodeId(node), 0))));
+            .push(Node::Router(Box::new(Router::new(Config::new(
+                NodeId(node),
+                0,
+            )))));
         self.nodes.len() - 1
     }
 
@@ -136,7 +139,16 @@ impl Net {
 
     /// Links `a` and `b` (and brings the link up); returns the link's index.
     pub fn connect(&mut self, a: usize, b: usize) -> usize {
-        let ends = [End { node: a, id: LinkId(0) }, End { node: b, id: LinkId(0) }];
+        let ends = [
+            End {
+                node: a,
+                id: LinkId(0),
+            },
+            End {
+                node: b,
+                id: LinkId(0),
+            },
+        ];
         self.links.push(SimLink {
             ends,
             up: false,
@@ -214,7 +226,7 @@ impl Net {
             self.fail(l);
         }
         let node = self.r(i).node();
-        self.nodes[i] = Node::Router(Router::new(Config::new(node, 0)));
+        self.nodes[i] = Node::Router(Box::new(Router::new(Config::new(node, 0))));
         for &l in &mine {
             self.restore(l);
         }
