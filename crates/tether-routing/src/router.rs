@@ -83,7 +83,8 @@ impl Config {
         self
     }
 
-    /// Most routers in the graph (default 4,096).
+    /// Most routers in the graph (default 4,096); a LINK_STATE listing more neighbours is
+    /// refused too.
     pub fn max_nodes(&mut self, value: usize) -> &mut Self {
         self.max_nodes = value.max(1);
         self
@@ -1236,6 +1237,11 @@ impl Router {
     // ---- the graph ------------------------------------------------------------------
 
     fn on_link_state(&mut self, slot: u16, ls: LinkState) {
+        // No router has more router neighbours than there are routers: a longer list is
+        // refused, so the graph stays within max_nodes² entries.
+        if ls.len() > self.config.max_nodes {
+            return self.stats.drops.add(DropReason::NodeLimit);
+        }
         match self
             .topo
             .offer(ls.origin.0, ls.seq, ls.neighbours().map(|n| n.0))

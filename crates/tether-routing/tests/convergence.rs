@@ -41,9 +41,9 @@ struct Scenario {
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
-    (2usize..=6, 2usize..=5)
+    (2usize..=9, 2usize..=7)
         .prop_flat_map(|(routers, leaves)| {
-            let links_max = (routers - 1) + 4 + leaves;
+            let links_max = (routers - 1) + 8 + leaves;
             let op = prop_oneof![
                 3 => (0..leaves, 0..KEYS).prop_map(|(l, k)| Op::Advertise(l, k)),
                 1 => (0..leaves, 0..KEYS).prop_map(|(l, k)| Op::Withdraw(l, k)),
@@ -56,10 +56,10 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             ];
             (
                 Just(routers),
-                proptest::collection::vec((0..routers, 0..routers), 0..=4),
+                proptest::collection::vec((0..routers, 0..routers), 0..=8),
                 proptest::collection::vec(any::<usize>(), routers - 1),
                 proptest::collection::vec(0..routers, leaves),
-                proptest::collection::vec(op, 0..30),
+                proptest::collection::vec(op, 0..60),
                 any::<u64>(),
             )
         })
