@@ -27,13 +27,14 @@
 //! | 0x0B | ANNOUNCE | `src u64`, `origin u64`, `hops u8`, `datagram` (17 B + datagram) |
 //! | 0x0C | LINK_STATE | `origin u64`, `seq u32`, `count u16`, `count × neighbour u64` (14 B + 8 × count) |
 //!
-//! Two refinements of the issue-19 contract, both for loop suppression: DATA and ANNOUNCE
-//! carry the `origin` router (the router the sending session is attached to; a session
-//! writes its own node id there and its router replaces it), so that a router accepts them
-//! only from its parent in the origin's tree (reverse-path check) and forwards them only to
-//! its children; and LINK_STATE, a router's list of neighbours, flooded so that every router
-//! computes the same tree rooted at each origin (see the crate docs). DATA, UNICAST and
-//! ANNOUNCE carry a `hops` count, a backstop that ends any loop while routes converge.
+//! Two refinements of the issue-19 contract, both for loop suppression: LINK_STATE, a
+//! router's list of neighbours, flooded so that every router computes the same trees (see
+//! the crate docs); and an `origin` router in DATA and ANNOUNCE (the router the sending
+//! session is attached to; a session writes its own node id and its router replaces it), by
+//! which ANNOUNCE is accepted only from the parent in the origin's tree (DATA follows its
+//! key's tree; its origin tells a receiver where it entered the router network). DATA,
+//! UNICAST and ANNOUNCE carry a `hops` count, a backstop that ends any loop while routes
+//! converge.
 //!
 //! Parsing never panics and never allocates: a frame's variable parts (datagram, neighbour
 //! list) are [`Bytes`] slices of the input. Every length is checked against the bytes present

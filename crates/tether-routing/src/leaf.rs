@@ -168,7 +168,7 @@ impl Leaf {
             return false;
         }
         let f = self.advertise_frame(key);
-        self.to_all(f);
+        self.send_all(f);
         true
     }
 
@@ -184,7 +184,7 @@ impl Leaf {
             origin: self.node,
             seq: self.seq,
         });
-        self.to_all(f);
+        self.send_all(f);
         true
     }
 
@@ -195,7 +195,7 @@ impl Leaf {
         if *n > 1 {
             return false;
         }
-        self.to_all(Frame::Subscribe(key));
+        self.send_all(Frame::Subscribe(key));
         true
     }
 
@@ -204,7 +204,7 @@ impl Leaf {
         if !release(&mut self.subscribed, key) {
             return false;
         }
-        self.to_all(Frame::Unsubscribe(key));
+        self.send_all(Frame::Unsubscribe(key));
         true
     }
 
@@ -212,7 +212,7 @@ impl Leaf {
     pub fn add_participant(&mut self, p: ParticipantId) {
         if self.participants.insert(p) {
             let f = Frame::Participant(self.host_route(p));
-            self.to_all(f);
+            self.send_all(f);
         }
     }
 
@@ -220,7 +220,7 @@ impl Leaf {
     pub fn remove_participant(&mut self, p: ParticipantId) {
         if self.participants.remove(&p) {
             let f = Frame::ParticipantGone(self.host_route(p));
-            self.to_all(f);
+            self.send_all(f);
         }
     }
 
@@ -312,7 +312,7 @@ impl Leaf {
         })
     }
 
-    fn to_all(&mut self, f: Frame) {
+    fn send_all(&mut self, f: Frame) {
         for &l in &self.links {
             self.out.push_back((l, f.clone()));
         }

@@ -36,18 +36,24 @@
 //!
 //! Because next hops come from the graph and not from the path an advertisement took, a link
 //! that fails does not invalidate any advertisement: the routers at its ends flood a new
-//! LINK_STATE, every router recomputes its trees, and subscriptions move to the new parents
+//! LINK_STATE, every router recomputes its trees, and subscriptions move to the new tree
 //! (routes heal on a ring; with no path left, nothing is subscribed and nothing is sent).
+//! Words older than the one held are answered with the one held, and two words under one
+//! sequence number (a restarted router reused it) are ordered, so all routers keep the same.
 //!
-//! Subscriptions go up the tree: a router subscribes on the link to its parent in each origin's
-//! tree (and to the local publisher sessions, for its own origin) once it has a subscribed
-//! link other than that one, whatever the number of subscribers behind it. DATA goes down: a
-//! router accepts DATA of origin O only from its parent in O's tree (reverse-path check) and
-//! forwards one copy to each subscribed session link and each subscribed child. Once the
-//! routers agree on the graph, every subscriber connected to a publisher gets each datagram
-//! exactly once, and no datagram loops; while they do not yet agree, a `hops` limit in DATA,
-//! UNICAST and ANNOUNCE ends any loop. ANNOUNCE (discovery) follows the same tree to every
-//! session without subscriptions.
+//! A key's traffic follows one tree: the tree rooted at its lowest-id reachable origin, which
+//! every router of a component picks alike. A router subscribes toward each of the key's
+//! origins along that tree (and to the local publisher sessions, for its own origin) exactly
+//! while some other link is subscribed to it, whatever the number of subscribers behind that
+//! link. On a tree, every subscription rests on one from farther away and in the end on a
+//! subscriber session, so subscriptions cannot hold each other up around a cycle once the
+//! subscribers are gone (with a tree per origin they could: the property test found it). A
+//! router accepts DATA only over an edge of the key's tree and forwards one copy to each
+//! subscribed session link and each subscribed tree neighbour, never back. Once the routers
+//! agree on the graph, every subscriber connected to a publisher gets each datagram exactly
+//! once and no datagram loops; while they do not yet agree, a `hops` limit in DATA, UNICAST
+//! and ANNOUNCE ends any loop. ANNOUNCE (discovery) and UNICAST follow the origin's own tree
+//! (the sender's router, and the destination's), without subscriptions.
 //!
 //! A router that gets a SUBSCRIBE for a key it knows no publisher of QUERYs its router
 //! neighbours, which answer with the advertisements they hold; the subscription goes up as
@@ -70,7 +76,7 @@ use core::fmt;
 
 pub use frame::{Decoder, Frame, FrameError, FrameType};
 pub use leaf::{Delivery, Leaf};
-pub use router::{Config, DropReason, Drops, LinkError, Router, Stats};
+pub use router::{Config, DropReason, Drops, LinkError, RouteSummary, Router, Stats};
 
 /// Most router hops a DATA, UNICAST or ANNOUNCE may travel; a frame that has travelled this
 /// many is dropped (a backstop for loops while routes converge, as IP's TTL).

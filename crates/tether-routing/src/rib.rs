@@ -198,10 +198,6 @@ impl Route {
             .any(|l| l.flags & LinkEntry::PUB != 0)
     }
 
-    pub(crate) fn has_live_origin(&self) -> bool {
-        self.origins.as_slice().iter().any(|o| !o.withdrawn())
-    }
-
     /// Nothing left worth keeping: no origin (not even a tombstone) and no link.
     pub(crate) fn is_empty(&self) -> bool {
         self.origins.is_empty() && self.links.is_empty()

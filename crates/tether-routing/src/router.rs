@@ -83,7 +83,8 @@ impl Config {
         self
     }
 
-    /// Most routers in the graph (default 4,096).
+    /// Most routers in the graph (default 4,096); a LINK_STATE listing more neighbours is
+    /// refused too.
     pub fn max_nodes(&mut self, value: usize) -> &mut Self {
         self.max_nodes = value.max(1);
         self
@@ -113,8 +114,9 @@ pub enum DropReason {
     NoRoute,
     /// DATA of a key nobody beyond the sender subscribed to.
     NoSubscriber,
-    /// DATA or ANNOUNCE that did not come from the parent in its origin's tree (a late copy
-    /// while routes converge, or an origin this router cannot reach).
+    /// DATA that did not come over an edge of its key's tree, or ANNOUNCE that did not come
+    /// from the parent in its origin's tree (a late copy while routes converge, or an origin
+    /// this router cannot reach).
     NotOnTree,
     /// DATA from a session for a key it did not advertise.
     NotPublisher,
@@ -230,6 +232,22 @@ pub struct Stats {
     pub queries_expired: u64,
     /// Drops by reason.
     pub drops: Drops,
+}
+
+/// What a router holds for one key ([`Router::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RouteSummary {
+    /// Origin routers advertising the key.
+    pub origins: usize,
+    /// Origin routers that withdrew it (tombstones not yet swept).
+    pub tombstones: usize,
+    /// Links subscribed to the key through this router.
+    pub subscribers: usize,
+    /// Links this router subscribed on, toward publishers.
+    pub upstream: usize,
+    /// Session links publishing the key here.
+    pub publishers: usize,
 }
 
 /// Why a link was refused or should be closed. The peer's faults (`OwnNode`,
@@ -394,6 +412,18 @@ impl Router {
         self.topo.nodes()
     }
 
+    /// The router graph as this router knows it: each router's node id, sequence number and
+    /// neighbours, sorted by node id (for diagnostics).
+    pub fn graph(&self) -> Vec<(NodeId, u32, Vec<NodeId>)> {
+        let mut g: Vec<(NodeId, u32, Vec<NodeId>)> = self
+            .topo
+            .all()
+            .map(|(o, seq, n)| (NodeId(o), seq, n.iter().map(|&x| NodeId(x)).collect()))
+            .collect();
+        g.sort_by_key(|e| e.0);
+        g
+    }
+
     /// Host routes held.
     pub fn participant_count(&self) -> usize {
         self.hosts.len()
@@ -402,6 +432,35 @@ impl Router {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// What this router holds for `key`, if anything: for diagnostics and tests.
+    pub fn route(&self, key: &RouteKey) -> Option<RouteSummary> {
+        let r = self.rib.get(self.rib.find(key)?)?;
+        let count = |flag: u8| {
+            r.links
+                .as_slice()
+                .iter()
+                .filter(|e| e.flags & flag != 0)
+                .count()
+        };
+        Some(RouteSummary {
+            origins: r
+                .origins
+                .as_slice()
+                .iter()
+                .filter(|o| !o.withdrawn())
+                .count(),
+            tombstones: r
+                .origins
+                .as_slice()
+                .iter()
+                .filter(|o| o.withdrawn())
+                .count(),
+            subscribers: count(LinkEntry::DOWN),
+            upstream: count(LinkEntry::UP),
+            publishers: count(LinkEntry::PUB),
+        })
     }
 
     /// Whether `link` carries a subscription of `key` toward a publisher (this router
@@ -570,8 +629,8 @@ impl Router {
             None => return Err(LinkError::NotUp),
         };
         let r = match role {
-            Role::Session => self.from_session(now, slot, peer, frame),
-            Role::Router => self.from_router(now, slot, frame),
+            Role::Session => self.session_frame(now, slot, peer, frame),
+            Role::Router => self.router_frame(now, slot, frame),
         };
         self.settle(now);
         r
@@ -612,7 +671,7 @@ impl Router {
 
     // ---- inputs by role -------------------------------------------------------------
 
-    fn from_session(
+    fn session_frame(
         &mut self,
         now: Instant,
         slot: u16,
@@ -663,7 +722,7 @@ impl Router {
         Ok(())
     }
 
-    fn from_router(&mut self, now: Instant, slot: u16, frame: Frame) -> Result<(), LinkError> {
+    fn router_frame(&mut self, now: Instant, slot: u16, frame: Frame) -> Result<(), LinkError> {
         match frame {
             Frame::Advertise(a) => self.on_advertise(now, slot, a),
             Frame::WithdrawAdvertise(w) => self.on_withdraw(now, slot, w),
@@ -770,19 +829,28 @@ impl Router {
         );
     }
 
-    /// Someone holds word of this router's own origin for `key` at `seq`: if it is not
-    /// older than what this router said last (a restart forgot it), say the truth again
-    /// above it.
-    fn own_word(&mut self, now: Instant, key: RouteKey, seq: u32, advertised: bool) {
+    /// Someone holds word of this router's own origin for `key` at `seq`: unless it is what
+    /// this router said last (come back around a cycle) or older, a restart made it forget
+    /// what it said: say the truth again, above it.
+    fn own_word(&mut self, now: Instant, slot: u16, key: RouteKey, seq: u32, advertised: bool) {
+        // Whatever we said under `seq`, we say nothing under it again.
+        self.seq = self.seq.max(seq);
         let mine = self
             .rib
             .find(&key)
             .and_then(|i| self.rib.get(i))
             .and_then(|r| r.origin(self.me).copied());
+        let theirs = (seq, !advertised);
         match mine {
-            Some(m) if m.seq > seq => {
+            // Our own word come back around a cycle.
+            Some(m) if (m.seq, m.withdrawn()) == theirs => {
                 self.stats.floods_suppressed += 1;
                 return;
+            }
+            // The sender is behind: it gets what we said last.
+            Some(m) if (m.seq, m.withdrawn()) > theirs => {
+                self.stats.floods_suppressed += 1;
+                return self.send(slot, adv_frame(key, &m));
             }
             None if !advertised => return,
             _ => {}
@@ -802,13 +870,13 @@ impl Router {
 
     fn on_advertise(&mut self, now: Instant, slot: u16, a: Advertise) {
         if a.origin.0 == self.me {
-            return self.own_word(now, a.key, a.seq, true);
+            return self.own_word(now, slot, a.key, a.seq, true);
         }
         let Some(i) = self.rib.find_or_insert(&a.key, self.config.max_routes) else {
             return self.stats.drops.add(DropReason::RouteLimit);
         };
         let hops = a.hops.saturating_add(1);
-        if !self.store_origin(i, a.origin.0, a.seq, hops, 0) {
+        if !self.store_origin(slot, i, a.origin.0, a.seq, hops, 0) {
             return;
         }
         //= docs/wire.md#router-links
@@ -821,12 +889,12 @@ impl Router {
 
     fn on_withdraw(&mut self, now: Instant, slot: u16, w: Withdraw) {
         if w.origin.0 == self.me {
-            return self.own_word(now, w.key, w.seq, false);
+            return self.own_word(now, slot, w.key, w.seq, false);
         }
         let Some(i) = self.rib.find_or_insert(&w.key, self.config.max_routes) else {
             return self.stats.drops.add(DropReason::RouteLimit);
         };
-        if !self.store_origin(i, w.origin.0, w.seq, 0, Origin::WITHDRAWN) {
+        if !self.store_origin(slot, i, w.origin.0, w.seq, 0, Origin::WITHDRAWN) {
             return;
         }
         self.flood(Some(slot), Frame::WithdrawAdvertise(w));
@@ -834,12 +902,23 @@ impl Router {
         self.rib.remove_if_empty(i);
     }
 
-    /// Records an origin's word on route `i` if it is newer; false if it was not (or no room).
-    fn store_origin(&mut self, i: u32, node: u64, seq: u32, hops: u8, flags: u8) -> bool {
+    /// Records an origin's word on route `i` if it is newer. If the sender on `slot` is
+    /// behind (it sent an older word than the one held), it gets the one held back: that is
+    /// how a router that restarted, or swept a tombstone early, catches up.
+    fn store_origin(
+        &mut self,
+        slot: u16,
+        i: u32,
+        node: u64,
+        seq: u32,
+        hops: u8,
+        flags: u8,
+    ) -> bool {
         let max = self.config.max_origins_per_route;
         let Some(route) = self.rib.get_mut(i) else {
             return false;
         };
+        let key = route.key;
         let new = Origin {
             node,
             seq,
@@ -847,8 +926,17 @@ impl Router {
             flags,
         };
         let full = route.origins.len() >= max;
+        // Ordered by sequence number, then a withdrawal above an advertisement (two words
+        // under one number: a restarted origin reused it; every router keeps the same one).
+        let theirs = (seq, flags & Origin::WITHDRAWN != 0);
         match route.origin_mut(node) {
-            Some(o) if o.seq >= seq => {
+            Some(o) if (o.seq, o.withdrawn()) > theirs => {
+                let held = adv_frame(key, o);
+                self.stats.floods_suppressed += 1;
+                self.send(slot, held);
+                false
+            }
+            Some(o) if (o.seq, o.withdrawn()) == theirs => {
                 self.stats.floods_suppressed += 1;
                 false
             }
@@ -948,36 +1036,58 @@ impl Router {
         }
     }
 
-    /// Brings route `i`'s upstream subscriptions in line with its origins and subscribers:
-    /// subscribed on each link toward a live origin (the parent in its tree, or a local
-    /// publisher session) exactly while some other link is subscribed to us. Queries if
-    /// there are subscribers and no publisher is known.
+    /// Brings route `i`'s upstream subscriptions in line with its origins and subscribers.
+    ///
+    /// A key's traffic follows one tree, the tree rooted at its lowest-id reachable origin
+    /// (every router of a component agrees on it once floods settle). This router subscribes
+    /// on the first hop along that tree toward each live origin (a local publisher session
+    /// for its own origin) exactly while another link, a subscriber session or a tree
+    /// neighbour, is subscribed to it. On a tree that rule is well-founded: each
+    /// subscription rests on one from farther away, and in the end on a subscriber session,
+    /// so subscriptions cannot keep each other alive around a cycle once the real
+    /// subscribers are gone (with one tree per origin, they could).
+    ///
+    /// Queries if there are subscribers and no publisher is known.
     fn refresh(&mut self, now: Instant, i: u32) {
         let Some(route) = self.rib.get(i) else { return };
         let key = route.key;
+        let origins: Vec<u64> = live_origins(route).collect();
+        let root = shared_root(&mut self.topo, &origins);
         let mut toward: Vec<u16> = Vec::new();
-        for o in route.origins.as_slice().iter().filter(|o| !o.withdrawn()) {
-            if o.node == self.me {
-                toward.extend(
-                    route
-                        .links
-                        .as_slice()
-                        .iter()
-                        .filter(|e| e.flags & LinkEntry::PUB != 0)
-                        .map(|e| e.slot),
-                );
-            } else if let Some(p) = self.topo.tree(o.node).and_then(|t| t.parent)
-                && let Some(&s) = self.node_slot.get(&p)
-            {
-                toward.push(s);
+        let mut tree_nodes: Vec<u64> = Vec::new();
+        if let Some(r) = root {
+            if let Some(t) = self.topo.tree(r) {
+                tree_nodes.extend(t.parent);
+                tree_nodes.extend(t.children.iter().copied());
+            }
+            for &o in &origins {
+                if o == self.me {
+                    toward.extend(
+                        route
+                            .links
+                            .as_slice()
+                            .iter()
+                            .filter(|e| e.flags & LinkEntry::PUB != 0)
+                            .map(|e| e.slot),
+                    );
+                } else if let Some(h) = self.topo.first_hop(r, o)
+                    && let Some(&s) = self.node_slot.get(&h)
+                {
+                    toward.push(s);
+                }
             }
         }
-        let downs: Vec<u16> = route
+        let node_of = |s: u16| self.links[s as usize].as_ref().map(|l| (l.node, l.role));
+        // Subscribed links that count: sessions, and tree neighbours (a router that is not
+        // one subscribed on a view of the graph that is out of date).
+        let downs: Vec<u64> = route
             .links
             .as_slice()
             .iter()
             .filter(|e| e.flags & LinkEntry::DOWN != 0)
-            .map(|e| e.slot)
+            .filter_map(|e| node_of(e.slot))
+            .filter(|(n, role)| *role == Role::Session || tree_nodes.contains(n))
+            .map(|(n, _)| n)
             .collect();
         let ups: Vec<u16> = route
             .links
@@ -986,19 +1096,26 @@ impl Router {
             .filter(|e| e.flags & LinkEntry::UP != 0)
             .map(|e| e.slot)
             .collect();
-        let want = |u: u16| toward.contains(&u) && downs.iter().any(|&d| d != u);
-        let needs_query = !downs.is_empty() && !route.has_live_origin();
-        for u in ups.iter().copied().filter(|&u| !want(u)) {
+        let want = |u: u16| {
+            let un = node_of(u).map(|(n, _)| n);
+            toward.contains(&u) && downs.iter().any(|&d| Some(d) != un)
+        };
+        let mut wanted: Vec<u16> = toward.iter().copied().filter(|&u| want(u)).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let needs_query = route
+            .links
+            .as_slice()
+            .iter()
+            .any(|e| e.flags & LinkEntry::DOWN != 0)
+            && origins.is_empty();
+        for &u in ups.iter().filter(|u| !wanted.contains(u)) {
             self.set_flag(i, u, LinkEntry::UP, false);
             self.send(u, Frame::Unsubscribe(key));
         }
-        let mut added: Vec<u16> = Vec::new();
-        for u in toward.iter().copied() {
-            if want(u) && !ups.contains(&u) && !added.contains(&u) {
-                added.push(u);
-                self.set_flag(i, u, LinkEntry::UP, true);
-                self.send(u, Frame::Subscribe(key));
-            }
+        for &u in wanted.iter().filter(|u| !ups.contains(u)) {
+            self.set_flag(i, u, LinkEntry::UP, true);
+            self.send(u, Frame::Subscribe(key));
         }
         if needs_query {
             self.maybe_query(now, key);
@@ -1036,13 +1153,23 @@ impl Router {
         let p = r.participant.0;
         if r.origin.0 == self.me {
             // Word of our own host route: a restart forgot it; say the truth above it.
+            self.seq = self.seq.max(r.seq);
             let mine = self
                 .hosts
                 .get(&p)
                 .and_then(|h| h.origins.as_slice().iter().find(|o| o.node == self.me))
                 .copied();
-            if mine.is_some_and(|m| m.seq > r.seq) || (mine.is_none() && gone) {
-                self.stats.floods_suppressed += 1;
+            let theirs = (r.seq, gone);
+            if let Some(m) = mine {
+                if (m.seq, m.withdrawn()) == theirs {
+                    self.stats.floods_suppressed += 1;
+                    return;
+                }
+                if (m.seq, m.withdrawn()) > theirs {
+                    self.stats.floods_suppressed += 1;
+                    return self.send(slot, host_frame(p, &m));
+                }
+            } else if gone {
                 return;
             }
             self.seq = self.seq.max(r.seq);
@@ -1083,7 +1210,13 @@ impl Router {
             .iter_mut()
             .find(|o| o.node == r.origin.0)
         {
-            Some(o) if o.seq >= r.seq => {
+            Some(o) if (o.seq, o.withdrawn()) > (r.seq, gone) => {
+                // The sender is behind: it gets the word held.
+                let held = host_frame(p, o);
+                self.stats.floods_suppressed += 1;
+                return self.send(slot, held);
+            }
+            Some(o) if (o.seq, o.withdrawn()) == (r.seq, gone) => {
                 self.stats.floods_suppressed += 1;
                 return;
             }
@@ -1104,6 +1237,11 @@ impl Router {
     // ---- the graph ------------------------------------------------------------------
 
     fn on_link_state(&mut self, slot: u16, ls: LinkState) {
+        // No router has more router neighbours than there are routers: a longer list is
+        // refused, so the graph stays within max_nodes² entries.
+        if ls.len() > self.config.max_nodes {
+            return self.stats.drops.add(DropReason::NodeLimit);
+        }
         match self
             .topo
             .offer(ls.origin.0, ls.seq, ls.neighbours().map(|n| n.0))
@@ -1113,6 +1251,13 @@ impl Router {
                 self.flood(Some(slot), Frame::LinkState(ls));
             }
             Offer::Stale => self.stats.floods_suppressed += 1,
+            Offer::Older => {
+                self.stats.floods_suppressed += 1;
+                if let Some((seq, n)) = self.topo.get(ls.origin.0) {
+                    let n: Vec<NodeId> = n.iter().map(|&x| NodeId(x)).collect();
+                    self.send(slot, Frame::LinkState(LinkState::new(ls.origin, seq, &n)));
+                }
+            }
             Offer::OwnNewer(seq) => {
                 self.seq = self.seq.max(seq);
                 self.originate_link_state();
@@ -1156,14 +1301,14 @@ impl Router {
         };
     }
 
-    /// After each input: if the graph changed, routes naming an origin whose parent
-    /// changed move their subscriptions.
+    /// After each input: if the graph changed, routes naming an origin whose tree changed
+    /// (or that became reachable or unreachable) move their subscriptions.
     fn settle(&mut self, now: Instant) {
         if !self.topo_dirty {
             return;
         }
         self.topo_dirty = false;
-        let changed = self.topo.changed_parents();
+        let changed = self.topo.changed_trees();
         if changed.is_empty() {
             return;
         }
@@ -1236,9 +1381,10 @@ impl Router {
         ok
     }
 
-    /// The children of this router in `origin`'s tree, as link slots, if `from` passes the
-    /// reverse-path check (a session link for our own origin, the parent's link otherwise).
-    fn tree_step(&mut self, origin: u64, from: u16, from_session: bool) -> Option<Vec<u16>> {
+    /// The children of this router in `origin`'s tree (node ids), if `from` passes the
+    /// reverse-path check: a session link for our own origin, a link to the parent
+    /// otherwise (any link to it: two routers may be joined by more than one).
+    fn tree_step(&mut self, origin: u64, from: u16, from_session: bool) -> Option<Vec<u64>> {
         let from_node = self.links[from as usize].as_ref().map(|l| l.node);
         let tree = self.topo.tree(origin)?;
         let ok = if from_session {
@@ -1246,15 +1392,7 @@ impl Router {
         } else {
             tree.parent.is_some() && tree.parent == from_node
         };
-        if !ok {
-            return None;
-        }
-        Some(
-            tree.children
-                .iter()
-                .filter_map(|c| self.node_slot.get(c).copied())
-                .collect(),
-        )
+        ok.then(|| tree.children.clone())
     }
 
     fn forward_data(&mut self, from: u16, from_session: bool, mut d: Data) {
@@ -1277,25 +1415,39 @@ impl Router {
         {
             return self.stats.drops.add(DropReason::NotPublisher);
         }
-        let Some(children) = self.tree_step(d.origin.0, from, from_session) else {
-            return self.stats.drops.add(DropReason::NotOnTree);
-        };
         let Some(route) = self.rib.get(i) else { return };
+        let origins: Vec<u64> = live_origins(route).collect();
+        let Some(tree) = shared_root(&mut self.topo, &origins).and_then(|r| self.topo.tree(r))
+        else {
+            return self.stats.drops.add(DropReason::NoRoute);
+        };
+        let mut tree_nodes: Vec<u64> = tree.children.clone();
+        tree_nodes.extend(tree.parent);
+        let from_node = self.links[from as usize].as_ref().map(|l| l.node);
         //= docs/wire.md#router-links
-        //# A router sends DATA to each subscribed session link and each subscribed child
-        //# in the origin's tree, one copy per link, never back on the link it came from.
-        let targets: Vec<u16> = route
-            .links
-            .as_slice()
-            .iter()
-            .filter(|e| e.flags & LinkEntry::DOWN != 0 && e.slot != from)
-            .map(|e| e.slot)
-            .filter(|&s| match &self.links[s as usize] {
-                Some(l) if l.role == Role::Session => true,
-                Some(_) => children.contains(&s),
-                None => false,
-            })
-            .collect();
+        //# A router accepts DATA from a router only over an edge of the key's tree.
+        if !from_session && !from_node.is_some_and(|n| tree_nodes.contains(&n)) {
+            return self.stats.drops.add(DropReason::NotOnTree);
+        }
+        //= docs/wire.md#router-links
+        //# A router sends DATA to each subscribed session link and each subscribed tree
+        //# neighbour, one copy per link, never back on the link it came from.
+        let mut targets: Vec<u16> = Vec::new();
+        let mut reached: Vec<u64> = from_node.into_iter().collect();
+        for e in route.links.as_slice() {
+            if e.flags & LinkEntry::DOWN == 0 || e.slot == from {
+                continue;
+            }
+            match &self.links[e.slot as usize] {
+                Some(l) if l.role == Role::Session => targets.push(e.slot),
+                // A tree neighbour, once even if it subscribed on two links to us.
+                Some(l) if tree_nodes.contains(&l.node) && !reached.contains(&l.node) => {
+                    reached.push(l.node);
+                    targets.push(e.slot);
+                }
+                _ => {}
+            }
+        }
         if targets.is_empty() {
             return self.stats.drops.add(DropReason::NoSubscriber);
         }
@@ -1364,6 +1516,10 @@ impl Router {
         let Some(children) = self.tree_step(a.origin.0, from, from_session) else {
             return self.stats.drops.add(DropReason::NotOnTree);
         };
+        let children: Vec<u16> = children
+            .iter()
+            .filter_map(|c| self.node_slot.get(c).copied())
+            .collect();
         //= docs/wire.md#router-links
         //# ANNOUNCE goes to every session link and to each child in the origin's tree.
         let targets: Vec<u16> = self
@@ -1448,6 +1604,28 @@ impl Router {
             }
         }
     }
+}
+
+/// The live (not withdrawn) origins of a route.
+fn live_origins(route: &crate::rib::Route) -> impl Iterator<Item = u64> + '_ {
+    route
+        .origins
+        .as_slice()
+        .iter()
+        .filter(|o| !o.withdrawn())
+        .map(|o| o.node)
+}
+
+/// The root of a key's tree: its lowest-id origin this router can reach. Every router of a
+/// component reaches the same origins, so they all pick the same root.
+fn shared_root(topo: &mut Topology, origins: &[u64]) -> Option<u64> {
+    let mut best: Option<u64> = None;
+    for &o in origins {
+        if best.is_none_or(|b| o < b) && topo.tree(o).is_some() {
+            best = Some(o);
+        }
+    }
+    best
 }
 
 fn check_origin(origin: NodeId, peer: u64) -> Result<(), LinkError> {

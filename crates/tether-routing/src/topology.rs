@@ -24,6 +24,14 @@ struct Lsa {
     unreachable_sweeps: u8,
 }
 
+/// One root's whole tree: every reachable router's parent, and this router's place in it.
+#[derive(Debug, Clone)]
+struct Full {
+    /// Parent of every router of the tree but the root.
+    parent: HashMap<u64, u64>,
+    mine: Tree,
+}
+
 /// This router's place in one origin's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tree {
@@ -42,6 +50,9 @@ pub(crate) enum Offer {
     Newer,
     /// Not newer: dropped.
     Stale,
+    /// Older than the one held: dropped, and the sender should get the one held (it is
+    /// behind: a restart, or a tombstone it swept).
+    Older,
     /// About this router, and at least as new as its own: re-originate above `seq`.
     OwnNewer(u32),
     /// A new router, and the table is full: dropped.
@@ -53,10 +64,9 @@ pub(crate) struct Topology {
     me: u64,
     lsdb: HashMap<u64, Lsa>,
     /// `None` cached for origins this router cannot reach.
-    trees: HashMap<u64, Option<Tree>>,
-    /// The parent each reachable origin had when [`Topology::changed_parents`] last looked
-    /// (`None`: the origin is this router).
-    parents: HashMap<u64, Option<u64>>,
+    trees: HashMap<u64, Option<Full>>,
+    /// Each reachable root's parent map when [`Topology::changed_trees`] last looked.
+    seen: HashMap<u64, HashMap<u64, u64>>,
     max_nodes: usize,
 }
 
@@ -75,7 +85,7 @@ impl Topology {
             me,
             lsdb,
             trees: HashMap::new(),
-            parents: HashMap::new(),
+            seen: HashMap::new(),
             max_nodes,
         }
     }
@@ -104,22 +114,31 @@ impl Topology {
         seq: u32,
         neighbours: impl Iterator<Item = u64>,
     ) -> Offer {
-        if origin == self.me {
-            let own = self.lsdb[&self.me].seq;
-            return if seq >= own {
-                Offer::OwnNewer(seq)
-            } else {
-                Offer::Stale
-            };
-        }
-        match self.lsdb.get(&origin) {
-            Some(l) if l.seq >= seq => return Offer::Stale,
-            None if self.lsdb.len() >= self.max_nodes => return Offer::Full,
-            _ => {}
-        }
+        // Link states are ordered by sequence number, then (two link states under one
+        // number: a router that restarted reused it) by their neighbour lists, so every
+        // router keeps the same one of the two and the origin, told, moves above both.
         let mut n: Vec<u64> = neighbours.collect();
         n.sort_unstable();
         n.dedup();
+        if origin == self.me {
+            // Our own link state come back around a cycle is stale; a greater one is from
+            // before a restart; a smaller one shows the sender is behind.
+            let own = &self.lsdb[&self.me];
+            return match (seq, &n).cmp(&(own.seq, &own.neighbours)) {
+                core::cmp::Ordering::Greater => Offer::OwnNewer(seq),
+                core::cmp::Ordering::Equal => Offer::Stale,
+                core::cmp::Ordering::Less => Offer::Older,
+            };
+        }
+        match self.lsdb.get(&origin) {
+            Some(l) => match (seq, &n).cmp(&(l.seq, &l.neighbours)) {
+                core::cmp::Ordering::Less => return Offer::Older,
+                core::cmp::Ordering::Equal => return Offer::Stale,
+                core::cmp::Ordering::Greater => {}
+            },
+            None if self.lsdb.len() >= self.max_nodes => return Offer::Full,
+            None => {}
+        }
         self.lsdb.insert(
             origin,
             Lsa {
@@ -132,6 +151,13 @@ impl Topology {
         Offer::Newer
     }
 
+    /// The link state held for `origin`, as (seq, neighbours).
+    pub(crate) fn get(&self, origin: u64) -> Option<(u32, &[u64])> {
+        self.lsdb
+            .get(&origin)
+            .map(|l| (l.seq, l.neighbours.as_slice()))
+    }
+
     /// Every link state held, as (origin, seq, neighbours), for a new neighbour.
     pub(crate) fn all(&self) -> impl Iterator<Item = (u64, u32, &[u64])> {
         self.lsdb
@@ -142,32 +168,63 @@ impl Topology {
 
     /// This router's place in `origin`'s tree, `None` if it cannot reach `origin`.
     pub(crate) fn tree(&mut self, origin: u64) -> Option<&Tree> {
-        if !self.trees.contains_key(&origin) {
-            let t = self.compute(origin);
-            self.trees.insert(origin, t);
-        }
-        self.trees.get(&origin).and_then(Option::as_ref)
+        self.full(origin).map(|f| &f.mine)
     }
 
-    /// The origins whose parent (or reachability) changed since the last call: the routes
-    /// that name them must move their subscriptions.
-    pub(crate) fn changed_parents(&mut self) -> Vec<u64> {
-        let mut origins: Vec<u64> = self.lsdb.keys().copied().collect();
-        origins.extend(self.parents.keys().copied());
-        origins.sort_unstable();
-        origins.dedup();
+    fn full(&mut self, root: u64) -> Option<&Full> {
+        if !self.trees.contains_key(&root) {
+            let t = self.compute(root);
+            self.trees.insert(root, t);
+        }
+        self.trees.get(&root).and_then(Option::as_ref)
+    }
+
+    /// The neighbour to take from this router toward `target` along `root`'s tree (not the
+    /// shortest path: the tree's, which every router agrees on). `None` if `target` is this
+    /// router or either is unreachable.
+    pub(crate) fn first_hop(&mut self, root: u64, target: u64) -> Option<u64> {
+        let me = self.me;
+        if target == me {
+            return None;
+        }
+        let full = self.full(root)?;
+        if target != root && !full.parent.contains_key(&target) {
+            return None;
+        }
+        // Up from the target: through this router (then the hop is the child just below
+        // it), or to the root without it (then the hop is this router's parent).
+        let (mut x, mut below) = (target, None);
+        loop {
+            if x == me {
+                return below;
+            }
+            if x == root {
+                return full.mine.parent;
+            }
+            below = Some(x);
+            x = *full.parent.get(&x)?;
+        }
+    }
+
+    /// The routers whose tree changed (or that became reachable or unreachable) since the
+    /// last call: routes naming them must re-route their subscriptions.
+    pub(crate) fn changed_trees(&mut self) -> Vec<u64> {
+        let mut roots: Vec<u64> = self.lsdb.keys().copied().collect();
+        roots.extend(self.seen.keys().copied());
+        roots.sort_unstable();
+        roots.dedup();
         let mut changed = Vec::new();
-        for o in origins {
-            let now = if self.lsdb.contains_key(&o) {
-                self.tree(o).map(|t| t.parent)
+        for r in roots {
+            let now = if self.lsdb.contains_key(&r) {
+                self.full(r).map(|f| f.parent.clone())
             } else {
                 None
             };
-            if self.parents.get(&o).copied() != now {
-                changed.push(o);
+            if self.seen.get(&r) != now.as_ref() {
+                changed.push(r);
                 match now {
-                    Some(p) => self.parents.insert(o, p),
-                    None => self.parents.remove(&o),
+                    Some(p) => self.seen.insert(r, p),
+                    None => self.seen.remove(&r),
                 };
             }
         }
@@ -222,34 +279,19 @@ impl Topology {
             .filter(move |&y| self.edge(x, y))
     }
 
-    fn compute(&self, origin: u64) -> Option<Tree> {
-        if origin == self.me {
-            let children = self.two_way(self.me).collect();
-            return Some(Tree {
-                parent: None,
-                children,
-                depth: 0,
-            });
-        }
-        if !self.lsdb.contains_key(&origin) {
+    /// Breadth first from `root` over two-way edges; the parent of a router at depth k is
+    /// its lowest-id neighbour at depth k - 1.
+    fn compute(&self, root: u64) -> Option<Full> {
+        if !self.lsdb.contains_key(&root) {
             return None;
         }
-        // Breadth first from the origin, far enough to know this router's depth and the
-        // depths of its neighbours (one level past it).
         let mut dist: HashMap<u64, u32> = HashMap::new();
-        dist.insert(origin, 0);
-        let mut frontier = vec![origin];
-        let mut my_depth = None;
+        dist.insert(root, 0);
+        let mut frontier = vec![root];
         let mut d = 0;
         while !frontier.is_empty() {
-            if my_depth.is_some_and(|m| d > m) {
-                break;
-            }
             let mut next = Vec::new();
             for &x in &frontier {
-                if x == self.me {
-                    my_depth = Some(d);
-                }
                 for y in self.two_way(x) {
                     if let std::collections::hash_map::Entry::Vacant(e) = dist.entry(y) {
                         e.insert(d + 1);
@@ -260,24 +302,25 @@ impl Topology {
             frontier = next;
             d += 1;
         }
-        let depth = my_depth?;
-        // The parent of a node at depth k is its lowest-id neighbour at depth k - 1.
-        let parent_of = |x: u64, kx: u32| {
-            self.two_way(x)
-                .find(|y| kx > 0 && dist.get(y) == Some(&(kx - 1)))
-        };
-        let parent = parent_of(self.me, depth);
+        let depth = *dist.get(&self.me)?;
+        let mut parent = HashMap::with_capacity(dist.len());
+        for (&x, &kx) in &dist {
+            if kx > 0
+                && let Some(p) = self.two_way(x).find(|y| dist.get(y) == Some(&(kx - 1)))
+            {
+                parent.insert(x, p);
+            }
+        }
         let children = self
             .two_way(self.me)
-            .filter(|c| {
-                dist.get(c) == Some(&(depth + 1)) && parent_of(*c, depth + 1) == Some(self.me)
-            })
+            .filter(|c| parent.get(c) == Some(&self.me))
             .collect();
-        Some(Tree {
-            parent,
+        let mine = Tree {
+            parent: parent.get(&self.me).copied(),
             children,
             depth,
-        })
+        };
+        Some(Full { parent, mine })
     }
 }
 
@@ -324,6 +367,26 @@ mod tests {
         assert_eq!(t1.tree(1).unwrap().children, vec![2, 4]);
     }
 
+    /// The hop toward a target along a root's tree, which is not always the shortest path.
+    #[test]
+    fn first_hop_follows_the_roots_tree() {
+        // A ring of 5 rooted at 1: 1-2-3 and 1-5-4; 3 and 4 are neighbours but not in the
+        // tree together. From 3, the way to 4 in 1's tree goes round through 2, 1 and 5.
+        let ring = [(1, 2), (2, 3), (3, 4), (4, 5), (5, 1)];
+        let mut t3 = graph(3, &ring);
+        assert_eq!(t3.first_hop(1, 4), Some(2));
+        assert_eq!(
+            t3.first_hop(4, 4),
+            Some(4),
+            "in 4's own tree, the direct link"
+        );
+        assert_eq!(t3.first_hop(1, 3), None);
+        let mut t2 = graph(2, &ring);
+        assert_eq!(t2.first_hop(1, 3), Some(3), "down to a child");
+        assert_eq!(t2.first_hop(1, 5), Some(1), "up to the parent");
+        assert_eq!(t2.first_hop(1, 9), None, "unknown");
+    }
+
     /// An edge listed by one side only does not count; a node behind it is unreachable.
     #[test]
     fn one_sided_edges_do_not_route() {
@@ -334,18 +397,25 @@ mod tests {
         assert!(t.tree(3).is_none());
         assert_eq!(t.offer(2, 2, [1, 3].into_iter()), Offer::Newer);
         assert_eq!(t.tree(3).unwrap().parent, Some(2));
-        assert_eq!(t.offer(2, 2, [1].into_iter()), Offer::Stale);
+        assert_eq!(t.offer(2, 2, [3, 1].into_iter()), Offer::Stale);
+        assert_eq!(t.offer(2, 1, [1].into_iter()), Offer::Older);
         assert_eq!(t.offer(1, 5, [].into_iter()), Offer::OwnNewer(5));
+        assert_eq!(t.offer(1, 1, [2].into_iter()), Offer::Stale, "our own echo");
+        assert_eq!(t.offer(1, 1, [3].into_iter()), Offer::OwnNewer(1));
+        assert_eq!(t.offer(1, 1, [].into_iter()), Offer::Older);
+        // Two link states under one number: the greater neighbour list wins everywhere.
+        assert_eq!(t.offer(2, 2, [1, 4].into_iter()), Offer::Newer);
+        assert_eq!(t.offer(2, 2, [1, 3].into_iter()), Offer::Older);
     }
 
     #[test]
-    fn changed_parents_and_sweep() {
+    fn changed_trees_and_sweep() {
         let mut t = graph(1, &[(1, 2), (2, 3)]);
-        assert_eq!(t.changed_parents(), vec![1, 2, 3]);
-        assert!(t.changed_parents().is_empty());
-        // 2 drops its link to 3: 3 becomes unreachable.
+        assert_eq!(t.changed_trees(), vec![1, 2, 3]);
+        assert!(t.changed_trees().is_empty());
+        // 2 drops its link to 3: 3 becomes unreachable, and the other trees lose it.
         assert_eq!(t.offer(2, 2, [1].into_iter()), Offer::Newer);
-        assert_eq!(t.changed_parents(), vec![3]);
+        assert_eq!(t.changed_trees(), vec![1, 2, 3]);
         assert!(t.sweep().is_empty(), "first sweep only marks");
         assert_eq!(t.sweep(), vec![3]);
         assert_eq!(t.nodes(), 2);
