@@ -144,7 +144,15 @@ fn members_meet_through_a_router_and_nothing_else() {
     let (port, mport) = (free_port(), free_tcp_port());
     let mut router = realm.router("cloud", port, mport, "");
     let mut echo = realm.member("b", port);
-    echo.args(["echo", "/chat", "--count", "20", "--reliable", "--timeout", "30"]);
+    echo.args([
+        "echo",
+        "/chat",
+        "--count",
+        "20",
+        "--reliable",
+        "--timeout",
+        "30",
+    ]);
     let echo = spawn(echo);
     assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
     let mut publ = realm.member("a", port);
@@ -175,14 +183,30 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
     let mut router = realm.router("cloud", port, mport, "");
     let mut echo = realm.member("b", port);
     echo.args([
-        "echo", "/stream", "--count", "150", "--reliable", "--keep-all", "--meta", "--timeout",
+        "echo",
+        "/stream",
+        "--count",
+        "150",
+        "--reliable",
+        "--keep-all",
+        "--meta",
+        "--timeout",
         "60",
     ]);
     let echo = Live::spawn(echo);
     assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
     let mut publ = realm.member("a", port);
     publ.args([
-        "pub", "/stream", "sample", "-n", "150", "-r", "25", "--keep-all", "--linger", "30",
+        "pub",
+        "/stream",
+        "sample",
+        "-n",
+        "150",
+        "-r",
+        "25",
+        "--keep-all",
+        "--linger",
+        "30",
     ]);
     let publ = spawn(publ);
     assert!(
@@ -203,7 +227,12 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
         metrics(mport)
     );
     let mut echo = echo;
-    assert_eq!(echo.wait(Duration::from_secs(60)), Some(0), "{}", echo.stderr());
+    assert_eq!(
+        echo.wait(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        echo.stderr()
+    );
     let got = seqs(&echo.out.lock().unwrap().join("\n"));
     assert_eq!(got, (1..=150).collect::<Vec<u64>>(), "{}", echo.stderr());
     router.kill();
@@ -222,12 +251,17 @@ fn revoked_members_and_foreign_routers_are_refused() {
     let e = finish(spawn(echo), Duration::from_secs(30));
     assert!(!e.status.success(), "a revoked member got through");
     assert!(
-        wait_until(Duration::from_secs(5), || router.stderr().contains("revoked")),
+        wait_until(Duration::from_secs(5), || router
+            .stderr()
+            .contains("revoked")),
         "{}",
         router.stderr()
     );
     assert_eq!(
-        metric(&metrics(mport), "tether_router_links{router=\"cloud\",role=\"session\"}"),
+        metric(
+            &metrics(mport),
+            "tether_router_links{router=\"cloud\",role=\"session\"}"
+        ),
         0.0
     );
     // Another realm's router dials this one: refused, never linked.
@@ -240,13 +274,18 @@ fn revoked_members_and_foreign_routers_are_refused() {
         &format!("connect = [\"quic/127.0.0.1:{port}\"]"),
     );
     assert!(
-        wait_until(Duration::from_secs(10), || router.stderr().contains("refused")
+        wait_until(Duration::from_secs(10), || router
+            .stderr()
+            .contains("refused")
             && router.stderr().contains("realm")),
         "{}",
         router.stderr()
     );
     assert_eq!(
-        metric(&metrics(mport), "tether_router_links{router=\"cloud\",role=\"router\"}"),
+        metric(
+            &metrics(mport),
+            "tether_router_links{router=\"cloud\",role=\"router\"}"
+        ),
         0.0
     );
     foreign.kill();
@@ -273,27 +312,59 @@ fn an_export_list_lets_only_its_topics_cross() {
     );
     assert!(wait_links(cm, "router", 1.0), "{}", cloud.stderr());
     let mut e1 = realm.member("b", cport);
-    e1.args(["echo", "/allowed", "--count", "3", "--reliable", "--timeout", "30"]);
+    e1.args([
+        "echo",
+        "/allowed",
+        "--count",
+        "3",
+        "--reliable",
+        "--timeout",
+        "30",
+    ]);
     let e1 = spawn(e1);
     let mut e2 = realm.member("b", cport);
-    e2.args(["echo", "/private", "--count", "1", "--reliable", "--timeout", "8"]);
+    e2.args([
+        "echo",
+        "/private",
+        "--count",
+        "1",
+        "--reliable",
+        "--timeout",
+        "8",
+    ]);
     let e2 = spawn(e2);
     assert!(wait_links(cm, "session", 2.0), "{}", cloud.stderr());
     for topic in ["/allowed", "/private"] {
         let mut p = realm.member("a", sport);
-        p.args(["pub", topic, "site data", "-n", "3", "-r", "20", "--linger", "6"]);
+        p.args([
+            "pub",
+            topic,
+            "site data",
+            "-n",
+            "3",
+            "-r",
+            "20",
+            "--linger",
+            "6",
+        ]);
         let _ = finish(spawn(p), Duration::from_secs(30));
     }
     let e1 = finish(e1, Duration::from_secs(40));
     assert!(e1.status.success(), "allowed: {}", text(&e1.stderr));
     assert_eq!(text(&e1.stdout), "site data\n".repeat(3));
     let e2 = finish(e2, Duration::from_secs(40));
-    assert!(!e2.status.success(), "private crossed: {}", text(&e2.stdout));
+    assert!(
+        !e2.status.success(),
+        "private crossed: {}",
+        text(&e2.stdout)
+    );
     assert!(text(&e2.stdout).is_empty());
     let page = metrics(sm);
     assert!(
-        metric(&page, "tether_router_drops_total{router=\"site\",reason=\"export_denied\"}")
-            > 0.0,
+        metric(
+            &page,
+            "tether_router_drops_total{router=\"site\",reason=\"export_denied\"}"
+        ) > 0.0,
         "{page}"
     );
     site.kill();
@@ -322,8 +393,16 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
     let out = text(&o.stdout);
     assert!(out.contains("listens on quic/127.0.0.1:7447"), "{out}");
     assert!(out.contains("export list: 0 topic key(s)"), "{out}");
-    std::fs::write(&cfg, "listen = \"127.0.0.1:7447\"\nkeys = \"realm/a.key\"\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:7447\"\nkeys = \"realm/a.key\"\n",
+    )
+    .unwrap();
     let o = check(&cfg);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("--role router"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--role router"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -460,13 +460,9 @@ impl QuicEndpoint {
         cfg: &LinkConfig,
     ) -> Result<QuicEndpoint, LinkError> {
         let socket = udp_socket(bind).map_err(io_err)?;
-        let mut inner = quinn::Endpoint::new(
-            cfg.endpoint(),
-            None,
-            socket,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .map_err(io_err)?;
+        let mut inner =
+            quinn::Endpoint::new(cfg.endpoint(), None, socket, Arc::new(quinn::TokioRuntime))
+                .map_err(io_err)?;
         inner.set_default_client_config(client_config(me, servers, cfg)?);
         Ok(QuicEndpoint {
             inner,

@@ -230,7 +230,10 @@ mod tests {
         )
         .unwrap();
         let s = EngineSettings::try_from(&c).unwrap();
-        assert_eq!(s.inactive_after, Some(Duration::from_millis(ROUTED_INACTIVE_MS)));
+        assert_eq!(
+            s.inactive_after,
+            Some(Duration::from_millis(ROUTED_INACTIVE_MS))
+        );
         let c = Config::from_toml(
             "[routers]\nconnect = [\"quic/127.0.0.1:1\"]\n[security]\nkeys = \"k\"\n\
              [reliability]\ninactive_reader_ms = 2500\n",
