@@ -73,6 +73,27 @@ impl LinkIdentity {
     }
 }
 
+/// Random 8-byte connection ids that any id validates against (quinn's default hashes them
+/// under a per-process key): what a server with a stable reset key needs, so that after a
+/// restart it answers the packets of its earlier connections with a stateless reset.
+struct RandomCids;
+
+impl quinn::ConnectionIdGenerator for RandomCids {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let mut b = [0u8; 8];
+        tether_crypto::OsRandom.fill(&mut b);
+        quinn::ConnectionId::new(&b)
+    }
+
+    fn cid_len(&self) -> usize {
+        8
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
 /// Timers and limits of an endpoint's links.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
@@ -133,8 +154,13 @@ impl LinkConfig {
                 if ok.is_err() {
                     return quinn::EndpointConfig::default();
                 }
-                let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &key);
-                quinn::EndpointConfig::new(Arc::new(k))
+                let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &key[..16]);
+                let mut e = quinn::EndpointConfig::new(Arc::new(k));
+                // quinn's default connection ids are hashed under a key drawn per process,
+                // and packets with ids that do not validate are dropped before a reset is
+                // considered: a restarted server must take any id as possibly its own.
+                e.cid_generator(|| Box::new(RandomCids));
+                e
             }
             None => quinn::EndpointConfig::default(),
         }

@@ -707,3 +707,74 @@ fn a_link_identity_needs_the_credentials_key() {
     let id = ident(&n);
     assert_eq!(id.credential(), &n.credential);
 }
+
+/// A server restarted on the same port with the same reset secret (a router's, from its
+/// identity) answers its earlier connections' packets with a stateless reset: the client's
+/// link ends as reset, at its next packet, not after the idle timeout. Without the secret
+/// (a new random key) the same client would wait for the time-out.
+#[test]
+fn a_restarted_server_resets_its_earlier_connections() {
+    bounded(Duration::from_secs(30), async {
+        let ca = CaKey::generate();
+        let router = node(&ca, Role::Router, "router", 1);
+        let mut cfg = LinkConfig::default();
+        cfg.keep_alive(Duration::from_millis(300))
+            .idle_timeout(Duration::from_secs(20))
+            .reset_secret([7; 32]);
+        // The first server runs on a runtime of its own, on its own thread, so that it can
+        // end without a word (as a process killed with SIGKILL does): its runtime is dropped
+        // with its tasks, and nothing sends a CONNECTION_CLOSE.
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (die_tx, die_rx) = std::sync::mpsc::channel::<()>();
+        let (r, p, cfg1) = (
+            Node {
+                identity: Identity::from_secrets(
+                    router.identity.sign_seed(),
+                    router.identity.kx_secret(),
+                )
+                .unwrap(),
+                credential: router.credential.clone(),
+            },
+            router_policy(&ca, Revocations::new()),
+            cfg.clone(),
+        );
+        let first = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let ep = rt.block_on(async { echo_server(&r, p, &cfg1).0 });
+            addr_tx.send(ep.local_addr().unwrap()).unwrap();
+            let handle = rt.spawn(async {});
+            rt.block_on(async {
+                while die_rx.try_recv().is_err() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+            drop(handle);
+            drop(ep);
+            rt.shutdown_background();
+        });
+        let at = addr_rx.recv().unwrap();
+        let m = node(&ca, Role::Member, "robot", 2);
+        let c = client(&m, member_policy(&ca));
+        let mut link = c.connect(at, "router").await.unwrap();
+        echo(&mut link, Bytes::from_static(b"before")).await;
+        die_tx.send(()).unwrap();
+        first.join().unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let again = QuicEndpoint::server(
+            at,
+            &ident(&router),
+            router_policy(&ca, Revocations::new()),
+            &cfg,
+        );
+        let again = again.unwrap();
+        let why = tokio::time::timeout(Duration::from_secs(10), link.closed())
+            .await
+            .expect("the old link was reset well before its 20 s idle timeout");
+        assert_ne!(why, LinkError::TimedOut);
+        assert!(why.to_string().contains("reset"), "{why}");
+        drop(again);
+    });
+}
