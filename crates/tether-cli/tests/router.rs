@@ -238,6 +238,63 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
     router.kill();
 }
 
+/// QoS holds across a router: a transient-local publisher's history reaches a subscriber
+/// that joins later, at another "site" (it meets the publisher through the router only).
+#[test]
+fn a_late_joiner_beyond_a_router_gets_the_transient_local_history() {
+    let realm = Realm::new();
+    let (port, mport) = (free_port(), free_tcp_port());
+    let mut router = realm.router("cloud", port, mport, "");
+    let mut publ = realm.member("a", port);
+    publ.args([
+        "pub",
+        "/map",
+        "tile",
+        "-r",
+        "4",
+        "--transient-local",
+        "--keep-last",
+        "5",
+    ]);
+    let publ = Live::spawn(publ);
+    assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
+    // Written before anyone subscribed: at least six samples (the history keeps five).
+    assert!(
+        wait_until(Duration::from_secs(15), || publ.lines() >= 6),
+        "{}",
+        publ.stderr()
+    );
+    let written = publ.lines() as u64;
+    let mut echo = realm.member("b", port);
+    echo.args([
+        "echo",
+        "/map",
+        "--count",
+        "5",
+        "--transient-local",
+        "--reliable",
+        "--keep-last",
+        "5",
+        "--meta",
+        "--timeout",
+        "20",
+    ]);
+    let e = finish(spawn(echo), Duration::from_secs(30));
+    assert!(e.status.success(), "echo: {}", text(&e.stderr));
+    let got = seqs(&text(&e.stdout));
+    assert_eq!(got.len(), 5, "{}", text(&e.stdout));
+    // The first ones came from the history: written before the subscriber existed.
+    assert!(
+        got[0] <= written,
+        "first {} of {written} written before: {got:?}",
+        got[0]
+    );
+    assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "{got:?}");
+    let mut publ = publ;
+    publ.kill();
+    router.kill();
+}
+
 /// A revoked member is refused by the router (its echo finds nobody and says why on the
 /// router's side); a router of another realm cannot link.
 #[test]
