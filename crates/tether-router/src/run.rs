@@ -132,6 +132,7 @@ impl Shared {
     fn may_send_out(&self, frame: &Frame) -> bool {
         let (key, leaving) = match frame {
             Frame::Data(d) => (d.key, true),
+            Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, true),
             Frame::Advertise(a) => (a.key, true),
             Frame::WithdrawAdvertise(w) => (w.key, true),
             Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
@@ -148,7 +149,7 @@ impl Shared {
                 }
             }
         };
-        if !ok && matches!(frame, Frame::Data(_)) {
+        if !ok && matches!(frame, Frame::Data(_) | Frame::Unicast(_)) {
             self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
         }
         ok
@@ -159,6 +160,7 @@ impl Shared {
     fn may_take_in(&self, frame: &Frame) -> bool {
         let (key, entering) = match frame {
             Frame::Data(d) => (d.key, true),
+            Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, true),
             Frame::Advertise(a) => (a.key, true),
             Frame::WithdrawAdvertise(w) => (w.key, true),
             Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),

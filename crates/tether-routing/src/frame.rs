@@ -59,7 +59,7 @@ pub const MAX_NEIGHBOURS: usize = u16::MAX as usize;
 /// Fixed part of a DATA body, before the datagram.
 pub const DATA_FIXED_LEN: usize = 32 + 8 + 8 + 1;
 /// Fixed part of a UNICAST body, before the datagram.
-pub const UNICAST_FIXED_LEN: usize = 8 + 8 + 1;
+pub const UNICAST_FIXED_LEN: usize = 8 + 8 + 1 + 32;
 /// Fixed part of an ANNOUNCE body, before the datagram.
 pub const ANNOUNCE_FIXED_LEN: usize = 8 + 8 + 1;
 
@@ -248,6 +248,10 @@ pub struct Unicast {
     pub src: ParticipantId,
     /// Router hops travelled so far; at [`crate::MAX_HOPS`] the frame is dropped.
     pub hops: u8,
+    /// The routing key of the writer whose datagram this is (a repair, a late joiner's
+    /// history), all zero for others (acknowledgements, authentication, discovery): what an
+    /// export list decides a unicast by.
+    pub key: RouteKey,
     /// The engine datagram, untouched.
     pub datagram: Bytes,
 }
@@ -520,10 +524,12 @@ impl Frame {
                 let dst = b.participant("dst")?;
                 let src = b.participant("src")?;
                 let hops = b.u8();
+                let key = b.key();
                 Frame::Unicast(Unicast {
                     dst,
                     src,
                     hops,
+                    key,
                     datagram: b.0,
                 })
             }
@@ -625,6 +631,7 @@ impl Frame {
                 out.put_u64(u.dst.0);
                 out.put_u64(u.src.0);
                 out.push(u.hops);
+                out.extend_from_slice(&u.key.0);
             }
             Frame::Announce(a) => {
                 out.put_u64(a.src.0);

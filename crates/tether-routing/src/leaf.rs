@@ -292,12 +292,20 @@ impl Leaf {
         })
     }
 
-    /// A UNICAST frame carrying `datagram` from `src` to participant `dst`.
-    pub fn unicast(&self, dst: ParticipantId, src: ParticipantId, datagram: Bytes) -> Frame {
+    /// A UNICAST frame carrying `datagram` from `src` to participant `dst`; `key` is the
+    /// routing key of the writer whose datagram it is (all zero for none).
+    pub fn unicast(
+        &self,
+        dst: ParticipantId,
+        src: ParticipantId,
+        key: RouteKey,
+        datagram: Bytes,
+    ) -> Frame {
         Frame::Unicast(Unicast {
             dst,
             src,
             hops: 0,
+            key,
             datagram,
         })
     }

@@ -51,6 +51,7 @@ fn samples() -> Vec<Frame> {
             dst: ParticipantId(21),
             src: ParticipantId(22),
             hops: 0,
+            key: RouteKey([0xab; 32]),
             datagram: Bytes::from_static(b"acknack"),
         }),
         Frame::Announce(Announce {
@@ -212,6 +213,7 @@ fn decoder_refuses_oversize_early() {
         dst: ParticipantId(1),
         src: ParticipantId(1),
         hops: 0,
+        key: RouteKey([0xab; 32]),
         datagram: vec![0u8; MAX_FRAME_BODY].into(),
     });
     assert_eq!(
@@ -284,6 +286,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 dst: ParticipantId(d),
                 src: ParticipantId(s),
                 hops,
+                key: RouteKey([0xab; 32]),
                 datagram,
             })
         }),

@@ -260,6 +260,7 @@ fn limits_are_enforced() {
             dst: ParticipantId(5),
             src: ParticipantId(1000),
             hops: 0,
+            key: RouteKey::default(),
             datagram: Bytes::new(),
         }),
     )

@@ -341,9 +341,12 @@ impl Net {
     /// Leaf `i` sends one UNICAST to participant `dst`.
     pub fn send_unicast(&mut self, i: usize, dst: ParticipantId, payload: &[u8]) {
         let x = self.l(i);
-        let f = x
-            .leaf
-            .unicast(dst, x.participant, Bytes::copy_from_slice(payload));
+        let f = x.leaf.unicast(
+            dst,
+            x.participant,
+            RouteKey::default(),
+            Bytes::copy_from_slice(payload),
+        );
         self.send_from_leaf(i, f);
     }
 

@@ -146,7 +146,7 @@ impl Routers {
     }
 
     /// Sends one engine datagram (`parts` joined) to `dest`, a virtual address, as a frame:
-    /// UNICAST to a participant, DATA (with `key`, its writer's routing key) or ANNOUNCE
+    /// UNICAST to a participant (with `key` if a writer's), DATA (with `key`) or ANNOUNCE
     /// (no key: a discovery datagram) to a link's group. Never blocks: a link that is down
     /// or whose queue is full drops it, counted.
     pub(super) fn send(&self, dest: SocketAddr, key: Option<[u8; 32]>, parts: [&[u8]; 3]) {
@@ -156,6 +156,7 @@ impl Routers {
                     dst: ParticipantId(p.0),
                     src: self.me,
                     hops: 0,
+                    key: RouteKey(key.unwrap_or_default()),
                     datagram: Bytes::new(),
                 }),
                 link,

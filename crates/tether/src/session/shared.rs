@@ -200,8 +200,16 @@ impl Deferred {
     /// Adds a datagram polled under the lock (`inner`), after those already taken.
     pub(super) fn push(&mut self, inner: &mut Inner, t: Transmit) {
         self.take_ticket(inner);
+        // A writer's datagram through a router carries its routing key: DATA to a link's
+        // group is routed by it, and a site's export list decides both DATA and a unicast
+        // repair by it.
         let key = match t.writer {
-            Some(w) if tether_core::route::is_route_group(&t.dest) => inner.core.route_key(w),
+            Some(w)
+                if tether_core::route::is_route_group(&t.dest)
+                    || tether_core::route::is_routed(&t.dest) =>
+            {
+                inner.core.route_key(w)
+            }
             _ => None,
         };
         self.transmits.push(Out(t, key));
