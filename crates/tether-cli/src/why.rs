@@ -238,7 +238,9 @@ pub(crate) fn init_logging() {
             .map(|v| (var, v))
     });
     let filter = match given {
-        None => EnvFilter::new("error"),
+        // Errors, and what a user of routers must see: a router link that cannot be made
+        // or was lost (the session's), and a router's links and refusals (`tether router`).
+        None => EnvFilter::new("error,tether::session::router=warn,tether_router=info"),
         Some((var, spec)) => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
             eprintln!(
                 "warning: {var}={spec:?} is not a log filter ({e}): logging errors only \

@@ -483,3 +483,30 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
         text(&o.stderr)
     );
 }
+
+/// `--router` without keys is an error that says what to give, not a session that ignores
+/// it; a router that cannot be reached is said, not left to a time-out's guess.
+#[test]
+fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
+    let realm = Realm::new();
+    let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .env_remove("TETHER_CONFIG")
+        .env_remove("TETHER_KEYS")
+        .args(["pub", "/x", "hi", "--once", "--discovery", "off"])
+        .args(["--router", "quic/127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--keys"), "{}", text(&o.stderr));
+    let mut echo = realm.member("b", free_port());
+    // A dial to a closed port fails at the handshake's time-out (a few seconds: UDP has no
+    // refusal QUIC listens to).
+    echo.args(["echo", "/x", "--count", "1", "--reliable", "--timeout", "9"]);
+    let e = finish(spawn(echo), Duration::from_secs(30));
+    assert_eq!(e.status.code(), Some(1));
+    assert!(
+        text(&e.stderr).contains("dialling again"),
+        "{}",
+        text(&e.stderr)
+    );
+}

@@ -33,6 +33,13 @@ use tokio::sync::{Notify, mpsc};
 use crate::config::{Direction, RouterConfig};
 use crate::metrics::Metrics;
 
+/// The largest frame a link takes: a 64 KiB engine datagram and the largest frame header.
+pub const MAX_LINK_FRAME: usize = (64 << 10) + 128;
+
+/// Links one credential may hold at once (a session reconnecting overlaps its old link
+/// for a moment; a member opening hundreds would lock others out of `max_links`).
+pub const MAX_LINKS_PER_CREDENTIAL: usize = 8;
+
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -349,6 +356,9 @@ pub async fn run(
         &[CredRole::Member, CredRole::Router],
     );
     let mut lc = LinkConfig::default();
+    // Frames carry engine datagrams (at most 64 KiB): nothing larger is accepted, so a peer
+    // cannot make a link buffer 16 MiB.
+    lc.max_frame(MAX_LINK_FRAME);
     // A restarted router resets its old connections at once (the sessions dial again at
     // their next packet) instead of leaving them to the idle timeout.
     lc.reset_secret(*keys.identity.sign_seed());
@@ -361,7 +371,14 @@ pub async fn run(
             &lc,
         ),
     }
-    .map_err(|e| RunError::Link(format!("cannot open QUIC on {:?}: {e}", cfg.listen)))?;
+    .map_err(|e| {
+        let at = cfg
+            .listen
+            .map_or_else(|| "an ephemeral port".to_string(), |a| a.to_string());
+        RunError::Link(format!(
+            "cannot listen for QUIC on {at}: {e} (another router on that port? change listen)"
+        ))
+    })?;
     let endpoint = Arc::new(endpoint);
     let node = node_id(&keys.credential);
     let mut rc = tether_routing::Config::new(NodeId(node), u32::from(cfg.domain));
@@ -492,6 +509,22 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
     };
     let remote = link.remote_address();
     let (mut send, mut recv) = link.split();
+    // A member shows routers its credential without grants (topic names): one with grants
+    // is refused, so that no session tells a router a name.
+    let c = peer.credential();
+    if role == Role::Session && !(c.publish.is_empty() && c.subscribe.is_empty()) {
+        tracing::warn!(
+            "link from '{}' at {remote} refused: it showed a credential with grants (topic \
+             names); members show routers their grantless link credential",
+            peer.name()
+        );
+        shared
+            .counters
+            .links_refused
+            .fetch_add(1, Ordering::Relaxed);
+        send.close(1, "credential with grants: show the link credential");
+        return;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let queued = Arc::new(AtomicUsize::new(0));
     let close = Arc::new(Notify::new());
@@ -539,6 +572,24 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
     };
     {
         let mut st = shared.lock();
+        let same = st
+            .links
+            .values()
+            .filter(|l| l.serial == peer.serial())
+            .count();
+        if same >= MAX_LINKS_PER_CREDENTIAL {
+            drop(st);
+            tracing::warn!(
+                "link from '{}' at {remote} refused: it holds {same} links already",
+                peer.name()
+            );
+            shared
+                .counters
+                .links_refused
+                .fetch_add(1, Ordering::Relaxed);
+            send.close(1, "too many links for one credential");
+            return;
+        }
         st.links.insert(
             id,
             LinkOut {

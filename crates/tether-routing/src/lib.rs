@@ -76,7 +76,10 @@ use core::fmt;
 
 pub use frame::{Decoder, Frame, FrameError, FrameType};
 pub use leaf::{Delivery, Leaf};
-pub use router::{Config, DropReason, Drops, LinkError, RouteSummary, Router, Stats};
+pub use router::{
+    Config, DropReason, Drops, LinkError, MAX_PARTICIPANTS_PER_SESSION, MAX_ROUTES_PER_SESSION,
+    RouteSummary, Router, Stats,
+};
 
 /// Most router hops a DATA, UNICAST or ANNOUNCE may travel; a frame that has travelled this
 /// many is dropped (a backstop for loops while routes converge, as IP's TTL).

@@ -320,6 +320,12 @@ struct Host {
     local: Option<u16>,
 }
 
+/// Most participants one session link may announce (a session has one participant).
+pub const MAX_PARTICIPANTS_PER_SESSION: usize = 16;
+
+/// Most route entries (keys it publishes or subscribes) one session link may hold.
+pub const MAX_ROUTES_PER_SESSION: u64 = 65_536;
+
 /// The router's state machine, **sans-IO**.
 ///
 /// Inputs: [`Router::link_up`] when a link's HELLO arrived (or pass the HELLO to
@@ -683,13 +689,21 @@ impl Router {
         match frame {
             Frame::Advertise(a) => {
                 check_origin(a.origin, peer)?;
+                if self.session_full(slot, &a.key) {
+                    return Ok(self.stats.drops.add(DropReason::RouteLimit));
+                }
                 self.local_publish(now, slot, a.key, true);
             }
             Frame::WithdrawAdvertise(w) => {
                 check_origin(w.origin, peer)?;
                 self.local_publish(now, slot, w.key, false);
             }
-            Frame::Subscribe(key) => self.subscribe_from(now, slot, key, true),
+            Frame::Subscribe(key) => {
+                if self.session_full(slot, &key) {
+                    return Ok(self.stats.drops.add(DropReason::RouteLimit));
+                }
+                self.subscribe_from(now, slot, key, true)
+            }
             Frame::Unsubscribe(key) => self.subscribe_from(now, slot, key, false),
             Frame::Participant(r) => {
                 check_origin(r.origin, peer)?;
@@ -1125,9 +1139,38 @@ impl Router {
     // ---- host routes ----------------------------------------------------------------
 
     /// A session on `slot` announces (`on`) or withdraws participant `p`.
+    /// True if session link `slot` already names [`MAX_ROUTES_PER_SESSION`] route entries
+    /// and `key` would be a new one: one session cannot fill the table others need.
+    fn session_full(&self, slot: u16, key: &RouteKey) -> bool {
+        let Some(l) = self.links.get(slot as usize).and_then(Option::as_ref) else {
+            return false;
+        };
+        l.refs >= MAX_ROUTES_PER_SESSION && self.flags_of(key, l.id) == 0
+    }
+
     fn local_host(&mut self, p: u64, slot: u16, on: bool) {
         if on && !self.hosts.contains_key(&p) && self.hosts.len() >= self.config.max_participants {
             return self.stats.drops.add(DropReason::ParticipantLimit);
+        }
+        if on {
+            // First come, first served: a participant id attached on a live session link
+            // is not taken over by another (a member claiming another's id would otherwise
+            // receive its unicast and have its own traffic refused as spoofed).
+            if let Some(other) = self.hosts.get(&p).and_then(|h| h.local) {
+                if other != slot && self.links.get(other as usize).is_some_and(Option::is_some) {
+                    return self.stats.drops.add(DropReason::SpoofedSource);
+                }
+            }
+            let mine = self
+                .hosts
+                .values()
+                .filter(|h| h.local == Some(slot))
+                .count();
+            if !self.hosts.get(&p).is_some_and(|h| h.local == Some(slot))
+                && mine >= MAX_PARTICIPANTS_PER_SESSION
+            {
+                return self.stats.drops.add(DropReason::ParticipantLimit);
+            }
         }
         let me = self.me;
         if !on && self.hosts.get(&p).is_none_or(|h| h.local != Some(slot)) {

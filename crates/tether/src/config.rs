@@ -19,7 +19,7 @@
 //! peers = ["192.0.2.10:7411"] # static unicast peers (their transport.listen), in any
 //!                            # range. Env TETHER_PEERS (comma-separated), flag --peer
 //! announce_period_ms = 1000
-//! lease_ms = 10000
+//! lease_ms = 10000           # 30000 by default with [routers]
 //! max_endpoints_per_participant = 1024  # more endpoints of one peer are refused
 //! max_string_bytes = 512     # a longer name, topic, type or partition is refused
 //! max_partitions = 16        # per endpoint (the wire carries at most 16)

@@ -212,6 +212,10 @@ struct BundleFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     realm_secret: Option<String>,
     credential: String,
+    /// A member's only: the same credential (name, serial, keys, expiry) without grants,
+    /// which it shows routers, so that routers never read topic names in its grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    link_credential: Option<String>,
 }
 
 /// A participant name `tether keys` accepts: it names files.
@@ -425,6 +429,21 @@ impl Realm {
             publish,
             subscribe,
         )?;
+        let link = match role {
+            Role::Member => Some(Credential::issue_with_role(
+                &self.ca,
+                role,
+                name,
+                serial,
+                cred.issued,
+                cred.expires,
+                id.sign_public(),
+                id.kx_public(),
+                Vec::new(),
+                Vec::new(),
+            )?),
+            _ => None,
+        };
         let bundle = toml::to_string(&BundleFile {
             tether_keys: 1,
             name: name.to_string(),
@@ -433,6 +452,7 @@ impl Realm {
             ca_public: to_hex(&self.ca.public()),
             realm_secret: (role == Role::Member).then(|| to_hex(self.secret.as_bytes())),
             credential: to_hex(&cred.to_bytes()),
+            link_credential: link.map(|c| to_hex(&c.to_bytes())),
         })
         .expect("plain fields");
         Ok((cred, bundle))
@@ -565,6 +585,9 @@ pub struct KeyBundle {
     pub ca_public: [u8; 32],
     /// The realm secret.
     pub realm_secret: RealmSecret,
+    /// The credential it shows routers: its own without grants (same name, serial, keys
+    /// and expiry, so revoking it revokes both). `None` in bundles issued before routers.
+    pub link_credential: Option<Credential>,
 }
 
 impl KeyBundle {
@@ -589,11 +612,33 @@ impl KeyBundle {
             "realm_secret",
             f.realm_secret.as_deref().unwrap_or(""),
         )?);
+        let link_credential = match &f.link_credential {
+            None => None,
+            Some(h) => {
+                let bytes = tether_crypto::from_hex(h)
+                    .ok_or_else(|| format(path, "link_credential is not hex".to_string()))?;
+                let c = Credential::from_bytes(&bytes).map_err(|e| format(path, e.to_string()))?;
+                let same = c.realm == k.credential.realm
+                    && c.serial == k.credential.serial
+                    && c.sign_public == k.credential.sign_public
+                    && c.publish.is_empty()
+                    && c.subscribe.is_empty();
+                if !same {
+                    return Err(format(
+                        path,
+                        "link_credential is not this bundle's credential without grants"
+                            .to_string(),
+                    ));
+                }
+                Some(c)
+            }
+        };
         Ok(KeyBundle {
             identity: k.identity,
             credential: k.credential,
             ca_public: k.ca_public,
             realm_secret,
+            link_credential,
         })
     }
 }

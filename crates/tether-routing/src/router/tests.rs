@@ -267,3 +267,57 @@ fn limits_are_enforced() {
     .unwrap();
     assert_eq!(r.stats().drops.get(DropReason::NoRoute), 1);
 }
+
+/// A member cannot take over another session's participant id (it would receive its
+/// unicast and have the victim's own traffic refused as spoofed), nor announce more than
+/// a few participants or fill the table from one link.
+#[test]
+fn one_session_cannot_take_anothers_id_or_fill_the_tables() {
+    let t = Instant::now();
+    let mut r = router(t);
+    let evil = LinkId(11);
+    r.link_up(t, evil, Role::Session, NodeId(101)).unwrap();
+    let claim = |p: u64| {
+        Frame::Participant(HostRoute {
+            participant: ParticipantId(p),
+            origin: NodeId(101),
+            seq: 1,
+        })
+    };
+    r.handle_frame(t, evil, claim(1000)).unwrap();
+    assert_eq!(r.stats().drops.get(DropReason::SpoofedSource), 1);
+    // The victim's traffic still counts as its own.
+    r.handle_frame(
+        t,
+        S,
+        Frame::Advertise(Advertise {
+            key: key(9),
+            origin: NodeId(100),
+            seq: 2,
+            hops: 0,
+        }),
+    )
+    .unwrap();
+    r.handle_frame(t, S, data(key(9), 100, 0)).unwrap();
+    assert_eq!(r.stats().drops.get(DropReason::SpoofedSource), 1);
+    for p in 0..MAX_PARTICIPANTS_PER_SESSION as u64 + 5 {
+        r.handle_frame(t, evil, claim(5000 + p)).unwrap();
+    }
+    assert_eq!(r.stats().drops.get(DropReason::ParticipantLimit), 5);
+    assert_eq!(r.participant_count(), 1 + MAX_PARTICIPANTS_PER_SESSION);
+    // Once the victim's link is gone, its id may be announced elsewhere (a reconnect).
+    r.link_down(t, S);
+    let again = LinkId(12);
+    r.link_up(t, again, Role::Session, NodeId(100)).unwrap();
+    r.handle_frame(
+        t,
+        again,
+        Frame::Participant(HostRoute {
+            participant: ParticipantId(1000),
+            origin: NodeId(100),
+            seq: 3,
+        }),
+    )
+    .unwrap();
+    assert_eq!(r.stats().drops.get(DropReason::SpoofedSource), 1);
+}

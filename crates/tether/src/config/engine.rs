@@ -21,6 +21,10 @@ const DEFAULT_INACTIVE_MS: u64 = tether_core::DEFAULT_INACTIVE_AFTER.as_millis()
 /// Its default for a session with routers (`[routers] connect`).
 const ROUTED_INACTIVE_MS: u64 = 20_000;
 
+/// `discovery.lease_ms` by default, and with routers.
+const DEFAULT_LEASE_MS: u64 = 10_000;
+const ROUTED_LEASE_MS: u64 = 30_000;
+
 /// What a [`Config`] asks of the engine, checked.
 #[derive(Debug, Clone)]
 pub(crate) struct EngineSettings {
@@ -98,7 +102,15 @@ impl TryFrom<&Config> for EngineSettings {
             domain: c.domain,
             // Announced in clear: nothing about the process unless the user names it.
             name: c.name.clone(),
-            lease: Duration::from_millis(c.discovery.lease_ms),
+            // Through routers, a link that is cut and dialled again must not end the match
+            // (a lease run out drops the peer and what it was owed): 30 s by default there.
+            lease: Duration::from_millis(
+                if c.discovery.lease_ms == DEFAULT_LEASE_MS && !c.routers.connect.is_empty() {
+                    ROUTED_LEASE_MS
+                } else {
+                    c.discovery.lease_ms
+                },
+            ),
             announce_period: c.announce_period(),
             heartbeat_period: Duration::from_millis(c.reliability.heartbeat_period_ms),
             inactive_after: match c.reliability.inactive_reader_ms {
@@ -234,6 +246,7 @@ mod tests {
             s.inactive_after,
             Some(Duration::from_millis(ROUTED_INACTIVE_MS))
         );
+        assert_eq!(s.lease, Duration::from_millis(ROUTED_LEASE_MS));
         let c = Config::from_toml(
             "[routers]\nconnect = [\"quic/127.0.0.1:1\"]\n[security]\nkeys = \"k\"\n\
              [reliability]\ninactive_reader_ms = 2500\n",

@@ -39,6 +39,13 @@ impl Session {
             Some(policy) if !config.routers.connect.is_empty() => {
                 Some(router_links(&config, policy, id, &mut core)?)
             }
+            None if !config.routers.connect.is_empty() => {
+                return Err(OpenError::Routers(
+                    "routers take sessions of a realm only (they check each session's \
+                     credential): give --keys (or security.keys) with --router"
+                        .into(),
+                ));
+            }
             _ => None,
         };
         for (name, spec) in &settings.flow_controllers {
@@ -136,7 +143,16 @@ fn router_links(
         Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
         None => None,
     };
-    let identity = tether_transport::quic::LinkIdentity::new(&b.identity, &b.credential)
+    // Routers are shown the credential without grants: they never read topic names.
+    let link = b.link_credential.as_ref().ok_or_else(|| {
+        OpenError::Routers(format!(
+            "{} was issued before router links: it has no credential to show routers \
+             without its grants; issue it again (`tether keys issue DIR {} --replace ...`)",
+            policy.keys.display(),
+            b.credential.name
+        ))
+    })?;
+    let identity = tether_transport::quic::LinkIdentity::new(&b.identity, link)
         .map_err(|e| OpenError::Routers(e.to_string()))?;
     let (routers, thread) = Routers::new(
         &targets,

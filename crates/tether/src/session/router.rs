@@ -289,20 +289,18 @@ impl LinkThread {
         }
         let policy = PeerPolicy::new(ca_public, revs, &[tether_crypto::Role::Router]);
         let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
-        let endpoint = match QuicEndpoint::client(
-            bind,
-            &endpoint_identity,
-            policy.clone(),
-            &LinkConfig::default(),
-        )
-        .or_else(|_| {
-            QuicEndpoint::client(
-                "0.0.0.0:0".parse().expect("a literal address"),
-                &endpoint_identity,
-                policy,
-                &LinkConfig::default(),
-            )
-        }) {
+        let mut lc = LinkConfig::default();
+        // Engine datagrams are at most 64 KiB: a router sending more breaks the protocol.
+        lc.max_frame((64 << 10) + 128);
+        let endpoint = match QuicEndpoint::client(bind, &endpoint_identity, policy.clone(), &lc)
+            .or_else(|_| {
+                QuicEndpoint::client(
+                    "0.0.0.0:0".parse().expect("a literal address"),
+                    &endpoint_identity,
+                    policy,
+                    &lc,
+                )
+            }) {
             Ok(e) => Arc::new(e),
             Err(e) => {
                 tracing::error!("router links: cannot open a QUIC endpoint: {e}");
