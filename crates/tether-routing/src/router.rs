@@ -690,7 +690,8 @@ impl Router {
             Frame::Advertise(a) => {
                 check_origin(a.origin, peer)?;
                 if self.session_full(slot, &a.key) {
-                    return Ok(self.stats.drops.add(DropReason::RouteLimit));
+                    self.stats.drops.add(DropReason::RouteLimit);
+                    return Ok(());
                 }
                 self.local_publish(now, slot, a.key, true);
             }
@@ -700,7 +701,8 @@ impl Router {
             }
             Frame::Subscribe(key) => {
                 if self.session_full(slot, &key) {
-                    return Ok(self.stats.drops.add(DropReason::RouteLimit));
+                    self.stats.drops.add(DropReason::RouteLimit);
+                    return Ok(());
                 }
                 self.subscribe_from(now, slot, key, true)
             }
@@ -1166,7 +1168,7 @@ impl Router {
                 .values()
                 .filter(|h| h.local == Some(slot))
                 .count();
-            if !self.hosts.get(&p).is_some_and(|h| h.local == Some(slot))
+            if self.hosts.get(&p).is_none_or(|h| h.local != Some(slot))
                 && mine >= MAX_PARTICIPANTS_PER_SESSION
             {
                 return self.stats.drops.add(DropReason::ParticipantLimit);
