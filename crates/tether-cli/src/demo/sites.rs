@@ -38,10 +38,6 @@ use tether::{Config, DiscoveryRange, Qos, Session, Subscriber};
 
 use super::{Children, DemoArgs, Signals, Window, end_with_parent, program, quoted};
 
-/// The camera's samples: about an uncompressed 640×480 RGB frame (921,600 B), far larger
-/// than a datagram.
-const CAMERA_BYTES: u32 = 1_000_000;
-
 /// How long the routers may take to start and link before the demo gives up.
 const SETUP_LIMIT: Duration = Duration::from_secs(30);
 
@@ -295,82 +291,13 @@ pub(super) fn run(cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
     let domain = cfg.domain;
     let dir = TempDir::new()?;
     let realm_dir = dir.0.join("realm");
-    let realm = Realm::init(&realm_dir).context("creating the demo's realm")?;
-    let grants = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    realm.issue(
-        "robot-a",
-        grants(&["/camera", "/telemetry"]),
-        grants(&["/cmd"]),
-        1,
-    )?;
-    realm.issue(
-        "operator-b",
-        grants(&["/cmd"]),
-        grants(&["/camera", "/telemetry"]),
-        1,
-    )?;
-    let mut routers = Vec::new();
-    for name in ["cloud", "site-a", "site-b"] {
-        realm.issue_router(name, 1)?;
-        routers.push(Router {
-            name,
-            port: free_port(true)?,
-            metrics: free_port(false)?,
-            last: None,
-        });
-    }
-    let key = |t: &str| tether_crypto::to_hex(&realm.route_key(t));
-    let exports = |out: &[&str], inward: &[&str]| -> String {
-        let rule = |t: &&str, d: &str| {
-            format!(
-                "[[export]]  # {t}\nkey = \"{}\"\ndirection = \"{d}\"\n",
-                key(t)
-            )
-        };
-        out.iter()
-            .map(|t| rule(t, "out"))
-            .chain(inward.iter().map(|t| rule(t, "in")))
-            .collect()
-    };
-    let cloud = routers[0].port;
-    let (port_a, port_b) = (routers[1].port, routers[2].port);
+    let (realm, mut routers) = make_realm(&realm_dir)?;
     let exe = std::env::current_exe().context("locating the tether binary")?;
     let mut children = Children {
         procs: Vec::new(),
         registry: None,
     };
-    for (r, extra) in routers.iter().zip([
-        String::new(),
-        format!(
-            "connect = [\"quic/127.0.0.1:{cloud}\"]\n{}",
-            exports(&["/camera", "/telemetry"], &["/cmd"])
-        ),
-        format!(
-            "connect = [\"quic/127.0.0.1:{cloud}\"]\n{}",
-            exports(&["/cmd"], &["/camera", "/telemetry"])
-        ),
-    ]) {
-        let path = dir.0.join(format!("{}.toml", r.name));
-        std::fs::write(
-            &path,
-            format!(
-                "name = \"{}\"\ndomain = {domain}\nlisten = \"127.0.0.1:{}\"\n\
-                 keys = \"realm/{}.key\"\nmetrics = \"127.0.0.1:{}\"\n{extra}",
-                r.name, r.port, r.name, r.metrics
-            ),
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
-        start(
-            &mut children,
-            &exe,
-            format!(
-                "router {} (tether router --config {})",
-                r.name,
-                path.display()
-            ),
-            &["router".into(), "--config".into(), path.into()],
-        )?;
-    }
+    start_routers(&realm, &routers, &dir.0, domain, &exe, &mut children)?;
     let cloud_metrics = routers[0].metrics;
     let linked = wait_for(&signals, &mut children, SETUP_LIMIT, || {
         scrape(cloud_metrics).and_then(|p| value(&p, "tether_router_links", "role=\"router\""))
@@ -386,6 +313,7 @@ pub(super) fn run(cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
         }
         Err(stop) => return Ok(stopped(stop, children, dir)),
     }
+    let (port_a, port_b) = (routers[1].port, routers[2].port);
     let robot = realm_dir.join("robot-a.key");
     let operator = realm_dir.join("operator-b.key");
     // The subscribing sessions, in this process: the operator's at site B, the robot's
@@ -394,74 +322,18 @@ pub(super) fn run(cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
         .context("opening the operator's session at site B")?;
     let site_a = Session::open(member_config(domain, &dir.0, robot.clone(), port_a))
         .context("opening the robot's session at site A")?;
-    // The camera is reliable keep-last 1: a 1 MB sample is some 17 datagrams through the
-    // routers, and best effort would lose the whole frame for any one of them; reliable,
-    // the lost datagram is repaired, while keep-last 1 never queues stale frames behind
-    // a slow path (a newer frame replaces an unsent one, counted as lost) so latency stays
-    // that of one frame. Telemetry and commands are small and must all arrive: reliable,
-    // the default keep-last 10.
-    let camera_qos = Qos::default().keep_last(1);
-    let mut rows = Vec::new();
-    for (session, topic, from, to, qos) in [
-        (&site_b, "/camera", "site A", "site B", camera_qos),
-        (&site_b, "/telemetry", "site A", "site B", Qos::default()),
-        (&site_a, "/cmd", "site B", "site A", Qos::default()),
+    let mut rows = subscribe(&site_a, &site_b)?;
+    for (who, keys, port, args) in [
+        ("robot-a", &robot, port_a, &CAMERA[..]),
+        ("robot-a", &robot, port_a, &TELEMETRY[..]),
+        ("operator-b", &operator, port_b, &CMD[..]),
     ] {
-        let window = Arc::new(Mutex::new(Window::default()));
-        let w = window.clone();
-        let sub = session.subscriber_with_callback(topic, qos, move |s| {
-            Window::add(&w, s.payload.len(), s.timestamp_ns);
-        })?;
-        rows.push(Row {
-            topic,
-            from,
-            to,
-            sub,
-            window,
-            total: 0,
-        });
-    }
-    let camera_size = CAMERA_BYTES.to_string();
-    let publishers: [(&str, &Path, u16, Vec<&str>); 3] = [
-        (
-            "robot-a",
-            &robot,
-            port_a,
-            vec![
-                "/camera",
-                "frame",
-                "--size",
-                &camera_size,
-                "--rate",
-                "10",
-                "--keep-last",
-                "1",
-            ],
-        ),
-        (
-            "robot-a",
-            &robot,
-            port_a,
-            vec!["/telemetry", "pose", "--size", "200", "--rate", "100"],
-        ),
-        (
-            "operator-b",
-            &operator,
-            port_b,
-            vec!["/cmd", "forward 0.5 m/s", "--rate", "10"],
-        ),
-    ];
-    for (who, keys, port, args) in &publishers {
-        let mut v = member_flags(domain, &dir.0, keys, *port);
+        let mut v = member_flags(domain, &dir.0, keys, port);
         v.push("pub".into());
         v.extend(args.iter().map(OsString::from));
         v.push("--quiet".into());
-        start(
-            &mut children,
-            &exe,
-            format!("{who}'s tether pub {}", args.join(" ")),
-            &v,
-        )?;
+        let what = format!("{who}'s tether pub {}", args.join(" "));
+        start(&mut children, &exe, what, &v)?;
     }
     print_header(&routers, domain, &dir.0, &operator, port_b, a.duration);
     let start = Instant::now();
@@ -493,6 +365,134 @@ pub(super) fn run(cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
     drop((site_a, site_b));
     drop(children);
     drop(dir);
+    Ok(finish(stop, &received, lost, start.elapsed()))
+}
+
+/// The robot's camera: 1 MB samples at 10 Hz, reliable keep-last 1 (why: [`subscribe`]).
+const CAMERA: [&str; 8] = [
+    "/camera",
+    "frame",
+    "--size",
+    "1000000",
+    "--rate",
+    "10",
+    "--keep-last",
+    "1",
+];
+
+/// The robot's telemetry: 200 B at 100 Hz, reliable.
+const TELEMETRY: [&str; 6] = ["/telemetry", "pose", "--size", "200", "--rate", "100"];
+
+/// The operator's commands: 10 Hz, reliable.
+const CMD: [&str; 4] = ["/cmd", "forward 0.5 m/s", "--rate", "10"];
+
+/// The demo's realm in `dir`: its members and routers (with the ports they will take).
+fn make_realm(dir: &Path) -> anyhow::Result<(Realm, Vec<Router>)> {
+    let realm = Realm::init(dir).context("creating the demo's realm")?;
+    let grants = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (robot_pub, robot_sub) = (grants(&["/camera", "/telemetry"]), grants(&["/cmd"]));
+    realm.issue("robot-a", robot_pub.clone(), robot_sub.clone(), 1)?;
+    realm.issue("operator-b", robot_sub, robot_pub, 1)?;
+    let mut routers = Vec::new();
+    for name in ["cloud", "site-a", "site-b"] {
+        realm.issue_router(name, 1)?;
+        routers.push(Router {
+            name,
+            port: free_port(true)?,
+            metrics: free_port(false)?,
+            last: None,
+        });
+    }
+    Ok((realm, routers))
+}
+
+/// Writes the routers' configurations in `dir` and starts them: the cloud, then the sites,
+/// which dial it, each with its export list (by route key: routers never learn names).
+fn start_routers(
+    realm: &Realm,
+    routers: &[Router],
+    dir: &Path,
+    domain: u16,
+    exe: &Path,
+    children: &mut Children,
+) -> anyhow::Result<()> {
+    let exports = |out: &[&str], inward: &[&str]| -> String {
+        let rule = |t: &&str, d: &str| {
+            let key = tether_crypto::to_hex(&realm.route_key(t));
+            format!("[[export]]  # {t}\nkey = \"{key}\"\ndirection = \"{d}\"\n")
+        };
+        out.iter()
+            .map(|t| rule(t, "out"))
+            .chain(inward.iter().map(|t| rule(t, "in")))
+            .collect()
+    };
+    let dial = format!("connect = [\"quic/127.0.0.1:{}\"]\n", routers[0].port);
+    for (r, extra) in routers.iter().zip([
+        String::new(),
+        dial.clone() + &exports(&["/camera", "/telemetry"], &["/cmd"]),
+        dial.clone() + &exports(&["/cmd"], &["/camera", "/telemetry"]),
+    ]) {
+        let path = dir.join(format!("{}.toml", r.name));
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"{}\"\ndomain = {domain}\nlisten = \"127.0.0.1:{}\"\n\
+                 keys = \"realm/{}.key\"\nmetrics = \"127.0.0.1:{}\"\n{extra}",
+                r.name, r.port, r.name, r.metrics
+            ),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        let what = format!(
+            "router {} (tether router --config {})",
+            r.name,
+            path.display()
+        );
+        start(
+            children,
+            exe,
+            what,
+            &["router".into(), "--config".into(), path.into()],
+        )?;
+    }
+    Ok(())
+}
+
+/// The subscriptions whose samples the table counts: /camera and /telemetry at site B,
+/// /cmd at site A.
+fn subscribe(site_a: &Session, site_b: &Session) -> anyhow::Result<Vec<Row>> {
+    // The camera is reliable keep-last 1: a 1 MB sample is some 17 datagrams through the
+    // routers, and best effort would lose the whole frame for any one of them; reliable,
+    // the lost datagram is repaired, while keep-last 1 never queues stale frames behind
+    // a slow path (a newer frame replaces an unsent one, counted as lost) so latency stays
+    // that of one frame. Telemetry and commands are small and must all arrive: reliable,
+    // the default keep-last 10.
+    let camera_qos = Qos::default().keep_last(1);
+    let mut rows = Vec::new();
+    for (session, topic, from, to, qos) in [
+        (site_b, "/camera", "site A", "site B", camera_qos),
+        (site_b, "/telemetry", "site A", "site B", Qos::default()),
+        (site_a, "/cmd", "site B", "site A", Qos::default()),
+    ] {
+        let window = Arc::new(Mutex::new(Window::default()));
+        let w = window.clone();
+        let sub = session.subscriber_with_callback(topic, qos, move |s| {
+            Window::add(&w, s.payload.len(), s.timestamp_ns);
+        })?;
+        rows.push(Row {
+            topic,
+            from,
+            to,
+            sub,
+            window,
+            total: 0,
+        });
+    }
+    Ok(rows)
+}
+
+/// The last line and the exit status: what each site received, then why the demo ended
+/// early or which topic received nothing.
+fn finish(stop: Option<Stop>, received: &[(String, u64)], lost: u64, ran: Duration) -> ExitCode {
     println!(
         "received {} in {:.0} s; {lost} lost",
         received
@@ -500,13 +500,13 @@ pub(super) fn run(cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
             .map(|(what, n)| format!("{n} {what}"))
             .collect::<Vec<_>>()
             .join(", "),
-        start.elapsed().as_secs_f64()
+        ran.as_secs_f64()
     );
     match stop {
-        Some(Stop::Signal(code)) => return Ok(ExitCode::from(code)),
+        Some(Stop::Signal(code)) => return ExitCode::from(code),
         Some(Stop::Failed(what, status)) => {
             eprintln!("error: a demo process ended early ({status}): {what}");
-            return Ok(ExitCode::from(1));
+            return ExitCode::from(1);
         }
         None => {}
     }
@@ -521,9 +521,9 @@ pub(super) fn run(cfg: Config, a: DemoArgs) -> anyhow::Result<ExitCode> {
              they forwarded)",
             silent.join(", ")
         );
-        return Ok(ExitCode::from(1));
+        return ExitCode::from(1);
     }
-    Ok(ExitCode::SUCCESS)
+    ExitCode::SUCCESS
 }
 
 /// The end of a demo stopped while it was setting up.
@@ -647,4 +647,44 @@ fn print_table(start: Instant, rows: &mut [Row], routers: &mut [Router]) {
         out += &format!("       {:<11} {links:<16} {rates}\n", r.name);
     }
     print!("{out}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table reads a router's metrics page by family and label.
+    #[test]
+    fn metrics_are_read_by_family_and_label() {
+        let page = "HTTP/1.1 200 OK\r\n\r\n# HELP tether_router_links Links up.\n\
+                    # TYPE tether_router_links gauge\n\
+                    tether_router_links{router=\"cloud\",role=\"session\"} 0\n\
+                    tether_router_links{router=\"cloud\",role=\"router\"} 2\n\
+                    tether_router_links_made_total{router=\"cloud\"} 7\n\
+                    tether_router_samples_forwarded_total{router=\"cloud\"} 3043\n";
+        let v = |f, l| value(page, f, l);
+        assert_eq!(v("tether_router_links", "role=\"router\""), Some(2.0));
+        assert_eq!(v("tether_router_links", "role=\"session\""), Some(0.0));
+        assert_eq!(v("tether_router_links_made_total", ""), Some(7.0));
+        assert_eq!(v("tether_router_samples_forwarded_total", ""), Some(3043.0));
+        assert_eq!(v("tether_router_routes", ""), None);
+    }
+
+    /// p50 and p99 of a second's latencies: the sample below which that share arrived.
+    #[test]
+    fn quantiles_of_a_window() {
+        let w = Window {
+            lat_us: (1..=100).map(f64::from).collect(),
+            ..Window::default()
+        };
+        assert_eq!(w.quantile(0.5), 50.0);
+        assert_eq!(w.quantile(0.99), 99.0);
+        assert_eq!(w.quantile(1.0), 100.0);
+        assert_eq!(Window::default().quantile(0.99), 0.0);
+        let one = Window {
+            lat_us: vec![7.0],
+            ..Window::default()
+        };
+        assert_eq!(one.quantile(0.5), 7.0);
+    }
 }
