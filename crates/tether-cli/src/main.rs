@@ -100,7 +100,9 @@ enum Cmd {
     Keys(keys::KeysArgs),
     /// Measure tether against raw UDP on this machine.
     Bench(tether_bench::BenchArgs),
-    /// Several processes on this host publishing and subscribing, with live rates.
+    /// Two sites and a cloud router on loopback, in a secure realm made for the demo: a
+    /// robot's camera and telemetry, an operator's commands, with live rates and latency
+    /// (--local: several processes on this host meeting by discovery).
     Demo(demo::DemoArgs),
     /// Run a router: joins sites over QUIC, routing sealed samples on topic keys only.
     Router(router::RouterArgs),

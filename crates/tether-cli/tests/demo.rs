@@ -1,4 +1,11 @@
-//! `tether demo` as a user runs it: its processes take its settings (keys, domain,
+//! `tether demo` as a user runs it.
+//!
+//! The two-site demo (the default): two sites and a cloud router on loopback in a realm of
+//! its own; every topic reaches the other site, the table says so, and it leaves no process
+//! and no temporary directory behind, whether its time runs out or it is interrupted. Each
+//! runs with a `TMPDIR` of its own.
+//!
+//! The single-host demo (`--local`): its processes take its settings (keys, domain,
 //! discovery), another terminal can watch it with the command it prints, and it leaves no
 //! process and no registry entry behind, whether its time runs out, one of its processes
 //! fails, or it is stopped by SIGINT, SIGTERM, SIGHUP or SIGKILL. A demo whose discovery is
@@ -88,9 +95,8 @@ fn children_of(pid: u32) -> Vec<u32> {
     v
 }
 
-/// Asserts that none of `pids` runs any more and that the registry's domain directory
-/// holds no entry.
-fn assert_nothing_left(pids: &[u32], reg: &Path, domain: u16) {
+/// Asserts that none of `pids` runs any more.
+fn assert_ended(pids: &[u32]) {
     for p in pids {
         let alive = std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
             !s.rsplit_once(')')
@@ -98,6 +104,12 @@ fn assert_nothing_left(pids: &[u32], reg: &Path, domain: u16) {
         });
         assert!(!alive, "demo process {p} is still running");
     }
+}
+
+/// Asserts that none of `pids` runs any more and that the registry's domain directory
+/// holds no entry.
+fn assert_nothing_left(pids: &[u32], reg: &Path, domain: u16) {
+    assert_ended(pids);
     let entries: Vec<String> = std::fs::read_dir(reg.join(format!("domain-{domain}")))
         .map(|rd| {
             rd.flatten()
@@ -126,7 +138,7 @@ fn demo_runs_with_its_keys_and_domain_and_can_be_watched() {
     let mut c = tether(&reg, 41);
     c.arg("--keys")
         .arg(&key)
-        .args(["--peer", &peer, "demo", "--duration", "6"]);
+        .args(["--peer", &peer, "demo", "--local", "--duration", "6"]);
     let mut demo = Live::spawn(c);
     let hint = "watch it from another terminal: ";
     let line = || {
@@ -209,7 +221,7 @@ fn demo_stopped_by_a_signal_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let reg = dir.path().join("reg");
         let mut c = tether(&reg, domain);
-        c.args(["demo", "--duration", "0"]);
+        c.args(["demo", "--local", "--duration", "0"]);
         let mut demo = Live::spawn(c);
         assert!(
             wait_until(Duration::from_secs(20), || {
@@ -252,7 +264,9 @@ fn demo_ends_when_one_of_its_processes_fails() {
     let key = member(&dir.path().join("realm"), &["--sub", "/demo/**"]);
     let reg = dir.path().join("reg");
     let mut c = tether(&reg, 44);
-    c.arg("--keys").arg(&key).args(["demo", "--duration", "30"]);
+    c.arg("--keys")
+        .arg(&key)
+        .args(["demo", "--local", "--duration", "30"]);
     let mut demo = Live::spawn(c);
     assert!(wait_until(Duration::from_secs(20), || demo.lines() >= 2));
     let kids = children_of(demo.child.id());
@@ -278,7 +292,7 @@ fn demo_killed_takes_its_processes_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let reg = dir.path().join("reg");
     let mut c = tether(&reg, 46);
-    c.args(["demo", "--duration", "0"]);
+    c.args(["demo", "--local", "--duration", "0"]);
     let mut demo = Live::spawn(c);
     assert!(
         wait_until(Duration::from_secs(20), || {
@@ -353,11 +367,11 @@ fn demo_refuses_discovery_off() {
         c
     };
     let mut by_flag = bare();
-    by_flag.args(["--discovery", "off", "demo", "--duration", "3"]);
+    by_flag.args(["--discovery", "off", "demo", "--local", "--duration", "3"]);
     let mut by_env = bare();
     by_env
         .env("TETHER_DISCOVERY", "off")
-        .args(["demo", "--duration", "3"]);
+        .args(["demo", "--local", "--duration", "3"]);
     for (who, mut c) in [
         ("--discovery off", by_flag),
         ("TETHER_DISCOVERY=off", by_env),
@@ -384,4 +398,259 @@ fn demo_refuses_discovery_off() {
         );
     }
     assert!(!reg.exists(), "nothing registered");
+}
+
+/// Held by each two-site test: one such demo (six processes, 10 MB/s through three
+/// routers) at a time, beside the single-host ones, on a machine of 2 vCPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `tether demo` (two sites) with its temporary directory in `tmp` and no settings from
+/// the environment.
+fn two_sites(tmp: &Path, args: &[&str]) -> Live {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    for v in [
+        "TETHER_CONFIG",
+        "TETHER_DOMAIN",
+        "TETHER_DISCOVERY",
+        "TETHER_PEERS",
+        "TETHER_ROUTERS",
+        "TETHER_KEYS",
+    ] {
+        c.env_remove(v);
+    }
+    c.env("TMPDIR", tmp).arg("demo").args(args);
+    Live::spawn(c)
+}
+
+/// What `tmp` holds.
+fn entries(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Waits for the two-site demo's first table; its six processes (three routers, three
+/// publishers), each checked for what it runs.
+fn running_two_sites(demo: &Live) -> Vec<u32> {
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            demo.out
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.starts_with("[  1s]"))
+        }),
+        "no table: {:?}\n{}",
+        demo.out.lock().unwrap(),
+        demo.stderr()
+    );
+    let kids = children_of(demo.child.id());
+    let args: Vec<Vec<String>> = kids.iter().map(|k| cmdline(*k)).collect();
+    let routers = args.iter().filter(|a| a.contains(&"router".into())).count();
+    assert_eq!(routers, 3, "{args:?}");
+    let pubs: Vec<&Vec<String>> = args.iter().filter(|a| a.contains(&"pub".into())).collect();
+    assert_eq!(pubs.len(), 3, "{args:?}");
+    for a in pubs {
+        // Sessions of a site meet the other site only through their site's router.
+        assert!(has(a, "--discovery", "off"), "{a:?}");
+        assert!(a.iter().any(|x| x.starts_with("quic/127.0.0.1:")), "{a:?}");
+        assert!(a.iter().any(|x| x.ends_with(".key")), "{a:?}");
+    }
+    kids
+}
+
+/// The samples/s of `topic` received at site `site` in each table printed.
+fn rates(out: &[String], topic: &str, site: &str) -> Vec<u64> {
+    out.iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            // "/camera site A → site B 10 10.00 4.1 9.8 0"
+            (w.len() == 11 && w[0] == topic && w[5] == site).then(|| w[6].parse().unwrap())
+        })
+        .collect()
+}
+
+/// The default demo: two sites and a cloud router in a realm of the demo's own. /camera
+/// and /telemetry published at site A reach site B, /cmd published at site B reaches site A,
+/// the table says so each second with the routers' links, and the demo exits 0 leaving no
+/// process and no temporary directory (realm, router configurations).
+#[test]
+fn two_site_demo_carries_every_topic_across_and_leaves_nothing() {
+    let _one = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo = two_sites(tmp.path(), &["--duration", "5"]);
+    let kids = running_two_sites(&demo);
+    let dirs = entries(tmp.path());
+    assert!(
+        dirs.len() == 1 && dirs[0].starts_with("tether-demo."),
+        "{dirs:?}"
+    );
+    assert_eq!(
+        demo.wait(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        demo.stderr()
+    );
+    let out = demo.out.lock().unwrap().clone();
+    let text = out.join("\n");
+    assert!(text.contains("security on"), "{text}");
+    for (topic, site) in [("/camera", "B"), ("/telemetry", "B"), ("/cmd", "A")] {
+        let r = rates(&out, topic, site);
+        assert!(r.len() >= 4, "{topic} at site {site}: {text}");
+        assert!(
+            r.iter().any(|n| *n > 0),
+            "{topic} at site {site}: nothing\n{text}"
+        );
+    }
+    // Once running, a whole camera frame rate (10 Hz) gets across.
+    assert!(
+        rates(&out, "/camera", "B").iter().any(|n| *n >= 5),
+        "{text}"
+    );
+    // The routers: the cloud holds both sites' routers, each site its sessions.
+    assert!(
+        out.iter()
+            .any(|l| l.trim_start().starts_with("cloud") && l.contains("2 routers, 0 sess.")),
+        "{text}"
+    );
+    assert!(
+        out.iter()
+            .any(|l| l.trim_start().starts_with("site-a") && l.contains("1 router, 3 sess.")),
+        "{text}"
+    );
+    assert!(
+        out.iter()
+            .any(|l| l.trim_start().starts_with("site-b") && l.contains("1 router, 2 sess.")),
+        "{text}"
+    );
+    assert!(
+        out.iter().any(|l| l.starts_with("received ")),
+        "no summary: {text}"
+    );
+    assert_ended(&kids);
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+}
+
+/// Interrupted (Ctrl-C) while running until interrupted, the two-site demo kills and waits
+/// for its processes, removes its temporary directory, prints what it received and exits
+/// 130.
+#[test]
+fn two_site_demo_interrupted_leaves_nothing() {
+    let _one = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo = two_sites(tmp.path(), &["--duration", "0"]);
+    let kids = running_two_sites(&demo);
+    demo.signal("INT");
+    assert_eq!(
+        demo.wait(Duration::from_secs(20)),
+        Some(130),
+        "{}",
+        demo.stderr()
+    );
+    assert!(
+        demo.out
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("received ")),
+        "no summary"
+    );
+    assert_ended(&kids);
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+}
+
+/// Killed (SIGKILL: nothing of it runs), the two-site demo's processes end with it (the
+/// kernel kills them); the temporary directory it could not remove is removed by
+/// the next demo, which runs and ends cleanly.
+#[test]
+fn two_site_demo_killed_takes_its_processes_and_the_next_one_its_directory() {
+    let _one = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo = two_sites(tmp.path(), &["--duration", "0"]);
+    let kids = running_two_sites(&demo);
+    let left = entries(tmp.path());
+    assert_eq!(left.len(), 1, "{left:?}");
+    demo.signal("KILL");
+    // Not `demo.wait`: it reads the output to its end, which processes outliving the demo
+    // (they share its stderr) would hold open.
+    assert!(wait_until(Duration::from_secs(10), || {
+        demo.child.try_wait().unwrap().is_some()
+    }));
+    let running = || {
+        kids.iter()
+            .copied()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                    !s.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+            })
+            .collect::<Vec<u32>>()
+    };
+    if !wait_until(Duration::from_secs(10), || running().is_empty()) {
+        let left = running();
+        for p in &left {
+            let _ = Command::new("kill")
+                .args(["-KILL", &p.to_string()])
+                .status();
+        }
+        panic!("demo processes {left:?} outlived the demo");
+    }
+    assert_eq!(entries(tmp.path()), left, "killed, it removed nothing");
+    let mut next = two_sites(tmp.path(), &["--duration", "0"]);
+    let next_kids = running_two_sites(&next);
+    let now = entries(tmp.path());
+    assert!(
+        now.len() == 1 && now[0] != left[0],
+        "left {left:?}, now {now:?}"
+    );
+    next.signal("INT");
+    assert_eq!(
+        next.wait(Duration::from_secs(20)),
+        Some(130),
+        "{}",
+        next.stderr()
+    );
+    assert_ended(&next_kids);
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+}
+
+/// A process of the two-site demo that dies (here site A's router, killed) ends the demo
+/// at once with status 1 and says which; nothing is left behind.
+#[test]
+fn two_site_demo_ends_when_one_of_its_processes_dies() {
+    let _one = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo = two_sites(tmp.path(), &["--duration", "60"]);
+    let kids = running_two_sites(&demo);
+    let site_a = kids
+        .iter()
+        .copied()
+        .find(|k| cmdline(*k).iter().any(|a| a.ends_with("site-a.toml")))
+        .expect("site A's router");
+    let ok = Command::new("kill")
+        .args(["-KILL", &site_a.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(
+        demo.wait(Duration::from_secs(20)),
+        Some(1),
+        "{}",
+        demo.stderr()
+    );
+    let err = demo.stderr();
+    assert!(
+        err.contains("error: a demo process ended early") && err.contains("router site-a"),
+        "{err}"
+    );
+    assert_ended(&kids);
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
 }

@@ -1,4 +1,4 @@
-//! `tether demo`: several processes on this host, live rates.
+//! `tether demo --local`: several processes on this host, live rates.
 //!
 //! Two publisher processes (a 1 kHz reliable 256 B "chatter" topic and a 30 Hz best-effort
 //! 60 KB "camera" topic), a subscriber process, and this process subscribing to both and
@@ -20,144 +20,17 @@
 //! (`--discovery off`, or a file with neither registry nor multicast) is refused before
 //! anything starts.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
 use tether::{Config, Qos, Session};
 
+use super::{Children, DemoArgs, Signals, Window, end_with_parent, program, quoted};
 use crate::topic::human_bytes;
-
-#[derive(Args, Debug)]
-pub(crate) struct DemoArgs {
-    /// Seconds to run (0: until interrupted).
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-}
-
-#[derive(Default)]
-struct Window {
-    n: u64,
-    bytes: u64,
-    lat_us: Vec<f64>,
-}
-
-/// The demo's processes: killed, waited for and unregistered when dropped, so every way out
-/// of [`run`] (a return, an error, `?`) cleans up.
-struct Children {
-    procs: Vec<(String, Child)>,
-    /// The registry's directory for the domain (`None`: no registry).
-    registry: Option<PathBuf>,
-}
-
-impl Children {
-    /// The first process that has exited, with how.
-    fn exited(&mut self) -> Option<(String, std::process::ExitStatus)> {
-        self.procs
-            .iter_mut()
-            .find_map(|(what, c)| Some((what.clone(), c.try_wait().ok()??)))
-    }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-            // Killed, it could not remove its entry (`PID-PARTICIPANT.addr`); the next scan
-            // of any session would, but there may be none.
-            if let Some(dir) = &self.registry {
-                let prefix = format!("{}-", c.id());
-                if let Ok(rd) = std::fs::read_dir(dir) {
-                    for e in rd.flatten() {
-                        let name = e.file_name();
-                        let name = name.to_string_lossy();
-                        if name.starts_with(&prefix) && name.ends_with(".addr") {
-                            let _ = std::fs::remove_file(e.path());
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP (its terminal closed), caught so that the demo ends as it
-/// would at the end of its time.
-struct Signals {
-    int: Arc<AtomicBool>,
-    term: Arc<AtomicBool>,
-    hup: Arc<AtomicBool>,
-}
-
-impl Signals {
-    fn catch() -> anyhow::Result<Signals> {
-        let s = Signals {
-            int: Arc::new(AtomicBool::new(false)),
-            term: Arc::new(AtomicBool::new(false)),
-            hup: Arc::new(AtomicBool::new(false)),
-        };
-        signal_hook::flag::register(signal_hook::consts::SIGINT, s.int.clone())?;
-        signal_hook::flag::register(signal_hook::consts::SIGTERM, s.term.clone())?;
-        signal_hook::flag::register(signal_hook::consts::SIGHUP, s.hup.clone())?;
-        Ok(s)
-    }
-
-    /// The shell's exit code for the signal caught, if one was.
-    fn caught(&self) -> Option<u8> {
-        if self.int.load(Ordering::Relaxed) {
-            Some(130)
-        } else if self.term.load(Ordering::Relaxed) {
-            Some(143)
-        } else if self.hup.load(Ordering::Relaxed) {
-            Some(129)
-        } else {
-            None
-        }
-    }
-}
-
-/// Makes `c`'s process receive SIGTERM when this one ends, however it ends (SIGKILL
-/// included, which no handler sees), so that no demo process outlives the demo.
-fn end_with_parent(c: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the child between fork and exec; it calls only prctl and
-    // getppid, which are async-signal-safe, and allocates nothing (the other threads of
-    // this process may have held the allocator's lock at the fork).
-    unsafe {
-        c.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The demo may have ended between the fork and the prctl: then nothing would
-            // send the signal.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
-/// An argument as a shell would need it typed.
-fn quoted(a: &OsStr) -> String {
-    let s = a.to_string_lossy();
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-:,=@+[]".contains(c))
-    {
-        s.into_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
 
 /// The address the demo's other processes listen on: this one's with any port, when it
 /// names a port (only one process can have it).
@@ -168,7 +41,7 @@ fn child_listen(cfg: &Config) -> Option<SocketAddr> {
         .filter(|_| cfg.transport.listen.is_some_and(|a| a.port() != 0))
 }
 
-pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Result<ExitCode> {
+pub(super) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Result<ExitCode> {
     if !cfg.discovery.uses_registry() && !cfg.discovery.uses_multicast() {
         anyhow::bail!(
             "tether demo needs discovery on this host, and it is off (range \"{}\", or \
@@ -205,14 +78,7 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
     for (i, (t, q, _)) in topics.iter().enumerate() {
         let w = windows[i].clone();
         subs.push(session.subscriber_with_callback(*t, *q, move |s| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let mut g = w.lock().unwrap_or_else(|p| p.into_inner());
-            g.n += 1;
-            g.bytes += s.payload.len() as u64;
-            g.lat_us
-                .push(now.saturating_sub(s.timestamp_ns) as f64 / 1000.0);
+            Window::add(&w, s.payload.len(), s.timestamp_ns);
         })?);
     }
     let exe = std::env::current_exe().context("locating the tether binary")?;
@@ -247,7 +113,8 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
         if let Some(l) = listen {
             c.arg("--listen").arg(l.to_string());
         }
-        end_with_parent(&mut c);
+        // SIGTERM: each removes its registry entry as it ends.
+        end_with_parent(&mut c, libc::SIGTERM);
         let child = c
             .args(args)
             .stdin(Stdio::null())
@@ -287,10 +154,9 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
         }
         let mut line = format!("[{:>3.0}s]", start.elapsed().as_secs_f64());
         for (i, (t, _, q)) in topics.iter().enumerate() {
-            let mut w = std::mem::take(&mut *windows[i].lock().unwrap_or_else(|p| p.into_inner()));
+            let w = Window::take(&windows[i]);
             totals[i] += w.n;
-            w.lat_us.sort_by(|a, b| a.total_cmp(b));
-            let p50 = w.lat_us.get(w.lat_us.len() / 2).copied().unwrap_or(0.0);
+            let p50 = w.quantile(0.5);
             line += &format!(
                 "  {t} {:>5} msg/s {:>10}/s p50 {:>6.0}µs ({q}, {} pub)",
                 w.n,
@@ -328,23 +194,4 @@ pub(crate) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// How another terminal runs this binary: `tether` when that is what `PATH` finds, else its
-/// full path (the README's first command runs it through cargo, before any install).
-fn program() -> String {
-    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
-    let on_path = std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|d| {
-            std::fs::canonicalize(d.join("tether"))
-                .ok()
-                .is_some_and(|p| Some(&p) == me.as_ref())
-        })
-    });
-    match (on_path, &me) {
-        (false, Some(p)) if !p.to_string_lossy().contains(char::is_whitespace) => {
-            p.display().to_string()
-        }
-        _ => "tether".into(),
-    }
 }
