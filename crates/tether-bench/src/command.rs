@@ -5,7 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use tether::Config;
 
 use crate::harness::{cpu, secs};
-use crate::{bulk, cipher, fanout, loopback, lossy, paper};
+use crate::{bulk, cipher, fanout, loopback, lossy, paper, rib, wan};
 
 /// `tether bench`: which experiment, and its settings.
 #[derive(Args, Debug)]
@@ -110,6 +110,14 @@ enum Which {
     /// loss rate beside the lossless figure; with the cargo feature `zenoh`, Zenoh over TCP
     /// measured the same way beside it.
     Lossy(lossy::LossyArgs),
+    /// Paper 004, its RIB experiment: advertise and subscribe time at 10,000 … 1,000,000
+    /// routes (sans-IO router, in process), memory per route, and a session's start to its
+    /// first message through a `tether router` process (security on).
+    Rib(rib::RibArgs),
+    /// Paper 004, Figure 7 and Table I: ping-pong RTT through one router and two chained
+    /// routers beside direct, 64 B … 8,000 B and one 13 MB sample; throughput of 1,000 B
+    /// samples through a router beside direct (loopback, security on).
+    Wan(wan::WanArgs),
     /// Draws a bench's `--json` output (latency, throughput, fanout, cipher) as an SVG
     /// figure, with the papers' figures beside where they have one (docs/benchmarks.md).
     Plot {
@@ -248,6 +256,8 @@ enum Role {
     BulkSink,
     /// Count the lossy topic, checking order (`bench lossy`).
     LossySink,
+    /// Publish a transient-local sample every millisecond (`bench rib`).
+    Ticker,
     /// Count the lossy key over Zenoh's TCP transport, checking order (`bench lossy`
     /// with the feature `zenoh`); listens on `--ip` and prints its port.
     ZenohSink,
@@ -313,6 +323,8 @@ pub fn run(cfg: Config, args: BenchArgs) -> anyhow::Result<()> {
         } => cipher::run(&sizes, millis, json),
         Which::Fanout(a) => fanout::run(cfg, a),
         Which::Lossy(a) => lossy::run(cfg, a),
+        Which::Rib(a) => rib::run(cfg, a),
+        Which::Wan(a) => wan::run(cfg, a),
         Which::Plot { input, out } => crate::plot::plot(&input, &out),
         Which::Latency {
             samples,
@@ -370,6 +382,7 @@ pub fn peer(mut cfg: Config, args: PeerArgs) -> anyhow::Result<()> {
         Role::Ack => paper::ack_peer(cfg),
         Role::BulkSink => bulk::sink(cfg),
         Role::LossySink => lossy::sink(cfg),
+        Role::Ticker => rib::ticker(cfg),
         Role::ZenohSink => lossy::zenoh_sink(args.ip),
         Role::Sink => loopback::sink(cfg, false),
         Role::SinkReliable => loopback::sink(cfg, true),

@@ -1,15 +1,17 @@
 //! [internal] The experiments behind `tether bench`: tether against raw UDP on one machine
 //! (latency, throughput), the tables of the papers it answers (batch, large, bulk, cipher,
-//! fanout), each as a library function the `tether` binary calls.
+//! fanout, rib, wan), each as a library function the `tether` binary calls.
 //!
 //! The crate is layered, lowest first, with no cycle:
 //!
 //! - `harness` (private): what every experiment shares. Peer processes
 //!   and their line protocol, a private domain and registry per run, CPU pinning, CPU time
-//!   and the hypervisor's steal, quantiles and confidence intervals, and two hosts in
-//!   network namespaces (built by `tether_testkit::netns`).
+//!   and the hypervisor's steal, quantiles and confidence intervals, throwaway realms and
+//!   `tether router` processes in them, and two hosts in network namespaces (built by
+//!   `tether_testkit::netns`).
 //! - one module per experiment: `loopback` (latency, throughput), `paper` (batch, large),
-//!   `bulk`, `cipher`, `fanout`. Each uses the harness and nothing of the others.
+//!   `bulk`, `cipher`, `fanout`, `rib`. Each uses the harness and nothing of the others.
+//! - `wan`, which runs `loopback`'s ping-pong and put loop over paths through routers.
 //! - the dispatch: [`BenchArgs`] and [`run`] for `tether bench …`, [`PeerArgs`] and
 //!   [`peer`], [`FanoutPeerArgs`] and [`fanout_peer`] for the hidden peers.
 //!
@@ -32,6 +34,8 @@ mod loopback;
 mod lossy;
 mod paper;
 mod plot;
+mod rib;
+mod wan;
 
 pub use command::{BenchArgs, PeerArgs, peer, run};
 pub use fanout::{FanoutPeerArgs, peer as fanout_peer};

@@ -66,6 +66,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod frame;
 mod leaf;
 mod rib;

@@ -31,6 +31,15 @@ pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// This process's resident set in bytes (`/proc/self/statm`), if readable.
+pub(crate) fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
 /// CPU time of `clock` (this thread's or this process's), in ns.
 fn cpu_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {

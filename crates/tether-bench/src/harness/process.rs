@@ -38,7 +38,7 @@ impl Peer {
     }
 
     /// `tether bench-peer ROLE` in `cfg`'s private domain and registry (and its realm, if
-    /// secure), busy-polling if `busy`, pinned to `cpu` if given.
+    /// secure; through its peers' routers, if any), with its discovery range, busy-polling if `busy`, pinned to `cpu` if given.
     pub(crate) fn spawn(
         cfg: &BenchCfg,
         role: &str,
@@ -53,7 +53,7 @@ impl Peer {
             .arg(cfg.domain().to_string())
             .arg("--registry-dir")
             .arg(cfg.dir())
-            .args(["--discovery", "localhost"])
+            .args(["--discovery", cfg.base.discovery.range.name()])
             .args(cfg.peer_args());
         if busy {
             cmd.arg("--busy-poll");

@@ -130,6 +130,14 @@ impl SecureSide {
         }
     }
 
+    /// The directory of a throwaway realm (none for the user's keys).
+    pub(crate) fn realm_dir(&self) -> Option<&Path> {
+        match self {
+            SecureSide::Throwaway { _dir, .. } => Some(&_dir.0),
+            SecureSide::Given(_) => None,
+        }
+    }
+
     /// In words, for the reports.
     pub(crate) fn describe(&self) -> String {
         match self {

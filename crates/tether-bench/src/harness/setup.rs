@@ -16,6 +16,9 @@ pub(crate) struct BenchCfg {
     registry: PathBuf,
     /// The keys of the peer processes in a secure realm (none: security off).
     peer_keys: Option<PairKeys>,
+    /// The routers the peer processes dial (`quic/HOST:PORT`; none: they meet by
+    /// discovery).
+    peer_routers: Vec<String>,
     _dir: TempDir,
 }
 
@@ -42,9 +45,25 @@ impl BenchCfg {
     /// The flags that make a peer process a member of this run's realm (none when
     /// security is off).
     pub(crate) fn peer_args(&self) -> Vec<String> {
-        self.peer_keys
+        let mut v = self
+            .peer_keys
             .as_ref()
-            .map_or_else(Vec::new, PairKeys::peer_args)
+            .map_or_else(Vec::new, PairKeys::peer_args);
+        for r in &self.peer_routers {
+            v.extend(["--router".into(), r.clone()]);
+        }
+        v
+    }
+
+    /// This run's sessions meeting only through routers: this process's dials `mine`, the
+    /// peer processes dial `theirs` (each `quic/HOST:PORT`), and discovery is off, so
+    /// nothing goes from session to session directly. Routers take members of a realm
+    /// only: `self` must be secure.
+    pub(crate) fn via_routers(mut self, mine: &[String], theirs: &[String]) -> BenchCfg {
+        self.base.routers.connect = mine.to_vec();
+        self.base.discovery.set_range(tether::DiscoveryRange::Off);
+        self.peer_routers = theirs.to_vec();
+        self
     }
 }
 
@@ -90,6 +109,7 @@ fn private(
         domain,
         registry: dir.clone(),
         peer_keys,
+        peer_routers: Vec::new(),
         _dir: TempDir(dir),
     })
 }

@@ -115,6 +115,8 @@ struct PingState {
     t0: Instant,
     rtts: Vec<u64>,
     payload: Bytes,
+    /// The last echo of a run.
+    last: Bytes,
     done: bool,
 }
 
@@ -122,11 +124,11 @@ type Ping = Arc<(Mutex<PingState>, Condvar)>;
 
 /// One side of tether's ping-pong: this process's session (publishing pings, the next one
 /// from the thread that received the pong) and the `pong` peer, in `bc`'s domain (and
-/// realm, if secure). Fields drop in order: the subscriber first, while `publisher` still
+/// realm, if secure; through routers, if `bc` has them: `bench wan`). Fields drop in order: the subscriber first, while `publisher` still
 /// holds the publisher its callback shares (the last handle of a publisher must not go
 /// with a subscriber's callback: the subscriber drops it under the session's lock, which
 /// the publisher's drop takes).
-struct PingPong {
+pub(crate) struct PingPong {
     _sub: tether::Subscriber,
     publisher: Arc<Publisher>,
     session: Session,
@@ -135,8 +137,10 @@ struct PingPong {
 }
 
 impl PingPong {
-    fn open(bc: &BenchCfg, theirs: usize) -> anyhow::Result<PingPong> {
-        let pong = Peer::spawn(bc, "pong", false, Some(theirs))?;
+    /// Opens both sides, the peer pinned to CPU `theirs` if given, and waits until they
+    /// match.
+    pub(crate) fn open(bc: &BenchCfg, theirs: Option<usize>) -> anyhow::Result<PingPong> {
+        let pong = Peer::spawn(bc, "pong", false, theirs)?;
         let session = Session::open(bc.base.clone())?;
         let publisher = Arc::new(session.publisher(PING, Qos::default())?);
         let st: Ping = Arc::new((
@@ -145,13 +149,14 @@ impl PingPong {
                 t0: Instant::now(),
                 rtts: Vec::new(),
                 payload: Bytes::new(),
+                last: Bytes::new(),
                 done: true,
             }),
             Condvar::new(),
         ));
         let (st2, p2) = (st.clone(), publisher.clone());
         // The next ping leaves from the thread that received the pong: no hand-off.
-        let sub = session.subscriber_with_callback(PONG, Qos::default(), move |_s| {
+        let sub = session.subscriber_with_callback(PONG, Qos::default(), move |s| {
             let now = Instant::now();
             let (m, cv) = &*st2;
             let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
@@ -161,6 +166,7 @@ impl PingPong {
             let rtt = (now - g.t0).as_nanos() as u64;
             g.rtts.push(rtt);
             if g.remaining == 0 {
+                g.last = s.payload;
                 g.done = true;
                 cv.notify_all();
                 return;
@@ -205,13 +211,29 @@ impl PingPong {
         rtts
     }
 
-    fn run(&self, size: usize, n: usize) -> anyhow::Result<Vec<u64>> {
-        let st = &self.st;
+    /// `n` round trips of `size` bytes after [`BLOCK_WARMUP`] unmeasured ones: the times in
+    /// ns.
+    pub(crate) fn run(&self, size: usize, n: usize) -> anyhow::Result<Vec<u64>> {
         let payload = Bytes::from(vec![0xcdu8; size]);
+        Ok(self.round_trips(payload, BLOCK_WARMUP, n)?.0)
+    }
+
+    /// `n` round trips of `payload` after `warmup` unmeasured ones: the times in ns, and the
+    /// last echo (to check it against `payload`).
+    pub(crate) fn round_trips(
+        &self,
+        payload: Bytes,
+        warmup: usize,
+        n: usize,
+    ) -> anyhow::Result<(Vec<u64>, Bytes)> {
+        let st = &self.st;
+        let size = payload.len();
+        let n = n.max(1);
         {
             let mut g = st.0.lock().unwrap_or_else(|p| p.into_inner());
-            g.remaining = BLOCK_WARMUP + n - 1;
-            g.rtts = Vec::with_capacity(BLOCK_WARMUP + n);
+            g.remaining = warmup + n - 1;
+            g.rtts = Vec::with_capacity(warmup + n);
+            g.last = Bytes::new();
             g.payload = payload.clone();
             g.done = false;
             g.t0 = Instant::now();
@@ -226,8 +248,8 @@ impl PingPong {
             g.done = true;
             bail!("tether ping-pong of {size} B stalled");
         }
-        let skip = BLOCK_WARMUP.min(g.rtts.len());
-        Ok(g.rtts.split_off(skip))
+        let skip = warmup.min(g.rtts.len());
+        Ok((g.rtts.split_off(skip), std::mem::take(&mut g.last)))
     }
 }
 
@@ -298,11 +320,11 @@ fn measure(
     // socket skips the route lookup per datagram, which no middleware socket can.
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     let udp_addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut plain = PingPong::open(&bc, theirs)?;
+    let mut plain = PingPong::open(&bc, Some(theirs))?;
     let sbc = side.map(|s| secure_bench_cfg(&plain_cfg, s)).transpose()?;
     let mut secure = sbc
         .as_ref()
-        .map(|b| PingPong::open(b, theirs))
+        .map(|b| PingPong::open(b, Some(theirs)))
         .transpose()?;
     let mut rows = Vec::new();
     for &size in sizes {

@@ -6,9 +6,9 @@ mod latency;
 mod peers;
 mod throughput;
 
-pub(crate) use latency::latency;
+pub(crate) use latency::{PingPong, latency};
 pub(crate) use peers::{pong, sink, udp_echo, udp_sink};
-pub(crate) use throughput::{ThroughputArgs, throughput};
+pub(crate) use throughput::{Counts, ThroughputArgs, add, put_loop, received_rate, throughput};
 
 /// The latency bench's pings, echoed by the `pong` peer on [`PONG`].
 const PING: &str = "/bench/ping";

@@ -66,15 +66,15 @@ impl Place<'_> {
 }
 
 /// What one measurement counted: sent, seconds sending, received, seconds receiving.
-type Counts = (u64, f64, u64, f64);
+pub(crate) type Counts = (u64, f64, u64, f64);
 
 /// Adds up the counts of several measurements of one row.
-fn add(a: Counts, b: Counts) -> Counts {
+pub(crate) fn add(a: Counts, b: Counts) -> Counts {
     (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3)
 }
 
 /// Samples received per second.
-fn received_rate(c: &Counts) -> f64 {
+pub(crate) fn received_rate(c: &Counts) -> f64 {
     c.2 as f64 / c.3
 }
 
@@ -200,7 +200,7 @@ fn tether_throughput(
 }
 
 /// Puts for `duration` seconds, then asks the sink what arrived.
-fn put_loop(
+pub(crate) fn put_loop(
     session: &Session,
     secure: bool,
     peer: &mut Peer,

@@ -1,0 +1,85 @@
+//! `tether bench rib` and `tether bench wan` (issue 19) run with tiny parameters and print
+//! JSON with every row they promise. No timing is asserted: these only show the benches
+//! work (routers start, sessions meet through them, samples come back intact).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{finish, spawn, text};
+
+fn bench(args: &[&str]) -> serde_json::Value {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.env_remove("TETHER_CONFIG")
+        .env_remove("TETHER_KEYS")
+        .arg("bench")
+        .args(args)
+        .arg("--json");
+    let out = finish(spawn(c), Duration::from_secs(180));
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn rib_bench_times_the_table_and_a_start_through_a_router() {
+    let v = bench(&[
+        "rib",
+        "--routes",
+        "1000,5000",
+        "--ops",
+        "50",
+        "--batches",
+        "3",
+        "--starts",
+        "2",
+    ]);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    for r in rows {
+        assert!(r["advertise_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["subscribe_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["heap_bytes_per_route"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let s = &v["start_to_first_message"];
+    assert_eq!(s["sessions"], 2, "{v}");
+    assert!(s["first_message_p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["paper"]["start_to_first_message_ms"], 2.4);
+}
+
+#[test]
+fn wan_bench_measures_direct_one_and_two_routers() {
+    let v = bench(&[
+        "wan",
+        "--sizes",
+        "64,8000",
+        "--samples",
+        "20",
+        "--large",
+        "300000",
+        "--large-reps",
+        "1",
+        "--duration",
+        "0.3",
+        "--qos",
+        "reliable-batched",
+    ]);
+    let rtt = v["rtt"].as_array().unwrap();
+    assert_eq!(rtt.len(), 6, "two sizes × three paths: {v}");
+    let paths: Vec<&str> = rtt.iter().map(|r| r["path"].as_str().unwrap()).collect();
+    assert_eq!(paths[..3], ["direct", "1 router", "2 routers"]);
+    for r in rtt {
+        assert!(r["rtt_p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let large = v["large"].as_array().unwrap();
+    assert_eq!(large.len(), 3, "{v}");
+    for l in large {
+        assert_eq!(l["intact"], true, "{l}");
+        assert_eq!(l["rtt_ms"].as_array().unwrap().len(), 1, "{l}");
+    }
+    let thr = v["throughput"].as_array().unwrap();
+    assert_eq!(thr.len(), 1, "{v}");
+    assert!(thr[0]["direct_received_per_s"].as_f64().unwrap() > 0.0);
+    assert!(thr[0]["router_received_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["paper"]["throughput_1000_per_s"]["SGC"], 320.0);
+}
