@@ -69,6 +69,21 @@ impl Identity {
         &self.kx_secret
     }
 
+    /// A secret derived from this identity for one purpose, named by `label` (HKDF-SHA-256
+    /// over the signing seed): the same across restarts, different per label, and telling
+    /// nothing of the seed. A router's QUIC stateless-reset key is one.
+    pub fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
+        use aws_lc_rs::hkdf::{HKDF_SHA256, Salt};
+        let mut out = [0u8; 32];
+        let prk = Salt::new(HKDF_SHA256, b"tether identity").extract(self.sign_seed.as_slice());
+        let info = [label];
+        // 32 bytes of HKDF-SHA-256 are always within its output limit.
+        if let Ok(okm) = prk.expand(&info, HKDF_SHA256) {
+            let _ = okm.fill(&mut out);
+        }
+        out
+    }
+
     /// The Ed25519 public key.
     pub fn sign_public(&self) -> [u8; 32] {
         self.signer
@@ -104,6 +119,15 @@ impl Identity {
         let peer = agreement::UnparsedPublicKey::new(&X25519, peer);
         agreement::agree(&me, peer, (), |s| Ok(f(s))).ok()
     }
+}
+
+/// A 64-bit id for the holder of Ed25519 public key `public` (the first 8 bytes of its
+/// SHA-256, never 0): a router's node id, the same across restarts.
+pub fn key_id(public: &[u8; 32]) -> u64 {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, public);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d.as_ref()[..8]);
+    u64::from_be_bytes(b).max(1)
 }
 
 /// The realm's certificate authority: an Ed25519 key that signs credentials and revocation
@@ -190,6 +214,22 @@ impl RealmSecret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Derived secrets and key ids are stable for one key, distinct across labels and
+    /// keys, and not the seed itself.
+    #[test]
+    fn derived_secrets_and_key_ids_are_stable_and_distinct() {
+        let a = Identity::from_secrets(&[1; 32], &[2; 32]).unwrap();
+        let a2 = Identity::from_secrets(&[1; 32], &[2; 32]).unwrap();
+        let b = Identity::from_secrets(&[3; 32], &[2; 32]).unwrap();
+        assert_eq!(a.derived_secret(b"x"), a2.derived_secret(b"x"));
+        assert_ne!(a.derived_secret(b"x"), a.derived_secret(b"y"));
+        assert_ne!(a.derived_secret(b"x"), b.derived_secret(b"x"));
+        assert_ne!(a.derived_secret(b"x"), *a.sign_seed());
+        assert_eq!(key_id(&a.sign_public()), key_id(&a2.sign_public()));
+        assert_ne!(key_id(&a.sign_public()), key_id(&b.sign_public()));
+        assert_ne!(key_id(&a.sign_public()), 0);
+    }
 
     #[test]
     fn identities_sign_verify_and_agree() {

@@ -47,7 +47,7 @@ pub use cookie::CookieKey;
 pub use credential::{Credential, CredentialError, RevocationList};
 pub use describe::{DESCRIPTION_OVERHEAD, open_description, seal_description};
 pub use grant::{pattern_matches, valid_pattern};
-pub use identity::{CaKey, Identity, RealmSecret};
+pub use identity::{CaKey, Identity, RealmSecret, key_id};
 pub use keywrap::{WRAP_OVERHEAD, unwrap_key, wrap_context, wrap_key};
 pub use pairwise::pair_key;
 pub use random::{OsRandom, Random, random_array, random_bytes};

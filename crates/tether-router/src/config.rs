@@ -170,40 +170,15 @@ pub struct RouterConfig {
     pub export: Option<Vec<ExportRule>>,
 }
 
-/// Parses a `quic/host:port` address (the prefix may be left out): `host:port`.
+/// Parses a `quic/host:port` address (the prefix may be left out): `host:port`. The
+/// sessions' rule ([`tether::parse_router`]), so both take the same addresses.
 pub fn router_address(s: &str) -> Result<String, String> {
-    let rest = match s.split_once('/') {
-        Some(("quic", rest)) => rest,
-        Some((scheme, _)) => {
-            return Err(format!(
-                "'{s}': transport '{scheme}' is not supported (only quic/HOST:PORT)"
-            ));
-        }
-        None => s,
-    };
-    let (host, port) = rest
-        .rsplit_once(':')
-        .ok_or_else(|| format!("'{s}': no port (write quic/HOST:PORT)"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(format!("'{s}': no host (write quic/HOST:PORT)"));
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p != 0 => Ok(rest.to_string()),
-        _ => Err(format!("'{s}': port '{port}' is not 1 to 65535")),
-    }
+    tether::parse_router(s)
 }
 
+/// 64 hex digits as a routing key.
 fn hex32(s: &str) -> Option<[u8; 32]> {
-    let s = s.trim();
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    tether_crypto::from_hex(s)?.try_into().ok()
 }
 
 impl RouterConfig {

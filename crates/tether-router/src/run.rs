@@ -30,7 +30,7 @@ use tether_transport::quic::{
 };
 use tokio::sync::{Notify, mpsc};
 
-use crate::config::{Direction, RouterConfig};
+use crate::config::RouterConfig;
 use crate::metrics::Metrics;
 
 /// The largest frame a link takes: a 64 KiB engine datagram and the largest frame header.
@@ -114,7 +114,7 @@ impl Shared {
             let Some(out) = st.links.get(&link) else {
                 continue;
             };
-            if out.role == Role::Router && !self.may_send_out(&frame) {
+            if out.role == Role::Router && !self.may_cross(&frame, true) {
                 continue;
             }
             let Ok(b) = frame.to_bytes() else { continue };
@@ -128,63 +128,17 @@ impl Shared {
         }
     }
 
-    /// The export rule of `key`: `None` without an export list.
-    fn rule(&self, key: &RouteKey) -> Option<Option<Direction>> {
-        self.cfg.export_rule(&key.0)
-    }
-
-    /// Whether `frame` may go to another router (leave the site). Without an export list
-    /// everything may; with one, only what the list lets leave (DATA, advertisements) or
-    /// enter (subscriptions and queries asking for data from outside).
-    fn may_send_out(&self, frame: &Frame) -> bool {
-        let (key, leaving) = match frame {
-            Frame::Data(d) => (d.key, true),
-            Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, true),
-            Frame::Advertise(a) => (a.key, true),
-            Frame::WithdrawAdvertise(w) => (w.key, true),
-            Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
-            _ => return true,
-        };
-        let ok = match self.rule(&key) {
-            None => true,
-            Some(None) => false,
-            Some(Some(d)) => {
-                if leaving {
-                    d.leaves()
-                } else {
-                    d.enters()
-                }
-            }
-        };
-        if !ok && matches!(frame, Frame::Data(_) | Frame::Unicast(_)) {
-            self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
-        }
-        ok
-    }
-
-    /// Whether `frame`, from another router, may come in (enter the site): DATA and
-    /// advertisements of keys the list lets enter, subscriptions of keys it lets leave.
-    fn may_take_in(&self, frame: &Frame) -> bool {
-        let (key, entering) = match frame {
-            Frame::Data(d) => (d.key, true),
-            Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, true),
-            Frame::Advertise(a) => (a.key, true),
-            Frame::WithdrawAdvertise(w) => (w.key, true),
-            Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
-            _ => return true,
-        };
-        let ok = match self.rule(&key) {
-            None => true,
-            Some(None) => false,
-            Some(Some(d)) => {
-                if entering {
-                    d.enters()
-                } else {
-                    d.leaves()
-                }
-            }
-        };
-        if !ok {
+    /// Whether `frame` may cross the site's boundary: to another router (`outward`) or
+    /// from one. Without an export list everything may. With one, a frame that carries data
+    /// of a key, or says a key has a publisher (DATA, a writer's UNICAST, ADVERTISE,
+    /// WITHDRAW), crosses the way the data goes (out: the key may leave; in: it may enter);
+    /// one that asks for a key's data (SUBSCRIBE, UNSUBSCRIBE, QUERY) crosses the other way
+    /// (a subscription going out asks for data to come in). Other frames (HELLO, LINK_STATE,
+    /// host routes, ANNOUNCE, control UNICAST) are not a topic's and cross. Data held back
+    /// is counted.
+    fn may_cross(&self, frame: &Frame, outward: bool) -> bool {
+        let ok = export_allows(&self.cfg, frame, outward);
+        if !ok && (!outward || matches!(frame, Frame::Data(_) | Frame::Unicast(_))) {
             self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
         }
         ok
@@ -331,6 +285,25 @@ impl Shared {
     }
 }
 
+/// The rule of [`Shared::may_cross`], without the counting.
+fn export_allows(cfg: &RouterConfig, frame: &Frame, outward: bool) -> bool {
+    let (key, carries_data) = match frame {
+        Frame::Data(d) => (d.key, true),
+        Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, true),
+        Frame::Advertise(a) => (a.key, true),
+        Frame::WithdrawAdvertise(w) => (w.key, true),
+        Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
+        _ => return true,
+    };
+    match cfg.export_rule(&key.0) {
+        None => true,
+        Some(None) => false,
+        // Data going out, or a request for data coming in from outside: the key leaves.
+        Some(Some(d)) if carries_data == outward => d.leaves(),
+        Some(Some(d)) => d.enters(),
+    }
+}
+
 /// Runs a router as `cfg` says until `stop` completes.
 pub async fn run(
     cfg: RouterConfig,
@@ -361,7 +334,7 @@ pub async fn run(
     lc.max_frame(MAX_LINK_FRAME);
     // A restarted router resets its old connections at once (the sessions dial again at
     // their next packet) instead of leaving them to the idle timeout.
-    lc.reset_secret(*keys.identity.sign_seed());
+    lc.reset_secret(keys.identity.derived_secret(b"quic stateless reset"));
     let endpoint = match cfg.listen {
         Some(addr) => QuicEndpoint::server(addr, &identity, policy, &lc),
         None => QuicEndpoint::client(
@@ -448,13 +421,10 @@ pub async fn run(
     Ok(())
 }
 
-/// A router's node id: from its credential (the realm's serials are unique), so a
-/// restarted router is the same node to the others, as its sequence numbers expect.
+/// A router's node id: from its identity key, so a restarted router is the same node to
+/// the others, as its sequence numbers expect.
 fn node_id(c: &Credential) -> u64 {
-    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &c.sign_public);
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d.as_ref()[..8]);
-    u64::from_be_bytes(b).max(1)
+    tether_crypto::key_id(&c.sign_public)
 }
 
 fn modified(p: &PathBuf) -> Option<SystemTime> {
@@ -642,7 +612,7 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
                 .bytes_in
                 .fetch_add(b.len() as u64, Ordering::Relaxed);
             let frame = Frame::parse(b).map_err(|e| format!("malformed frame: {e}"))?;
-            if role == Role::Router && !shared.may_take_in(&frame) {
+            if role == Role::Router && !shared.may_cross(&frame, false) {
                 continue;
             }
             let mut st = shared.lock();
@@ -766,22 +736,118 @@ impl TokenBucket {
     }
 
     async fn take(&mut self, n: usize) {
+        while let Some(wait) = self.wait_for(Instant::now(), n) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Takes `n` bytes' tokens at `now` if there are enough (`None`), else says how long
+    /// until there will be. A frame larger than the burst passes once the bucket is full.
+    fn wait_for(&mut self, now: Instant, n: usize) -> Option<Duration> {
         if self.rate == 0 {
-            return;
+            return None;
         }
         let burst = (self.rate as f64 / 10.0).max(n as f64);
-        loop {
-            let now = Instant::now();
-            self.tokens = (self.tokens
-                + now.duration_since(self.last).as_secs_f64() * self.rate as f64)
-                .min(burst);
-            self.last = now;
-            if self.tokens >= n as f64 {
-                self.tokens -= n as f64;
-                return;
-            }
-            let need = (n as f64 - self.tokens) / self.rate as f64;
-            tokio::time::sleep(Duration::from_secs_f64(need)).await;
+        self.tokens = (self.tokens
+            + now.saturating_duration_since(self.last).as_secs_f64() * self.rate as f64)
+            .min(burst);
+        self.last = now;
+        if self.tokens >= n as f64 {
+            self.tokens -= n as f64;
+            return None;
         }
+        Some(Duration::from_secs_f64(
+            (n as f64 - self.tokens) / self.rate as f64,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_routing::frame::{Data, Unicast};
+    use tether_routing::{NodeId, ParticipantId};
+
+    fn cfg(export: &str) -> RouterConfig {
+        RouterConfig::parse(
+            &format!("keys = \"k\"\nlisten = \"127.0.0.1:1\"\n{export}"),
+            std::path::Path::new("r.toml"),
+        )
+        .unwrap()
+    }
+
+    fn data(k: u8) -> Frame {
+        Frame::Data(Data {
+            key: RouteKey([k; 32]),
+            origin: NodeId(1),
+            src: ParticipantId(1),
+            hops: 0,
+            datagram: bytes::Bytes::new(),
+        })
+    }
+
+    fn unicast(k: u8) -> Frame {
+        Frame::Unicast(Unicast {
+            dst: ParticipantId(2),
+            src: ParticipantId(1),
+            hops: 0,
+            key: RouteKey([k; 32]),
+            datagram: bytes::Bytes::new(),
+        })
+    }
+
+    /// Data of an "out" key leaves and does not enter; a subscription to it comes in (the
+    /// outside asks for it) and does not go out; unlisted keys cross neither way; frames
+    /// that are no topic's always cross; without a list everything does.
+    #[test]
+    fn export_rules_by_direction() {
+        let c = cfg(&format!(
+            "[[export]]\nkey = \"{}\"\ndirection = \"out\"\n[[export]]\nkey = \"{}\"\ndirection = \"in\"",
+            "01".repeat(32),
+            "02".repeat(32)
+        ));
+        assert!(export_allows(&c, &data(1), true));
+        assert!(!export_allows(&c, &data(1), false));
+        assert!(export_allows(&c, &unicast(1), true));
+        assert!(!export_allows(&c, &unicast(2), true));
+        assert!(export_allows(&c, &data(2), false));
+        assert!(export_allows(
+            &c,
+            &Frame::Subscribe(RouteKey([1; 32])),
+            false
+        ));
+        assert!(!export_allows(
+            &c,
+            &Frame::Subscribe(RouteKey([1; 32])),
+            true
+        ));
+        assert!(export_allows(
+            &c,
+            &Frame::Subscribe(RouteKey([2; 32])),
+            true
+        ));
+        assert!(!export_allows(&c, &data(3), true) && !export_allows(&c, &data(3), false));
+        assert!(
+            export_allows(&c, &unicast(0), true),
+            "control unicast is no topic's"
+        );
+        let open = cfg("");
+        assert!(export_allows(&open, &data(3), true) && export_allows(&open, &data(3), false));
+    }
+
+    /// A link's token bucket: a burst of a tenth of a second, then the rate.
+    #[test]
+    fn token_bucket_paces_at_its_rate() {
+        let t = Instant::now();
+        let mut b = TokenBucket::new(1_000_000);
+        b.last = t;
+        assert_eq!(b.wait_for(t, 100_000), None);
+        let w = b.wait_for(t, 50_000).unwrap();
+        assert!((w.as_secs_f64() - 0.05).abs() < 1e-6, "{w:?}");
+        assert_eq!(b.wait_for(t + Duration::from_millis(50), 50_000), None);
+        // A frame larger than the burst waits for a full bucket, then passes.
+        assert!(b.wait_for(t + Duration::from_millis(50), 300_000).is_some());
+        assert_eq!(b.wait_for(t + Duration::from_millis(400), 300_000), None);
+        assert_eq!(TokenBucket::new(0).wait_for(t, usize::MAX), None);
     }
 }

@@ -107,6 +107,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod engine;
+mod routers;
+
+pub use routers::{RoutersConfig, parse_router};
 mod security;
 pub(crate) use engine::{EngineSettings, SecurityPolicy};
 pub use security::{SecurityConfig, SecurityMode, SuiteChoice, UnknownWord};
@@ -210,54 +213,6 @@ pub struct Config {
     pub security: SecurityConfig,
     /// Routers to dial.
     pub routers: RoutersConfig,
-}
-
-/// `[routers]`: the routers a session dials, so that it meets sessions of other sites
-/// (through NATs: the session dials out). Routers authenticate it by its credential, so a
-/// session with routers needs `[security] keys`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RoutersConfig {
-    /// `quic/HOST:PORT` of each router (the `quic/` may be left out).
-    pub connect: Vec<String>,
-    /// The largest engine datagram sent on a router link (frames on a QUIC stream: larger
-    /// than a path's MTU is fine; fewer, larger fragments for large samples).
-    pub datagram: usize,
-}
-
-impl Default for RoutersConfig {
-    fn default() -> Self {
-        RoutersConfig {
-            connect: Vec::new(),
-            datagram: 60_000,
-        }
-    }
-}
-
-/// A router address as `routers.connect`, `TETHER_ROUTERS` and `--router` take it:
-/// `quic/HOST:PORT` or `HOST:PORT`; gives `HOST:PORT`.
-pub fn parse_router(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    let rest = match s.split_once('/') {
-        Some(("quic", rest)) => rest,
-        Some((scheme, _)) => {
-            return Err(format!(
-                "router '{s}': transport '{scheme}' is not supported (write quic/HOST:PORT)"
-            ));
-        }
-        None => s,
-    };
-    match rest.rsplit_once(':') {
-        Some((h, p))
-            if !h.trim_start_matches('[').trim_end_matches(']').is_empty()
-                && p.parse::<u16>().is_ok_and(|p| p != 0) =>
-        {
-            Ok(rest.to_string())
-        }
-        _ => Err(format!(
-            "router '{s}' is not quic/HOST:PORT (the port its `listen` gives, e.g. quic/192.0.2.1:7447)"
-        )),
-    }
 }
 
 /// `[flow_controllers.NAME]`: a token bucket. Give `rate`, or `tokens_per_period` with

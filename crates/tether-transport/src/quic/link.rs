@@ -132,38 +132,28 @@ impl LinkConfig {
         self
     }
 
-    /// Derives the endpoint's stateless-reset key from `secret` (a server's identity seed)
-    /// instead of drawing it at random: a server that restarts then answers packets of
-    /// the connections it had before with a reset its clients accept, so they notice at
-    /// their next packet (a keep-alive at most) rather than after the idle timeout, and
-    /// dial again at once.
+    /// Takes the endpoint's stateless-reset key from `secret` (a server's, derived from its
+    /// identity: `Identity::derived_secret`) instead of drawing it at random: a server that
+    /// restarts then answers packets of the connections it had before with a reset its
+    /// clients accept, so they notice at their next packet (a keep-alive at most) rather
+    /// than after the idle timeout, and dial again at once.
     pub fn reset_secret(&mut self, secret: [u8; 32]) -> &mut Self {
         self.reset_secret = Some(secret);
         self
     }
 
     fn endpoint(&self) -> quinn::EndpointConfig {
-        match self.reset_secret {
-            Some(s) => {
-                let salt = aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, b"tether quic");
-                let mut key = [0u8; 32];
-                let ok = salt
-                    .extract(&s)
-                    .expand(&[b"stateless reset"], aws_lc_rs::hkdf::HKDF_SHA256)
-                    .and_then(|okm| okm.fill(&mut key));
-                if ok.is_err() {
-                    return quinn::EndpointConfig::default();
-                }
-                let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &key[..16]);
-                let mut e = quinn::EndpointConfig::new(Arc::new(k));
-                // quinn's default connection ids are hashed under a key drawn per process,
-                // and packets with ids that do not validate are dropped before a reset is
-                // considered: a restarted server must take any id as possibly its own.
-                e.cid_generator(|| Box::new(RandomCids));
-                e
-            }
-            None => quinn::EndpointConfig::default(),
-        }
+        let Some(secret) = self.reset_secret else {
+            return quinn::EndpointConfig::default();
+        };
+        // The key object quinn's reset tokens take (its `HmacKey` is implemented for it).
+        let k = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &secret);
+        let mut e = quinn::EndpointConfig::new(Arc::new(k));
+        // quinn's default connection ids are hashed under a key drawn per process, and
+        // packets with ids that do not validate are dropped before a reset is considered: a
+        // restarted server must take any id as possibly its own.
+        e.cid_generator(|| Box::new(RandomCids));
+        e
     }
 
     /// The largest frame accepted and sent (at most [`MAX_FRAME`]).

@@ -1,0 +1,57 @@
+//! `[routers]`: the routers a session dials (`docs/routing.md`), and the address form
+//! `routers.connect`, `TETHER_ROUTERS` and `--router` take.
+
+use serde::Deserialize;
+
+/// `[routers]`: the routers a session dials, so that it meets sessions of other sites
+/// (through NATs: the session dials out). Routers authenticate it by its credential, so a
+/// session with routers needs `[security] keys`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutersConfig {
+    /// `quic/HOST:PORT` of each router (the `quic/` may be left out).
+    pub connect: Vec<String>,
+    /// The largest engine datagram sent on a router link (frames on a QUIC stream: larger
+    /// than a path's MTU is fine; fewer, larger fragments for large samples).
+    pub datagram: usize,
+}
+
+impl Default for RoutersConfig {
+    fn default() -> Self {
+        RoutersConfig {
+            connect: Vec::new(),
+            datagram: 60_000,
+        }
+    }
+}
+
+/// A router address as `routers.connect`, `TETHER_ROUTERS` and `--router` take it:
+/// `quic/HOST:PORT` or `HOST:PORT`; gives `HOST:PORT`.
+pub fn parse_router(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let rest = match s.split_once('/') {
+        Some(("quic", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "router '{s}': transport '{scheme}' is not supported (only quic/HOST:PORT)"
+            ));
+        }
+        None => s,
+    };
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return Err(format!(
+            "router '{s}': no port (write quic/HOST:PORT, the port its `listen` gives, e.g. quic/192.0.2.1:7447)"
+        ));
+    };
+    if host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .is_empty()
+    {
+        return Err(format!("router '{s}': no host (write quic/HOST:PORT)"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p != 0 => Ok(rest.to_string()),
+        _ => Err(format!("router '{s}': port '{port}' is not 1 to 65535")),
+    }
+}
