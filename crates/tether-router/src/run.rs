@@ -77,7 +77,9 @@ struct Counters {
 
 /// One link's outgoing side.
 struct LinkOut {
-    tx: mpsc::UnboundedSender<Bytes>,
+    /// Frames as head and payload: one datagram forwarded on many links is referenced by
+    /// each, not copied (`Frame::encode_head`, `LinkSender::send_parts`).
+    tx: mpsc::UnboundedSender<(Bytes, Bytes)>,
     /// Bytes queued and not yet written to the stream.
     queued: Arc<AtomicUsize>,
     role: Role,
@@ -117,14 +119,19 @@ impl Shared {
             if out.role == Role::Router && !self.may_cross(&frame, true) {
                 continue;
             }
-            let Ok(b) = frame.to_bytes() else { continue };
+            let mut head = Vec::with_capacity(64);
+            if frame.encode_head(&mut head).is_err() {
+                continue;
+            }
+            let body = frame.payload().cloned().unwrap_or_default();
+            let n = head.len() + body.len();
             let limit = self.cfg.limits.link_queue_bytes;
-            if out.queued.load(Ordering::Relaxed) + b.len() > limit {
+            if out.queued.load(Ordering::Relaxed) + n > limit {
                 self.counters.queue_full.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            out.queued.fetch_add(b.len(), Ordering::Relaxed);
-            let _ = out.tx.send(b);
+            out.queued.fetch_add(n, Ordering::Relaxed);
+            let _ = out.tx.send((Bytes::from(head), body));
         }
     }
 
@@ -495,7 +502,7 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
         send.close(1, "credential with grants: show the link credential");
         return;
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Bytes)>();
     let queued = Arc::new(AtomicUsize::new(0));
     let close = Arc::new(Notify::new());
     let hello = shared.lock().router.hello();
@@ -592,11 +599,13 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
     let rate = shared.cfg.limits.link_rate_bytes_per_sec;
     let sending = async {
         let mut bucket = TokenBucket::new(rate);
-        while let Some(b) = rx.recv().await {
-            let n = b.len();
+        while let Some((head, body)) = rx.recv().await {
+            let n = head.len() + body.len();
             bucket.take(n).await;
             queued.fetch_sub(n, Ordering::Relaxed);
-            send.send(b).await.map_err(|e| e.to_string())?;
+            send.send_parts(head, body, Bytes::new())
+                .await
+                .map_err(|e| e.to_string())?;
             shared
                 .counters
                 .bytes_out

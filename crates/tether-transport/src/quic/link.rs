@@ -841,6 +841,47 @@ impl LinkSender {
         }
     }
 
+    /// Sends one frame made of `head`, `body` and `tail` (as [`send`](Self::send) does with
+    /// them joined), without joining them: a router forwarding one datagram on many links
+    /// writes a small head of its own on each and the same body, referenced, not copied;
+    /// a session sends a sample's payload where the engine keeps it.
+    pub async fn send_parts(
+        &mut self,
+        head: Bytes,
+        body: Bytes,
+        tail: Bytes,
+    ) -> Result<(), SendError> {
+        let len = head.len() + body.len() + tail.len();
+        if len > self.max_frame {
+            let frame = [&head[..], &body[..], &tail[..]].concat();
+            return Err(SendError {
+                frame: frame.into(),
+                error: LinkError::FrameTooLarge {
+                    len,
+                    max: self.max_frame,
+                },
+            });
+        }
+        let prefix = Bytes::copy_from_slice(&(len as u32).to_be_bytes());
+        let mut chunks = [prefix, head.clone(), body.clone(), tail.clone()];
+        match self.stream.write_all_chunks(&mut chunks).await {
+            Ok(()) => {
+                self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .bytes_sent
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                let frame = [&head[..], &body[..], &tail[..]].concat();
+                Err(SendError {
+                    frame: frame.into(),
+                    error: e.into(),
+                })
+            }
+        }
+    }
+
     /// Ends the stream after the frames sent: the peer's [`LinkReceiver::recv`] returns
     /// [`LinkError::Finished`] once it has them all.
     pub fn finish(&mut self) -> Result<(), LinkError> {

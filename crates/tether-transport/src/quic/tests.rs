@@ -778,3 +778,49 @@ fn a_restarted_server_resets_its_earlier_connections() {
         drop(again);
     });
 }
+
+/// A frame sent as head and body arrives as one frame, the two joined; one over the limit
+/// is handed back whole.
+#[test]
+fn a_frame_in_two_parts_arrives_whole() {
+    bounded(Duration::from_secs(30), async {
+        let ca = CaKey::generate();
+        let router = node(&ca, Role::Router, "router", 1);
+        let mut cfg = LinkConfig::default();
+        cfg.max_frame(1000);
+        let (server, _seen) = echo_server(&router, router_policy(&ca, Revocations::new()), &cfg);
+        let m = node(&ca, Role::Member, "robot", 2);
+        let c = QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), &cfg)
+            .unwrap();
+        let link = c
+            .connect(server.local_addr().unwrap(), "router")
+            .await
+            .unwrap();
+        let (mut tx, mut rx) = link.split();
+        let body = Bytes::from(vec![9u8; 500]);
+        tx.send_parts(
+            Bytes::from_static(b"head:"),
+            body.clone(),
+            Bytes::from_static(b":tail"),
+        )
+        .await
+        .unwrap();
+        let got = rx.recv().await.unwrap();
+        assert_eq!(&got[..5], b"head:");
+        assert_eq!(&got[5..505], &body[..]);
+        assert_eq!(&got[505..], b":tail");
+        let err = tx
+            .send_parts(
+                Bytes::from(vec![1u8; 600]),
+                Bytes::from(vec![2u8; 600]),
+                Bytes::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.frame.len(), 1200);
+        assert!(matches!(
+            err.error,
+            LinkError::FrameTooLarge { len: 1200, .. }
+        ));
+    });
+}

@@ -44,6 +44,15 @@ const QUEUE: usize = 4096;
 /// How long the link thread waits for goodbyes to leave when the session closes.
 const CLOSE_FLUSH: Duration = Duration::from_millis(200);
 
+/// A frame as it waits to go: its head, the payload (referenced, not copied) and the
+/// tag, written one after the other (`LinkSender::send_parts`).
+type Parts = (Bytes, Bytes, Bytes);
+
+/// A whole frame as [`Parts`].
+fn whole(b: Bytes) -> Parts {
+    (b, Bytes::new(), Bytes::new())
+}
+
 /// Counters of the router links, for [`SessionStats`](super::SessionStats).
 #[derive(Debug, Default)]
 pub(super) struct RouterCounters {
@@ -66,7 +75,7 @@ struct LinkOut {
     /// `host:port` as configured.
     target: String,
     up: AtomicBool,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Parts>,
 }
 
 /// The session's side of its router links, shared by the engine's threads (which send
@@ -85,7 +94,7 @@ pub(super) struct Routers {
 /// What the link thread takes with it.
 pub(super) struct LinkThread {
     routers: Arc<Routers>,
-    receivers: Vec<mpsc::Receiver<Bytes>>,
+    receivers: Vec<mpsc::Receiver<Parts>>,
     endpoint_identity: LinkIdentity,
     revocations: Option<tether_crypto::RevocationList>,
     ca_public: [u8; 32],
@@ -145,11 +154,18 @@ impl Routers {
         route::is_routed(dest) || route::is_route_group(dest)
     }
 
-    /// Sends one engine datagram (`parts` joined) to `dest`, a virtual address, as a frame:
+    /// Sends one engine datagram (`head`, `body`, `tail` joined) to `dest`, a virtual address, as a frame:
     /// UNICAST to a participant (with `key` if a writer's), DATA (with `key`) or ANNOUNCE
     /// (no key: a discovery datagram) to a link's group. Never blocks: a link that is down
     /// or whose queue is full drops it, counted.
-    pub(super) fn send(&self, dest: SocketAddr, key: Option<[u8; 32]>, parts: [&[u8]; 3]) {
+    pub(super) fn send(
+        &self,
+        dest: SocketAddr,
+        key: Option<[u8; 32]>,
+        head: &[u8],
+        body: &Bytes,
+        tail: &[u8],
+    ) {
         let (frame, link) = if let Some((p, link)) = route::routed_participant(&dest) {
             (
                 Frame::Unicast(tether_routing::frame::Unicast {
@@ -190,18 +206,19 @@ impl Routers {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let mut v = Vec::with_capacity(frame.encoded_len() + len);
-        // The head is written with an empty payload, then its length fixed to the whole.
+        let len = head.len() + body.len() + tail.len();
+        let mut v = Vec::with_capacity(frame.encoded_len() + head.len());
+        // The frame's head is written with an empty payload, then its length fixed to the
+        // whole; the engine's headers follow it. The payload is referenced where the engine
+        // keeps it (a sample's bytes are not copied here), and the tag goes last.
         if frame.encode_head(&mut v).is_err() {
             return;
         }
-        let body = u32::from_be_bytes([v[1], v[2], v[3], v[4]]) as usize + len;
-        v[1..5].copy_from_slice(&(body as u32).to_be_bytes());
-        for p in parts {
-            v.extend_from_slice(p);
-        }
-        match out.tx.try_send(Bytes::from(v)) {
+        let whole = u32::from_be_bytes([v[1], v[2], v[3], v[4]]) as usize + len;
+        v[1..5].copy_from_slice(&(whole as u32).to_be_bytes());
+        v.extend_from_slice(head);
+        let parts = (Bytes::from(v), body.clone(), Bytes::copy_from_slice(tail));
+        match out.tx.try_send(parts) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.counters
@@ -242,7 +259,7 @@ impl Routers {
                 continue;
             }
             if let Ok(b) = f.to_bytes() {
-                if out.tx.try_send(b).is_err() {
+                if out.tx.try_send(whole(b)).is_err() {
                     self.counters
                         .dropped_queue_full
                         .fetch_add(1, Ordering::Relaxed);
@@ -356,7 +373,7 @@ async fn link_task(
     routers: Arc<Routers>,
     endpoint: Arc<QuicEndpoint>,
     index: usize,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<Parts>,
 ) {
     let out = &routers.links[index];
     let id = LinkId(u32::from(out.number));
@@ -411,14 +428,14 @@ async fn link_task(
         // What queued while the link was down is stale: the engine repairs it.
         while rx.try_recv().is_ok() {}
         // HELLO and everything this session publishes and subscribes go first.
-        let initial: Vec<Bytes> = {
+        let initial: Vec<Parts> = {
             let mut leaf = routers.leaf();
             leaf.link_up(id);
             let mut mine = Vec::new();
             while let Some((l, f)) = leaf.poll_transmit() {
                 if l == id {
                     if let Ok(b) = f.to_bytes() {
-                        mine.push(b);
+                        mine.push(whole(b));
                     }
                 } else if let Some(o) = routers
                     .links
@@ -427,7 +444,7 @@ async fn link_task(
                 {
                     if o.up.load(Ordering::Acquire) {
                         if let Ok(b) = f.to_bytes() {
-                            let _ = o.tx.try_send(b);
+                            let _ = o.tx.try_send(whole(b));
                         }
                     }
                 }
@@ -437,8 +454,8 @@ async fn link_task(
         };
         let (mut send, mut recv) = link.split();
         let mut failed: Option<String> = None;
-        for f in initial {
-            if let Err(e) = send.send(f).await {
+        for (h, b, t) in initial {
+            if let Err(e) = send.send_parts(h, b, t).await {
                 failed = Some(e.to_string());
                 break;
             }
@@ -453,8 +470,8 @@ async fn link_task(
         });
         if failed.is_none() {
             let sending = async {
-                while let Some(f) = rx.recv().await {
-                    send.send(f).await.map_err(|e| e.to_string())?;
+                while let Some((h, b, t)) = rx.recv().await {
+                    send.send_parts(h, b, t).await.map_err(|e| e.to_string())?;
                     routers.counters.frames_sent.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok::<(), String>(())
@@ -501,8 +518,8 @@ async fn link_task(
         routers.leaf().link_down(id);
         if routers.closing.load(Ordering::SeqCst) {
             // The goodbyes queued before the close go out, then the link is closed.
-            while let Ok(f) = rx.try_recv() {
-                if send.send(f).await.is_err() {
+            while let Ok((h, b, t)) = rx.try_recv() {
+                if send.send_parts(h, b, t).await.is_err() {
                     break;
                 }
             }

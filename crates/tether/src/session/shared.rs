@@ -313,7 +313,7 @@ impl Shared {
                 let mut udp: Vec<&Out> = Vec::with_capacity(ts.len());
                 for t in ts {
                     if super::router::Routers::is_routed(&t.0.dest) {
-                        routers.send(t.0.dest, t.1, [&t.0.head, &t.0.body, &t.0.tail]);
+                        routers.send(t.0.dest, t.1, &t.0.head, &t.0.body, &t.0.tail);
                     } else {
                         udp.push(t);
                     }
