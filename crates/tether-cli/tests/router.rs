@@ -508,3 +508,25 @@ fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
         text(&e.stderr)
     );
 }
+
+/// A bundle issued before router links has no grantless credential to show routers: the
+/// session refuses to dial with it, saying how to get one, rather than showing a router
+/// its grants (topic names).
+#[test]
+fn a_bundle_without_a_link_credential_is_refused_with_a_hint() {
+    let realm = Realm::new();
+    let key = realm.path("realm/a.key");
+    let bundle = std::fs::read_to_string(&key).unwrap();
+    let old: String = bundle
+        .lines()
+        .filter(|l| !l.starts_with("link_credential"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(old, bundle, "the bundle has a link credential");
+    std::fs::write(&key, old).unwrap();
+    let mut p = realm.member("a", free_port());
+    p.args(["pub", "/x", "hi", "--once"]);
+    let o = finish(spawn(p), Duration::from_secs(20));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--replace"), "{}", text(&o.stderr));
+}
