@@ -70,5 +70,5 @@ pub use tether_wire::{
 };
 pub use transmit::{Head, Tail, Transmit};
 pub use writer::flow::{
-    FlowController, Priority, RateError, UnknownPriority, format_rate, parse_rate,
+    FlowController, Pacer, Priority, RateError, UnknownPriority, format_rate, parse_rate,
 };

@@ -6,7 +6,8 @@
 //! frames from it. A link's queue is bounded in bytes (`limits.link_queue_bytes`): a slow
 //! link loses frames (counted) rather than holding up the others or growing without bound,
 //! and the sessions' end-to-end reliability repairs what reliable topics lose. With
-//! `limits.link_rate_bytes_per_sec` a token bucket paces each link, so bulk traffic to one
+//! `limits.link_rate_bytes_per_sec` a token bucket (the engine's flow controllers' own,
+//! `tether_core::Pacer`) paces each link, so bulk traffic to one
 //! site does not take what another's needs.
 //!
 //! Who may link: the QUIC layer accepts only certificates carrying a credential of the
@@ -598,10 +599,19 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
     tracing::info!("link up: {} '{}' at {remote}", role_name(role), peer.name());
     let rate = shared.cfg.limits.link_rate_bytes_per_sec;
     let sending = async {
-        let mut bucket = TokenBucket::new(rate);
+        // The engine's flow-controller bucket, so a link is paced as writers are.
+        let mut pacer = tether_core::Pacer::new(match rate {
+            0 => tether_core::FlowController::UNLIMITED,
+            r => tether_core::FlowController::rate(r),
+        });
         while let Some((head, body)) = rx.recv().await {
             let n = head.len() + body.len();
-            bucket.take(n).await;
+            let now = Instant::now();
+            let at = pacer.next_ready(now);
+            if at > now {
+                tokio::time::sleep_until(at.into()).await;
+            }
+            pacer.spend(n);
             queued.fetch_sub(n, Ordering::Relaxed);
             send.send_parts(head, body, Bytes::new())
                 .await
@@ -728,49 +738,6 @@ async fn credentials(
     }
 }
 
-/// A token bucket of `rate` bytes a second (0: unlimited), a burst of 100 ms of it.
-struct TokenBucket {
-    rate: u64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    fn new(rate: u64) -> TokenBucket {
-        TokenBucket {
-            rate,
-            tokens: rate as f64 / 10.0,
-            last: Instant::now(),
-        }
-    }
-
-    async fn take(&mut self, n: usize) {
-        while let Some(wait) = self.wait_for(Instant::now(), n) {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// Takes `n` bytes' tokens at `now` if there are enough (`None`), else says how long
-    /// until there will be. A frame larger than the burst passes once the bucket is full.
-    fn wait_for(&mut self, now: Instant, n: usize) -> Option<Duration> {
-        if self.rate == 0 {
-            return None;
-        }
-        let burst = (self.rate as f64 / 10.0).max(n as f64);
-        self.tokens = (self.tokens
-            + now.saturating_duration_since(self.last).as_secs_f64() * self.rate as f64)
-            .min(burst);
-        self.last = now;
-        if self.tokens >= n as f64 {
-            self.tokens -= n as f64;
-            return None;
-        }
-        Some(Duration::from_secs_f64(
-            (n as f64 - self.tokens) / self.rate as f64,
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,21 +809,5 @@ mod tests {
         );
         let open = cfg("");
         assert!(export_allows(&open, &data(3), true) && export_allows(&open, &data(3), false));
-    }
-
-    /// A link's token bucket: a burst of a tenth of a second, then the rate.
-    #[test]
-    fn token_bucket_paces_at_its_rate() {
-        let t = Instant::now();
-        let mut b = TokenBucket::new(1_000_000);
-        b.last = t;
-        assert_eq!(b.wait_for(t, 100_000), None);
-        let w = b.wait_for(t, 50_000).unwrap();
-        assert!((w.as_secs_f64() - 0.05).abs() < 1e-6, "{w:?}");
-        assert_eq!(b.wait_for(t + Duration::from_millis(50), 50_000), None);
-        // A frame larger than the burst waits for a full bucket, then passes.
-        assert!(b.wait_for(t + Duration::from_millis(50), 300_000).is_some());
-        assert_eq!(b.wait_for(t + Duration::from_millis(400), 300_000), None);
-        assert_eq!(TokenBucket::new(0).wait_for(t, usize::MAX), None);
     }
 }

@@ -305,9 +305,48 @@ impl Bucket {
     }
 }
 
+/// A flow controller's bucket on its own, for a driver that paces something the engine
+/// does not send (a router's link): the engine's rule, so both pace alike (whole periods,
+/// debt for a datagram larger than what is left, the long-run rate exact).
+#[derive(Debug, Clone)]
+pub struct Pacer(Bucket);
+
+impl Pacer {
+    /// A bucket as `spec` says, full.
+    pub fn new(spec: FlowController) -> Pacer {
+        Pacer(Bucket::new(String::new(), spec))
+    }
+
+    /// When `len` bytes may leave (`now` if at once); call [`Pacer::spend`] when they do.
+    pub fn next_ready(&mut self, now: Instant) -> Instant {
+        self.0.next_ready(now)
+    }
+
+    /// Pays for `len` bytes that left.
+    pub fn spend(&mut self, len: usize) {
+        self.0.spend(len);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pacer at 1 MB/s lets its burst go at once, then holds the next bytes until the
+    /// bucket refills; unlimited never waits.
+    #[test]
+    fn a_pacer_holds_bytes_past_its_rate() {
+        let t = Instant::now();
+        let mut p = Pacer::new(FlowController::rate(1_000_000));
+        assert_eq!(p.next_ready(t), t);
+        p.spend(1_000_000);
+        let at = p.next_ready(t + Duration::from_millis(1));
+        assert!(at > t + Duration::from_millis(500), "{:?}", at - t);
+        assert!(at <= t + Duration::from_millis(1_100), "{:?}", at - t);
+        let mut u = Pacer::new(FlowController::UNLIMITED);
+        u.spend(usize::MAX / 2);
+        assert_eq!(u.next_ready(t), t);
+    }
 
     #[test]
     fn rates_parse_in_decimal_and_binary_units() {
