@@ -102,10 +102,13 @@ struct Run {
 /// once it has verified the writer, and the writer sends it then, the moment it matches
 /// that reader, so under the links' 0–5 ms of jitter a sample written in the next 5 ms
 /// (one a millisecond here) can overtake it at the last reader matched; it is repaired.
-/// That race is bounded: at most 6 samples in a run, and on average fewer than one a run
-/// (measured over seeds 1 to 40: 24 in all, in 9 runs; 50 before ENDPOINTs carried
-/// descriptions, whose bytes change the draws, not the race). Over 8 seeds the sum moved
-/// between 0 and 10 by chance, so the bound is taken per run and over 16 seeds.
+/// That race is bounded: at most 8 samples in a run, and on average about one a run
+/// (measured over seeds 1 to 40: 50 in all, in 16 runs, the most 8; 24 in 9 runs while a
+/// challenge's answer that just filled the address's allowance was refused for its AUTH_TAG
+/// and the challenge repeated 10 ms later, which spread the readers' matches out; 50 before
+/// ENDPOINTs carried descriptions, whose bytes change the draws, not the race). Over 8
+/// seeds the sum moved between 0 and 10 by chance, so the bound is taken per run and over
+/// 16 seeds (18 there now).
 #[test]
 fn first_samples_of_a_secure_fanout_need_no_repair() {
     let (mut secure, mut plain) = ((0, 0), (0, 0));
@@ -117,7 +120,7 @@ fn first_samples_of_a_secure_fanout_need_no_repair() {
             "seed {seed}: readers' drops after the writer matched them: (unverified, no key)"
         );
         assert!(
-            s.drops.2 <= 6,
+            s.drops.2 <= 10,
             "seed {seed}: {} samples dropped as from an unmatched writer",
             s.drops.2
         );
@@ -129,7 +132,7 @@ fn first_samples_of_a_secure_fanout_need_no_repair() {
     }
     eprintln!("(unmatched-writer drops, repairs): secure {secure:?}, plain {plain:?}");
     assert!(
-        secure.0 <= plain.0 + 16 && secure.1 <= plain.1 + plain.1 / 4 + 5,
+        secure.0 <= plain.0 + 24 && secure.1 <= plain.1 + plain.1 / 4 + 5,
         "(unmatched-writer drops, repairs): secure {secure:?}, plain {plain:?}"
     );
 }

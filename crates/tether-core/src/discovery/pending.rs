@@ -488,16 +488,29 @@ impl Participant {
         self.peers.pending.len()
     }
 
+    /// What a datagram to `to`, an address that has not answered a challenge, may hold:
+    /// its allowance, less the AUTH_TAG every datagram leaves with in a secure realm.
+    fn unvalidated_room(&self, to: SocketAddr) -> usize {
+        self.peers
+            .pending
+            .left(to)
+            .saturating_sub(self.auth_tag_len())
+    }
+
+    /// The AUTH_TAG's bytes on each datagram (none with security off).
+    fn auth_tag_len(&self) -> usize {
+        if self.cfg.security.is_some() {
+            tether_wire::AUTH_TAG_LEN
+        } else {
+            0
+        }
+    }
+
     /// Sends `dg` to `to`, an address that has not answered a challenge, if its allowance
     /// takes it; else counts it withheld.
     fn send_unvalidated(&mut self, to: SocketAddr, dg: Vec<u8>) -> bool {
         // In a secure realm every datagram leaves with its AUTH_TAG: counted too.
-        let tag = if self.cfg.security.is_some() {
-            tether_wire::AUTH_TAG_LEN
-        } else {
-            0
-        };
-        let len = dg.len() + tag;
+        let len = dg.len() + self.auth_tag_len();
         if len > self.peers.pending.left(to) {
             self.stats.amplification_limited += 1;
             return false;
@@ -552,7 +565,7 @@ impl Participant {
             padding: 0,
         }));
         let bare = dg.len();
-        let left = self.peers.pending.left(from);
+        let left = self.unvalidated_room(from);
         dg.extend(encoded(&Submessage::Participant(self.participant_repr())));
         if dg.len() > left {
             // Our name does not fit: the challenge alone (the peer learns us once it is
@@ -600,7 +613,7 @@ impl Participant {
             return;
         }
         let answer = dg.len();
-        let left = self.peers.pending.left(from).min(
+        let left = self.unvalidated_room(from).min(
             crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
                 .saturating_sub(crate::path::security_overhead(&self.cfg)),
         );
