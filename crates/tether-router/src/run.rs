@@ -91,6 +91,12 @@ struct LinkOut {
     close: Arc<Notify>,
 }
 
+/// The most a link's sender hands QUIC in one write (frames queued meanwhile go together).
+const BATCH_BYTES: usize = 256 << 10;
+
+/// The most frames a link's receiver handles under one lock.
+const RECV_BATCH: usize = 64;
+
 struct State {
     router: Router,
     links: HashMap<LinkId, LinkOut>,
@@ -604,8 +610,20 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
             0 => tether_core::FlowController::UNLIMITED,
             r => tether_core::FlowController::rate(r),
         });
-        while let Some((head, body)) = rx.recv().await {
-            let n = head.len() + body.len();
+        let mut batch = Vec::new();
+        while let Some(first) = rx.recv().await {
+            // What queued meanwhile goes in the same write, up to a batch's worth.
+            let mut n = 0;
+            let mut next = Some(first);
+            while let Some((head, body)) = next {
+                n += head.len() + body.len();
+                batch.push((head, body, Bytes::new()));
+                next = if n < BATCH_BYTES {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
             let now = Instant::now();
             let at = pacer.next_ready(now);
             if at > now {
@@ -613,7 +631,7 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
             }
             pacer.spend(n);
             queued.fetch_sub(n, Ordering::Relaxed);
-            send.send_parts(head, body, Bytes::new())
+            send.send_batch(&mut batch)
                 .await
                 .map_err(|e| e.to_string())?;
             shared
@@ -624,20 +642,31 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
         Ok::<(), String>(())
     };
     let receiving = async {
+        let mut frames = Vec::new();
+        let mut parsed = Vec::new();
         loop {
-            let b = recv.recv().await.map_err(|e| e.to_string())?;
-            shared
-                .counters
-                .bytes_in
-                .fetch_add(b.len() as u64, Ordering::Relaxed);
-            let frame = Frame::parse(b).map_err(|e| format!("malformed frame: {e}"))?;
-            if role == Role::Router && !shared.may_cross(&frame, false) {
-                continue;
+            // Every whole frame that has arrived is handled under one lock.
+            recv.recv_batch(&mut frames, RECV_BATCH)
+                .await
+                .map_err(|e| e.to_string())?;
+            for b in frames.drain(..) {
+                shared
+                    .counters
+                    .bytes_in
+                    .fetch_add(b.len() as u64, Ordering::Relaxed);
+                let frame = Frame::parse(b).map_err(|e| format!("malformed frame: {e}"))?;
+                if role == Role::Router && !shared.may_cross(&frame, false) {
+                    continue;
+                }
+                parsed.push(frame);
             }
             let mut st = shared.lock();
-            st.router
-                .handle_frame(Instant::now(), id, frame)
-                .map_err(|e| format!("protocol error: {e}"))?;
+            let now = Instant::now();
+            for frame in parsed.drain(..) {
+                st.router
+                    .handle_frame(now, id, frame)
+                    .map_err(|e| format!("protocol error: {e}"))?;
+            }
             shared.drain(&mut st);
         }
         #[allow(unreachable_code)]

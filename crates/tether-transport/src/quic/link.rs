@@ -882,6 +882,56 @@ impl LinkSender {
         }
     }
 
+    /// Sends several frames, each made of a head, a body and a tail (as
+    /// [`send_parts`](Self::send_parts) does one by one), in one write to the stream: a
+    /// router or session that finds frames queued hands QUIC all of them at once, which
+    /// packs them into full packets and takes its connection's lock once, not per frame.
+    /// `frames` is emptied. A frame over the limit is refused before anything is written.
+    pub async fn send_batch(
+        &mut self,
+        frames: &mut Vec<(Bytes, Bytes, Bytes)>,
+    ) -> Result<(), SendError> {
+        if let Some((h, b, t)) = frames
+            .iter()
+            .find(|(h, b, t)| h.len() + b.len() + t.len() > self.max_frame)
+        {
+            let frame = [&h[..], &b[..], &t[..]].concat();
+            let len = frame.len();
+            frames.clear();
+            return Err(SendError {
+                frame: frame.into(),
+                error: LinkError::FrameTooLarge {
+                    len,
+                    max: self.max_frame,
+                },
+            });
+        }
+        let mut chunks = Vec::with_capacity(frames.len() * 4);
+        let mut bytes = 0u64;
+        let n = frames.len() as u64;
+        for (h, b, t) in frames.drain(..) {
+            let len = h.len() + b.len() + t.len();
+            bytes += len as u64;
+            chunks.push(Bytes::copy_from_slice(&(len as u32).to_be_bytes()));
+            for c in [h, b, t] {
+                if !c.is_empty() {
+                    chunks.push(c);
+                }
+            }
+        }
+        match self.stream.write_all_chunks(&mut chunks).await {
+            Ok(()) => {
+                self.shared.frames_sent.fetch_add(n, Ordering::Relaxed);
+                self.shared.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(SendError {
+                frame: Bytes::new(),
+                error: e.into(),
+            }),
+        }
+    }
+
     /// Ends the stream after the frames sent: the peer's [`LinkReceiver::recv`] returns
     /// [`LinkError::Finished`] once it has them all.
     pub fn finish(&mut self) -> Result<(), LinkError> {
@@ -915,33 +965,67 @@ impl LinkReceiver {
     /// link.
     pub async fn recv(&mut self) -> Result<Bytes, LinkError> {
         loop {
-            if self.buf.len() >= 4 {
-                let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
-                if len > self.max_frame {
-                    self.shared
-                        .conn
-                        .close(CLOSE_FRAME_TOO_LARGE.into(), b"frame too large");
-                    return Err(LinkError::FrameTooLarge {
-                        len,
-                        max: self.max_frame,
-                    });
-                }
-                if self.buf.len() >= 4 + len {
-                    self.buf.advance(4);
-                    let frame = self.buf.split_to(len).freeze();
-                    self.shared.frames_received.fetch_add(1, Ordering::Relaxed);
-                    self.shared
-                        .bytes_received
-                        .fetch_add(len as u64, Ordering::Relaxed);
-                    return Ok(frame);
-                }
-                self.buf.reserve(4 + len - self.buf.len());
+            if let Some(frame) = self.take_whole()? {
+                return Ok(frame);
             }
-            match self.stream.read_chunk(usize::MAX, true).await? {
-                Some(chunk) => self.buf.extend_from_slice(&chunk.bytes),
-                None if self.buf.is_empty() => return Err(LinkError::Finished),
-                None => return Err(LinkError::Truncated),
+            self.fill().await?;
+        }
+    }
+
+    /// Waits for the next whole frame, as [`recv`](Self::recv), and puts it in `out` with
+    /// every other whole frame already received, up to `max` in all: a receiver that
+    /// handles frames under a lock takes it once for them all.
+    pub async fn recv_batch(&mut self, out: &mut Vec<Bytes>, max: usize) -> Result<(), LinkError> {
+        out.push(self.recv().await?);
+        while out.len() < max {
+            match self.take_whole()? {
+                Some(frame) => out.push(frame),
+                None => break,
             }
+        }
+        Ok(())
+    }
+
+    /// The first whole frame in the buffer, if there is one.
+    fn take_whole(&mut self) -> Result<Option<Bytes>, LinkError> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+        if len > self.max_frame {
+            self.shared
+                .conn
+                .close(CLOSE_FRAME_TOO_LARGE.into(), b"frame too large");
+            return Err(LinkError::FrameTooLarge {
+                len,
+                max: self.max_frame,
+            });
+        }
+        if self.buf.len() < 4 + len {
+            self.buf.reserve(4 + len - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(4);
+        let frame = self.buf.split_to(len).freeze();
+        self.shared.frames_received.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .bytes_received
+            .fetch_add(len as u64, Ordering::Relaxed);
+        Ok(Some(frame))
+    }
+
+    /// Waits for more of the stream and appends all of it that has arrived to the buffer.
+    async fn fill(&mut self) -> Result<(), LinkError> {
+        let mut chunks: [Bytes; 16] = Default::default();
+        match self.stream.read_chunks(&mut chunks).await? {
+            Some(n) => {
+                for c in &chunks[..n] {
+                    self.buf.extend_from_slice(c);
+                }
+                Ok(())
+            }
+            None if self.buf.is_empty() => Err(LinkError::Finished),
+            None => Err(LinkError::Truncated),
         }
     }
 

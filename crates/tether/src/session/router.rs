@@ -41,6 +41,12 @@ use super::shared::Shared;
 /// engine's reliability repairs what a reliable topic loses).
 const QUEUE: usize = 4096;
 
+/// The most the link thread hands QUIC in one write (frames queued meanwhile go together).
+const BATCH_BYTES: usize = 256 << 10;
+
+/// The most frames the link thread hands the engine under one lock.
+const RECV_BATCH: usize = 64;
+
 /// How long the link thread waits for goodbyes to leave when the session closes.
 const CLOSE_FLUSH: Duration = Duration::from_millis(200);
 
@@ -470,37 +476,79 @@ async fn link_task(
         });
         if failed.is_none() {
             let sending = async {
-                while let Some((h, b, t)) = rx.recv().await {
-                    send.send_parts(h, b, t).await.map_err(|e| e.to_string())?;
-                    routers.counters.frames_sent.fetch_add(1, Ordering::Relaxed);
+                let mut batch = Vec::new();
+                while let Some(first) = rx.recv().await {
+                    // What the engine queued meanwhile goes in the same write.
+                    let mut n = 0;
+                    let mut next = Some(first);
+                    while let Some(p) = next {
+                        n += p.0.len() + p.1.len() + p.2.len();
+                        batch.push(p);
+                        next = if n < BATCH_BYTES {
+                            rx.try_recv().ok()
+                        } else {
+                            None
+                        };
+                    }
+                    let frames = batch.len() as u64;
+                    send.send_batch(&mut batch)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    routers
+                        .counters
+                        .frames_sent
+                        .fetch_add(frames, Ordering::Relaxed);
                 }
                 Ok::<(), String>(())
             };
             let receiving = async {
+                let mut frames = Vec::new();
+                let mut datagrams = Vec::new();
                 loop {
-                    let b = recv.recv().await.map_err(|e| e.to_string())?;
+                    // Every whole frame that has arrived is handed to the engine under one
+                    // lock.
+                    recv.recv_batch(&mut frames, RECV_BATCH)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     routers
                         .counters
                         .frames_received
-                        .fetch_add(1, Ordering::Relaxed);
-                    let frame = Frame::parse(b).map_err(|e| {
-                        routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                        format!("malformed frame: {e}")
-                    })?;
-                    let d = routers.leaf().handle_frame(id, frame).map_err(|e| {
-                        routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
-                        format!("protocol error: {e}")
-                    })?;
-                    let (src, datagram) = match d {
-                        Some(Delivery::Data { src, datagram, .. })
-                        | Some(Delivery::Announce { src, datagram }) => (src, datagram),
-                        Some(Delivery::Unicast { dst, src, datagram }) if dst == routers.me => {
-                            (src, datagram)
+                        .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    {
+                        let mut leaf = routers.leaf();
+                        for b in frames.drain(..) {
+                            let frame = Frame::parse(b).map_err(|e| {
+                                routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                                format!("malformed frame: {e}")
+                            })?;
+                            let d = leaf.handle_frame(id, frame).map_err(|e| {
+                                routers.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+                                format!("protocol error: {e}")
+                            })?;
+                            match d {
+                                Some(Delivery::Data { src, datagram, .. })
+                                | Some(Delivery::Announce { src, datagram }) => {
+                                    datagrams.push((src, datagram))
+                                }
+                                Some(Delivery::Unicast { dst, src, datagram })
+                                    if dst == routers.me =>
+                                {
+                                    datagrams.push((src, datagram))
+                                }
+                                _ => {}
+                            }
                         }
-                        _ => continue,
-                    };
-                    let from = route::virtual_addr(tether_core::ParticipantId(src.0), out.number);
-                    shared.with_core(|i, now| i.core.handle_datagram(now, from, &datagram));
+                    }
+                    if datagrams.is_empty() {
+                        continue;
+                    }
+                    shared.with_core(|i, now| {
+                        for (src, datagram) in datagrams.drain(..) {
+                            let from =
+                                route::virtual_addr(tether_core::ParticipantId(src.0), out.number);
+                            i.core.handle_datagram(now, from, &datagram);
+                        }
+                    });
                 }
                 #[allow(unreachable_code)]
                 Ok::<(), String>(())
