@@ -4,7 +4,8 @@
 //! out to a router (`--discovery off --router quic/…`), as a robot behind NAT does. Data
 //! flows both ways through a cloud router; a site router's export list lets only its topics
 //! leave; a reliable keep-all stream survives the cloud router killed and restarted, with
-//! loss on both uplinks; a site's address changes under a running stream; a revoked member
+//! loss on both uplinks; a 13 MB sample crosses two routers with loss on every link; a
+//! site's address changes under a running stream; a revoked member
 //! and a router of another realm are refused. The same on loopback, without NATs, is in `router.rs`.
 //!
 //! Needs root, `ip` and `nft`; without them each test says why it skips and passes. Each
@@ -22,7 +23,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{Live, text, wait_until};
+use common::{Live, finish, spawn, text, wait_until};
 use tether_testkit::netns::sites::{CLOUD_ADDR, Direction, Link, Site, Sites};
 use tether_testkit::netns::{self, Host, Namespace};
 
@@ -638,6 +639,135 @@ fn a_reliable_keep_all_stream_survives_a_cloud_router_restart_across_nat() {
         .collect();
     eprintln!(
         "{TEST}: killed after {killed_at} samples; frames dropped: {}; pub: {}; done in {:?}",
+        dropped.join(", "),
+        router_counters(&p.err),
+        clock.0.elapsed()
+    );
+}
+
+/// A 13 MB reliable sample from site A reaches site B through two routers, site A's
+/// gateway router (on its NAT) and the cloud router, with 1 % of the frames lost at both
+/// ends of every link (both sites' inside links and uplinks): it arrives whole, byte for
+/// byte (issue 19's bar; the 004 paper's SGC failed at 13 MB).
+#[test]
+fn a_13_mb_sample_crosses_two_routers_with_loss_on_every_link() {
+    const TEST: &str = "a_13_mb_sample_crosses_two_routers_with_loss_on_every_link";
+    const SIZE: usize = 13_000_000;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready(TEST) {
+        return;
+    }
+    let clock = Clock::start();
+    let mut builder = Sites::builder("tnl");
+    let lossy: Vec<(Link, Direction)> = Site::ALL
+        .iter()
+        .flat_map(|&s| [Link::Inside(s), Link::Uplink(s)])
+        .flat_map(|l| [Direction::Up, Direction::Down].map(|d| (l, d)))
+        .collect();
+    for &(link, dir) in &lossy {
+        builder = builder.loss(link, dir, 1);
+    }
+    let Some(sites) = sites(TEST, || builder.create()) else {
+        return;
+    };
+    let realm = Realm::new();
+    let (a, b) = (sites.site(Site::A), sites.site(Site::B));
+    let cloud_router = realm.cloud_router(&sites, "");
+    let gateway = Site::A.gateway();
+    let site_router = realm.router(
+        sites.nat(Site::A),
+        "site",
+        SocketAddr::from((gateway, METRICS_PORT)),
+        &format!(
+            "listen = \"{gateway}:{SITE_PORT}\"\nconnect = [\"quic/{}\"]",
+            cloud()
+        ),
+    );
+    assert!(
+        wait_cloud_links(&sites, "router", 1.0, clock.up_to(Duration::from_secs(20))),
+        "the site router did not link to the cloud: {}\n{}",
+        site_router.stderr(),
+        cloud_router.stderr()
+    );
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let payload: Vec<u8> = (0..SIZE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let file = realm.path("big.bin");
+    std::fs::write(&file, &payload).unwrap();
+    let echo = spawn(realm.via_cloud(
+        b,
+        "b",
+        &[
+            "echo",
+            "/big",
+            "-n",
+            "1",
+            "--reliable",
+            "--raw",
+            "len",
+            "--timeout",
+            "50",
+        ],
+    ));
+    assert!(
+        wait_cloud_links(&sites, "session", 1.0, clock.up_to(Duration::from_secs(20))),
+        "{}",
+        cloud_router.stderr()
+    );
+    let publ = Live::spawn(realm.member(
+        a,
+        "a",
+        &format!("{gateway}:{SITE_PORT}"),
+        &[
+            "pub",
+            "/big",
+            "--file",
+            file.to_str().unwrap(),
+            "-n",
+            "1",
+            "--linger",
+            "45",
+            "--stats",
+        ],
+    ));
+    let got = finish(echo, clock.left());
+    let p = done(publ, &clock);
+    let dropped: Vec<String> = lossy
+        .iter()
+        .map(|&(l, d)| format!("{l:?} {d:?}: {}", sites.dropped(l, d).unwrap_or(0)))
+        .collect();
+    assert!(
+        got.status.success(),
+        "echo: {}\npub: {}\nsite router: {}\ncloud router: {}",
+        text(&got.stderr),
+        p.err,
+        site_router.stderr(),
+        cloud_router.stderr()
+    );
+    assert_eq!(got.stdout.len(), 4 + SIZE, "one sample, length-prefixed");
+    assert_eq!(&got.stdout[..4], &(SIZE as u32).to_le_bytes());
+    assert!(
+        got.stdout[4..] == payload[..],
+        "the sample arrived byte for byte"
+    );
+    assert!(p.ok(), "pub: {}", p.err);
+    let total: u64 = lossy
+        .iter()
+        .map(|&(l, d)| sites.dropped(l, d).unwrap_or(0))
+        .sum();
+    assert!(
+        total > 0,
+        "the loss rules dropped frames: {}",
+        dropped.join(", ")
+    );
+    eprintln!(
+        "{TEST}: frames dropped: {}; pub: {}; done in {:?}",
         dropped.join(", "),
         router_counters(&p.err),
         clock.0.elapsed()
