@@ -83,3 +83,41 @@ fn wan_bench_measures_direct_one_and_two_routers() {
     assert!(thr[0]["router_received_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(v["paper"]["throughput_1000_per_s"]["SGC"], 320.0);
 }
+
+/// `--delay-ms`: the RTT over a delayed link between two namespaces, direct and through a
+/// router on the far host; both take at least the link's round trip. Needs root and
+/// iptables (says why and skips otherwise).
+#[test]
+fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: --delay-ms makes network namespaces, which needs root");
+        return;
+    }
+    if Command::new("iptables").arg("--version").output().is_err() {
+        eprintln!("skipping: --delay-ms needs iptables (NFQUEUE)");
+        return;
+    }
+    let v = bench(&[
+        "wan",
+        "--sizes",
+        "64",
+        "--samples",
+        "10",
+        "--large",
+        "0",
+        "--duration",
+        "0",
+        "--delay-ms",
+        "5",
+        "--delay-samples",
+        "10",
+    ]);
+    let d = v["delayed_link"].as_array().unwrap();
+    assert_eq!(d.len(), 1, "{v}");
+    for key in ["direct_rtt_p50_us", "router_rtt_p50_us"] {
+        let us = d[0][key].as_f64().unwrap();
+        assert!(us >= 10_000.0, "{key}: {us} µs, less than the link's 10 ms round trip");
+    }
+    assert_eq!(d[0]["delay_ms_each_way"], 5.0);
+    assert!(v["rtt"][2]["added_one_way_by_second_router_p50_us"].is_number(), "{v}");
+}

@@ -6,6 +6,7 @@
 //! machines. Deleted on drop.
 
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tether_testkit::netns::{self, Namespace};
@@ -94,6 +95,20 @@ impl Lan {
             .b()
             .set_incoming_loss(percent)
             .with_context(|| format!("setting {percent} % loss at the receivers' ingress"))
+    }
+
+    /// Holds every IPv4 packet each host receives for `delay` (NFQUEUE, needs
+    /// `iptables`): the round trip between them takes `2 × delay` more. The delays last
+    /// as long as the guards.
+    pub(crate) fn delay_both(&self, delay: Duration) -> anyhow::Result<[netns::Delay; 2]> {
+        if !netns::have_iptables() {
+            bail!("a link delay needs iptables (the NFQUEUE target): apt-get install iptables");
+        }
+        let hold = |h: &netns::Host| {
+            h.delay_incoming(delay, Duration::ZERO, 100)
+                .with_context(|| format!("delaying what {} receives", h.name()))
+        };
+        Ok([hold(self.net.a())?, hold(self.net.b())?])
     }
 
     /// Frames the receivers' loss rule has dropped since it was set.

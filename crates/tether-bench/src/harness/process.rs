@@ -45,8 +45,24 @@ impl Peer {
         busy: bool,
         cpu: Option<usize>,
     ) -> anyhow::Result<Peer> {
+        Peer::spawn_in(None, cfg, role, busy, cpu, &[])
+    }
+
+    /// [`spawn`](Self::spawn) in namespace `ns` (if given), with `extra` flags after the
+    /// others (`--listen`, `--peer`: later flags win).
+    pub(crate) fn spawn_in(
+        ns: Option<&Namespace>,
+        cfg: &BenchCfg,
+        role: &str,
+        busy: bool,
+        cpu: Option<usize>,
+        extra: &[String],
+    ) -> anyhow::Result<Peer> {
         let exe = std::env::current_exe().context("locating the tether binary")?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = match ns {
+            Some(ns) => ns.command(exe),
+            None => Command::new(exe),
+        };
         cmd.arg(crate::PEER_SUBCOMMAND)
             .arg(role)
             .arg("--domain")
@@ -61,6 +77,7 @@ impl Peer {
         if let Some(c) = cpu {
             cmd.arg("--cpu").arg(c.to_string());
         }
+        cmd.args(extra);
         Peer::start(cmd, "starting the benchmark peer")
     }
 

@@ -2,14 +2,17 @@
 //! whose routers are `cloud` and `site`, and `tether router` processes (this executable's
 //! `router` subcommand) in it, on loopback.
 
-use std::net::UdpSocket;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use tether_testkit::netns::Namespace;
+
 use super::SecureSide;
+use super::lan::in_namespace;
 use super::setup::TempDir;
 
 /// The routers' names in a benchmark realm.
@@ -34,6 +37,7 @@ pub(crate) fn realm(patterns: &[&str]) -> anyhow::Result<SecureSide> {
 /// A `tether router` process on loopback, killed on drop.
 pub(crate) struct RouterProc {
     child: Child,
+    ip: IpAddr,
     port: u16,
     _cfg: TempDir,
 }
@@ -48,7 +52,24 @@ impl RouterProc {
         domain: u16,
         connect: &[u16],
     ) -> anyhow::Result<RouterProc> {
-        let port = free_udp_port()?;
+        RouterProc::spawn_at(realm_dir, name, domain, connect, None)
+    }
+
+    /// [`spawn`](Self::spawn), in namespace `ns` listening on `ip` if given (a port
+    /// chosen in that namespace), on loopback otherwise.
+    pub(crate) fn spawn_at(
+        realm_dir: &Path,
+        name: &str,
+        domain: u16,
+        connect: &[u16],
+        at: Option<(&Namespace, IpAddr)>,
+    ) -> anyhow::Result<RouterProc> {
+        let ip = at.map_or(IpAddr::from([127, 0, 0, 1]), |(_, ip)| ip);
+        let free = || free_udp_port(ip);
+        let port = match at {
+            Some((ns, _)) => in_namespace(ns, free)?,
+            None => free()?,
+        };
         let dir = realm_dir.join(format!("router-{name}-{port}"));
         std::fs::create_dir_all(&dir)?;
         let guard = TempDir(dir.clone());
@@ -60,14 +81,19 @@ impl RouterProc {
         std::fs::write(
             &cfg,
             format!(
-                "name = \"{name}\"\ndomain = {domain}\nlisten = \"127.0.0.1:{port}\"\n\
+                "name = \"{name}\"\ndomain = {domain}\nlisten = \"{}\"\n\
                  keys = \"{}\"\nconnect = [{}]\n",
+                SocketAddr::new(ip, port),
                 realm_dir.join(format!("{name}.key")).display(),
                 dials.join(", ")
             ),
         )?;
         let exe = std::env::current_exe().context("locating the tether binary")?;
-        let child = Command::new(exe)
+        let mut cmd = match at {
+            Some((ns, _)) => ns.command(exe),
+            None => Command::new(exe),
+        };
+        let child = cmd
             .env_remove("TETHER_CONFIG")
             .arg("router")
             .arg("--config")
@@ -79,17 +105,22 @@ impl RouterProc {
             .context("starting a router")?;
         let mut r = RouterProc {
             child,
+            ip,
             port,
             _cfg: guard,
         };
         let end = Instant::now() + Duration::from_secs(10);
+        let free = || Ok(UdpSocket::bind((ip, port)).is_ok());
         // Bound: its port is taken.
-        while UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        while match at {
+            Some((ns, _)) => in_namespace(ns, free)?,
+            None => free()?,
+        } {
             if let Ok(Some(st)) = r.child.try_wait() {
                 bail!("router {name} exited at start: {st}");
             }
             if Instant::now() > end {
-                bail!("router {name} did not bind 127.0.0.1:{port} within 10 s");
+                bail!("router {name} did not bind {ip}:{port} within 10 s");
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -103,7 +134,7 @@ impl RouterProc {
 
     /// How a session dials it: `quic/127.0.0.1:PORT`.
     pub(crate) fn address(&self) -> String {
-        format!("quic/127.0.0.1:{}", self.port)
+        format!("quic/{}", SocketAddr::new(self.ip, self.port))
     }
 }
 
@@ -114,7 +145,7 @@ impl Drop for RouterProc {
     }
 }
 
-/// A UDP port free on loopback now (the router binds it a moment later).
-fn free_udp_port() -> anyhow::Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A UDP port free on `ip` now (the router binds it a moment later).
+fn free_udp_port(ip: IpAddr) -> anyhow::Result<u16> {
+    Ok(UdpSocket::bind((ip, 0))?.local_addr()?.port())
 }

@@ -141,7 +141,17 @@ impl PingPong {
     /// match.
     pub(crate) fn open(bc: &BenchCfg, theirs: Option<usize>) -> anyhow::Result<PingPong> {
         let pong = Peer::spawn(bc, "pong", false, theirs)?;
-        let session = Session::open(bc.base.clone())?;
+        PingPong::with_pong(bc, bc.base.clone(), pong)
+    }
+
+    /// This process's side, a session of `mine`, with `pong` already started (in another
+    /// namespace, say: `bench wan --delay-ms`); waits until they match.
+    pub(crate) fn with_pong(
+        bc: &BenchCfg,
+        mine: tether::Config,
+        pong: Peer,
+    ) -> anyhow::Result<PingPong> {
+        let session = Session::open(mine)?;
         let publisher = Arc::new(session.publisher(PING, Qos::default())?);
         let st: Ping = Arc::new((
             Mutex::new(PingState {

@@ -30,6 +30,9 @@ use crate::harness::stats::quantile;
 use crate::harness::{BenchCfg, Peer, SecureSide, machine, secure_bench_cfg};
 use crate::loopback::{Counts, PingPong, add, put_loop, received_rate};
 
+mod delay;
+use delay::DelayRow;
+
 /// Round trips per block; the paths take turns block by block.
 const BLOCK: usize = 200;
 
@@ -76,6 +79,14 @@ pub(crate) struct WanArgs {
     /// Throughput measurements per row and path (direct and router alternate).
     #[arg(long, default_value_t = 1)]
     reps: usize,
+    /// Also measure the RTT over a link delaying each packet this many ms each way (two
+    /// network namespaces, NFQUEUE; needs root and iptables), directly and through one
+    /// router (0: not measured).
+    #[arg(long, default_value_t = 0.0)]
+    delay_ms: f64,
+    /// Round trips per size and path over the delayed link.
+    #[arg(long, default_value_t = 200)]
+    delay_samples: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -255,17 +266,25 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
         }
     }
     drop(routers);
+    let delayed = if a.delay_ms > 0.0 {
+        let d = Duration::from_secs_f64(a.delay_ms / 1e3);
+        delay::measure(&plain, &side, d, &a.sizes, a.delay_samples)
+            .context("RTT over the delayed link")?
+    } else {
+        Vec::new()
+    };
     let report = Report {
         machine,
         realm: side.describe(),
         samples: a.samples,
         duration: a.duration,
         reps: a.reps,
+        delay_ms: a.delay_ms,
     };
     if a.json {
-        report.json(&rtts, &large, &thr)
+        report.json(&rtts, &large, &thr, &delayed)
     } else {
-        report.table(&rtts, &large, &thr);
+        report.table(&rtts, &large, &thr, &delayed);
         Ok(())
     }
 }
@@ -318,6 +337,7 @@ struct Report {
     samples: usize,
     duration: f64,
     reps: usize,
+    delay_ms: f64,
 }
 
 impl Report {
@@ -326,6 +346,7 @@ impl Report {
         rtts: &[(usize, [Rtt; 3])],
         large: &[Large],
         thr: &[(&str, Counts, Counts)],
+        delayed: &[DelayRow],
     ) -> anyhow::Result<()> {
         let rtt_rows: Vec<Value> = rtts
             .iter()
@@ -335,6 +356,8 @@ impl Report {
                         "size": size, "path": p.name(), "rtt_p50_us": x.p50,
                         "rtt_p99_us": x.p99,
                         "added_one_way_per_hop_p50_us": added_per_hop(*p, x, &r[0]),
+                        "added_one_way_by_second_router_p50_us":
+                            (*p == Path::TwoRouters).then(|| second_router(r)),
                     })
                 })
             })
@@ -361,6 +384,17 @@ impl Report {
                 })
             })
             .collect();
+        let delay_rows: Vec<Value> = delayed
+            .iter()
+            .map(|d| {
+                json!({
+                    "size": d.size, "delay_ms_each_way": self.delay_ms,
+                    "direct_rtt_p50_us": d.direct.p50, "direct_rtt_p99_us": d.direct.p99,
+                    "router_rtt_p50_us": d.routed.p50, "router_rtt_p99_us": d.routed.p99,
+                    "router_over_direct_p50": d.ratio(),
+                })
+            })
+            .collect();
         let paper_thr: serde_json::Map<String, Value> = PAPER_THROUGHPUT
             .iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
@@ -372,6 +406,7 @@ impl Report {
                 "secure_realm": self.realm, "samples": self.samples,
                 "duration_s": self.duration, "reps": self.reps,
                 "rtt": rtt_rows, "large": large_rows, "throughput": thr_rows,
+                "delayed_link": delay_rows,
                 "paper": {
                     "rtt_small_s": PAPER_RTT_SMALL_S, "rtt_8000_s": PAPER_RTT_8000_S,
                     "rtt_vpn_s": PAPER_RTT_VPN_S, "rtt_rosbridge_s": PAPER_RTT_ROSBRIDGE_S,
@@ -382,7 +417,13 @@ impl Report {
         Ok(())
     }
 
-    fn table(&self, rtts: &[(usize, [Rtt; 3])], large: &[Large], thr: &[(&str, Counts, Counts)]) {
+    fn table(
+        &self,
+        rtts: &[(usize, [Rtt; 3])],
+        large: &[Large],
+        thr: &[(&str, Counts, Counts)],
+        delayed: &[DelayRow],
+    ) {
         println!(
             "tether bench wan — loopback, no link delay (no netem here: the RTTs are a router \
              hop's cost, not a WAN's), security on ({}), {}",
@@ -425,6 +466,11 @@ impl Report {
                     if *p == Path::Direct { "" } else { &paper }
                 );
             }
+            println!(
+                "{:>7} the second router adds {:.1}µs one way, (RTT 2 routers − RTT 1 router) / 2",
+                "",
+                second_router(r)
+            );
         }
         for l in large {
             let mut ms = l.ms.clone();
@@ -440,6 +486,29 @@ impl Report {
                     .as_ref()
                     .map_or_else(String::new, |e| format!(" — failed: {e}"))
             );
+        }
+        if !delayed.is_empty() {
+            println!(
+                "RTT over a link delaying each packet {} ms each way (two network namespaces, \
+                 NFQUEUE), directly and through one router beside the far host; bar: through \
+                 the router ≤ 1.1 × direct",
+                self.delay_ms
+            );
+            println!(
+                "{:>7} {:>12} {:>12} {:>12} {:>12} {:>8}",
+                "size", "direct p50", "direct p99", "router p50", "router p99", "÷direct"
+            );
+            for d in delayed {
+                println!(
+                    "{:>7} {:>10.2}ms {:>10.2}ms {:>10.2}ms {:>10.2}ms {:>8.3}",
+                    d.size,
+                    d.direct.p50 / 1e3,
+                    d.direct.p99 / 1e3,
+                    d.routed.p50 / 1e3,
+                    d.routed.p99 / 1e3,
+                    d.ratio()
+                );
+            }
         }
         if thr.is_empty() {
             return;
@@ -478,4 +547,10 @@ impl Report {
 /// router traversals of a round trip. None for the direct path.
 fn added_per_hop(path: Path, x: &Rtt, direct: &Rtt) -> Option<f64> {
     (path.hops() > 0.0).then(|| (x.p50 - direct.p50) / (2.0 * path.hops()))
+}
+
+/// What the second router of the two-router path adds one way at the median, in µs: the
+/// cost of one more router and one more QUIC link, (RTT 2 routers − RTT 1 router) / 2.
+fn second_router(r: &[Rtt; 3]) -> f64 {
+    (r[2].p50 - r[1].p50) / 2.0
 }
