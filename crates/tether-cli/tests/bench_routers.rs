@@ -116,8 +116,14 @@ fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
     assert_eq!(d.len(), 1, "{v}");
     for key in ["direct_rtt_p50_us", "router_rtt_p50_us"] {
         let us = d[0][key].as_f64().unwrap();
-        assert!(us >= 10_000.0, "{key}: {us} µs, less than the link's 10 ms round trip");
+        assert!(
+            us >= 10_000.0,
+            "{key}: {us} µs, less than the link's 10 ms round trip"
+        );
     }
     assert_eq!(d[0]["delay_ms_each_way"], 5.0);
-    assert!(v["rtt"][2]["added_one_way_by_second_router_p50_us"].is_number(), "{v}");
+    assert!(
+        v["rtt"][2]["added_one_way_by_second_router_p50_us"].is_number(),
+        "{v}"
+    );
 }
