@@ -17,6 +17,8 @@
 //! max_routes = 1000000
 //! link_queue_bytes = 8388608           # per link: what waits beyond this is dropped, counted
 //! link_rate_bytes_per_sec = 0          # per link token bucket; 0: the link's own pace
+//! handshakes_before_retry = 8         # then clients prove their address (QUIC Retry)
+//! max_handshakes = 64                  # at once; more are refused, counted
 //!
 //! # With an export list (even empty) the router is a site's gateway: only these topic keys
 //! # cross between the site's sessions and other routers, in the direction given. Without
@@ -116,6 +118,12 @@ pub struct Limits {
     pub link_queue_bytes: usize,
     /// A token bucket per link, bytes per second; 0: as fast as the link takes them.
     pub link_rate_bytes_per_sec: u64,
+    /// Handshakes in progress from which a client that has not proved its address is sent
+    /// a stateless QUIC Retry first (0: every client proves its address).
+    pub handshakes_before_retry: usize,
+    /// Handshakes in progress at most; a client (that proved its address) knocking beyond
+    /// is refused, counted.
+    pub max_handshakes: usize,
 }
 
 impl Default for Limits {
@@ -125,6 +133,8 @@ impl Default for Limits {
             max_routes: 1_000_000,
             link_queue_bytes: 8 << 20,
             link_rate_bytes_per_sec: 0,
+            handshakes_before_retry: 8,
+            max_handshakes: 64,
         }
     }
 }
@@ -241,10 +251,10 @@ impl RouterConfig {
             ));
         }
         let l = &raw.limits;
-        if l.max_links == 0 || l.max_routes == 0 {
+        if l.max_links == 0 || l.max_routes == 0 || l.max_handshakes == 0 {
             return Err(invalid(
                 "limits",
-                "max_links and max_routes must be > 0".into(),
+                "max_links, max_routes and max_handshakes must be > 0".into(),
             ));
         }
         if l.link_queue_bytes < 1 << 16 {

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use tether_crypto::{Credential, OsRandom, Role as CredRole};
 use tether_routing::{DropReason, Frame, LinkId, NodeId, Role, RouteKey, Router};
 use tether_transport::quic::{
-    Backoff, Link, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint, Revocations,
+    Backoff, IncomingLink, Link, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint, Revocations,
 };
 use tokio::sync::{Notify, mpsc};
 
@@ -68,6 +68,14 @@ struct Counters {
     export_denied: AtomicU64,
     /// Links refused after the handshake (HELLO role not the certificate's, protocol errors).
     links_refused: AtomicU64,
+    /// Handshakes that failed (certificate refused, timed out, not a tether link).
+    handshakes_failed: AtomicU64,
+    /// Clients sent a Retry because many handshakes were in progress.
+    handshakes_retried: AtomicU64,
+    /// Clients refused because `limits.max_handshakes` were in progress.
+    handshakes_refused: AtomicU64,
+    /// Handshakes in progress now.
+    handshakes: AtomicUsize,
     /// Links closed because a credential was revoked or expired.
     links_revoked: AtomicU64,
     /// Links made, ever.
@@ -267,6 +275,21 @@ impl Shared {
                 c(&self.counters.links_refused),
             ),
             (
+                "tether_router_handshakes_failed_total",
+                "Handshakes that failed (certificate refused, timed out, not a tether link).",
+                c(&self.counters.handshakes_failed),
+            ),
+            (
+                "tether_router_handshakes_retried_total",
+                "Clients asked to prove their address (QUIC Retry) while many handshakes were in progress.",
+                c(&self.counters.handshakes_retried),
+            ),
+            (
+                "tether_router_handshakes_refused_total",
+                "Clients refused while limits.max_handshakes were in progress.",
+                c(&self.counters.handshakes_refused),
+            ),
+            (
                 "tether_router_links_revoked_total",
                 "Links closed for a revoked or expired credential.",
                 c(&self.counters.links_revoked),
@@ -405,13 +428,26 @@ pub async fn run(
     if cfg.listen.is_some() {
         let (s, e) = (shared.clone(), endpoint.clone());
         tasks.spawn(async move {
+            let said = Arc::new(Mutex::new(Said::default()));
             while let Some(incoming) = e.accept().await {
-                let s = s.clone();
+                let Some(incoming) = admit(&s, incoming) else {
+                    continue;
+                };
+                let (s, said) = (s.clone(), said.clone());
+                s.counters.handshakes.fetch_add(1, Ordering::Relaxed);
+                // Each handshake in a task of its own: a slow client holds up no other.
                 tokio::spawn(async move {
                     let from = incoming.remote_address();
-                    match incoming.establish().await {
+                    let r = incoming.establish().await;
+                    s.counters.handshakes.fetch_sub(1, Ordering::Relaxed);
+                    match r {
                         Ok(link) => serve_link(s, link).await,
-                        Err(err) => tracing::warn!("link from {from} refused: {err}"),
+                        Err(err) => {
+                            s.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                            said.lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .warn(&format!("link from {from} refused: {err}"));
+                        }
                     }
                 });
             }
@@ -433,6 +469,63 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
     tasks.abort_all();
     Ok(())
+}
+
+/// What the router does with a client knocking. While `limits.handshakes_before_retry`
+/// handshakes or more are in progress, a client that has not proved its address gets a
+/// stateless Retry (it comes back with a token, from where it said it is, or never: a flood
+/// of Initials from forged addresses costs a datagram each, no state and no crypto); while
+/// `limits.max_handshakes` are, a client that has is refused. Both counted.
+fn admit(s: &Shared, incoming: IncomingLink) -> Option<IncomingLink> {
+    let busy = s.counters.handshakes.load(Ordering::Relaxed);
+    let limits = &s.cfg.limits;
+    if busy >= limits.handshakes_before_retry && !incoming.address_validated() {
+        return match incoming.retry() {
+            Ok(()) => {
+                s.counters
+                    .handshakes_retried
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(incoming) => Some(incoming),
+        };
+    }
+    if busy >= limits.max_handshakes {
+        s.counters
+            .handshakes_refused
+            .fetch_add(1, Ordering::Relaxed);
+        incoming.refuse();
+        return None;
+    }
+    Some(incoming)
+}
+
+/// Warnings said at most once a second, with how many were held back: a flood of failed
+/// handshakes is not a flood of log lines.
+#[derive(Debug, Default)]
+struct Said {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Said {
+    fn warn(&mut self, what: &str) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            self.held += 1;
+            return;
+        }
+        if self.held > 0 {
+            tracing::warn!("{what} ({} more in the last second not shown)", self.held);
+        } else {
+            tracing::warn!("{what}");
+        }
+        self.held = 0;
+        self.last = Some(now);
+    }
 }
 
 /// A router's node id: from its identity key, so a restarted router is the same node to

@@ -1,6 +1,8 @@
 //! What a router refuses after the TLS handshake (the QUIC layer's own refusals are tested
 //! in tether-transport): a member showing a credential with grants, which would tell the
-//! router topic names, and more links from one credential than it may hold.
+//! router topic names, and more links from one credential than it may hold; and what it
+//! does while many handshakes are in progress: clients prove their address first (QUIC
+//! Retry), and beyond a cap are refused.
 
 use std::time::Duration;
 
@@ -12,12 +14,17 @@ use tether_transport::quic::{LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint,
 /// A realm with member `a` (grants on /x) and router `cloud`, and a router running on
 /// `port` from it.
 fn realm(dir: &std::path::Path, port: u16) -> RouterConfig {
+    realm_with(dir, port, "")
+}
+
+/// [`realm`], with `extra` lines of router.toml.
+fn realm_with(dir: &std::path::Path, port: u16, extra: &str) -> RouterConfig {
     let r = Realm::init(&dir.join("realm")).unwrap();
     r.issue("a", vec!["/x".into()], vec!["/x".into()], 1)
         .unwrap();
     r.issue_router("cloud", 1).unwrap();
     let path = dir.join("r.toml");
-    let text = format!("listen = \"127.0.0.1:{port}\"\nkeys = \"realm/cloud.key\"\n");
+    let text = format!("listen = \"127.0.0.1:{port}\"\nkeys = \"realm/cloud.key\"\n{extra}\n");
     std::fs::write(&path, &text).unwrap();
     RouterConfig::parse(&text, &path).unwrap()
 }
@@ -110,4 +117,136 @@ async fn run_router(cfg: RouterConfig, stop: std::sync::Arc<tokio::sync::Notify>
     tether_router::run(cfg, async move { stop.notified().await })
         .await
         .unwrap();
+}
+
+/// The metrics page of a router serving it on `addr`.
+fn metrics(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut s = String::new();
+    let _ = c.read_to_string(&mut s);
+    s
+}
+
+/// A counter's value on a metrics page (-1 if absent).
+fn counter(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// Runs `f` against a router of `extra` limits (and metrics) on a runtime of its own.
+fn with_router<F: std::future::Future<Output = ()>>(
+    extra: &str,
+    f: impl FnOnce(std::path::PathBuf, u16, std::net::SocketAddr) -> F,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let m: std::net::SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let cfg = realm_with(dir.path(), port, &format!("metrics = \"{m}\"\n{extra}"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+        let router = tokio::spawn(run_router(cfg, stop.clone()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f(dir.path().to_path_buf(), port, m).await;
+        stop.notify_one();
+        let _ = tokio::time::timeout(Duration::from_secs(5), router).await;
+    });
+}
+
+/// With `handshakes_before_retry = 0` every client is sent a QUIC Retry first: it comes
+/// back with the token from its address and links as any other.
+#[test]
+fn a_client_asked_to_prove_its_address_still_links() {
+    with_router(
+        "[limits]\nhandshakes_before_retry = 0",
+        |dir, port, m| async move {
+            let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
+            let ep = client(&dir, &b.link_credential.clone().unwrap());
+            for i in 0..3 {
+                if let Err(e) = kept(&ep, port).await {
+                    panic!("link {i} after a Retry refused: {e}");
+                }
+            }
+            let page = tokio::task::spawn_blocking(move || metrics(m))
+                .await
+                .unwrap();
+            assert_eq!(
+                counter(&page, "tether_router_handshakes_retried_total"),
+                3.0,
+                "{page}"
+            );
+            assert_eq!(counter(&page, "tether_router_links_made_total"), 3.0);
+        },
+    );
+}
+
+/// With `max_handshakes = 1`, clients knocking while a handshake is in progress are
+/// refused at once (CONNECTION_REFUSED, counted), and the router goes on serving: a client
+/// that dials again afterwards links.
+#[test]
+fn clients_beyond_max_handshakes_are_refused_and_the_router_goes_on() {
+    with_router(
+        "[limits]\nhandshakes_before_retry = 1000\nmax_handshakes = 1",
+        |dir, port, m| async move {
+            let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
+            let cred = b.link_credential.clone().unwrap();
+            let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            // 24 clients at once (each its own endpoint; 8 links per credential at most,
+            // so those that link close again at once).
+            let mut tries = tokio::task::JoinSet::new();
+            for _ in 0..24 {
+                let ep = client(&dir, &cred);
+                tries.spawn(async move {
+                    let r = ep.connect(addr, "cloud").await.map(drop);
+                    (r, ep)
+                });
+            }
+            let (mut linked, mut refused) = (0, 0);
+            let mut keep = Vec::new();
+            while let Some(r) = tries.join_next().await {
+                let (r, ep) = r.unwrap();
+                match r {
+                    Ok(()) => linked += 1,
+                    Err(e) => {
+                        assert!(
+                            e.to_string().to_lowercase().contains("refused"),
+                            "a client failed otherwise than refused: {e}"
+                        );
+                        refused += 1;
+                    }
+                }
+                keep.push(ep);
+            }
+            assert!(
+                linked >= 1 && refused >= 1,
+                "linked {linked}, refused {refused}"
+            );
+            let page = tokio::task::spawn_blocking(move || metrics(m))
+                .await
+                .unwrap();
+            assert_eq!(
+                counter(&page, "tether_router_handshakes_refused_total"),
+                f64::from(refused),
+                "{page}"
+            );
+            // The flood is over: the next client links.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let ep = client(&dir, &cred);
+            kept(&ep, port).await.unwrap();
+        },
+    );
 }

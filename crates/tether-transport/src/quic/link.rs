@@ -622,6 +622,29 @@ impl IncomingLink {
         self.incoming.remote_address()
     }
 
+    /// Whether the client has proved it receives at its address (it came back with the
+    /// token of a [`retry`](Self::retry)).
+    pub fn address_validated(&self) -> bool {
+        self.incoming.remote_address_validated()
+    }
+
+    /// Answers with a stateless Retry (RFC 9000 section 8.1.2): the client must come back
+    /// with the token it carries, from its address, before this side keeps any state for it
+    /// or does any of the handshake's work; a forger of source addresses never does. Hands
+    /// the link back if it cannot be retried (it already was).
+    pub fn retry(self) -> Result<(), IncomingLink> {
+        let cfg = self.cfg;
+        self.incoming.retry().map_err(|e| IncomingLink {
+            incoming: e.into_incoming(),
+            cfg,
+        })
+    }
+
+    /// Refuses the client at once (CONNECTION_REFUSED), keeping nothing of it.
+    pub fn refuse(self) {
+        self.incoming.refuse();
+    }
+
     /// Completes the handshake (the client's certificate checked) and the preamble.
     pub async fn establish(self) -> Result<Link, LinkError> {
         let conn = self.incoming.await?;
