@@ -480,15 +480,13 @@ fn admit(s: &Shared, incoming: IncomingLink) -> Option<IncomingLink> {
     let busy = s.counters.handshakes.load(Ordering::Relaxed);
     let limits = &s.cfg.limits;
     if busy >= limits.handshakes_before_retry && !incoming.address_validated() {
-        return match incoming.retry() {
-            Ok(()) => {
-                s.counters
-                    .handshakes_retried
-                    .fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            Err(incoming) => Some(incoming),
-        };
+        let back = incoming.retry();
+        if back.is_none() {
+            s.counters
+                .handshakes_retried
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        return back;
     }
     if busy >= limits.max_handshakes {
         s.counters

@@ -524,7 +524,7 @@ fn a_newcomer_behind_a_router_is_answered_at_once() {
     sim.attach(a, 3);
     let now = sim.now;
     let q = Qos::new().reliable().transient_local().keep_last(1);
-    let wid = sim.p(a).create_writer(now, info("/t", q.clone())).unwrap();
+    let wid = sim.p(a).create_writer(now, info("/t", q)).unwrap();
     sim.pump(a);
     sim.run_for(Duration::from_secs(2));
     sim.write(a, wid, 0, Bytes::from_static(b"x"), Duration::from_secs(1));

@@ -630,11 +630,12 @@ impl IncomingLink {
 
     /// Answers with a stateless Retry (RFC 9000 section 8.1.2): the client must come back
     /// with the token it carries, from its address, before this side keeps any state for it
-    /// or does any of the handshake's work; a forger of source addresses never does. Hands
-    /// the link back if it cannot be retried (it already was).
-    pub fn retry(self) -> Result<(), IncomingLink> {
+    /// or does any of the handshake's work; a forger of source addresses never does.
+    /// `None` once the Retry is sent; the link handed back if it cannot be retried (it
+    /// already was).
+    pub fn retry(self) -> Option<IncomingLink> {
         let cfg = self.cfg;
-        self.incoming.retry().map_err(|e| IncomingLink {
+        self.incoming.retry().err().map(|e| IncomingLink {
             incoming: e.into_incoming(),
             cfg,
         })
