@@ -530,3 +530,60 @@ fn a_bundle_without_a_link_credential_is_refused_with_a_hint() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("--replace"), "{}", text(&o.stderr));
 }
+
+/// A session watching the realm's revocation list drops its link to a router the list
+/// revokes while it runs, and does not link to it again: the router's credential is
+/// checked against the new list when dialled (and no member meets anyone through it).
+#[test]
+fn a_session_leaves_a_router_revoked_while_it_runs() {
+    let realm = Realm::new();
+    // A list to watch from the start (revoking nobody that matters here).
+    realm.keys(&["revoke", "realm", "site"]);
+    let (port, mport) = (free_port(), free_tcp_port());
+    let mut router = realm.router("cloud", port, mport, "");
+    let mut echo = realm.member("a", port);
+    echo.env("RUST_LOG", "warn")
+        .arg("--revocations")
+        .arg(realm.path("realm/revoked.toml"))
+        .args(["echo", "/x", "--timeout", "40", "--stats"]);
+    let mut echo = Live::spawn(echo);
+    assert!(
+        wait_links(mport, "session", 1.0),
+        "echo never linked: {}\n{}",
+        echo.stderr(),
+        router.stderr()
+    );
+    realm.keys(&["revoke", "realm", "cloud"]);
+    assert!(
+        wait_links(mport, "session", 0.0),
+        "the session kept its link to a revoked router: {}\n{}",
+        echo.stderr(),
+        router.stderr()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || echo
+            .stderr()
+            .contains("revoked")),
+        "{}",
+        echo.stderr()
+    );
+    // It dials again (with backoff) and is refused each time: never linked again.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        metric(
+            &metrics(mport),
+            "tether_router_links{router=\"cloud\",role=\"session\"}"
+        ),
+        0.0,
+        "{}",
+        echo.stderr()
+    );
+    assert_eq!(
+        metric(&metrics(mport), "tether_router_links_made_total"),
+        1.0,
+        "linked again after the revocation: {}",
+        router.stderr()
+    );
+    echo.kill();
+    router.kill();
+}

@@ -33,7 +33,17 @@ pub(super) fn load(shared: &Shared, path: &Path) -> Result<(), RevocationRefusal
         return Err(RevocationRefusal::SecurityOff);
     }
     let list = read_list(path)?;
-    shared.with_core(|i, now| i.core.set_revocations(now, list))
+    let copy = list.clone();
+    shared.with_core(|i, now| i.core.set_revocations(now, list))?;
+    routers_take(shared, copy);
+    Ok(())
+}
+
+/// The router links check their routers against the list the engine took.
+fn routers_take(shared: &Shared, list: RevocationList) {
+    if let Some(r) = &shared.routers {
+        r.set_revocations(list);
+    }
 }
 
 /// What identifies a version of the file without reading it: modification time, length
@@ -105,9 +115,11 @@ impl RevocationWatch {
             }
         };
         self.done = Some(fp);
-        if let Err(e) = shared.with_core(|i, now| i.core.set_revocations(now, list)) {
+        let copy = list.clone();
+        match shared.with_core(|i, now| i.core.set_revocations(now, list)) {
+            Ok(()) => routers_take(shared, copy),
             // The engine raised the event to the listeners itself.
-            tracing::warn!("revocation list {} refused: {e}", self.path.display());
+            Err(e) => tracing::warn!("revocation list {} refused: {e}", self.path.display()),
         }
     }
 }

@@ -95,6 +95,12 @@ pub(super) struct Routers {
     closing: AtomicBool,
     me: ParticipantId,
     pub(super) counters: RouterCounters,
+    /// The revocation list the routers' certificates are checked against (shared with the
+    /// links' verifier): replaced when the session's list is.
+    revocations: tether_transport::quic::Revocations,
+    ca_public: [u8; 32],
+    /// The list was replaced: each link looks whether its router is revoked now.
+    revoked: Notify,
 }
 
 /// What the link thread takes with it.
@@ -102,8 +108,6 @@ pub(super) struct LinkThread {
     routers: Arc<Routers>,
     receivers: Vec<mpsc::Receiver<Parts>>,
     endpoint_identity: LinkIdentity,
-    revocations: Option<tether_crypto::RevocationList>,
-    ca_public: [u8; 32],
 }
 
 impl Routers {
@@ -131,6 +135,12 @@ impl Routers {
         }
         let mut leaf = Leaf::new(NodeId(me), u32::from(domain));
         leaf.add_participant(ParticipantId(me));
+        let revs = tether_transport::quic::Revocations::new();
+        if let Some(list) = revocations {
+            if let Err(e) = revs.replace(&ca_public, list) {
+                tracing::warn!("router links: the revocation list is not used: {e}");
+            }
+        }
         let routers = Arc::new(Routers {
             links,
             leaf: Mutex::new(leaf),
@@ -139,13 +149,14 @@ impl Routers {
             closing: AtomicBool::new(false),
             me: ParticipantId(me),
             counters: RouterCounters::default(),
+            revocations: revs,
+            ca_public,
+            revoked: Notify::new(),
         });
         let thread = LinkThread {
             routers: routers.clone(),
             receivers,
             endpoint_identity: identity,
-            revocations,
-            ca_public,
         };
         (routers, thread)
     }
@@ -239,6 +250,22 @@ impl Routers {
         }
     }
 
+    /// The session's revocation list was replaced by `list` (the engine took it): routers
+    /// it revokes are refused when dialled, and a link to one that is up is closed.
+    pub(super) fn set_revocations(&self, list: tether_crypto::RevocationList) {
+        match self.revocations.replace(&self.ca_public, list) {
+            Ok(_) => self.revoked.notify_waiters(),
+            Err(e) => tracing::warn!("router links: the new revocation list is not used: {e}"),
+        }
+    }
+
+    /// Whether the list in force revokes `serial`.
+    fn is_revoked(&self, serial: u64) -> bool {
+        self.revocations
+            .current()
+            .is_some_and(|l| l.contains(serial))
+    }
+
     /// Links up now.
     pub(super) fn links_up(&self) -> usize {
         self.links
@@ -301,16 +328,12 @@ impl LinkThread {
             routers,
             receivers,
             endpoint_identity,
-            revocations,
-            ca_public,
         } = self;
-        let revs = tether_transport::quic::Revocations::new();
-        if let Some(list) = revocations {
-            if let Err(e) = revs.replace(&ca_public, list) {
-                tracing::warn!("router links: the revocation list is not used: {e}");
-            }
-        }
-        let policy = PeerPolicy::new(ca_public, revs, &[tether_crypto::Role::Router]);
+        let policy = PeerPolicy::new(
+            routers.ca_public,
+            routers.revocations.clone(),
+            &[tether_crypto::Role::Router],
+        );
         let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
         let mut lc = LinkConfig::default();
         // Engine datagrams are at most 64 KiB: a router sending more breaks the protocol.
@@ -458,6 +481,7 @@ async fn link_task(
             out.up.store(true, Ordering::Release);
             mine
         };
+        let serial = link.peer().serial();
         let (mut send, mut recv) = link.split();
         let mut failed: Option<String> = None;
         for (h, b, t) in initial {
@@ -553,10 +577,25 @@ async fn link_task(
                 #[allow(unreachable_code)]
                 Ok::<(), String>(())
             };
+            // A new revocation list that revokes this router closes the link (and the
+            // verifier refuses it when dialled again).
+            let revoked = async {
+                loop {
+                    let next = routers.revoked.notified();
+                    if routers.is_revoked(serial) {
+                        break;
+                    }
+                    next.await;
+                }
+            };
             let r = tokio::select! {
                 r = sending => r,
                 r = receiving => r,
                 _ = routers.shutdown.notified() => Err("session closed".to_string()),
+                _ = revoked => {
+                    send.close(0, "router credential revoked");
+                    Err("the router's credential is revoked".to_string())
+                }
             };
             if let Err(e) = r {
                 failed = Some(e);
