@@ -231,6 +231,34 @@ fn wait_cloud_links(sites: &Sites, role: &str, n: f64, limit: Duration) -> bool 
     })
 }
 
+/// Sites named `prefix` with 1 % of the frames lost on each of `lossy` (link, direction),
+/// or `None` after saying why the test skips.
+fn lossy_sites(test: &str, prefix: &str, lossy: &[(Link, Direction)]) -> Option<Sites> {
+    let mut builder = Sites::builder(prefix);
+    for &(link, dir) in lossy {
+        builder = builder.loss(link, dir, 1);
+    }
+    sites(test, || builder.create())
+}
+
+/// Both directions of `links`, for [`lossy_sites`].
+fn both_ways(links: impl IntoIterator<Item = Link>) -> Vec<(Link, Direction)> {
+    links
+        .into_iter()
+        .flat_map(|l| [Direction::Up, Direction::Down].map(|d| (l, d)))
+        .collect()
+}
+
+/// The frames the loss rules of `lossy` dropped: each, in words, and all.
+fn dropped(sites: &Sites, lossy: &[(Link, Direction)]) -> (String, u64) {
+    let each: Vec<(String, u64)> = lossy
+        .iter()
+        .map(|&(l, d)| (format!("{l:?} {d:?}"), sites.dropped(l, d).unwrap_or(0)))
+        .collect();
+    let words: Vec<String> = each.iter().map(|(w, n)| format!("{w}: {n}")).collect();
+    (words.join(", "), each.iter().map(|(_, n)| n).sum())
+}
+
 /// Sequence numbers echoed with --meta, in order of arrival.
 fn seqs(lines: &[String]) -> Vec<u64> {
     lines
@@ -551,15 +579,8 @@ fn a_reliable_keep_all_stream_survives_a_cloud_router_restart_across_nat() {
         return;
     }
     let clock = Clock::start();
-    let mut builder = Sites::builder("tnr");
-    let lossy: Vec<(Link, Direction)> = Site::ALL
-        .iter()
-        .flat_map(|&s| [Direction::Up, Direction::Down].map(|d| (Link::Uplink(s), d)))
-        .collect();
-    for &(link, dir) in &lossy {
-        builder = builder.loss(link, dir, 1);
-    }
-    let Some(sites) = sites(TEST, || builder.create()) else {
+    let lossy = both_ways(Site::ALL.map(Link::Uplink));
+    let Some(sites) = lossy_sites(TEST, "tnr", &lossy) else {
         return;
     };
     let realm = Realm::new();
@@ -633,13 +654,9 @@ fn a_reliable_keep_all_stream_survives_a_cloud_router_restart_across_nat() {
         router.stderr()
     );
     assert_eq!(got, (1..=n).collect::<Vec<u64>>(), "{}", echo.stderr());
-    let dropped: Vec<String> = lossy
-        .iter()
-        .map(|&(l, d)| format!("{l:?} {d:?}: {}", sites.dropped(l, d).unwrap_or(0)))
-        .collect();
     eprintln!(
         "{TEST}: killed after {killed_at} samples; frames dropped: {}; pub: {}; done in {:?}",
-        dropped.join(", "),
+        dropped(&sites, &lossy).0,
         router_counters(&p.err),
         clock.0.elapsed()
     );
@@ -658,16 +675,12 @@ fn a_13_mb_sample_crosses_two_routers_with_loss_on_every_link() {
         return;
     }
     let clock = Clock::start();
-    let mut builder = Sites::builder("tnl");
-    let lossy: Vec<(Link, Direction)> = Site::ALL
-        .iter()
-        .flat_map(|&s| [Link::Inside(s), Link::Uplink(s)])
-        .flat_map(|l| [Direction::Up, Direction::Down].map(|d| (l, d)))
-        .collect();
-    for &(link, dir) in &lossy {
-        builder = builder.loss(link, dir, 1);
-    }
-    let Some(sites) = sites(TEST, || builder.create()) else {
+    let lossy = both_ways(
+        Site::ALL
+            .iter()
+            .flat_map(|&s| [Link::Inside(s), Link::Uplink(s)]),
+    );
+    let Some(sites) = lossy_sites(TEST, "tnl", &lossy) else {
         return;
     };
     let realm = Realm::new();
@@ -738,10 +751,6 @@ fn a_13_mb_sample_crosses_two_routers_with_loss_on_every_link() {
     ));
     let got = finish(echo, clock.left());
     let p = done(publ, &clock);
-    let dropped: Vec<String> = lossy
-        .iter()
-        .map(|&(l, d)| format!("{l:?} {d:?}: {}", sites.dropped(l, d).unwrap_or(0)))
-        .collect();
     assert!(
         got.status.success(),
         "echo: {}\npub: {}\nsite router: {}\ncloud router: {}",
@@ -757,18 +766,10 @@ fn a_13_mb_sample_crosses_two_routers_with_loss_on_every_link() {
         "the sample arrived byte for byte"
     );
     assert!(p.ok(), "pub: {}", p.err);
-    let total: u64 = lossy
-        .iter()
-        .map(|&(l, d)| sites.dropped(l, d).unwrap_or(0))
-        .sum();
-    assert!(
-        total > 0,
-        "the loss rules dropped frames: {}",
-        dropped.join(", ")
-    );
+    let (words, total) = dropped(&sites, &lossy);
+    assert!(total > 0, "the loss rules dropped frames: {words}");
     eprintln!(
-        "{TEST}: frames dropped: {}; pub: {}; done in {:?}",
-        dropped.join(", "),
+        "{TEST}: frames dropped: {words}; pub: {}; done in {:?}",
         router_counters(&p.err),
         clock.0.elapsed()
     );

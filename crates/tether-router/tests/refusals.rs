@@ -11,13 +11,8 @@ use tether_crypto::{Credential, Role};
 use tether_router::{RouterConfig, run::MAX_LINKS_PER_CREDENTIAL};
 use tether_transport::quic::{LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint, Revocations};
 
-/// A realm with member `a` (grants on /x) and router `cloud`, and a router running on
-/// `port` from it.
-fn realm(dir: &std::path::Path, port: u16) -> RouterConfig {
-    realm_with(dir, port, "")
-}
-
-/// [`realm`], with `extra` lines of router.toml.
+/// A realm with member `a` (grants on /x) and router `cloud`, and the configuration of a
+/// router from it listening on `port`, with `extra` lines of router.toml.
 fn realm_with(dir: &std::path::Path, port: u16, extra: &str) -> RouterConfig {
     let r = Realm::init(&dir.join("realm")).unwrap();
     r.issue("a", vec!["/x".into()], vec!["/x".into()], 1)
@@ -78,27 +73,15 @@ async fn kept(ep: &QuicEndpoint, port: u16) -> Result<(), String> {
 
 #[test]
 fn a_member_showing_grants_and_a_ninth_link_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let cfg = realm(dir.path(), port);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let stop = std::sync::Arc::new(tokio::sync::Notify::new());
-        let s = stop.clone();
-        let router = tokio::spawn(run_router(cfg, s));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let b = KeyBundle::load(&dir.path().join("realm/a.key")).unwrap();
+    with_router("", |dir, port, _| async move {
+        let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
         // Its full credential names /x: refused (closed after HELLO).
-        let full = client(dir.path(), &b.credential);
+        let full = client(&dir, &b.credential);
         let why = kept(&full, port).await.unwrap_err();
         assert!(why.contains("grants"), "{why}");
         // Its grantless link credential: kept, up to the limit of links per credential.
         let link = b.link_credential.clone().unwrap();
-        let ep = client(dir.path(), &link);
+        let ep = client(&dir, &link);
         for i in 0..MAX_LINKS_PER_CREDENTIAL {
             if let Err(e) = kept(&ep, port).await {
                 panic!("link {i} of one credential refused: {e}");
@@ -106,11 +89,9 @@ fn a_member_showing_grants_and_a_ninth_link_are_refused() {
         }
         let why = kept(&ep, port).await.unwrap_err();
         assert!(why.contains("too many links"), "{why}");
-        stop.notify_one();
-        let _ = tokio::time::timeout(Duration::from_secs(5), router).await;
+        // The router's own keys are a router's.
+        assert!(RouterKeys::load(&dir.join("realm/cloud.key")).is_ok());
     });
-    // The router's own keys are a router's.
-    assert!(RouterKeys::load(&dir.path().join("realm/cloud.key")).is_ok());
 }
 
 async fn run_router(cfg: RouterConfig, stop: std::sync::Arc<tokio::sync::Notify>) {

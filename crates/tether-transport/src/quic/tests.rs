@@ -779,23 +779,30 @@ fn a_restarted_server_resets_its_earlier_connections() {
     });
 }
 
+/// A member's link to an echoing router, both with frames of at most `max_frame` bytes;
+/// the endpoints are kept alive with it.
+async fn echo_link(max_frame: usize) -> ((QuicEndpoint, QuicEndpoint), Link) {
+    let ca = CaKey::generate();
+    let router = node(&ca, Role::Router, "router", 1);
+    let mut cfg = LinkConfig::default();
+    cfg.max_frame(max_frame);
+    let (server, _seen) = echo_server(&router, router_policy(&ca, Revocations::new()), &cfg);
+    let m = node(&ca, Role::Member, "robot", 2);
+    let c =
+        QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), &cfg).unwrap();
+    let link = c
+        .connect(server.local_addr().unwrap(), "router")
+        .await
+        .unwrap();
+    ((server, c), link)
+}
+
 /// A frame sent as head and body arrives as one frame, the two joined; one over the limit
 /// is handed back whole.
 #[test]
 fn a_frame_in_two_parts_arrives_whole() {
     bounded(Duration::from_secs(30), async {
-        let ca = CaKey::generate();
-        let router = node(&ca, Role::Router, "router", 1);
-        let mut cfg = LinkConfig::default();
-        cfg.max_frame(1000);
-        let (server, _seen) = echo_server(&router, router_policy(&ca, Revocations::new()), &cfg);
-        let m = node(&ca, Role::Member, "robot", 2);
-        let c = QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), &cfg)
-            .unwrap();
-        let link = c
-            .connect(server.local_addr().unwrap(), "router")
-            .await
-            .unwrap();
+        let (_ends, link) = echo_link(1000).await;
         let (mut tx, mut rx) = link.split();
         let body = Bytes::from(vec![9u8; 500]);
         tx.send_parts(
@@ -831,18 +838,7 @@ fn a_frame_in_two_parts_arrives_whole() {
 #[test]
 fn a_batch_of_frames_arrives_whole_and_in_order() {
     bounded(Duration::from_secs(30), async {
-        let ca = CaKey::generate();
-        let router = node(&ca, Role::Router, "router", 1);
-        let mut cfg = LinkConfig::default();
-        cfg.max_frame(20_000);
-        let (server, _seen) = echo_server(&router, router_policy(&ca, Revocations::new()), &cfg);
-        let m = node(&ca, Role::Member, "robot", 2);
-        let c = QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), &cfg)
-            .unwrap();
-        let link = c
-            .connect(server.local_addr().unwrap(), "router")
-            .await
-            .unwrap();
+        let (_ends, link) = echo_link(20_000).await;
         let (mut tx, mut rx) = link.split();
         let frame = |k: usize| -> (Bytes, Bytes, Bytes) {
             let head = Bytes::from(format!("{k}:"));
