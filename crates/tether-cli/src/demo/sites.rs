@@ -617,7 +617,7 @@ fn print_table(start: Instant, rows: &mut [Row], routers: &mut [Router]) {
     }
     out += &format!(
         "       {:<11} {:<16} {:>9} {:>7}\n",
-        "router", "links", "fwd/s", "MB/s"
+        "router", "links", "dgram/s", "MB/s"
     );
     for r in routers.iter_mut() {
         let page = scrape(r.metrics);
