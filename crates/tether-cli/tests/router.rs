@@ -434,6 +434,22 @@ fn an_export_list_lets_only_its_topics_cross() {
         text(&e2.stdout)
     );
     assert!(text(&e2.stdout).is_empty());
+    // Nor is a reader beyond the boundary announced to /private's writer: it does not
+    // match it (and so waits for no acknowledgement it could never get).
+    let mut e3 = realm.member("b", cport);
+    e3.args(["echo", "/private", "--reliable", "--timeout", "20"]);
+    let e3 = Live::spawn(e3);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut p = realm.member("a", sport);
+    p.args(["pub", "/private", "site secret", "-n", "1", "--linger", "4"]);
+    let p = finish(spawn(p), Duration::from_secs(30));
+    drop(e3);
+    assert!(!p.status.success(), "{}", text(&p.stderr));
+    assert!(
+        text(&p.stderr).contains("no subscriber matched"),
+        "the writer matched a reader beyond the boundary: {}",
+        text(&p.stderr)
+    );
     let page = metrics(sm);
     assert!(
         metric(

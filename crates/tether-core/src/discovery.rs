@@ -377,10 +377,7 @@ impl Participant {
     pub fn add_target(&mut self, addr: SocketAddr) {
         self.timers_changed = true;
         if self.peers.targets.insert(addr) {
-            let dgrams = self.announcement(None);
-            for d in dgrams {
-                self.push_transmit(addr, d);
-            }
+            self.announce_to(&[addr], None);
         }
     }
 
@@ -908,11 +905,67 @@ impl Participant {
     }
 
     pub(crate) fn announce_endpoint(&mut self, id: EntityId) {
-        let dgrams = self.announcement(Some(id));
-        for a in self.all_destinations() {
-            for d in &dgrams {
-                self.push_transmit(a, d.clone());
+        self.announce_to(&self.all_destinations(), Some(id));
+    }
+
+    /// Announces us (our endpoints, or `only` that one) to each of `dests`: as
+    /// [`announcement`](Self::announcement) to a real address, one endpoint a datagram to a
+    /// routed one ([`routed_announcement`](Self::routed_announcement)).
+    pub(crate) fn announce_to(&mut self, dests: &[SocketAddr], only: Option<EntityId>) {
+        let (mut plain, mut routed) = (None, None);
+        for &a in dests {
+            if crate::route::is_routed(&a) || crate::route::is_route_group(&a) {
+                let r = routed.get_or_insert_with(|| self.routed_announcement(only));
+                for (d, e) in r.clone() {
+                    self.push_announcement(a, d, e);
+                }
+            } else {
+                let p = plain.get_or_insert_with(|| self.announcement(only));
+                for d in p.clone() {
+                    self.push_transmit(a, d);
+                }
             }
+        }
+    }
+
+    /// Our announcement for a routed peer or a router link's group: our PARTICIPANT alone
+    /// (unless `only` one endpoint is announced), then each endpoint in a datagram of its
+    /// own, after our PARTICIPANT, with the endpoint's id, which the driver turns into the
+    /// frame's routing key and kind: a site's export list then holds back the announcements
+    /// of the topics it does not export, as it holds back their data, so that no writer
+    /// matches a reader beyond a boundary its samples cannot cross.
+    pub(crate) fn routed_announcement(
+        &self,
+        only: Option<EntityId>,
+    ) -> Vec<(Bytes, Option<EntityId>)> {
+        let ids: Vec<EntityId> = self
+            .writers
+            .keys()
+            .chain(self.readers.keys())
+            .copied()
+            .filter(|id| only.is_none_or(|o| o == *id))
+            .collect();
+        let mut out = Vec::new();
+        if only.is_none() {
+            let mut buf = Vec::new();
+            let _ = DatagramBuilder::new(&mut buf, self.header())
+                .push(&Submessage::Participant(self.participant_repr()));
+            out.push((Bytes::from(buf), None));
+        }
+        for id in ids {
+            // The announcement of this endpoint alone: PARTICIPANT and its ENDPOINT.
+            for d in self.announcement(Some(id)) {
+                out.push((d, Some(id)));
+            }
+        }
+        out
+    }
+
+    /// Queues an announcement datagram to `dest`, naming the endpoint it announces.
+    fn push_announcement(&mut self, dest: SocketAddr, d: Bytes, announces: Option<EntityId>) {
+        self.push_transmit(dest, d);
+        if let Some(t) = self.transmits.back_mut() {
+            t.announces = announces;
         }
     }
 }

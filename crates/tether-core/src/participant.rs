@@ -822,12 +822,7 @@ impl Participant {
         self.note_time(now);
         self.timers_changed = true;
         if now >= self.peers.next_announce {
-            let dgrams = self.announcement(None);
-            for a in self.all_destinations() {
-                for d in &dgrams {
-                    self.push_transmit(a, d.clone());
-                }
-            }
+            self.announce_to(&self.all_destinations(), None);
             let period = self.announce_period();
             self.peers.announce_step = (self.peers.announce_step * 2).min(period);
             self.peers.next_announce = after(now, self.peers.announce_step);
@@ -973,6 +968,7 @@ impl Participant {
             body: Bytes::new(),
             tail: Tail::NONE,
             writer: None,
+            announces: None,
         });
     }
 

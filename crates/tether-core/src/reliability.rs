@@ -111,6 +111,7 @@ pub(crate) fn heartbeat_all(
             body: Bytes::new(),
             tail: Tail::NONE,
             writer: Some(writer),
+            announces: None,
         });
     };
     if w.reliable_dests.len() == w.dests.len() {

@@ -203,6 +203,12 @@ impl Participant {
         self.route_keys.get(&entity).map(|(_, k)| *k)
     }
 
+    /// Local endpoint `entity`'s kind and route key: what a driver tags the frame of a
+    /// datagram announcing it with ([`Transmit::announces`](crate::Transmit::announces)).
+    pub fn route_endpoint(&self, entity: EntityId) -> Option<(EndpointKind, [u8; 32])> {
+        self.route_keys.get(&entity).copied()
+    }
+
     /// Every local endpoint with its kind and route key ([`route_key`](Self::route_key)).
     pub fn local_route_keys(&self) -> Vec<(EntityId, EndpointKind, [u8; 32])> {
         self.route_keys

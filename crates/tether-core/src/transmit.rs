@@ -131,6 +131,12 @@ pub struct Transmit {
     /// under that writer's [`route_key`](crate::Participant::route_key): such a datagram
     /// always names its writer. A copy field, so tagging costs nothing per sample.
     pub writer: Option<tether_wire::EntityId>,
+    /// The local endpoint whose ENDPOINT this datagram announces, alone among endpoints (to
+    /// a routed peer or a router link's group, announcements go one endpoint a datagram):
+    /// a driver tags the frame with that endpoint's routing key and kind, so that a site's
+    /// export list holds back what a topic it does not export announces, and no writer
+    /// matches a reader its data can never reach. `None` for everything else.
+    pub announces: Option<tether_wire::EntityId>,
 }
 
 impl Transmit {

@@ -160,7 +160,13 @@ impl Shared {
     /// is counted.
     fn may_cross(&self, frame: &Frame, outward: bool) -> bool {
         let ok = export_allows(&self.cfg, frame, outward);
-        if !ok && (!outward || matches!(frame, Frame::Data(_) | Frame::Unicast(_))) {
+        if !ok
+            && (!outward
+                || matches!(
+                    frame,
+                    Frame::Data(_) | Frame::Unicast(_) | Frame::Announce(_)
+                ))
+        {
             self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
         }
         ok
@@ -326,7 +332,10 @@ impl Shared {
 fn export_allows(cfg: &RouterConfig, frame: &Frame, outward: bool) -> bool {
     let (key, carries_data) = match frame {
         Frame::Data(d) => (d.key, true),
-        Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, true),
+        // A writer's datagram or announcement goes where its data goes; a reader's
+        // announcement asks for data, as a subscription does.
+        Frame::Unicast(u) if u.key != RouteKey::default() => (u.key, !u.reader),
+        Frame::Announce(a) if a.key != RouteKey::default() => (a.key, !a.reader),
         Frame::Advertise(a) => (a.key, true),
         Frame::WithdrawAdvertise(w) => (w.key, true),
         Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
@@ -888,8 +897,59 @@ mod tests {
             src: ParticipantId(1),
             hops: 0,
             key: RouteKey([k; 32]),
+            reader: false,
             datagram: bytes::Bytes::new(),
         })
+    }
+
+    /// The announcement of an endpoint of key `k` (a reader's if `reader`), to one
+    /// participant (`unicast`) or flooded.
+    fn endpoint(k: u8, reader: bool, unicast: bool) -> Frame {
+        let key = RouteKey([k; 32]);
+        let datagram = bytes::Bytes::new();
+        if unicast {
+            Frame::Unicast(Unicast {
+                dst: ParticipantId(2),
+                src: ParticipantId(1),
+                hops: 0,
+                key,
+                reader,
+                datagram,
+            })
+        } else {
+            Frame::Announce(tether_routing::frame::Announce {
+                src: ParticipantId(1),
+                origin: NodeId(1),
+                hops: 0,
+                key,
+                reader,
+                datagram,
+            })
+        }
+    }
+
+    /// A writer's announcement crosses as its data does, a reader's as a subscription
+    /// does: for an "out" key a local writer is announced outside and a local reader is
+    /// not (no data of that key may come in for it), an outside reader is announced inside
+    /// and an outside writer is not; unlisted keys' announcements cross neither way; a
+    /// participant's announcement (no key) always does.
+    #[test]
+    fn endpoint_announcements_cross_as_their_data_would() {
+        let c = cfg(&format!(
+            "[[export]]\nkey = \"{}\"\ndirection = \"out\"",
+            "01".repeat(32)
+        ));
+        for unicast in [true, false] {
+            assert!(export_allows(&c, &endpoint(1, false, unicast), true));
+            assert!(!export_allows(&c, &endpoint(1, true, unicast), true));
+            assert!(export_allows(&c, &endpoint(1, true, unicast), false));
+            assert!(!export_allows(&c, &endpoint(1, false, unicast), false));
+            for (reader, outward) in [(false, false), (false, true), (true, false), (true, true)] {
+                assert!(!export_allows(&c, &endpoint(3, reader, unicast), outward));
+            }
+        }
+        assert!(export_allows(&c, &endpoint(0, false, false), true));
+        assert!(export_allows(&c, &endpoint(0, false, false), false));
     }
 
     /// Data of an "out" key leaves and does not enter; a subscription to it comes in (the

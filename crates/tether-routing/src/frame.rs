@@ -59,9 +59,12 @@ pub const MAX_NEIGHBOURS: usize = u16::MAX as usize;
 /// Fixed part of a DATA body, before the datagram.
 pub const DATA_FIXED_LEN: usize = 32 + 8 + 8 + 1;
 /// Fixed part of a UNICAST body, before the datagram.
-pub const UNICAST_FIXED_LEN: usize = 8 + 8 + 1 + 32;
+pub const UNICAST_FIXED_LEN: usize = 8 + 8 + 1 + 32 + 1;
 /// Fixed part of an ANNOUNCE body, before the datagram.
-pub const ANNOUNCE_FIXED_LEN: usize = 8 + 8 + 1;
+pub const ANNOUNCE_FIXED_LEN: usize = 8 + 8 + 1 + 32 + 1;
+/// The flags byte of UNICAST and ANNOUNCE: the key is a reader's (the datagram announces a
+/// reader of it). Other bits are zero.
+pub const FLAG_READER: u8 = 0x01;
 
 /// The frame types of link version 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -249,9 +252,13 @@ pub struct Unicast {
     /// Router hops travelled so far; at [`crate::MAX_HOPS`] the frame is dropped.
     pub hops: u8,
     /// The routing key of the writer whose datagram this is (a repair, a late joiner's
-    /// history), all zero for others (acknowledgements, authentication, discovery): what an
-    /// export list decides a unicast by.
+    /// history, its announcement), or of the reader it announces (`reader`), all zero for
+    /// others (acknowledgements, authentication, discovery): what an export list decides a
+    /// unicast by.
     pub key: RouteKey,
+    /// The key is a reader's: the datagram announces a reader of it (its data flows the
+    /// other way, which is how an export list judges it).
+    pub reader: bool,
     /// The engine datagram, untouched.
     pub datagram: Bytes,
 }
@@ -265,6 +272,11 @@ pub struct Announce {
     pub origin: NodeId,
     /// Router hops travelled so far; at [`crate::MAX_HOPS`] the frame is dropped.
     pub hops: u8,
+    /// The routing key of the endpoint the datagram announces (all zero: none, a
+    /// participant's announcement): what an export list decides it by.
+    pub key: RouteKey,
+    /// The key is a reader's (see [`Unicast::reader`]).
+    pub reader: bool,
     /// The engine datagram, untouched.
     pub datagram: Bytes,
 }
@@ -361,6 +373,15 @@ impl Body {
             0
         } else {
             self.0.get_u8()
+        }
+    }
+    /// The flags byte after `key`: whether the key is a reader's. Unknown bits, or a
+    /// reader's flag without a key, are malformed.
+    fn flags(&mut self, key: &RouteKey) -> Result<bool, FrameError> {
+        match self.u8() {
+            0 => Ok(false),
+            FLAG_READER if *key != RouteKey::default() => Ok(true),
+            _ => Err(FrameError::BadValue("flags")),
         }
     }
     fn u16(&mut self) -> u16 {
@@ -525,11 +546,13 @@ impl Frame {
                 let src = b.participant("src")?;
                 let hops = b.u8();
                 let key = b.key();
+                let reader = b.flags(&key)?;
                 Frame::Unicast(Unicast {
                     dst,
                     src,
                     hops,
                     key,
+                    reader,
                     datagram: b.0,
                 })
             }
@@ -537,10 +560,14 @@ impl Frame {
                 let src = b.participant("src")?;
                 let origin = b.node("origin")?;
                 let hops = b.u8();
+                let key = b.key();
+                let reader = b.flags(&key)?;
                 Frame::Announce(Announce {
                     src,
                     origin,
                     hops,
+                    key,
+                    reader,
                     datagram: b.0,
                 })
             }
@@ -632,11 +659,14 @@ impl Frame {
                 out.put_u64(u.src.0);
                 out.push(u.hops);
                 out.extend_from_slice(&u.key.0);
+                out.push(if u.reader { FLAG_READER } else { 0 });
             }
             Frame::Announce(a) => {
                 out.put_u64(a.src.0);
                 out.put_u64(a.origin.0);
                 out.push(a.hops);
+                out.extend_from_slice(&a.key.0);
+                out.push(if a.reader { FLAG_READER } else { 0 });
             }
             Frame::LinkState(l) => {
                 out.put_u64(l.origin.0);

@@ -306,6 +306,7 @@ impl Leaf {
             src,
             hops: 0,
             key,
+            reader: false,
             datagram,
         })
     }
@@ -316,6 +317,8 @@ impl Leaf {
             src,
             origin: self.node,
             hops: 0,
+            key: RouteKey::default(),
+            reader: false,
             datagram,
         })
     }

@@ -546,3 +546,72 @@ fn a_newcomer_behind_a_router_is_answered_at_once() {
         "first sample {took:?} after the newcomer linked"
     );
 }
+
+/// To a router link's group and to a routed peer, a participant announces each of its
+/// endpoints in a datagram of its own, naming it (`Transmit::announces`), so that its
+/// driver tags the frame with the endpoint's key and kind and a site's export list can hold
+/// back the announcements of a topic it does not export; to a real address its endpoints
+/// still go together, untagged.
+#[test]
+fn routed_announcements_go_one_endpoint_a_datagram_named() {
+    let realm = Realm::new();
+    let mut sim = Sim::new(72, Link::perfect());
+    let a = node(&mut sim, Some(&realm), 1, 0);
+    let now = sim.now;
+    let w = sim
+        .p(a)
+        .create_writer(now, info("/one", keep_all()))
+        .unwrap();
+    let r = sim.p(a).create_reader(now, info("/two", keep_all()));
+    while sim.p(a).poll_transmit().is_some() {}
+    let lan: std::net::SocketAddr = "10.0.0.9:7400".parse().unwrap();
+    let group = group_addr(4);
+    sim.p(a).add_route_link(4, 60_000);
+    sim.p(a).add_target(group);
+    sim.p(a).add_target(lan);
+    let (mut routed, mut plain) = (Vec::new(), Vec::new());
+    while let Some(t) = sim.p(a).poll_transmit() {
+        let bytes = [&t.head[..], &t.body[..], &t.tail[..]].concat();
+        let dg = tether_wire::Datagram::parse(&bytes).unwrap();
+        let endpoints: Vec<EntityId> = dg
+            .submessages()
+            .flatten()
+            .filter_map(|m| match m {
+                tether_wire::Submessage::Endpoint(e) => Some(e.entity),
+                _ => None,
+            })
+            .collect();
+        if t.dest == group {
+            routed.push((endpoints, t.announces));
+        } else if t.dest == lan {
+            plain.push((endpoints, t.announces));
+        }
+    }
+    let mut named: Vec<EntityId> = routed.iter().filter_map(|(_, n)| *n).collect();
+    named.sort();
+    let mut both = vec![w, r];
+    both.sort();
+    assert_eq!(
+        named, both,
+        "each endpoint announced once, named: {routed:?}"
+    );
+    for (eps, n) in &routed {
+        match n {
+            Some(id) => assert_eq!(eps, &vec![*id], "its own endpoint alone"),
+            None => assert!(eps.is_empty(), "an unnamed datagram announces no endpoint"),
+        }
+    }
+    assert!(
+        plain.iter().all(|(_, n)| n.is_none()),
+        "to a real address nothing is named"
+    );
+    let mut all: Vec<EntityId> = plain.iter().flat_map(|(e, _)| e.clone()).collect();
+    all.sort();
+    assert_eq!(all, both);
+    let (kw, kr) = (
+        sim.p(a).route_endpoint(w).unwrap(),
+        sim.p(a).route_endpoint(r).unwrap(),
+    );
+    assert_eq!(kw.0, EndpointKind::Writer);
+    assert_eq!(kr.0, EndpointKind::Reader);
+}

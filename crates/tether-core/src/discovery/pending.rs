@@ -639,7 +639,12 @@ impl Participant {
             dg.extend_from_slice(&part);
             // Our endpoints, if there is room for one at least (building the announcement
             // costs what our endpoints do, not what the sender sent).
+            // Not to a routed peer in a secure realm: it takes no endpoint from us before
+            // our AUTH, and endpoints go to routed peers one a datagram, each tagged with
+            // its topic's key for the routers' export lists (`routed_announcement`).
+            let routed = crate::route::is_routed(&from) && self.cfg.security.is_some();
             if left - dg.len() >= MIN_ENDPOINT
+                && !routed
                 && !(self.writers.is_empty() && self.readers.is_empty())
             {
                 let announcement = self.announcement(None);

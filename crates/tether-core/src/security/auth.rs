@@ -446,9 +446,7 @@ impl Participant {
             // It can authenticate our datagrams now: our endpoints, at once, rather than at
             // the next announcement.
             if let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) {
-                for d in self.announcement(None) {
-                    self.push_transmit(addr, d);
-                }
+                self.announce_to(&[addr], None);
             }
         }
     }

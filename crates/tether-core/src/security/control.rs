@@ -331,6 +331,7 @@ impl Participant {
             body: bytes::Bytes::new(),
             tail: Tail::NONE,
             writer: None,
+            announces: None,
         };
         self.tag_transmit(t).contiguous()
     }

@@ -103,6 +103,7 @@ impl Participant {
             body: Bytes::new(),
             tail: Tail::NONE,
             writer: t.writer,
+            announces: t.announces,
         }
     }
 

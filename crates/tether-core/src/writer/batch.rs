@@ -219,6 +219,7 @@ impl Participant {
                     body: body.clone(),
                     tail: Tail::NONE,
                     writer: Some(writer),
+                    announces: None,
                 });
             }
         }

@@ -413,6 +413,7 @@ impl Participant {
                         body: body.clone(),
                         tail: Tail::NONE,
                         writer: Some(writer),
+                        announces: None,
                     });
                 }
             }
@@ -433,6 +434,7 @@ impl Participant {
                     body: body.clone(),
                     tail: Tail::NONE,
                     writer: Some(writer),
+                    announces: None,
                 });
             }
         }

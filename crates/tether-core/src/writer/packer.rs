@@ -78,6 +78,7 @@ impl Packer {
             body: Bytes::new(),
             tail: Tail::NONE,
             writer: self.writer,
+            announces: None,
         });
     }
 
@@ -158,6 +159,7 @@ impl Outgoing<'_> {
             body,
             tail: Tail::NONE,
             writer: Some(self.writer),
+            announces: None,
         }
     }
 }

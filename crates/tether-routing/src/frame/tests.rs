@@ -52,15 +52,26 @@ fn samples() -> Vec<Frame> {
             src: ParticipantId(22),
             hops: 0,
             key: RouteKey([0xab; 32]),
+            reader: true,
             datagram: Bytes::from_static(b"acknack"),
         }),
         Frame::Announce(Announce {
             src: ParticipantId(23),
             origin: NodeId(24),
             hops: 1,
+            key: RouteKey::default(),
+            reader: false,
             datagram: Bytes::new(),
         }),
         Frame::LinkState(LinkState::new(NodeId(25), 26, &[NodeId(27), NodeId(28)])),
+        Frame::Announce(Announce {
+            src: ParticipantId(23),
+            origin: NodeId(24),
+            hops: 1,
+            key: RouteKey([0x5a; 32]),
+            reader: true,
+            datagram: Bytes::from_static(b"endpoint"),
+        }),
     ]
 }
 
@@ -85,6 +96,19 @@ fn layouts_match_the_spec() {
     let ls = samples()[11].to_bytes().unwrap();
     assert_eq!(&ls[..5], &[12, 0, 0, 0, 14 + 16]);
     assert_eq!(&ls[17..19], &[0, 2]);
+    // UNICAST: dst, src, hops, key, flags (a reader's key), then the datagram.
+    let uni = samples()[9].to_bytes().unwrap();
+    assert_eq!(&uni[..5], &[10, 0, 0, 0, 50 + 7]);
+    assert_eq!(&uni[22..54], &[0xab; 32]);
+    assert_eq!(uni[54], 1);
+    assert_eq!(&uni[55..], b"acknack");
+    // ANNOUNCE: src, origin, hops, key, flags, then the datagram.
+    let ann = samples()[12].to_bytes().unwrap();
+    assert_eq!(&ann[..5], &[11, 0, 0, 0, 50 + 8]);
+    assert_eq!(&ann[22..54], &[0x5a; 32]);
+    assert_eq!(ann[54], 1);
+    let plain = samples()[10].to_bytes().unwrap();
+    assert_eq!(&plain[22..55], &[0; 33], "no key, no flags");
 }
 
 #[test]
@@ -158,6 +182,13 @@ fn bad_frames_are_refused_with_a_reason() {
         Frame::parse(ls.into()),
         Err(FrameError::BadLength { .. })
     ));
+    // Flags: only the reader bit, and only with a key.
+    let mut uni = samples()[9].to_bytes().unwrap().to_vec();
+    uni[54] = 2;
+    assert_eq!(Frame::parse(uni.into()), Err(FrameError::BadValue("flags")));
+    let mut ann = samples()[10].to_bytes().unwrap().to_vec();
+    ann[54] = 1;
+    assert_eq!(Frame::parse(ann.into()), Err(FrameError::BadValue("flags")));
     // Trailing bytes after one frame.
     let mut two = samples()[3].to_bytes().unwrap().to_vec();
     two.push(0);
@@ -214,6 +245,7 @@ fn decoder_refuses_oversize_early() {
         src: ParticipantId(1),
         hops: 0,
         key: RouteKey([0xab; 32]),
+        reader: false,
         datagram: vec![0u8; MAX_FRAME_BODY].into(),
     });
     assert_eq!(
@@ -287,6 +319,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 src: ParticipantId(s),
                 hops,
                 key: RouteKey([0xab; 32]),
+                reader: hops % 2 == 1,
                 datagram,
             })
         }),
@@ -295,6 +328,8 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 src: ParticipantId(s),
                 origin: NodeId(o),
                 hops,
+                key: RouteKey([hops; 32]),
+                reader: hops != 0 && hops % 3 == 0,
                 datagram,
             })
         }),

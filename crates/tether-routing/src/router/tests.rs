@@ -261,6 +261,7 @@ fn limits_are_enforced() {
             src: ParticipantId(1000),
             hops: 0,
             key: RouteKey::default(),
+            reader: false,
             datagram: Bytes::new(),
         }),
     )

@@ -59,6 +59,24 @@ fn whole(b: Bytes) -> Parts {
     (b, Bytes::new(), Bytes::new())
 }
 
+/// What an engine datagram to a router link is, for its frame: a writer's (its samples,
+/// heartbeats, repairs: DATA to a link's group, UNICAST to one participant, under the
+/// writer's routing key), or the announcement of one endpoint (ANNOUNCE or UNICAST under its
+/// key, flagged if a reader's). Anything else goes untagged. A site's export list decides
+/// tagged frames by their key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tag {
+    /// A writer's datagram, under its routing key.
+    Data([u8; 32]),
+    /// The announcement of one local endpoint.
+    Endpoint {
+        /// Its routing key.
+        key: [u8; 32],
+        /// It is a reader.
+        reader: bool,
+    },
+}
+
 /// Counters of the router links, for [`SessionStats`](super::SessionStats).
 #[derive(Debug, Default)]
 pub(super) struct RouterCounters {
@@ -171,42 +189,50 @@ impl Routers {
         route::is_routed(dest) || route::is_route_group(dest)
     }
 
-    /// Sends one engine datagram (`head`, `body`, `tail` joined) to `dest`, a virtual address, as a frame:
-    /// UNICAST to a participant (with `key` if a writer's), DATA (with `key`) or ANNOUNCE
-    /// (no key: a discovery datagram) to a link's group. Never blocks: a link that is down
-    /// or whose queue is full drops it, counted.
+    /// Sends one engine datagram (`head`, `body`, `tail` joined) to `dest`, a virtual
+    /// address, as a frame: UNICAST to a participant, DATA (a writer's, [`Tag::Data`]) or
+    /// ANNOUNCE (discovery) to a link's group, under the key and kind `tag` gives. Never
+    /// blocks: a link that is down or whose queue is full drops it, counted.
     pub(super) fn send(
         &self,
         dest: SocketAddr,
-        key: Option<[u8; 32]>,
+        tag: Option<Tag>,
         head: &[u8],
         body: &Bytes,
         tail: &[u8],
     ) {
+        let (key, reader) = match tag {
+            Some(Tag::Data(k)) => (RouteKey(k), false),
+            Some(Tag::Endpoint { key, reader }) => (RouteKey(key), reader),
+            None => (RouteKey::default(), false),
+        };
         let (frame, link) = if let Some((p, link)) = route::routed_participant(&dest) {
             (
                 Frame::Unicast(tether_routing::frame::Unicast {
                     dst: ParticipantId(p.0),
                     src: self.me,
                     hops: 0,
-                    key: RouteKey(key.unwrap_or_default()),
+                    key,
+                    reader,
                     datagram: Bytes::new(),
                 }),
                 link,
             )
         } else if let Some(link) = route::group_link(&dest) {
-            let f = match key {
-                Some(k) => Frame::Data(tether_routing::frame::Data {
+            let f = match tag {
+                Some(Tag::Data(k)) => Frame::Data(tether_routing::frame::Data {
                     key: RouteKey(k),
                     origin: NodeId(self.me.0),
                     src: self.me,
                     hops: 0,
                     datagram: Bytes::new(),
                 }),
-                None => Frame::Announce(tether_routing::frame::Announce {
+                _ => Frame::Announce(tether_routing::frame::Announce {
                     src: self.me,
                     origin: NodeId(self.me.0),
                     hops: 0,
+                    key,
+                    reader,
                     datagram: Bytes::new(),
                 }),
             };

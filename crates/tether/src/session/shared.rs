@@ -122,7 +122,7 @@ const TICKET_WAIT: Duration = Duration::from_millis(50);
 /// An engine [`Transmit`] as the transport takes it (head and shared body, not joined),
 /// with its writer's routing key when it goes to a router link's group (looked up under
 /// the lock, where the engine is at hand).
-pub(super) struct Out(pub(super) Transmit, pub(super) Option<[u8; 32]>);
+pub(super) struct Out(pub(super) Transmit, pub(super) Option<super::router::Tag>);
 
 impl Outgoing for &Out {
     fn dest(&self) -> SocketAddr {
@@ -203,16 +203,23 @@ impl Deferred {
         // A writer's datagram through a router carries its routing key: DATA to a link's
         // group is routed by it, and a site's export list decides both DATA and a unicast
         // repair by it.
-        let key = match t.writer {
-            Some(w)
-                if tether_core::route::is_route_group(&t.dest)
-                    || tether_core::route::is_routed(&t.dest) =>
-            {
-                inner.core.route_key(w)
+        let routed =
+            tether_core::route::is_route_group(&t.dest) || tether_core::route::is_routed(&t.dest);
+        let tag = match (t.writer, t.announces) {
+            _ if !routed => None,
+            (Some(w), _) => inner.core.route_key(w).map(super::router::Tag::Data),
+            (None, Some(e)) => {
+                inner
+                    .core
+                    .route_endpoint(e)
+                    .map(|(kind, key)| super::router::Tag::Endpoint {
+                        key,
+                        reader: kind == tether_core::EndpointKind::Reader,
+                    })
             }
-            _ => None,
+            (None, None) => None,
         };
-        self.transmits.push(Out(t, key));
+        self.transmits.push(Out(t, tag));
     }
 
     /// Takes this run's place in the order of sends, once (under the lock).
