@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{ConnectionError, TransportConfig, VarInt};
+use quinn::{TransportConfig, VarInt};
 use rustls::pki_types::CertificateDer;
 use tether_crypto::{Credential, Identity, Random, Role};
 
 use super::backoff::Backoff;
 use super::cert::{self, CertView, CertificateError};
+use super::error::{LinkError, io_err};
 use super::verify::{PeerPolicy, Verifier};
 
 /// The ALPN protocol of tether links.
@@ -214,150 +215,6 @@ impl PeerCredential {
     pub fn credential(&self) -> &Credential {
         &self.0
     }
-}
-
-/// Why a link could not be made, or ended.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LinkError {
-    /// This side refused the peer's certificate (the reason says why: wrong realm,
-    /// expired, revoked, wrong role, key mismatch, bad certificate).
-    #[error("peer refused: {reason}")]
-    PeerRefused {
-        /// The verifier's reason.
-        reason: String,
-    },
-    /// The peer refused this side's certificate (its reason, as its close said it).
-    #[error("refused by the peer: {reason}")]
-    RefusedByPeer {
-        /// The peer's reason.
-        reason: String,
-    },
-    /// The handshake failed otherwise (no common ALPN or cipher suite, a protocol error).
-    #[error("handshake failed: {0}")]
-    Handshake(String),
-    /// Nothing heard from the peer within the idle timeout: it is gone or unreachable.
-    #[error("the peer went silent (idle timeout)")]
-    TimedOut,
-    /// The peer closed the link.
-    #[error("closed by the peer (code {code}): {reason}")]
-    ClosedByPeer {
-        /// Its close code.
-        code: u64,
-        /// Its reason.
-        reason: String,
-    },
-    /// This side closed the link (or its endpoint).
-    #[error("closed here")]
-    LocallyClosed,
-    /// The peer ended the stream: no more frames.
-    #[error("the peer ended the link's stream")]
-    Finished,
-    /// The peer announced a frame longer than the limit; the link was closed.
-    #[error("the peer sent a frame of {len} bytes (limit {max}); link closed")]
-    FrameTooLarge {
-        /// The announced length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The peer ended the stream inside a frame or the preamble.
-    #[error("the peer ended the stream inside a frame")]
-    Truncated,
-    /// The peer is not a tether link (wrong preamble).
-    #[error("not a tether link: bad preamble")]
-    BadPreamble,
-    /// No address to dial, or the endpoint cannot dial it.
-    #[error("cannot connect: {0}")]
-    Connect(String),
-    /// The endpoint could not be set up.
-    #[error("endpoint configuration: {0}")]
-    Config(String),
-    /// A socket error.
-    #[error("socket: {0}")]
-    Io(String),
-    /// The connection was lost otherwise (reset, version mismatch, …).
-    #[error("connection lost: {0}")]
-    Lost(String),
-}
-
-/// Crypto (TLS alert) close codes are 0x100..0x200 (RFC 9001 section 4.8).
-fn is_crypto(code: u64) -> bool {
-    (0x100..0x200).contains(&code)
-}
-
-/// A verifier's [`Refusal`](super::Refusal) in words, from the reason rustls gives a
-/// refused certificate (`invalid peer certificate: Other(OtherError(<refusal>))`); `None` if
-/// the reason is not a refused certificate.
-fn refusal(reason: &str) -> Option<String> {
-    let r = reason.strip_prefix("invalid peer certificate: ")?;
-    Some(
-        r.strip_prefix("Other(OtherError(")
-            .and_then(|r| r.strip_suffix("))"))
-            .unwrap_or(r)
-            .to_string(),
-    )
-}
-
-impl From<ConnectionError> for LinkError {
-    fn from(e: ConnectionError) -> LinkError {
-        match e {
-            ConnectionError::TransportError(t) if is_crypto(u64::from(t.code)) => {
-                match refusal(&t.reason) {
-                    Some(reason) => LinkError::PeerRefused { reason },
-                    None => LinkError::Handshake(t.to_string()),
-                }
-            }
-            ConnectionError::TransportError(t) => LinkError::Lost(t.to_string()),
-            ConnectionError::ConnectionClosed(c) if is_crypto(u64::from(c.error_code)) => {
-                let reason = String::from_utf8_lossy(&c.reason).into_owned();
-                match refusal(&reason) {
-                    Some(reason) => LinkError::RefusedByPeer { reason },
-                    None => LinkError::Handshake(format!("{}: {reason}", c.error_code)),
-                }
-            }
-            ConnectionError::ConnectionClosed(c) => LinkError::Lost(c.to_string()),
-            ConnectionError::ApplicationClosed(a) => LinkError::ClosedByPeer {
-                code: a.error_code.into_inner(),
-                reason: String::from_utf8_lossy(&a.reason).into_owned(),
-            },
-            ConnectionError::TimedOut => LinkError::TimedOut,
-            ConnectionError::LocallyClosed => LinkError::LocallyClosed,
-            e => LinkError::Lost(e.to_string()),
-        }
-    }
-}
-
-impl From<quinn::ReadError> for LinkError {
-    fn from(e: quinn::ReadError) -> LinkError {
-        match e {
-            quinn::ReadError::ConnectionLost(c) => c.into(),
-            quinn::ReadError::Reset(code) => LinkError::ClosedByPeer {
-                code: code.into_inner(),
-                reason: "stream reset".into(),
-            },
-            quinn::ReadError::ClosedStream => LinkError::LocallyClosed,
-            e => LinkError::Lost(e.to_string()),
-        }
-    }
-}
-
-impl From<quinn::WriteError> for LinkError {
-    fn from(e: quinn::WriteError) -> LinkError {
-        match e {
-            quinn::WriteError::ConnectionLost(c) => c.into(),
-            quinn::WriteError::Stopped(code) => LinkError::ClosedByPeer {
-                code: code.into_inner(),
-                reason: "stream stopped".into(),
-            },
-            quinn::WriteError::ClosedStream => LinkError::LocallyClosed,
-            e => LinkError::Lost(e.to_string()),
-        }
-    }
-}
-
-fn io_err(e: io::Error) -> LinkError {
-    LinkError::Io(e.to_string())
 }
 
 /// A UDP socket bound to `bind`. The kernel's default buffers are kept: on loopback,

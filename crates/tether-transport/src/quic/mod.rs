@@ -68,6 +68,7 @@
 
 mod backoff;
 mod cert;
+mod error;
 mod link;
 mod verify;
 
@@ -76,8 +77,9 @@ mod tests;
 
 pub use backoff::Backoff;
 pub use cert::{CREDENTIAL_OID, CertParseError, CertificateError};
+pub use error::LinkError;
 pub use link::{
-    ALPN, IncomingLink, Link, LinkConfig, LinkError, LinkIdentity, LinkReceiver, LinkSender,
-    LinkStats, MAX_FRAME, PeerCredential, QuicEndpoint, SendError,
+    ALPN, IncomingLink, Link, LinkConfig, LinkIdentity, LinkReceiver, LinkSender, LinkStats,
+    MAX_FRAME, PeerCredential, QuicEndpoint, SendError,
 };
 pub use verify::{PeerPolicy, Refusal, Revocations, RevocationsError};
