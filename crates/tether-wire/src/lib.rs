@@ -114,3 +114,5 @@ pub struct Header {
 mod tests;
 #[cfg(test)]
 mod tests_layouts;
+#[cfg(test)]
+mod tests_security;
