@@ -18,7 +18,9 @@
 //! link_queue_bytes = 8388608           # per link: what waits beyond this is dropped, counted
 //! link_rate_bytes_per_sec = 0          # per link token bucket; 0: the link's own pace
 //! handshakes_before_retry = 8         # then clients prove their address (QUIC Retry)
-//! max_handshakes = 64                  # at once; more are refused, counted
+//! max_handshakes = 64                  # at once; a newcomer ends the oldest, counted
+//! max_handshakes_per_address = 16      # from one IP address (a NAT's robots share one)
+//! handshake_timeout_ms = 3000          # to finish a handshake
 //!
 //! # With an export list (even empty) the router is a site's gateway: only these topic keys
 //! # cross between the site's sessions and other routers, in the direction given. Without
@@ -121,9 +123,14 @@ pub struct Limits {
     /// Handshakes in progress from which a client that has not proved its address is sent
     /// a stateless QUIC Retry first (0: every client proves its address).
     pub handshakes_before_retry: usize,
-    /// Handshakes in progress at most; a client (that proved its address) knocking beyond
-    /// is refused, counted.
+    /// Handshakes in progress at most; a client knocking beyond takes the place of the
+    /// oldest still in progress, which ends (counted).
     pub max_handshakes: usize,
+    /// Handshakes in progress from one IP address at most; beyond, a newcomer from it takes
+    /// the place of its oldest.
+    pub max_handshakes_per_address: usize,
+    /// How long a handshake (certificates and the link's preamble) may take, in ms.
+    pub handshake_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -135,6 +142,8 @@ impl Default for Limits {
             link_rate_bytes_per_sec: 0,
             handshakes_before_retry: 8,
             max_handshakes: 64,
+            max_handshakes_per_address: 16,
+            handshake_timeout_ms: 3000,
         }
     }
 }
@@ -251,10 +260,17 @@ impl RouterConfig {
             ));
         }
         let l = &raw.limits;
-        if l.max_links == 0 || l.max_routes == 0 || l.max_handshakes == 0 {
+        if l.max_links == 0
+            || l.max_routes == 0
+            || l.max_handshakes == 0
+            || l.max_handshakes_per_address == 0
+            || l.handshake_timeout_ms == 0
+        {
             return Err(invalid(
                 "limits",
-                "max_links, max_routes and max_handshakes must be > 0".into(),
+                "max_links, max_routes, max_handshakes, max_handshakes_per_address and \
+                 handshake_timeout_ms must be > 0"
+                    .into(),
             ));
         }
         if l.link_queue_bytes < 1 << 16 {

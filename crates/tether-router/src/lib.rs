@@ -8,6 +8,7 @@
 //! the Prometheus text format ([`metrics`]).
 
 pub mod config;
+mod handshakes;
 pub mod metrics;
 pub mod run;
 

@@ -27,11 +27,12 @@ use bytes::Bytes;
 use tether_crypto::{Credential, OsRandom, Role as CredRole};
 use tether_routing::{DropReason, Frame, LinkId, NodeId, Role, RouteKey, Router};
 use tether_transport::quic::{
-    Backoff, IncomingLink, Link, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint, Revocations,
+    Backoff, Link, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint, Revocations,
 };
 use tokio::sync::{Notify, mpsc};
 
 use crate::config::RouterConfig;
+use crate::handshakes::{Admitted, Handshakes};
 use crate::metrics::Metrics;
 
 /// The largest frame a link takes: a 64 KiB engine datagram and the largest frame header.
@@ -68,16 +69,14 @@ struct Counters {
     export_denied: AtomicU64,
     /// Links refused after the handshake (HELLO role not the certificate's, protocol errors).
     links_refused: AtomicU64,
-    /// Handshakes that failed (certificate refused, timed out, not a tether link).
-    handshakes_failed: AtomicU64,
-    /// Clients sent a Retry because many handshakes were in progress.
-    handshakes_retried: AtomicU64,
-    /// Clients refused because `limits.max_handshakes` were in progress.
-    handshakes_refused: AtomicU64,
-    /// Handshakes in progress now.
-    handshakes: AtomicUsize,
+
     /// Links closed because a credential was revoked or expired.
     links_revoked: AtomicU64,
+    /// Links closed because the peer sent a malformed frame.
+    dropped_malformed: AtomicU64,
+    /// Links closed because the peer broke the link protocol (a frame out of place, a
+    /// forged source, a wrong domain…).
+    dropped_protocol: AtomicU64,
     /// Links made, ever.
     links_made: AtomicU64,
     bytes_in: AtomicU64,
@@ -118,6 +117,7 @@ struct Shared {
     next_link: AtomicU64,
     timers: Notify,
     started: Instant,
+    handshakes: Handshakes,
 }
 
 impl Shared {
@@ -282,18 +282,18 @@ impl Shared {
             ),
             (
                 "tether_router_handshakes_failed_total",
-                "Handshakes that failed (certificate refused, timed out, not a tether link).",
-                c(&self.counters.handshakes_failed),
+                "Handshakes that failed (certificate refused, not a tether link) or did not finish within limits.handshake_timeout_ms.",
+                c(&self.handshakes.failed),
             ),
             (
                 "tether_router_handshakes_retried_total",
                 "Clients asked to prove their address (QUIC Retry) while many handshakes were in progress.",
-                c(&self.counters.handshakes_retried),
+                c(&self.handshakes.retried),
             ),
             (
-                "tether_router_handshakes_refused_total",
-                "Clients refused while limits.max_handshakes were in progress.",
-                c(&self.counters.handshakes_refused),
+                "tether_router_handshakes_evicted_total",
+                "Handshakes ended to make room for a newer one (limits.max_handshakes, limits.max_handshakes_per_address).",
+                c(&self.handshakes.evicted),
             ),
             (
                 "tether_router_links_revoked_total",
@@ -303,6 +303,23 @@ impl Shared {
         ] {
             m.counter(metric, help, &[("router", name)], v);
         }
+        for (reason, v) in [
+            ("malformed_frame", c(&self.counters.dropped_malformed)),
+            ("protocol_error", c(&self.counters.dropped_protocol)),
+        ] {
+            m.counter(
+                "tether_router_links_dropped_total",
+                "Links closed because the peer broke the link protocol, by reason.",
+                &[("router", name), ("reason", reason)],
+                v,
+            );
+        }
+        m.gauge(
+            "tether_router_handshakes_in_progress",
+            "Handshakes in progress.",
+            &[("router", name)],
+            self.handshakes.in_progress() as f64,
+        );
         for (reason, v) in s.drops.iter() {
             m.counter(
                 "tether_router_drops_total",
@@ -413,6 +430,7 @@ pub async fn run(
         next_link: AtomicU64::new(1),
         timers: Notify::new(),
         started: Instant::now(),
+        handshakes: Handshakes::default(),
     });
     if let Some(addr) = cfg.listen {
         tracing::info!(
@@ -438,27 +456,29 @@ pub async fn run(
         let (s, e) = (shared.clone(), endpoint.clone());
         tasks.spawn(async move {
             let said = Arc::new(Mutex::new(Said::default()));
+            let deadline = Duration::from_millis(s.cfg.limits.handshake_timeout_ms);
             while let Some(incoming) = e.accept().await {
-                let Some(incoming) = admit(&s, incoming) else {
+                let Some(Admitted { incoming, id }) = s.handshakes.admit(&s.cfg.limits, incoming)
+                else {
                     continue;
                 };
-                let (s, said) = (s.clone(), said.clone());
-                s.counters.handshakes.fetch_add(1, Ordering::Relaxed);
+                let from = incoming.remote_address();
+                let (s2, said) = (s.clone(), said.clone());
                 // Each handshake in a task of its own: a slow client holds up no other.
-                tokio::spawn(async move {
-                    let from = incoming.remote_address();
-                    let r = incoming.establish().await;
-                    s.counters.handshakes.fetch_sub(1, Ordering::Relaxed);
-                    match r {
-                        Ok(link) => serve_link(s, link).await,
-                        Err(err) => {
-                            s.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
-                            said.lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .warn(&format!("link from {from} refused: {err}"));
-                        }
-                    }
+                let task = tokio::spawn(async move {
+                    let r = tokio::time::timeout(deadline, incoming.establish()).await;
+                    s2.handshakes.end(id);
+                    let why = match r {
+                        Ok(Ok(link)) => return serve_link(s2, link).await,
+                        Ok(Err(err)) => err.to_string(),
+                        Err(_) => format!("the handshake took longer than {deadline:?}"),
+                    };
+                    s2.handshakes.failed.fetch_add(1, Ordering::Relaxed);
+                    said.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .warn(&format!("link from {from} refused: {why}"));
                 });
+                s.handshakes.begin(id, from.ip(), task.abort_handle());
             }
         });
     }
@@ -478,33 +498,6 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
     tasks.abort_all();
     Ok(())
-}
-
-/// What the router does with a client knocking. While `limits.handshakes_before_retry`
-/// handshakes or more are in progress, a client that has not proved its address gets a
-/// stateless Retry (it comes back with a token, from where it said it is, or never: a flood
-/// of Initials from forged addresses costs a datagram each, no state and no crypto); while
-/// `limits.max_handshakes` are, a client that has is refused. Both counted.
-fn admit(s: &Shared, incoming: IncomingLink) -> Option<IncomingLink> {
-    let busy = s.counters.handshakes.load(Ordering::Relaxed);
-    let limits = &s.cfg.limits;
-    if busy >= limits.handshakes_before_retry && !incoming.address_validated() {
-        let back = incoming.retry();
-        if back.is_none() {
-            s.counters
-                .handshakes_retried
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        return back;
-    }
-    if busy >= limits.max_handshakes {
-        s.counters
-            .handshakes_refused
-            .fetch_add(1, Ordering::Relaxed);
-        incoming.refuse();
-        return None;
-    }
-    Some(incoming)
 }
 
 /// Warnings said at most once a second, with how many were held back: a flood of failed
@@ -777,6 +770,18 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
         r = receiving => r.err().unwrap_or_else(|| "closed".into()),
         _ = close.notified() => "credential revoked or expired".into(),
     };
+    // A peer that broke the protocol is told why (close code 2), and it is counted.
+    let broke = if why.starts_with("malformed frame") {
+        Some(&shared.counters.dropped_malformed)
+    } else if why.starts_with("protocol error") {
+        Some(&shared.counters.dropped_protocol)
+    } else {
+        None
+    };
+    if let Some(counter) = broke {
+        counter.fetch_add(1, Ordering::Relaxed);
+        send.close(2, &why);
+    }
     {
         let mut st = shared.lock();
         st.links.remove(&id);
