@@ -357,7 +357,11 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let mut watch = Watch::new(&interrupt, None);
     let mut end = End::Done;
     let mut out = std::io::stdout().lock();
+    // Whether a subscriber was ever matched after a sample went to nobody (a late joiner of
+    // a transient-local writer takes those from its history).
+    let mut late_joiner = false;
     while count.is_none_or(|c| n < c) {
+        late_joiner |= p.written_unmatched() > 0 && p.matched() > 0;
         if let Some(p) = period {
             if let Some(sig) = interrupt.sleep_until(next) {
                 end = End::Signal(sig);
@@ -417,6 +421,7 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     }
     drop(out);
     p.flush();
+    late_joiner |= p.written_unmatched() > 0 && p.matched() > 0;
     if !p.wait_for_acknowledgments(Duration::from_millis(200).min(linger)) {
         if let End::Signal(sig) = end {
             eprintln!(
@@ -433,9 +438,26 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     // Every reliable sample must be acknowledged by every reader it was written for, those
     // that left included: otherwise the exit status says so, -q or not.
     let mut delivered = report_owed(&p, n);
-    // Samples written while no subscriber was matched: nobody got them.
+    // Samples written while no subscriber was matched: nobody got them, unless the writer
+    // keeps them for late joiners (transient-local).
     let unheard = p.written_unmatched();
-    if unheard > 0 {
+    let kept = qos.durability_kind() == tether::Durability::TransientLocal;
+    let all_kept = kept && qos.history() == tether::History::KeepAll;
+    if unheard > 0 && all_kept && late_joiner && delivered {
+        // A subscriber that matched later took them from the history and acknowledged them.
+    } else if unheard > 0 && kept {
+        let which = match qos.history() {
+            tether::History::KeepLast(depth) => format!("the last {depth} are"),
+            tether::History::KeepAll => "they are".into(),
+        };
+        eprintln!(
+            "warning: {unheard} of {n} samples were written while no subscriber was matched on \
+             {}: {which} kept for late joiners (transient-local) while this publisher runs, \
+             and no subscriber took them",
+            a.topic
+        );
+        delivered &= wait_matched == 0;
+    } else if unheard > 0 {
         eprintln!(
             "warning: {unheard} of {n} samples were written while no subscriber was matched on \
              {}: nobody received them",

@@ -163,6 +163,77 @@ fn samples_written_to_nobody_make_pub_exit_1() {
     );
 }
 
+/// A transient-local keep-all publisher keeps what it wrote before anyone subscribed: a
+/// late joiner takes it from the history and acknowledges it, so `pub` neither says that
+/// nobody received those samples nor fails. With nobody joining it says they were kept and
+/// nobody took them (before: "nobody received them" in both cases).
+#[test]
+fn samples_kept_for_a_late_joiner_are_not_called_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/kept",
+        "hi",
+        "-n",
+        "8",
+        "-r",
+        "4",
+        "--wait-matched",
+        "0",
+        "--transient-local",
+        "--keep-all",
+        "--linger",
+        "15",
+        "-q",
+    ]);
+    let publisher = spawn(p);
+    std::thread::sleep(Duration::from_millis(900));
+    let mut e = tether(dir.path());
+    e.args([
+        "echo",
+        "/kept",
+        "--count",
+        "8",
+        "--transient-local",
+        "--reliable",
+        "--timeout",
+        "20",
+    ]);
+    let e = finish(spawn(e), Duration::from_secs(30));
+    let out = finish(publisher, Duration::from_secs(30));
+    assert_eq!(e.status.code(), Some(0), "{}", text(&e.stderr));
+    assert_eq!(text(&e.stdout), "hi\n".repeat(8));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("nobody received"), "{err}");
+    // Nobody joins: the samples were kept, and nobody took them.
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/alone",
+        "hi",
+        "-n",
+        "2",
+        "-r",
+        "0",
+        "--wait-matched",
+        "0",
+        "--transient-local",
+        "--keep-all",
+        "-q",
+    ]);
+    let out = finish(spawn(p), Duration::from_secs(20));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "2 of 2 samples were written while no subscriber was matched on /alone: \
+             they are kept for late joiners"
+        ),
+        "{err}"
+    );
+}
+
 /// A best-effort publisher: `echo`, `hz` and `bw` with no QoS flag subscribe best-effort
 /// and hear it (a reliable reader would not match it); `echo --reliable` keeps its flag and
 /// hears nothing, with the incompatibility said.
