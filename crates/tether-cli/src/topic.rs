@@ -490,7 +490,12 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
 fn report_owed(p: &tether::Publisher, n: u64) -> bool {
     let owed = p.unacknowledged();
     for s in &owed {
-        let name = if s.name.is_empty() { "?" } else { &s.name };
+        // The name of a participant already forgotten is not known any more.
+        let of = if s.name.is_empty() {
+            String::new()
+        } else {
+            format!(" of {}", s.name)
+        };
         let state = if s.departed {
             "left before acknowledging"
         } else if s.inactive {
@@ -499,7 +504,7 @@ fn report_owed(p: &tether::Publisher, n: u64) -> bool {
             "has not acknowledged"
         };
         eprintln!(
-            "error: reader {} of {name} {state} {} of {n} samples",
+            "error: reader {}{of} {state} {} of {n} samples",
             s.reader, s.samples
         );
     }
