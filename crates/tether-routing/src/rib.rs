@@ -306,6 +306,29 @@ impl Rib {
         self.len -= 1;
     }
 
+    /// Gives memory back after many routes went: once three quarters of the slab or more
+    /// is empty, the live routes move together (positions change: callers hold none across
+    /// calls) and the slab, free list and index are rebuilt to their size. A table that
+    /// shrinks a little never pays for it.
+    pub(crate) fn compact(&mut self) {
+        if self.slab.len() <= 64 || self.len * 4 > self.slab.len() {
+            return;
+        }
+        let live: Vec<Option<Route>> = self.slab.drain(..).filter(Option::is_some).collect();
+        self.slab = live;
+        self.free = Vec::new();
+        let mut index = HashTable::with_capacity(self.slab.len());
+        let (slab, hasher) = (&self.slab, &self.hasher);
+        let rehash = |&j: &u32| {
+            hasher.hash_one(slab[j as usize].as_ref().map(|r| r.key).unwrap_or_default())
+        };
+        for (i, r) in slab.iter().enumerate() {
+            let key = r.as_ref().map(|r| r.key).unwrap_or_default();
+            index.insert_unique(hasher.hash_one(key), i as u32, rehash);
+        }
+        self.index = index;
+    }
+
     /// Heap bytes the table holds (slab, index, free list and spilled small vectors): what
     /// the memory-per-route measurement counts besides the allocator's own overhead.
     pub(crate) fn heap_bytes(&self) -> usize {
@@ -355,6 +378,38 @@ mod tests {
             "{}",
             size_of::<Option<Route>>()
         );
+    }
+
+    /// A table that held many routes and lost them gives the memory back, and still finds
+    /// and takes routes after.
+    #[test]
+    fn an_emptied_table_gives_its_memory_back() {
+        let mut rib = Rib::new();
+        let key = |k: u32| {
+            let mut b = [0u8; 32];
+            b[..4].copy_from_slice(&k.to_le_bytes());
+            RouteKey(b)
+        };
+        for k in 0..20_000 {
+            rib.find_or_insert(&key(k), usize::MAX).unwrap();
+        }
+        let full = rib.heap_bytes();
+        for k in 0..19_990 {
+            let i = rib.find(&key(k)).unwrap();
+            rib.remove_if_empty(i);
+        }
+        rib.compact();
+        assert!(
+            rib.heap_bytes() * 20 < full,
+            "{} of {full} bytes kept for 10 routes",
+            rib.heap_bytes()
+        );
+        for k in 19_990..20_000 {
+            assert!(rib.find(&key(k)).is_some(), "route {k} kept");
+        }
+        let i = rib.find_or_insert(&key(7), usize::MAX).unwrap();
+        assert_eq!(rib.find(&key(7)), Some(i));
+        assert_eq!(rib.len(), 11);
     }
 
     #[test]

@@ -123,6 +123,7 @@ impl Router {
             }
             self.rib.remove_if_empty(i);
         }
+        self.rib.compact();
         self.hosts.retain(|_, h| {
             h.origins.retain(|o| {
                 let purge = purged.contains(&o.node) && o.node != me;
