@@ -17,6 +17,7 @@
 //! max_routes = 1000000
 //! link_queue_bytes = 8388608           # per link: what waits beyond this is dropped, counted
 //! link_rate_bytes_per_sec = 0          # per link token bucket; 0: the link's own pace
+//! announce_bytes_per_sec = 2097152    # what one session may flood to all; more is dropped
 //! handshakes_before_retry = 8         # then clients prove their address (QUIC Retry)
 //! max_handshakes = 64                  # at once; a newcomer ends the oldest, counted
 //! max_handshakes_per_address = 16      # from one IP address (a NAT's robots share one)
@@ -120,6 +121,9 @@ pub struct Limits {
     pub link_queue_bytes: usize,
     /// A token bucket per link, bytes per second; 0: as fast as the link takes them.
     pub link_rate_bytes_per_sec: u64,
+    /// What one session may announce (ANNOUNCE frames, flooded to every session), bytes per
+    /// second, a second's worth at once; beyond, announcements are dropped and counted.
+    pub announce_bytes_per_sec: u64,
     /// Handshakes in progress from which a client that has not proved its address is sent
     /// a stateless QUIC Retry first (0: every client proves its address).
     pub handshakes_before_retry: usize,
@@ -140,6 +144,7 @@ impl Default for Limits {
             max_routes: 1_000_000,
             link_queue_bytes: 8 << 20,
             link_rate_bytes_per_sec: 0,
+            announce_bytes_per_sec: 2 << 20,
             handshakes_before_retry: 8,
             max_handshakes: 64,
             max_handshakes_per_address: 16,
@@ -265,11 +270,12 @@ impl RouterConfig {
             || l.max_handshakes == 0
             || l.max_handshakes_per_address == 0
             || l.handshake_timeout_ms == 0
+            || l.announce_bytes_per_sec == 0
         {
             return Err(invalid(
                 "limits",
-                "max_links, max_routes, max_handshakes, max_handshakes_per_address and \
-                 handshake_timeout_ms must be > 0"
+                "max_links, max_routes, max_handshakes, max_handshakes_per_address, \
+                 handshake_timeout_ms and announce_bytes_per_sec must be > 0"
                     .into(),
             ));
         }

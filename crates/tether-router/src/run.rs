@@ -72,6 +72,8 @@ struct Counters {
 
     /// Links closed because a credential was revoked or expired.
     links_revoked: AtomicU64,
+    /// ANNOUNCE frames of a session over `limits.announce_bytes_per_sec`, dropped.
+    announce_limited: AtomicU64,
     /// Links closed because the peer sent a malformed frame.
     dropped_malformed: AtomicU64,
     /// Links closed because the peer broke the link protocol (a frame out of place, a
@@ -339,6 +341,12 @@ impl Shared {
             "Frames dropped, by reason.",
             &[("router", name), ("reason", "export_denied")],
             c(&self.counters.export_denied),
+        );
+        m.counter(
+            "tether_router_drops_total",
+            "Frames dropped, by reason.",
+            &[("router", name), ("reason", "announce_rate")],
+            c(&self.counters.announce_limited),
         );
         let _ = DropReason::ALL;
         m.finish()
@@ -737,6 +745,12 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
     let receiving = async {
         let mut frames = Vec::new();
         let mut parsed = Vec::new();
+        // What a session may flood to every other session (its announcements) is paced: a
+        // second's worth may come at once, more is dropped and counted.
+        let announce_rate = shared.cfg.limits.announce_bytes_per_sec;
+        let mut announces = tether_core::Pacer::new(
+            tether_core::FlowController::rate(announce_rate).with_max_tokens(announce_rate),
+        );
         loop {
             // Every whole frame that has arrived is handled under one lock.
             recv.recv_batch(&mut frames, RECV_BATCH)
@@ -750,6 +764,17 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
                 let frame = Frame::parse(b).map_err(|e| format!("malformed frame: {e}"))?;
                 if role == Role::Router && !shared.may_cross(&frame, false) {
                     continue;
+                }
+                if let (Role::Session, Frame::Announce(a)) = (role, &frame) {
+                    let now = Instant::now();
+                    if announces.next_ready(now) > now {
+                        shared
+                            .counters
+                            .announce_limited
+                            .fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    announces.spend(a.datagram.len());
                 }
                 parsed.push(frame);
             }

@@ -374,3 +374,44 @@ fn a_malformed_frame_closes_the_link_with_a_reason() {
         );
     });
 }
+
+/// A session flooding announcements (which go to every other session) has them dropped
+/// beyond `limits.announce_bytes_per_sec`, counted, and keeps its link.
+#[test]
+fn a_session_flooding_announcements_is_held_to_its_rate() {
+    with_router(
+        "[limits]\nannounce_bytes_per_sec = 1000000",
+        |dir, port, m| async move {
+            let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
+            let ep = client(&dir, &b.link_credential.clone().unwrap());
+            let link = ep
+                .connect(format!("127.0.0.1:{port}").parse().unwrap(), "cloud")
+                .await
+                .unwrap();
+            let (mut tx, mut rx) = link.split();
+            let leaf = tether_routing::Leaf::new(tether_routing::NodeId(42), 0);
+            tx.send(leaf.hello().to_bytes().unwrap()).await.unwrap();
+            let _ = rx.recv().await; // the router's HELLO
+            let big = bytes::Bytes::from(vec![7u8; 60_000]);
+            for _ in 0..100 {
+                let f = leaf.announce(tether_routing::ParticipantId(42), big.clone());
+                tx.send(f.to_bytes().unwrap()).await.unwrap();
+            }
+            // The link stays: nothing but silence comes back.
+            let r = tokio::time::timeout(Duration::from_millis(800), rx.recv()).await;
+            assert!(r.is_err(), "the link was closed or answered: {r:?}");
+            let page = tokio::task::spawn_blocking(move || metrics(m))
+                .await
+                .unwrap();
+            let dropped = counter(
+                &page,
+                "tether_router_drops_total{router=\"\",reason=\"announce_rate\"}",
+            );
+            assert!(
+                (70.0..=100.0).contains(&dropped),
+                "{dropped} of 100 dropped (6 MB offered at once, 1 MB/s allowed): {page}"
+            );
+            std::mem::forget((tx, rx));
+        },
+    );
+}
