@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_crypto::{Credential, OsRandom, Role as CredRole};
 use tether_routing::{DropReason, Frame, LinkId, NodeId, Role, RouteKey, Router};
 use tether_transport::quic::{
@@ -129,6 +129,10 @@ impl Shared {
 
     /// Moves what the router gives onto the links' queues, through the export list.
     fn drain(&self, st: &mut State) {
+        // The frames' heads are written into one buffer and handed out as slices of it: an
+        // allocation per few dozen forwarded frames, not one per frame and link.
+        let mut scratch = Vec::with_capacity(64);
+        let mut heads = BytesMut::new();
         while let Some((link, frame)) = st.router.poll_transmit() {
             let Some(out) = st.links.get(&link) else {
                 continue;
@@ -136,10 +140,15 @@ impl Shared {
             if out.role == Role::Router && !self.may_cross(&frame, true) {
                 continue;
             }
-            let mut head = Vec::with_capacity(64);
-            if frame.encode_head(&mut head).is_err() {
+            scratch.clear();
+            if frame.encode_head(&mut scratch).is_err() {
                 continue;
             }
+            if heads.capacity() < scratch.len() {
+                heads.reserve(2048);
+            }
+            heads.extend_from_slice(&scratch);
+            let head = heads.split().freeze();
             let body = frame.payload().cloned().unwrap_or_default();
             let n = head.len() + body.len();
             let limit = self.cfg.limits.link_queue_bytes;
@@ -148,7 +157,7 @@ impl Shared {
                 continue;
             }
             out.queued.fetch_add(n, Ordering::Relaxed);
-            let _ = out.tx.send((Bytes::from(head), body));
+            let _ = out.tx.send((head, body));
         }
     }
 

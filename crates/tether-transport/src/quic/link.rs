@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{TransportConfig, VarInt};
 use rustls::pki_types::CertificateDer;
@@ -790,10 +790,16 @@ impl LinkSender {
         let mut chunks = Vec::with_capacity(frames.len() * 4);
         let mut bytes = 0u64;
         let n = frames.len() as u64;
+        // Every frame's length prefix in one buffer: one allocation a batch, not a frame.
+        let mut prefixes = BytesMut::with_capacity(frames.len() * 4);
+        for (h, b, t) in frames.iter() {
+            prefixes.put_u32((h.len() + b.len() + t.len()) as u32);
+        }
+        let mut prefixes = prefixes.freeze();
         for (h, b, t) in frames.drain(..) {
             let len = h.len() + b.len() + t.len();
             bytes += len as u64;
-            chunks.push(Bytes::copy_from_slice(&(len as u32).to_be_bytes()));
+            chunks.push(prefixes.split_to(4));
             for c in [h, b, t] {
                 if !c.is_empty() {
                     chunks.push(c);

@@ -250,7 +250,7 @@ impl Routers {
             return;
         }
         let len = head.len() + body.len() + tail.len();
-        let mut v = Vec::with_capacity(frame.encoded_len() + head.len());
+        let mut v = Vec::with_capacity(frame.encoded_len() + head.len() + tail.len());
         // The frame's head is written with an empty payload, then its length fixed to the
         // whole; the engine's headers follow it. The payload is referenced where the engine
         // keeps it (a sample's bytes are not copied here), and the tag goes last.
@@ -260,7 +260,12 @@ impl Routers {
         let whole = u32::from_be_bytes([v[1], v[2], v[3], v[4]]) as usize + len;
         v[1..5].copy_from_slice(&(whole as u32).to_be_bytes());
         v.extend_from_slice(head);
-        let parts = (Bytes::from(v), body.clone(), Bytes::copy_from_slice(tail));
+        // Head and tag share one allocation, as two slices of it.
+        let split = v.len();
+        v.extend_from_slice(tail);
+        let mut front = Bytes::from(v);
+        let tag = front.split_off(split);
+        let parts = (front, body.clone(), tag);
         match out.tx.try_send(parts) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
