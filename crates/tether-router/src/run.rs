@@ -967,6 +967,21 @@ mod tests {
         }
     }
 
+    /// Failed handshakes are said at most once a second: the rest within the second are
+    /// held back and counted, and said with the next line.
+    #[test]
+    fn warnings_are_said_once_a_second_with_a_count() {
+        let mut said = Said::default();
+        said.warn("first");
+        for _ in 0..1000 {
+            said.warn("flood");
+        }
+        assert_eq!(said.held, 1000, "held back within the second");
+        said.last = Some(Instant::now() - Duration::from_secs(2));
+        said.warn("a second later");
+        assert_eq!(said.held, 0, "said, with the count of those held back");
+    }
+
     /// A writer's announcement crosses as its data does, a reader's as a subscription
     /// does: for an "out" key a local writer is announced outside and a local reader is
     /// not (no data of that key may come in for it), an outside reader is announced inside

@@ -163,9 +163,7 @@ fn a_client_asked_to_prove_its_address_still_links() {
                     panic!("link {i} after a Retry refused: {e}");
                 }
             }
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             assert_eq!(
                 counter(&page, "tether_router_handshakes_retried_total"),
                 3.0,
@@ -198,6 +196,31 @@ async fn stalled_handshake(
     s
 }
 
+/// `n` handshakes begun at the router on `port` and never finished (see
+/// [`stalled_handshake`]), with their sockets.
+async fn stalled_handshakes(ep: &QuicEndpoint, port: u16, n: usize) -> Vec<tokio::net::UdpSocket> {
+    let router: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..n {
+        held.push(stalled_handshake(ep, router).await);
+    }
+    held
+}
+
+/// A client of realm `dir` showing member `a`'s grantless link credential, as a session
+/// does.
+fn member(dir: &std::path::Path) -> QuicEndpoint {
+    let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
+    client(dir, &b.link_credential.clone().unwrap())
+}
+
+/// The metrics page at `m`, read off the runtime's threads.
+async fn metrics_of(m: std::net::SocketAddr) -> String {
+    tokio::task::spawn_blocking(move || metrics(m))
+        .await
+        .unwrap()
+}
+
 /// Handshakes that never finish hold no member out: with room for two, each newcomer takes
 /// the place of the oldest, so a member dialling after four stalled ones links (and its
 /// own handshake ended one more of them).
@@ -206,17 +229,10 @@ fn stalled_handshakes_cannot_lock_a_member_out() {
     with_router(
         "[limits]\nhandshakes_before_retry = 1000\nmax_handshakes = 2\nhandshake_timeout_ms = 60000",
         |dir, port, m| async move {
-            let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
-            let ep = client(&dir, &b.link_credential.clone().unwrap());
-            let router: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let mut held = Vec::new();
-            for _ in 0..4 {
-                held.push(stalled_handshake(&ep, router).await);
-            }
+            let ep = member(&dir);
+            let held = stalled_handshakes(&ep, port, 4).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             assert_eq!(
                 counter(&page, "tether_router_handshakes_in_progress"),
                 2.0,
@@ -230,9 +246,7 @@ fn stalled_handshakes_cannot_lock_a_member_out() {
             kept(&ep, port)
                 .await
                 .expect("the member links past stalled handshakes");
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             assert_eq!(
                 counter(&page, "tether_router_handshakes_evicted_total"),
                 3.0,
@@ -255,17 +269,10 @@ fn one_address_holds_at_most_its_share_of_handshakes() {
     with_router(
         "[limits]\nhandshakes_before_retry = 1000\nmax_handshakes_per_address = 2\nhandshake_timeout_ms = 60000",
         |dir, port, m| async move {
-            let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
-            let ep = client(&dir, &b.link_credential.clone().unwrap());
-            let router: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let mut held = Vec::new();
-            for _ in 0..5 {
-                held.push(stalled_handshake(&ep, router).await);
-            }
+            let ep = member(&dir);
+            let held = stalled_handshakes(&ep, port, 5).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             assert_eq!(
                 counter(&page, "tether_router_handshakes_in_progress"),
                 2.0,
@@ -288,23 +295,17 @@ fn a_handshake_that_does_not_finish_in_time_ends() {
     with_router(
         "[limits]\nhandshakes_before_retry = 1000\nhandshake_timeout_ms = 300",
         |dir, port, m| async move {
-            let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
-            let ep = client(&dir, &b.link_credential.clone().unwrap());
-            let router: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let held = stalled_handshake(&ep, router).await;
+            let ep = member(&dir);
+            let held = stalled_handshakes(&ep, port, 1).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             assert_eq!(
                 counter(&page, "tether_router_handshakes_in_progress"),
                 1.0,
                 "{page}"
             );
             tokio::time::sleep(Duration::from_millis(700)).await;
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             assert_eq!(
                 counter(&page, "tether_router_handshakes_in_progress"),
                 0.0,
@@ -325,8 +326,7 @@ fn a_handshake_that_does_not_finish_in_time_ends() {
 #[test]
 fn a_malformed_frame_closes_the_link_with_a_reason() {
     with_router("", |dir, port, m| async move {
-        let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
-        let ep = client(&dir, &b.link_credential.clone().unwrap());
+        let ep = member(&dir);
         let link = ep
             .connect(format!("127.0.0.1:{port}").parse().unwrap(), "cloud")
             .await
@@ -361,9 +361,7 @@ fn a_malformed_frame_closes_the_link_with_a_reason() {
             said.contains("code 2") && said.contains("malformed"),
             "{said}"
         );
-        let page = tokio::task::spawn_blocking(move || metrics(m))
-            .await
-            .unwrap();
+        let page = metrics_of(m).await;
         assert_eq!(
             counter(
                 &page,
@@ -400,9 +398,7 @@ fn a_session_flooding_announcements_is_held_to_its_rate() {
             // The link stays: nothing but silence comes back.
             let r = tokio::time::timeout(Duration::from_millis(800), rx.recv()).await;
             assert!(r.is_err(), "the link was closed or answered: {r:?}");
-            let page = tokio::task::spawn_blocking(move || metrics(m))
-                .await
-                .unwrap();
+            let page = metrics_of(m).await;
             let dropped = counter(
                 &page,
                 "tether_router_drops_total{router=\"\",reason=\"announce_rate\"}",
