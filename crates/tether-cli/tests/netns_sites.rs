@@ -18,11 +18,11 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::realm::Realm;
 use common::{Live, finish, spawn, text, wait_until};
 use tether_testkit::netns::sites::{CLOUD_ADDR, Direction, Link, Site, Sites};
 use tether_testkit::netns::{self, Host, Namespace};
@@ -88,61 +88,29 @@ impl Clock {
     }
 }
 
-/// A realm in a temporary directory: members `a`, `b` and `c` (every topic), routers
-/// `cloud` and `site`.
-struct Realm {
-    dir: tempfile::TempDir,
+/// The routers and members of a test realm (`common::realm`) in the sites' namespaces.
+trait InSites {
+    /// Router `name` in namespace `ns` with router.toml `body` (its metrics on `metrics`).
+    fn router(&self, ns: &Namespace, name: &str, metrics: SocketAddr, body: &str) -> Live;
+    /// The cloud router, in the cloud, with `extra` lines of router.toml.
+    fn cloud_router(&self, sites: &Sites, extra: &str) -> Live;
+    /// `tether ARGS…` as member `who` on `host`, meeting others only through the router at
+    /// `router` (`HOST:PORT`); each host has its own registry directory.
+    fn member(&self, host: &Host, who: &str, router: &str, args: &[&str]) -> Command;
+    /// [`InSites::member`] dialling the cloud router.
+    fn via_cloud(&self, host: &Host, who: &str, args: &[&str]) -> Command;
 }
 
-impl Realm {
-    fn new() -> Realm {
-        let dir = tempfile::tempdir().unwrap();
-        let r = Realm { dir };
-        r.keys(&["init", "realm"]);
-        for m in ["a", "b", "c"] {
-            r.keys(&["issue", "realm", m, "--pub", "/**", "--sub", "/**"]);
-        }
-        for router in ["cloud", "site"] {
-            r.keys(&["issue", "realm", router, "--role", "router"]);
-        }
-        r
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    fn keys(&self, args: &[&str]) -> String {
-        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .current_dir(self.dir.path())
-            .arg("keys")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "keys {args:?}: {}", text(&o.stderr));
-        text(&o.stdout)
-    }
-
-    /// Router `name` in namespace `ns` with router.toml `body` (its name, keys and metrics
-    /// on `metrics` added), logging at info.
+impl InSites for Realm {
     fn router(&self, ns: &Namespace, name: &str, metrics: SocketAddr, body: &str) -> Live {
-        let cfg = self.path(&format!("{name}.toml"));
-        std::fs::write(
-            &cfg,
-            format!(
-                "name = \"{name}\"\nkeys = \"realm/{name}.key\"\nmetrics = \"{metrics}\"\n{body}\n"
-            ),
+        self.start_router(
+            ns.command(env!("CARGO_BIN_EXE_tether")),
+            &format!("{name}.toml"),
+            name,
+            &format!("metrics = \"{metrics}\"\n{body}"),
         )
-        .unwrap();
-        let mut c = ns.command(env!("CARGO_BIN_EXE_tether"));
-        c.env("RUST_LOG", "info")
-            .env_remove("TETHER_CONFIG")
-            .args(["router", "--config"])
-            .arg(&cfg);
-        Live::spawn(c)
     }
 
-    /// The cloud router, in the cloud, with `extra` lines of router.toml.
     fn cloud_router(&self, sites: &Sites, extra: &str) -> Live {
         self.router(
             sites.cloud(),
@@ -152,23 +120,17 @@ impl Realm {
         )
     }
 
-    /// `tether ARGS…` as member `who` on `host`, meeting others only through the router at
-    /// `router` (`HOST:PORT`); each host has its own registry directory.
     fn member(&self, host: &Host, who: &str, router: &str, args: &[&str]) -> Command {
-        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
-        c.env_remove("TETHER_CONFIG")
-            .env_remove("TETHER_KEYS")
-            .env_remove("TETHER_ROUTERS")
-            .arg("--registry-dir")
-            .arg(self.path(&format!("registry-{}", host.name())))
-            .args(["--discovery", "off", "--keys"])
-            .arg(self.path(&format!("realm/{who}.key")))
-            .args(["--router", &format!("quic/{router}")])
-            .args(args);
+        let mut c = self.member_command(
+            host.command(env!("CARGO_BIN_EXE_tether")),
+            &format!("registry-{}", host.name()),
+            who,
+            router,
+        );
+        c.args(args);
         c
     }
 
-    /// [`Realm::member`] dialling the cloud router.
     fn via_cloud(&self, host: &Host, who: &str, args: &[&str]) -> Command {
         self.member(host, who, &cloud(), args)
     }
@@ -346,7 +308,7 @@ fn two_sites_behind_nat_meet_through_a_cloud_router() {
     let Some(sites) = sites(TEST, || Sites::builder("tnm").create()) else {
         return;
     };
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
     let router = realm.cloud_router(&sites, "");
     let (a, b) = (sites.site(Site::A), sites.site(Site::B));
     let n = 20;
@@ -417,7 +379,7 @@ fn only_exported_topics_cross() {
     let Some(sites) = sites(TEST, || Sites::builder("tnx").create()) else {
         return;
     };
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
     let telemetry = realm.keys(&["topic-id", "realm", "/telemetry"]);
     let (a, b) = (sites.site(Site::A), sites.site(Site::B));
     let cloud_router = realm.cloud_router(&sites, "");
@@ -583,7 +545,7 @@ fn a_reliable_keep_all_stream_survives_a_cloud_router_restart_across_nat() {
     let Some(sites) = lossy_sites(TEST, "tnr", &lossy) else {
         return;
     };
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
     let (a, b) = (sites.site(Site::A), sites.site(Site::B));
     let mut router = realm.cloud_router(&sites, "");
     let n = 150u64;
@@ -683,7 +645,7 @@ fn a_13_mb_sample_crosses_two_routers_with_loss_on_every_link() {
     let Some(sites) = lossy_sites(TEST, "tnl", &lossy) else {
         return;
     };
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
     let (a, b) = (sites.site(Site::A), sites.site(Site::B));
     let cloud_router = realm.cloud_router(&sites, "");
     let gateway = Site::A.gateway();
@@ -792,7 +754,7 @@ fn site_address_change_keeps_topics_flowing() {
     let Some(mut sites) = sites(TEST, || Sites::builder("tna").create()) else {
         return;
     };
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
     let router = realm.cloud_router(&sites, "");
     let n = 200u64;
     let count = n.to_string();
@@ -915,7 +877,7 @@ fn a_revoked_member_is_refused_by_the_router_across_nat() {
     let Some(sites) = sites(TEST, || Sites::builder("tnv").create()) else {
         return;
     };
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
     realm.keys(&["revoke", "realm", "c"]);
     let (a, b) = (sites.site(Site::A), sites.site(Site::B));
     let router = realm.cloud_router(&sites, "revocations = \"realm/revoked.toml\"");
@@ -1007,8 +969,8 @@ fn a_router_of_another_realm_cannot_join_across_nat() {
     let Some(sites) = sites(TEST, || Sites::builder("tnf").create()) else {
         return;
     };
-    let realm = Realm::new();
-    let other = Realm::new();
+    let realm = Realm::new(&["a", "b", "c"]);
+    let other = Realm::new(&["a", "b", "c"]);
     let router = realm.cloud_router(&sites, "");
     let foreign = other.router(
         sites.site(Site::A).ns(),

@@ -6,77 +6,38 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::realm::Realm;
 use common::{Live, finish, spawn, text, wait_until};
 
-/// A realm in a temporary directory with members `a` and `b` (every topic) and routers
-/// `cloud` and `site`.
-struct Realm {
-    dir: tempfile::TempDir,
+/// The loopback routers and members of a test realm (`common::realm`).
+trait Loopback {
+    /// A router named `name` with `extra` lines of router.toml, listening on `port`.
+    fn router(&self, name: &str, port: u16, metrics: u16, extra: &str) -> Live;
+    /// `tether` as member `who`, meeting others only through the router on `router`.
+    fn member(&self, who: &str, router: u16) -> Command;
 }
 
-impl Realm {
-    fn new() -> Realm {
-        let dir = tempfile::tempdir().unwrap();
-        let r = Realm { dir };
-        r.keys(&["init", "realm"]);
-        for m in ["a", "b"] {
-            r.keys(&["issue", "realm", m, "--pub", "/**", "--sub", "/**"]);
-        }
-        for router in ["cloud", "site"] {
-            r.keys(&["issue", "realm", router, "--role", "router"]);
-        }
-        r
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    fn keys(&self, args: &[&str]) -> String {
-        let o = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .current_dir(self.dir.path())
-            .arg("keys")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "keys {args:?}: {}", text(&o.stderr));
-        text(&o.stdout)
-    }
-
-    /// A router named `name` with `extra` lines of router.toml, listening on `port`.
+impl Loopback for Realm {
     fn router(&self, name: &str, port: u16, metrics: u16, extra: &str) -> Live {
-        let cfg = self.path(&format!("{name}-{port}.toml"));
-        std::fs::write(
-            &cfg,
-            format!(
-                "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\nkeys = \"realm/{name}.key\"\n\
-                 metrics = \"127.0.0.1:{metrics}\"\n{extra}\n"
-            ),
+        self.start_router(
+            Command::new(env!("CARGO_BIN_EXE_tether")),
+            &format!("{name}-{port}.toml"),
+            name,
+            &format!("listen = \"127.0.0.1:{port}\"\nmetrics = \"127.0.0.1:{metrics}\"\n{extra}"),
         )
-        .unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-        c.env("RUST_LOG", "info")
-            .env_remove("TETHER_CONFIG")
-            .args(["router", "--config"])
-            .arg(&cfg);
-        Live::spawn(c)
     }
 
-    /// `tether` as member `who`, meeting others only through `router`.
     fn member(&self, who: &str, router: u16) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-        c.env_remove("TETHER_CONFIG")
-            .env_remove("TETHER_KEYS")
-            .arg("--registry-dir")
-            .arg(self.path("registry"))
-            .args(["--discovery", "off", "--keys"])
-            .arg(self.path(&format!("realm/{who}.key")))
-            .args(["--router", &format!("quic/127.0.0.1:{router}")]);
-        c
+        self.member_command(
+            Command::new(env!("CARGO_BIN_EXE_tether")),
+            "registry",
+            who,
+            &format!("127.0.0.1:{router}"),
+        )
     }
 }
 
@@ -140,7 +101,7 @@ fn wait_links(metrics_port: u16, role: &str, n: f64) -> bool {
 /// end to end (the router holds no realm secret), and the router's metrics count them.
 #[test]
 fn members_meet_through_a_router_and_nothing_else() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let (port, mport) = (free_port(), free_tcp_port());
     let mut router = realm.router("cloud", port, mport, "");
     let mut echo = realm.member("b", port);
@@ -178,7 +139,7 @@ fn members_meet_through_a_router_and_nothing_else() {
 /// sample delivered once and in order.
 #[test]
 fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let (port, mport) = (free_port(), free_tcp_port());
     let mut router = realm.router("cloud", port, mport, "");
     let mut echo = realm.member("b", port);
@@ -242,7 +203,7 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
 /// that joins later, at another "site" (it meets the publisher through the router only).
 #[test]
 fn a_late_joiner_beyond_a_router_gets_the_transient_local_history() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let (port, mport) = (free_port(), free_tcp_port());
     let mut router = realm.router("cloud", port, mport, "");
     let mut publ = realm.member("a", port);
@@ -299,7 +260,7 @@ fn a_late_joiner_beyond_a_router_gets_the_transient_local_history() {
 /// router's side); a router of another realm cannot link.
 #[test]
 fn revoked_members_and_foreign_routers_are_refused() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     realm.keys(&["revoke", "realm", "b"]);
     let (port, mport) = (free_port(), free_tcp_port());
     let mut router = realm.router("cloud", port, mport, "revocations = \"realm/revoked.toml\"");
@@ -322,7 +283,7 @@ fn revoked_members_and_foreign_routers_are_refused() {
         0.0
     );
     // Another realm's router dials this one: refused, never linked.
-    let other = Realm::new();
+    let other = Realm::new(&["a", "b"]);
     let oport = free_port();
     let mut foreign = other.router(
         "site",
@@ -353,7 +314,7 @@ fn revoked_members_and_foreign_routers_are_refused() {
 /// /allowed and never /private, and the site's router counts what it held back.
 #[test]
 fn an_export_list_lets_only_its_topics_cross() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let allowed = realm.keys(&["topic-id", "realm", "/allowed"]);
     let (cport, cm) = (free_port(), free_tcp_port());
     let (sport, sm) = (free_port(), free_tcp_port());
@@ -464,7 +425,7 @@ fn an_export_list_lets_only_its_topics_cross() {
 
 #[test]
 fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let cfg = realm.path("r.toml");
     std::fs::write(
         &cfg,
@@ -502,7 +463,7 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
 /// it; a router that cannot be reached is said, not left to a time-out's guess.
 #[test]
 fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let o = Command::new(env!("CARGO_BIN_EXE_tether"))
         .env_remove("TETHER_CONFIG")
         .env_remove("TETHER_KEYS")
@@ -530,7 +491,7 @@ fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
 /// its grants (topic names).
 #[test]
 fn a_bundle_without_a_link_credential_is_refused_with_a_hint() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     let key = realm.path("realm/a.key");
     let bundle = std::fs::read_to_string(&key).unwrap();
     let old: String = bundle
@@ -552,7 +513,7 @@ fn a_bundle_without_a_link_credential_is_refused_with_a_hint() {
 /// checked against the new list when dialled (and no member meets anyone through it).
 #[test]
 fn a_session_leaves_a_router_revoked_while_it_runs() {
-    let realm = Realm::new();
+    let realm = Realm::new(&["a", "b"]);
     // A list to watch from the start (revoking nobody that matters here).
     realm.keys(&["revoke", "realm", "site"]);
     let (port, mport) = (free_port(), free_tcp_port());

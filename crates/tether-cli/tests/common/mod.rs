@@ -1,6 +1,8 @@
 //! Helpers shared by the CLI integration tests (each test crate uses some of them).
 #![allow(dead_code)]
 
+pub(crate) mod realm;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
