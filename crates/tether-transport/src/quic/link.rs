@@ -694,32 +694,7 @@ impl LinkSender {
     /// while the peer's flow-control window is full (backpressure). A frame longer than
     /// the link's limit is refused (`LinkError::FrameTooLarge`), and handed back.
     pub async fn send(&mut self, frame: Bytes) -> Result<(), SendError> {
-        if frame.len() > self.max_frame {
-            let len = frame.len();
-            return Err(SendError {
-                frame,
-                error: LinkError::FrameTooLarge {
-                    len,
-                    max: self.max_frame,
-                },
-            });
-        }
-        let len = frame.len();
-        let head = Bytes::copy_from_slice(&(len as u32).to_be_bytes());
-        let mut chunks = [head, frame.clone()];
-        match self.stream.write_all_chunks(&mut chunks).await {
-            Ok(()) => {
-                self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
-                self.shared
-                    .bytes_sent
-                    .fetch_add(len as u64, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => Err(SendError {
-                frame,
-                error: e.into(),
-            }),
-        }
+        self.send_parts(frame, Bytes::new(), Bytes::new()).await
     }
 
     /// Sends one frame made of `head`, `body` and `tail` (as [`send`](Self::send) does with
