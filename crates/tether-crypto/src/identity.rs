@@ -1,6 +1,8 @@
 //! Key pairs: a participant's identity, the realm's CA, the realm secret.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Mutex;
 
 use aws_lc_rs::agreement::{self, X25519};
 use aws_lc_rs::signature::{self, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
@@ -15,13 +17,23 @@ pub(crate) fn verify(public: &[u8; 32], msg: &[u8], sig: &[u8]) -> bool {
         .is_ok()
 }
 
+/// X25519 results kept per identity (see [`Identity::agree`]).
+const AGREED_KEPT: usize = 64;
+
+/// Peer X25519 keys and the secrets agreed with them, oldest first.
+type Agreed = VecDeque<([u8; 32], Zeroizing<[u8; 32]>)>;
+
 /// A participant's secret keys: Ed25519 to sign (challenges, batches), X25519 to agree on
 /// key-wrapping keys. Held as seeds, zeroed when dropped.
 pub struct Identity {
     sign_seed: Zeroizing<[u8; 32]>,
     kx_secret: Zeroizing<[u8; 32]>,
     signer: Ed25519KeyPair,
+    kx: agreement::PrivateKey,
     kx_public: [u8; 32],
+    /// The shared secrets of the last [`AGREED_KEPT`] peer keys, oldest first (zeroed when
+    /// dropped).
+    agreed: Mutex<Agreed>,
 }
 
 impl fmt::Debug for Identity {
@@ -55,7 +67,9 @@ impl Identity {
             sign_seed: Zeroizing::new(*sign_seed),
             kx_secret: Zeroizing::new(*kx_secret),
             signer,
+            kx,
             kx_public,
+            agreed: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -112,12 +126,30 @@ impl Identity {
         verify(public, msg, sig)
     }
 
-    /// The X25519 shared secret with `peer`, fed to `f` (then zeroed).
+    /// The X25519 shared secret with `peer`, fed to `f` (`None` for a key it cannot be
+    /// agreed with: a low-order point).
+    ///
+    /// The secret between two static keys never changes, and a new peer asks for it three or
+    /// four times in its first round trips (its control key unwrapped, ours wrapped for it,
+    /// sender keys both ways), each a scalar multiplication on the path to the first sample.
+    /// So the last [`AGREED_KEPT`] are kept, zeroed when they make room or the identity is
+    /// dropped; they are worth what the private key is worth, and live beside it.
     pub(crate) fn agree<R>(&self, peer: &[u8; 32], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let me =
-            agreement::PrivateKey::from_private_key(&X25519, self.kx_secret.as_slice()).ok()?;
-        let peer = agreement::UnparsedPublicKey::new(&X25519, peer);
-        agreement::agree(&me, peer, (), |s| Ok(f(s))).ok()
+        let mut kept = self.agreed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = kept.iter().find(|(k, _)| k == peer) {
+            return Some(f(s.as_slice()));
+        }
+        let theirs = agreement::UnparsedPublicKey::new(&X25519, peer);
+        let secret = agreement::agree(&self.kx, theirs, (), |s| {
+            <[u8; 32]>::try_from(s).map(Zeroizing::new).map_err(|_| ())
+        })
+        .ok()?;
+        if kept.len() == AGREED_KEPT {
+            kept.pop_front();
+        }
+        let r = f(secret.as_slice());
+        kept.push_back((*peer, secret));
+        Some(r)
     }
 }
 
@@ -249,6 +281,32 @@ mod tests {
         let ca = CaKey::generate();
         assert_eq!(CaKey::from_seed(ca.seed()).unwrap().public(), ca.public());
         assert!(verify(&ca.public(), b"m", &ca.sign(b"m")));
+    }
+
+    /// Kept secrets are the ones agreed afresh, for each peer, before and after the oldest
+    /// make room; a low-order point is refused and not kept.
+    #[test]
+    fn kept_agreements_are_the_fresh_ones() {
+        let a = Identity::generate();
+        let peers: Vec<Identity> = (0..AGREED_KEPT + 10)
+            .map(|_| Identity::generate())
+            .collect();
+        for round in 0..2 {
+            for p in &peers {
+                let ours = a.agree(&p.kx_public(), |s| s.to_vec()).unwrap();
+                let theirs = p.agree(&a.kx_public(), |s| s.to_vec()).unwrap();
+                assert_eq!(ours, theirs, "round {round}");
+            }
+        }
+        assert_eq!(a.agreed.lock().unwrap().len(), AGREED_KEPT);
+        assert!(a.agree(&[0u8; 32], |_| ()).is_none());
+        assert!(
+            a.agreed
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|(k, _)| k != &[0u8; 32])
+        );
     }
 
     /// RFC 8032 section 7.1, test 1, and RFC 7748 section 6.1: the provider computes what

@@ -294,7 +294,7 @@ impl Participant {
             self.auth_refused(pid, AuthFailure::NotSealedForRealm);
             return;
         };
-        let cred = match sec.check(&bytes, now) {
+        let cred = match sec.check(&bytes, now, &mut self.keystore.verified_credentials) {
             Ok(c) => c,
             Err(e) => {
                 let reason = Self::refusal_reason(&sec, &e);

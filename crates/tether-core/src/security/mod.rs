@@ -8,6 +8,7 @@ pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod protect;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -243,14 +244,27 @@ impl Security {
         tether_crypto::open_credential(&self.realm_secret, from.0, me.0, sealed)
     }
 
-    /// Checks a peer's credential bytes at `now`.
-    pub(crate) fn check(&self, bytes: &[u8], now: Instant) -> Result<Credential, CredentialError> {
+    /// Checks a peer's credential bytes at `now`. A peer sends its credential in every AUTH
+    /// (three or four on the way to its first sample): bytes in `verified` had their CA
+    /// signature verified before, and only their terms (expiry, revocation, contents) are
+    /// checked again; bytes verified now join them (the oldest make room).
+    pub(crate) fn check(
+        &self,
+        bytes: &[u8],
+        now: Instant,
+        verified: &mut VecDeque<Vec<u8>>,
+    ) -> Result<Credential, CredentialError> {
         let c = Credential::from_bytes(bytes)?;
-        c.verify(
-            &self.ca_public,
-            self.unix_at(now),
-            self.revocations.as_ref(),
-        )?;
+        let (unix, revoked) = (self.unix_at(now), self.revocations.as_ref());
+        if verified.iter().any(|b| b.as_slice() == bytes) {
+            c.verify_terms(&self.ca_public, unix, revoked)?;
+        } else {
+            c.verify(&self.ca_public, unix, revoked)?;
+            if verified.len() >= VERIFIED_KEPT {
+                verified.pop_front();
+            }
+            verified.push_back(bytes.to_vec());
+        }
         Ok(c)
     }
 
@@ -264,6 +278,9 @@ impl Security {
         self.identity.sign(&auth_signed_bytes(challenge, me, peer))
     }
 }
+
+/// Peer credentials whose CA signature is remembered as verified (`Security::check`).
+pub(crate) const VERIFIED_KEPT: usize = 64;
 
 /// The least time between two REFUSALs to one peer (`docs/wire.md#refusal`): a refused
 /// peer resends its AUTH, and each is answered at most this often.
@@ -367,5 +384,77 @@ impl PeerAuth {
             && self
                 .sent
                 .is_none_or(|t| now.saturating_duration_since(t) >= self.resend_gap.min(period))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issue(ca: &tether_crypto::CaKey, serial: u64, expires: u64) -> Credential {
+        let id = Identity::generate();
+        Credential::issue(
+            ca,
+            "peer",
+            serial,
+            1_000,
+            expires,
+            id.sign_public(),
+            id.kx_public(),
+            vec!["/**".into()],
+            vec![],
+        )
+        .unwrap()
+    }
+
+    /// A credential verified once is not signature-checked again, but its terms are: one
+    /// that expired or was revoked since is refused; other bytes (a forged signature) are
+    /// checked in full.
+    #[test]
+    fn remembered_credentials_still_expire_and_can_be_revoked() {
+        let ca = tether_crypto::CaKey::generate();
+        let now = Instant::now();
+        let sec = Security::new(
+            Identity::generate(),
+            issue(&ca, 1, 4_000_000_000),
+            ca.public(),
+            RealmSecret::from_bytes([3; 32]),
+            None,
+            now,
+            2_000_000_000,
+        );
+        let mut seen = VecDeque::new();
+        let peer = issue(&ca, 2, 2_000_000_100).to_bytes();
+        assert!(sec.check(&peer, now, &mut seen).is_ok());
+        assert_eq!(seen.len(), 1);
+        assert!(sec.check(&peer, now, &mut seen).is_ok());
+        assert_eq!(seen.len(), 1, "checked again, not remembered twice");
+        // Later than its expiry: refused although remembered.
+        let later = now + Duration::from_secs(200);
+        assert!(matches!(
+            sec.check(&peer, later, &mut seen),
+            Err(CredentialError::Expired { .. })
+        ));
+        // Revoked since: refused although remembered.
+        let mut revoked = sec.clone_for_revocations();
+        revoked.revocations = Some(RevocationList::issue(&ca, 1, 1_000, vec![2]));
+        assert!(matches!(
+            revoked.check(&peer, now, &mut seen),
+            Err(CredentialError::Revoked(2))
+        ));
+        // The same credential with its signature's last byte changed: checked in full.
+        let mut forged = peer.clone();
+        *forged.last_mut().unwrap() ^= 1;
+        assert!(matches!(
+            sec.check(&forged, now, &mut seen),
+            Err(CredentialError::BadSignature)
+        ));
+        // Room for VERIFIED_KEPT: the oldest make room.
+        for serial in 10..10 + VERIFIED_KEPT as u64 {
+            let c = issue(&ca, serial, 4_000_000_000).to_bytes();
+            assert!(sec.check(&c, now, &mut seen).is_ok());
+        }
+        assert_eq!(seen.len(), VERIFIED_KEPT);
+        assert!(!seen.contains(&peer));
     }
 }
