@@ -705,3 +705,42 @@ fn first_listener_gets_events_raised_before_it() {
     // Only once.
     assert!(rx.recv_timeout(Duration::from_millis(1500)).is_err());
 }
+
+/// Threads of this process named `name` (Linux: /proc/self/task/*/comm).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|c| c.trim_end() == name)
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A session dials its routers first, while the rest of it is made: when opening then fails
+/// (here its listen port is taken), the open says why and the link thread, which was
+/// dialling already, ends instead of dialling on for a session that does not exist.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_failed_open_leaves_no_router_link_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let realm = tether::keys::Realm::init(&dir.path().join("realm")).unwrap();
+    realm.issue("robot", vec![], vec![], 30).unwrap();
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A router that never answers: a bound socket of this test's.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let before = threads_named("tether-routers");
+    let mut c = cfg(dir.path());
+    c.security.keys = Some(dir.path().join("realm").join("robot.key"));
+    c.transport.listen = Some(taken.local_addr().unwrap());
+    c.routers.connect = vec![format!("quic/{}", silent.local_addr().unwrap())];
+    let Err(e) = Session::open(c) else {
+        panic!("opened although its listen port is taken")
+    };
+    assert!(e.to_string().contains("bind"), "{e}");
+    assert!(
+        wait_for(Duration::from_secs(5), || threads_named("tether-routers")
+            == before),
+        "the link thread of the failed session is still running"
+    );
+}

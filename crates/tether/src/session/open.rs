@@ -12,7 +12,7 @@ use tether_core::{Participant, ParticipantId, Priority, Security};
 use tether_transport::{MulticastReceiver, Registry, UdpOptions, UdpTransport, interface_ipv4};
 
 use super::revocations::RevocationWatch;
-use super::router::{LinkThread, Routers};
+use super::router::Routers;
 use super::shared::{Inner, Shared};
 use super::threads::{GroupRx, RegistryInfo, discovery_loop, recv_loop, sender_loop};
 use super::{OpenError, Session};
@@ -22,23 +22,9 @@ impl Session {
     /// Opens a session: binds its socket, registers for discovery, starts its threads.
     pub fn open(config: Config) -> Result<Session, OpenError> {
         let settings = EngineSettings::try_from(&config)?;
-        let (transport, multicast_if) = bind(&config)?;
         let id = ParticipantId(random_id());
-        let now = Instant::now();
-        let security = match &settings.security {
-            Some(policy) => Some(Arc::new(join_realm(policy, now)?)),
-            None => None,
-        };
-        let mut cc = settings.engine_config(id, security);
-        // Peers at this host's addresses take large datagrams; probing needs the
-        // don't-fragment bit.
-        cc.local_addrs = tether_transport::path::host_addresses();
-        cc.probe_paths &= transport.dont_fragment();
-        let mut core = Participant::new(cc, now);
-        let routers = match settings.security.as_ref() {
-            Some(policy) if !config.routers.connect.is_empty() => {
-                Some(router_links(&config, policy, id, &mut core)?)
-            }
+        let realm = match &settings.security {
+            Some(policy) => Some(load_realm(policy)?),
             None if !config.routers.connect.is_empty() => {
                 return Err(OpenError::Routers(
                     "routers take sessions of a realm only (they check each session's \
@@ -46,8 +32,43 @@ impl Session {
                         .into(),
                 ));
             }
+            None => None,
+        };
+        // The router links are dialled first: their QUIC handshakes (a few round trips and
+        // both credentials checked) run on the link thread while the rest of the session is
+        // made, and the thread waits for the engine only once a link is up.
+        let routers = match (&settings.security, &realm) {
+            (Some(policy), Some((bundle, revocations))) if !config.routers.connect.is_empty() => {
+                Some(dial_routers(
+                    &config,
+                    policy,
+                    bundle,
+                    revocations.clone(),
+                    id,
+                )?)
+            }
             _ => None,
         };
+        let (transport, multicast_if) = bind(&config)?;
+        let now = Instant::now();
+        let security = match (&settings.security, realm) {
+            (Some(policy), Some((bundle, revocations))) => {
+                Some(Arc::new(join_realm(policy, bundle, revocations, now)?))
+            }
+            _ => None,
+        };
+        let mut cc = settings.engine_config(id, security);
+        // Peers at this host's addresses take large datagrams; probing needs the
+        // don't-fragment bit.
+        cc.local_addrs = tether_transport::path::host_addresses();
+        cc.probe_paths &= transport.dont_fragment();
+        let mut core = Participant::new(cc, now);
+        if let Some(r) = &routers {
+            for n in r.routers.numbers() {
+                core.add_route_link(n, config.routers.datagram);
+                core.add_target(tether_core::route::group_addr(n));
+            }
+        }
         for (name, spec) in &settings.flow_controllers {
             core.set_flow_controller(name, *spec);
         }
@@ -96,7 +117,7 @@ impl Session {
             recv_errors: AtomicU64::new(0),
             too_large: AtomicU64::new(0),
             too_large_warned: Mutex::new(None),
-            routers: routers.as_ref().map(|(r, _)| r.clone()),
+            routers: routers.as_ref().map(|r| r.routers.clone()),
         });
         // The first announcements.
         shared.with_core(|_, _| ());
@@ -106,14 +127,11 @@ impl Session {
             .and_then(|p| p.revocations.clone())
             .map(RevocationWatch::new);
         let mut threads = start_threads(&shared, scan, multicast, watch)?;
-        if let Some((_, link_thread)) = routers {
-            let s = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("tether-routers".into())
-                    .spawn(move || link_thread.run(s))
-                    .map_err(OpenError::Thread)?,
-            );
+        if let Some(r) = routers {
+            // The link thread goes on with the engine (dropped unsent, when opening failed
+            // before here, the thread ends).
+            let _ = r.engine.send(shared.clone());
+            threads.push(r.thread);
         }
         Ok(Session {
             threads,
@@ -123,26 +141,48 @@ impl Session {
     }
 }
 
-/// The router links of `config.routers`: the certificate made from the session's key
-/// bundle, and each link declared to the engine (a route link, and its group as an
-/// announcement target, so discovery reaches the sessions beyond it).
-fn router_links(
+/// The router links of a session being opened: the link thread, dialling already, and the
+/// way to hand it the engine.
+struct Dialling {
+    routers: Arc<Routers>,
+    thread: JoinHandle<()>,
+    engine: tokio::sync::oneshot::Sender<Arc<Shared>>,
+}
+
+/// The key bundle and revocation list of the session's realm, loaded once.
+fn load_realm(
+    policy: &SecurityPolicy,
+) -> Result<
+    (
+        crate::keys::KeyBundle,
+        Option<tether_crypto::RevocationList>,
+    ),
+    OpenError,
+> {
+    let b = crate::keys::KeyBundle::load(&policy.keys)?;
+    let revocations = match &policy.revocations {
+        Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
+        None => None,
+    };
+    Ok((b, revocations))
+}
+
+/// Starts the router links of `config.routers`: the certificate made from the session's key
+/// bundle `b`, and the link thread, which dials at once. The engine declares each link (a
+/// route link, and its group as an announcement target) once it exists.
+fn dial_routers(
     config: &Config,
     policy: &SecurityPolicy,
+    b: &crate::keys::KeyBundle,
+    revocations: Option<tether_crypto::RevocationList>,
     id: ParticipantId,
-    core: &mut Participant,
-) -> Result<(Arc<Routers>, LinkThread), OpenError> {
+) -> Result<Dialling, OpenError> {
     let targets = config
         .routers
         .connect
         .iter()
         .map(|r| crate::config::parse_router(r).map_err(OpenError::Routers))
         .collect::<Result<Vec<_>, _>>()?;
-    let b = crate::keys::KeyBundle::load(&policy.keys)?;
-    let revocations = match &policy.revocations {
-        Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
-        None => None,
-    };
     // Routers are shown the credential without grants: they never read topic names.
     let link = b.link_credential.as_ref().ok_or_else(|| {
         OpenError::Routers(format!(
@@ -162,11 +202,16 @@ fn router_links(
         b.ca_public,
         revocations,
     );
-    for n in routers.numbers() {
-        core.add_route_link(n, config.routers.datagram);
-        core.add_target(tether_core::route::group_addr(n));
-    }
-    Ok((routers, thread))
+    let (engine, engine_rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("tether-routers".into())
+        .spawn(move || thread.run(engine_rx))
+        .map_err(OpenError::Thread)?;
+    Ok(Dialling {
+        routers,
+        thread,
+        engine,
+    })
 }
 
 /// `reliability.max_blocking_time_ms`, except that a session with routers waits 10 s by
@@ -237,14 +282,14 @@ fn bind(config: &Config) -> Result<(UdpTransport, Option<Ipv4Addr>), OpenError> 
     Ok((transport, multicast_if))
 }
 
-/// Loads the key bundle and the revocation list, checks our own credential now, and makes
-/// the engine's realm membership with the configured protection.
-fn join_realm(policy: &SecurityPolicy, now: Instant) -> Result<Security, OpenError> {
-    let b = crate::keys::KeyBundle::load(&policy.keys)?;
-    let revocations = match &policy.revocations {
-        Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
-        None => None,
-    };
+/// Checks our own credential now, and makes the engine's realm membership from the key
+/// bundle `b` with the configured protection.
+fn join_realm(
+    policy: &SecurityPolicy,
+    b: crate::keys::KeyBundle,
+    revocations: Option<tether_crypto::RevocationList>,
+    now: Instant,
+) -> Result<Security, OpenError> {
     let unix = crate::keys::unix_now();
     b.credential
         .verify(&b.ca_public, unix, revocations.as_ref())

@@ -33,7 +33,7 @@ use bytes::Bytes;
 use tether_core::route;
 use tether_routing::{Delivery, Frame, Leaf, LinkId, NodeId, ParticipantId, RouteKey};
 use tether_transport::quic::{Backoff, LinkConfig, LinkIdentity, PeerPolicy, QuicEndpoint};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::shared::Shared;
 
@@ -339,8 +339,10 @@ impl Routers {
 
 impl LinkThread {
     /// Runs the links until the session closes (on a thread of its own: a current-thread
-    /// tokio runtime, since QUIC needs one; the engine's threads never wait on it).
-    pub(super) fn run(self, shared: Arc<Shared>) {
+    /// tokio runtime, since QUIC needs one; the engine's threads never wait on it). It dials
+    /// at once, while the session is still being opened, and takes the engine from `engine`
+    /// (if that is dropped unsent, opening failed, and it ends).
+    pub(super) fn run(self, engine: oneshot::Receiver<Arc<Shared>>) {
         let rt = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -351,10 +353,10 @@ impl LinkThread {
                 return;
             }
         };
-        rt.block_on(self.run_async(shared));
+        rt.block_on(self.run_async(engine));
     }
 
-    async fn run_async(self, shared: Arc<Shared>) {
+    async fn run_async(self, engine: oneshot::Receiver<Arc<Shared>>) {
         let LinkThread {
             routers,
             receivers,
@@ -384,17 +386,26 @@ impl LinkThread {
                 return;
             }
         };
+        let (engine_tx, engine_rx) = watch::channel(None);
         let mut tasks = tokio::task::JoinSet::new();
         for (i, rx) in receivers.into_iter().enumerate() {
             tasks.spawn(link_task(
-                shared.clone(),
+                engine_rx.clone(),
                 routers.clone(),
                 endpoint.clone(),
                 i,
                 rx,
             ));
         }
-        tasks.spawn(endpoints_task(shared.clone(), routers.clone()));
+        let Ok(shared) = engine.await else {
+            // The session was not opened after all.
+            routers.close();
+            tasks.abort_all();
+            endpoint.close(0, "session not opened");
+            return;
+        };
+        let _ = engine_tx.send(Some(shared.clone()));
+        tasks.spawn(endpoints_task(shared, routers.clone()));
         // Until the session closes; then a moment for the goodbyes already queued.
         while !routers.closing.load(Ordering::SeqCst) {
             let wait = routers.shutdown.notified();
@@ -427,9 +438,10 @@ async fn resolve(target: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{target} resolves to no address"))
 }
 
-/// One router: dials it, keeps the link, dials again when it fails.
+/// One router: dials it, keeps the link, dials again when it fails. The first dial starts
+/// before the engine exists (`engine` has it once the session is open).
 async fn link_task(
-    shared: Arc<Shared>,
+    mut engine: watch::Receiver<Option<Arc<Shared>>>,
     routers: Arc<Routers>,
     endpoint: Arc<QuicEndpoint>,
     index: usize,
@@ -478,6 +490,10 @@ async fn link_task(
         };
         backoff.reset();
         last_error = None;
+        let shared = match engine.wait_for(Option::is_some).await {
+            Ok(s) => s.clone().expect("waited for"),
+            Err(_) => break,
+        };
         routers.counters.connects.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             "router {}: linked to '{}' at {}",
