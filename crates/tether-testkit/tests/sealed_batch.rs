@@ -338,7 +338,7 @@ fn a_late_joiner_gets_a_batch_sealing_writers_history_sealed() {
 /// and no sealed batch goes to the reader, so nothing is refused there either. Before issue
 /// 18 they matched, and the reader refused every sample as under-protected. (A sample of
 /// less protection than a reader requires is still refused on arrival, whoever sends it:
-/// `security.rs`, `signed_modes_and_per_topic_overrides`.)
+/// `security/signing.rs`, `signed_modes_and_per_topic_overrides`.)
 #[test]
 fn a_reader_asking_for_signatures_does_not_match_a_batch_sealing_writer() {
     let q = batching(Qos::new().best_effort(), 8);
