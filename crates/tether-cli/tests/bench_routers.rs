@@ -127,3 +127,40 @@ fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
         "{v}"
     );
 }
+
+/// `--delay-ms 0`: the same two hosts with no delay added (no NFQUEUE: iptables is not
+/// needed), direct and through the router on the far host, and what the router adds one
+/// way reported per size. Needs root (says why and skips otherwise).
+#[test]
+fn wan_bench_measures_two_hosts_without_delay() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: --delay-ms makes network namespaces, which needs root");
+        return;
+    }
+    let v = bench(&[
+        "wan",
+        "--sizes",
+        "64",
+        "--samples",
+        "10",
+        "--large",
+        "0",
+        "--duration",
+        "0",
+        "--delay-ms",
+        "0",
+        "--delay-samples",
+        "50",
+    ]);
+    let d = v["delayed_link"].as_array().unwrap();
+    assert_eq!(d.len(), 1, "{v}");
+    assert_eq!(d[0]["delay_ms_each_way"], 0.0);
+    let (direct, routed) = (
+        d[0]["direct_rtt_p50_us"].as_f64().unwrap(),
+        d[0]["router_rtt_p50_us"].as_f64().unwrap(),
+    );
+    // No speed is asserted: only that both paths were measured.
+    assert!(direct > 0.0 && routed > 0.0, "{v}");
+    let added = d[0]["added_one_way_by_the_router_p50_us"].as_f64().unwrap();
+    assert!((added - (routed - direct) / 2.0).abs() < 1e-6, "{v}");
+}

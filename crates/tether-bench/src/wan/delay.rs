@@ -1,6 +1,8 @@
 //! `tether bench wan --delay-ms D`: round trips over a link that delays each packet D ms
 //! each way, directly and through one router, in the same run (issue 19's bar: through
-//! one router at most 1.1 × the direct RTT over the same delay).
+//! one router at most 1.1 × the direct RTT over the same delay). With D = 0 the same two
+//! hosts and paths without any delay: what a router hop adds over a direct path between
+//! two hosts.
 //!
 //! Two hosts (network namespaces joined by a veth, [`Lan`]), each holding every packet it
 //! receives for D ms (NFQUEUE: this kernel has no netem), so the link between them has
@@ -41,10 +43,15 @@ impl DelayRow {
     pub(super) fn ratio(&self) -> f64 {
         self.routed.p50 / self.direct.p50
     }
+
+    /// What the router adds one way at the median, in µs: (router RTT − direct RTT) / 2.
+    pub(super) fn added_one_way(&self) -> f64 {
+        (self.routed.p50 - self.direct.p50) / 2.0
+    }
 }
 
-/// Measures `samples` round trips per size over a link of `delay` each way (root and
-/// iptables needed).
+/// Measures `samples` round trips per size over a link of `delay` each way (zero: no
+/// delay added; root and iptables needed).
 pub(super) fn measure(
     plain: &Config,
     side: &SecureSide,
@@ -56,7 +63,11 @@ pub(super) fn measure(
         bail!("--delay-ms needs root: it makes two network namespaces and delays their link");
     }
     let lan = Lan::create()?;
-    let _delays = lan.delay_both(delay)?;
+    // No delay: the two hosts' link as it is (a veth), no NFQUEUE hop either.
+    let _delays = match delay.is_zero() {
+        true => None,
+        false => Some(lan.delay_both(delay)?),
+    };
     let dir = side.realm_dir().context("the realm's directory")?;
     let operator_ip = IpAddr::V4(RECEIVER_IP);
     let direct_cfg = {

@@ -79,11 +79,13 @@ pub(crate) struct WanArgs {
     /// Throughput measurements per row and path (direct and router alternate).
     #[arg(long, default_value_t = 1)]
     reps: usize,
-    /// Also measure the RTT over a link delaying each packet this many ms each way (two
-    /// network namespaces, NFQUEUE; needs root and iptables), directly and through one
-    /// router (0: not measured).
-    #[arg(long, default_value_t = 0.0)]
-    delay_ms: f64,
+    /// Also measure the RTT between two hosts (two network namespaces joined by a veth;
+    /// needs root and iptables), directly and through one router beside the far host, over
+    /// a link delaying each packet this many ms each way (NFQUEUE). 0: the same two hosts
+    /// with no delay added, where the difference is what the router hop adds over a
+    /// direct path between hosts. Not given: not measured.
+    #[arg(long)]
+    delay_ms: Option<f64>,
     /// Round trips per size and path over the delayed link.
     #[arg(long, default_value_t = 200)]
     delay_samples: usize,
@@ -266,8 +268,11 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
         }
     }
     drop(routers);
-    let delayed = if a.delay_ms > 0.0 {
-        let d = Duration::from_secs_f64(a.delay_ms / 1e3);
+    let delayed = if let Some(ms) = a.delay_ms {
+        if !(ms >= 0.0 && ms.is_finite()) {
+            bail!("--delay-ms must be 0 or more");
+        }
+        let d = Duration::from_secs_f64(ms / 1e3);
         delay::measure(&plain, &side, d, &a.sizes, a.delay_samples)
             .context("RTT over the delayed link")?
     } else {
@@ -279,7 +284,7 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
         samples: a.samples,
         duration: a.duration,
         reps: a.reps,
-        delay_ms: a.delay_ms,
+        delay_ms: a.delay_ms.unwrap_or(0.0),
     };
     if a.json {
         report.json(&rtts, &large, &thr, &delayed)
@@ -392,6 +397,7 @@ impl Report {
                     "direct_rtt_p50_us": d.direct.p50, "direct_rtt_p99_us": d.direct.p99,
                     "router_rtt_p50_us": d.routed.p50, "router_rtt_p99_us": d.routed.p99,
                     "router_over_direct_p50": d.ratio(),
+                    "added_one_way_by_the_router_p50_us": d.added_one_way(),
                 })
             })
             .collect();
@@ -488,25 +494,40 @@ impl Report {
             );
         }
         if !delayed.is_empty() {
+            if self.delay_ms > 0.0 {
+                println!(
+                    "RTT over a link delaying each packet {} ms each way (two network \
+                     namespaces, NFQUEUE), directly and through one router beside the far \
+                     host; bar: through the router ≤ 1.1 × direct",
+                    self.delay_ms
+                );
+            } else {
+                println!(
+                    "RTT between two hosts (two network namespaces joined by a veth, no delay \
+                     added), directly and through one router beside the far host; \"+hop\" is \
+                     what the router adds one way, (router − direct) / 2"
+                );
+            }
             println!(
-                "RTT over a link delaying each packet {} ms each way (two network namespaces, \
-                 NFQUEUE), directly and through one router beside the far host; bar: through \
-                 the router ≤ 1.1 × direct",
-                self.delay_ms
-            );
-            println!(
-                "{:>7} {:>12} {:>12} {:>12} {:>12} {:>8}",
-                "size", "direct p50", "direct p99", "router p50", "router p99", "÷direct"
+                "{:>7} {:>12} {:>12} {:>12} {:>12} {:>8} {:>10}",
+                "size",
+                "direct p50",
+                "direct p99",
+                "router p50",
+                "router p99",
+                "÷direct",
+                "+hop p50"
             );
             for d in delayed {
                 println!(
-                    "{:>7} {:>10.2}ms {:>10.2}ms {:>10.2}ms {:>10.2}ms {:>8.3}",
+                    "{:>7} {:>10.3}ms {:>10.3}ms {:>10.3}ms {:>10.3}ms {:>8.3} {:>8.1}µs",
                     d.size,
                     d.direct.p50 / 1e3,
                     d.direct.p99 / 1e3,
                     d.routed.p50 / 1e3,
                     d.routed.p99 / 1e3,
-                    d.ratio()
+                    d.ratio(),
+                    d.added_one_way()
                 );
             }
         }
