@@ -2,6 +2,8 @@
 //! revocation lists, with their canonical binary form (what is signed, and what travels on
 //! the wire) and a TOML text form for files.
 
+use std::collections::VecDeque;
+
 use serde::{Deserialize, Serialize};
 
 use crate::grant::{pattern_matches, valid_pattern};
@@ -263,10 +265,9 @@ impl Credential {
     }
 
     /// [`verify`](Self::verify) without the CA's signature: its realm, validity period,
-    /// revocation and contents. For a credential whose exact bytes were verified before (the
-    /// signature over the same bytes verifies again), so that a peer's credential, sent in
-    /// each of its AUTHs, costs one signature check, not one per AUTH.
-    pub fn verify_terms(
+    /// revocation and contents. Only for a credential whose exact bytes were verified before
+    /// ([`VerifiedCredentials`]).
+    fn verify_terms(
         &self,
         ca_public: &[u8; 32],
         now: u64,
@@ -396,6 +397,61 @@ struct CredFile {
     publish: Vec<String>,
     subscribe: Vec<String>,
     signature: String,
+}
+
+/// Peer credentials whose CA signature verified: the exact bytes of the last
+/// [`KEPT`](Self::KEPT), most recently used last. A peer sends its credential in each of its
+/// AUTHs (three or four on the way to its first sample, and again on every resend):
+/// [`check`](Self::check) verifies the signature over bytes once and, while they are
+/// kept, only the credential's terms (realm, validity, revocation, contents) again; the
+/// same bytes verify the same way every time.
+#[derive(Debug, Default)]
+pub struct VerifiedCredentials {
+    kept: VecDeque<Vec<u8>>,
+}
+
+impl VerifiedCredentials {
+    /// Credentials kept; the least recently used makes room.
+    pub const KEPT: usize = 64;
+
+    /// Parses `bytes` and checks the credential as [`Credential::verify`] does, the
+    /// signature only if these exact bytes are not kept; bytes that pass are kept.
+    pub fn check(
+        &mut self,
+        bytes: &[u8],
+        ca_public: &[u8; 32],
+        now: u64,
+        revoked: Option<&RevocationList>,
+    ) -> Result<Credential, CredentialError> {
+        let c = Credential::from_bytes(bytes)?;
+        if let Some(i) = self.kept.iter().position(|b| b.as_slice() == bytes) {
+            c.verify_terms(ca_public, now, revoked)?;
+            let b = self.kept.remove(i).expect("found at i");
+            self.kept.push_back(b);
+        } else {
+            c.verify(ca_public, now, revoked)?;
+            if self.kept.len() >= Self::KEPT {
+                self.kept.pop_front();
+            }
+            self.kept.push_back(bytes.to_vec());
+        }
+        Ok(c)
+    }
+
+    /// Credentials kept now.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    /// Whether these exact bytes are kept.
+    pub fn contains(&self, bytes: &[u8]) -> bool {
+        self.kept.iter().any(|b| b.as_slice() == bytes)
+    }
 }
 
 /// The serials the realm's CA has revoked, signed by it.

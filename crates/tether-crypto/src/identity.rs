@@ -1,6 +1,5 @@
 //! Key pairs: a participant's identity, the realm's CA, the realm secret.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Mutex;
 
@@ -20,8 +19,21 @@ pub(crate) fn verify(public: &[u8; 32], msg: &[u8], sig: &[u8]) -> bool {
 /// X25519 results kept per identity (see [`Identity::agree`]).
 const AGREED_KEPT: usize = 64;
 
-/// Peer X25519 keys and the secrets agreed with them, oldest first.
-type Agreed = VecDeque<([u8; 32], Zeroizing<[u8; 32]>)>;
+/// The secrets agreed with the last [`AGREED_KEPT`] peer keys.
+struct Agreed {
+    slots: Vec<Slot>,
+    /// Counts uses: the slot used least recently makes room.
+    clock: u64,
+}
+
+/// One peer key and the secret agreed with it.
+struct Slot {
+    peer: [u8; 32],
+    secret: Zeroizing<[u8; 32]>,
+    used: u64,
+    /// The secret was agreed (a slot whose agreement failed holds zeros).
+    valid: bool,
+}
 
 /// A participant's secret keys: Ed25519 to sign (challenges, batches), X25519 to agree on
 /// key-wrapping keys. Held as seeds, zeroed when dropped.
@@ -31,7 +43,7 @@ pub struct Identity {
     signer: Ed25519KeyPair,
     kx: agreement::PrivateKey,
     kx_public: [u8; 32],
-    /// The shared secrets of the last [`AGREED_KEPT`] peer keys, oldest first (zeroed when
+    /// The shared secrets of the last [`AGREED_KEPT`] peer keys (zeroed when replaced or
     /// dropped).
     agreed: Mutex<Agreed>,
 }
@@ -69,7 +81,10 @@ impl Identity {
             signer,
             kx,
             kx_public,
-            agreed: Mutex::new(VecDeque::new()),
+            agreed: Mutex::new(Agreed {
+                slots: Vec::with_capacity(AGREED_KEPT),
+                clock: 0,
+            }),
         })
     }
 
@@ -134,22 +149,55 @@ impl Identity {
     /// sender keys both ways), each a scalar multiplication on the path to the first sample.
     /// So the last [`AGREED_KEPT`] are kept, zeroed when they make room or the identity is
     /// dropped; they are worth what the private key is worth, and live beside it.
+    ///
+    /// `f` runs under the lock of the kept secrets: it must not call `agree`.
     pub(crate) fn agree<R>(&self, peer: &[u8; 32], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let mut kept = self.agreed.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, s)) = kept.iter().find(|(k, _)| k == peer) {
-            return Some(f(s.as_slice()));
+        kept.clock += 1;
+        let now = kept.clock;
+        if let Some(slot) = kept.slots.iter_mut().find(|k| k.valid && &k.peer == peer) {
+            slot.used = now;
+            return Some(f(slot.secret.as_slice()));
         }
         let theirs = agreement::UnparsedPublicKey::new(&X25519, peer);
-        let secret = agreement::agree(&self.kx, theirs, (), |s| {
-            <[u8; 32]>::try_from(s).map(Zeroizing::new).map_err(|_| ())
-        })
-        .ok()?;
-        if kept.len() == AGREED_KEPT {
-            kept.pop_front();
+        // A free slot, or the least recently used one's: the secret is written into it in
+        // place (the slots never move: allocated in full at the start), so no copy of a
+        // secret is left anywhere but there.
+        let i = if kept.slots.len() < AGREED_KEPT {
+            kept.slots.push(Slot {
+                peer: *peer,
+                secret: Zeroizing::new([0u8; 32]),
+                used: now,
+                valid: false,
+            });
+            kept.slots.len() - 1
+        } else {
+            let (i, _) = kept
+                .slots
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, k)| (k.valid, k.used))
+                .expect("AGREED_KEPT slots");
+            i
+        };
+        let slot = &mut kept.slots[i];
+        slot.valid = false;
+        slot.peer = *peer;
+        slot.used = now;
+        let secret = &mut slot.secret;
+        let agreed = agreement::agree(&self.kx, theirs, (), |s| {
+            if s.len() != 32 {
+                return Err(());
+            }
+            secret.copy_from_slice(s);
+            Ok(())
+        });
+        if agreed.is_err() {
+            slot.secret.fill(0);
+            return None;
         }
-        let r = f(secret.as_slice());
-        kept.push_back((*peer, secret));
-        Some(r)
+        slot.valid = true;
+        Some(f(slot.secret.as_slice()))
     }
 }
 
@@ -283,8 +331,9 @@ mod tests {
         assert!(verify(&ca.public(), b"m", &ca.sign(b"m")));
     }
 
-    /// Kept secrets are the ones agreed afresh, for each peer, before and after the oldest
-    /// make room; a low-order point is refused and not kept.
+    /// Kept secrets are the ones agreed afresh, for each peer, before and after others make
+    /// room; the least recently used makes room; the slots never move (no copy of a secret
+    /// is left in freed memory); a low-order point is refused and not kept.
     #[test]
     fn kept_agreements_are_the_fresh_ones() {
         let a = Identity::generate();
@@ -298,14 +347,34 @@ mod tests {
                 assert_eq!(ours, theirs, "round {round}");
             }
         }
-        assert_eq!(a.agreed.lock().unwrap().len(), AGREED_KEPT);
-        assert!(a.agree(&[0u8; 32], |_| ()).is_none());
-        assert!(
+        {
+            let kept = a.agreed.lock().unwrap();
+            assert_eq!(kept.slots.len(), AGREED_KEPT);
+            assert_eq!(kept.slots.capacity(), AGREED_KEPT, "never reallocated");
+        }
+        // A peer used all along stays while others come and go.
+        let regular = &peers[0];
+        let fresh: Vec<Identity> = (0..AGREED_KEPT * 2).map(|_| Identity::generate()).collect();
+        for p in &fresh {
+            assert!(a.agree(&p.kx_public(), |_| ()).is_some());
+            assert!(a.agree(&regular.kx_public(), |_| ()).is_some());
+        }
+        let kept_regular = |a: &Identity| {
             a.agreed
                 .lock()
                 .unwrap()
+                .slots
                 .iter()
-                .all(|(k, _)| k != &[0u8; 32])
+                .any(|k| k.valid && k.peer == regular.kx_public())
+        };
+        assert!(kept_regular(&a));
+        // A low-order point is refused, and its slot holds nothing.
+        assert!(a.agree(&[0u8; 32], |_| ()).is_none());
+        let kept = a.agreed.lock().unwrap();
+        assert!(
+            kept.slots
+                .iter()
+                .all(|k| k.peer != [0u8; 32] || (!k.valid && *k.secret == [0u8; 32]))
         );
     }
 

@@ -44,7 +44,7 @@ pub use control::{
     seal_credential,
 };
 pub use cookie::CookieKey;
-pub use credential::{Credential, CredentialError, RevocationList};
+pub use credential::{Credential, CredentialError, RevocationList, VerifiedCredentials};
 pub use describe::{DESCRIPTION_OVERHEAD, open_description, seal_description};
 pub use grant::{pattern_matches, valid_pattern};
 pub use identity::{CaKey, Identity, RealmSecret, key_id};

@@ -36,9 +36,8 @@ pub(crate) struct KeyStore {
     pub(crate) rekey_wanted: bool,
     /// Our control key (secure realms; made at first use).
     pub(crate) control: Option<crate::security::control::ControlTx>,
-    /// The exact bytes of the last [`VERIFIED_KEPT`](crate::security::VERIFIED_KEPT) peer
-    /// credentials whose CA signature verified, oldest first (`Security::check`).
-    pub(crate) verified_credentials: std::collections::VecDeque<Vec<u8>>,
+    /// Peer credentials whose CA signature verified (`Security::check`).
+    pub(crate) verified_credentials: tether_crypto::VerifiedCredentials,
     /// Where SEALED_BATCHes are opened: one allocation serves many batches, each handed on
     /// as a slice of it (and its samples as slices of that).
     pub(crate) opened_buf: bytes::BytesMut,

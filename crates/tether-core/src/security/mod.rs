@@ -8,13 +8,13 @@ pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod protect;
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
 pub use tether_crypto::Protection;
 use tether_crypto::{
     Credential, CredentialError, Identity, RealmSecret, RevocationList, Suite, TopicId,
+    VerifiedCredentials,
 };
 use tether_wire::{ParticipantId, auth_signed_bytes};
 
@@ -244,28 +244,20 @@ impl Security {
         tether_crypto::open_credential(&self.realm_secret, from.0, me.0, sealed)
     }
 
-    /// Checks a peer's credential bytes at `now`. A peer sends its credential in every AUTH
-    /// (three or four on the way to its first sample): bytes in `verified` had their CA
-    /// signature verified before, and only their terms (expiry, revocation, contents) are
-    /// checked again; bytes verified now join them (the oldest make room).
+    /// Checks a peer's credential bytes at `now`; the CA's signature only if `verified`
+    /// has not kept these exact bytes ([`VerifiedCredentials`]).
     pub(crate) fn check(
         &self,
         bytes: &[u8],
         now: Instant,
-        verified: &mut VecDeque<Vec<u8>>,
+        verified: &mut VerifiedCredentials,
     ) -> Result<Credential, CredentialError> {
-        let c = Credential::from_bytes(bytes)?;
-        let (unix, revoked) = (self.unix_at(now), self.revocations.as_ref());
-        if verified.iter().any(|b| b.as_slice() == bytes) {
-            c.verify_terms(&self.ca_public, unix, revoked)?;
-        } else {
-            c.verify(&self.ca_public, unix, revoked)?;
-            if verified.len() >= VERIFIED_KEPT {
-                verified.pop_front();
-            }
-            verified.push_back(bytes.to_vec());
-        }
-        Ok(c)
+        verified.check(
+            bytes,
+            &self.ca_public,
+            self.unix_at(now),
+            self.revocations.as_ref(),
+        )
     }
 
     /// Our answer to `peer`'s challenge.
@@ -278,9 +270,6 @@ impl Security {
         self.identity.sign(&auth_signed_bytes(challenge, me, peer))
     }
 }
-
-/// Peer credentials whose CA signature is remembered as verified (`Security::check`).
-pub(crate) const VERIFIED_KEPT: usize = 64;
 
 /// The least time between two REFUSALs to one peer (`docs/wire.md#refusal`): a refused
 /// peer resends its AUTH, and each is answered at most this often.
@@ -423,7 +412,7 @@ mod tests {
             now,
             2_000_000_000,
         );
-        let mut seen = VecDeque::new();
+        let mut seen = VerifiedCredentials::default();
         let peer = issue(&ca, 2, 2_000_000_100).to_bytes();
         assert!(sec.check(&peer, now, &mut seen).is_ok());
         assert_eq!(seen.len(), 1);
@@ -449,12 +438,17 @@ mod tests {
             sec.check(&forged, now, &mut seen),
             Err(CredentialError::BadSignature)
         ));
-        // Room for VERIFIED_KEPT: the oldest make room.
-        for serial in 10..10 + VERIFIED_KEPT as u64 {
+        // Room for KEPT: the least recently used makes room; a credential checked again is
+        // used again.
+        let first = issue(&ca, 9, 4_000_000_000).to_bytes();
+        assert!(sec.check(&first, now, &mut seen).is_ok());
+        for serial in 10..10 + VerifiedCredentials::KEPT as u64 {
             let c = issue(&ca, serial, 4_000_000_000).to_bytes();
             assert!(sec.check(&c, now, &mut seen).is_ok());
+            assert!(sec.check(&first, now, &mut seen).is_ok());
         }
-        assert_eq!(seen.len(), VERIFIED_KEPT);
-        assert!(!seen.contains(&peer));
+        assert_eq!(seen.len(), VerifiedCredentials::KEPT);
+        assert!(seen.contains(&first), "used all along, kept");
+        assert!(!seen.contains(&peer), "least recently used, gone");
     }
 }

@@ -53,7 +53,7 @@ impl Session {
         let now = Instant::now();
         let security = match (&settings.security, realm) {
             (Some(policy), Some((bundle, revocations))) => {
-                Some(Arc::new(join_realm(policy, bundle, revocations, now)?))
+                Some(Arc::new(join_realm(policy, bundle, revocations, now)))
             }
             _ => None,
         };
@@ -149,7 +149,8 @@ struct Dialling {
     engine: tokio::sync::oneshot::Sender<Arc<Shared>>,
 }
 
-/// The key bundle and revocation list of the session's realm, loaded once.
+/// The key bundle and revocation list of the session's realm, loaded once, and our own
+/// credential checked now (before anything is dialled with it).
 fn load_realm(
     policy: &SecurityPolicy,
 ) -> Result<
@@ -164,6 +165,9 @@ fn load_realm(
         Some(p) => Some(crate::keys::load_revocations(p, &b.ca_public)?),
         None => None,
     };
+    b.credential
+        .verify(&b.ca_public, crate::keys::unix_now(), revocations.as_ref())
+        .map_err(OpenError::Credential)?;
     Ok((b, revocations))
 }
 
@@ -282,19 +286,16 @@ fn bind(config: &Config) -> Result<(UdpTransport, Option<Ipv4Addr>), OpenError> 
     Ok((transport, multicast_if))
 }
 
-/// Checks our own credential now, and makes the engine's realm membership from the key
-/// bundle `b` with the configured protection.
+/// Makes the engine's realm membership from the key bundle `b` (checked by
+/// [`load_realm`]) with the configured protection.
 fn join_realm(
     policy: &SecurityPolicy,
     b: crate::keys::KeyBundle,
     revocations: Option<tether_crypto::RevocationList>,
     now: Instant,
-) -> Result<Security, OpenError> {
+) -> Security {
     let unix = crate::keys::unix_now();
-    b.credential
-        .verify(&b.ca_public, unix, revocations.as_ref())
-        .map_err(OpenError::Credential)?;
-    Ok(Security::new(
+    Security::new(
         b.identity,
         b.credential,
         b.ca_public,
@@ -305,7 +306,7 @@ fn join_realm(
     )
     .with_suite(policy.suite)
     .with_pairwise(policy.pairwise)
-    .with_protection(policy.protection, policy.topics.clone()))
+    .with_protection(policy.protection, policy.topics.clone())
 }
 
 /// Joins the discovery multicast group on interface `ifa`, and announces there with

@@ -402,6 +402,8 @@ impl LinkThread {
             routers.close();
             tasks.abort_all();
             endpoint.close(0, "session not opened");
+            // The close reaches a router already linked: it need not wait out its timeout.
+            let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
             return;
         };
         let _ = engine_tx.send(Some(shared.clone()));

@@ -1,0 +1,107 @@
+//! A session whose open fails after its router link began to dial leaves nothing behind. In
+//! a test binary of its own: it counts the process's threads and sockets, which other
+//! tests running beside it would change.
+#![cfg(target_os = "linux")]
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use tether::{Config, Session};
+
+/// The tests of this binary count threads: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn cfg(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.discovery.range = tether::DiscoveryRange::Localhost;
+    c.discovery.registry_dir = Some(dir.to_path_buf());
+    c
+}
+
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+/// Threads of this process (Linux: /proc/self/task): a thread is there from the moment it
+/// is spawned, before it has run or named itself.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// Sockets this process holds (Linux: /proc/self/fd).
+fn sockets() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|f| std::fs::read_link(f.ok()?.path()).ok())
+                .filter(|l| l.to_string_lossy().starts_with("socket:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A session dials its routers first, while the rest of it is made: when opening then fails
+/// (here its listen port is taken), the open says why and the link thread, which was
+/// dialling already, ends and lets its QUIC socket go instead of dialling on for a session
+/// that does not exist.
+#[test]
+fn a_failed_open_leaves_no_router_link_behind() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let realm = tether::keys::Realm::init(&dir.path().join("realm")).unwrap();
+    realm.issue("robot", vec![], vec![], 30).unwrap();
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A router that never answers: a bound socket of this test's.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let before = (threads(), sockets());
+    let mut c = cfg(dir.path());
+    c.security.keys = Some(dir.path().join("realm").join("robot.key"));
+    c.transport.listen = Some(taken.local_addr().unwrap());
+    c.routers.connect = vec![format!("quic/{}", silent.local_addr().unwrap())];
+    let Err(e) = Session::open(c) else {
+        panic!("opened although its listen port is taken")
+    };
+    assert!(e.to_string().contains("bind"), "{e}");
+    let now = || (threads(), sockets());
+    assert!(
+        wait_for(Duration::from_secs(5), || now() == before),
+        "the link thread of the failed session is still running, or its socket is open: \
+         (threads, sockets) {:?} before, {:?} after",
+        before,
+        now()
+    );
+}
+
+/// A session's own credential is checked before its router links are dialled: revoked, it
+/// is refused with that reason and no link thread was ever started (nothing was shown to a
+/// router with it).
+#[test]
+fn a_revoked_session_does_not_dial_its_routers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let realm_dir = dir.path().join("realm");
+    let realm = tether::keys::Realm::init(&realm_dir).unwrap();
+    realm.issue("robot", vec![], vec![], 30).unwrap();
+    realm.revoke("robot").unwrap();
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let before = threads();
+    let mut c = cfg(dir.path());
+    c.security.keys = Some(realm_dir.join("robot.key"));
+    c.security.revocations = Some(realm_dir.join("revoked.toml"));
+    c.routers.connect = vec![format!("quic/{}", silent.local_addr().unwrap())];
+    let Err(e) = Session::open(c) else {
+        panic!("opened with a revoked credential")
+    };
+    assert!(e.to_string().contains("revoked"), "{e}");
+    assert_eq!(
+        threads(),
+        before,
+        "a thread was started for a revoked session"
+    );
+}
