@@ -315,7 +315,24 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                     } else {
                         format!("only {m} of {wait_matched} subscribers")
                     };
-                    if crate::why::anything_reported() {
+                    let st = session.stats();
+                    if st.routers > 0 && st.routers_up == 0 {
+                        eprintln!(
+                            "error: {who} matched on {} within {} s (--linger): nothing was \
+                             published; no router link is up (of {} dialled: is the router \
+                             running and reachable? the link's warnings say why)",
+                            a.topic, a.linger, st.routers
+                        );
+                    } else if st.routers > 0 && !crate::why::anything_reported() {
+                        eprintln!(
+                            "error: {who} matched on {} within {} s (--linger): nothing was \
+                             published; through the routers ({} of {} links up), start one \
+                             first (tether echo {} with --router), check that each site's \
+                             export list lets the topic cross (tether keys topic-id DIR {}), \
+                             or publish regardless with --wait-matched 0",
+                            a.topic, a.linger, st.routers_up, st.routers, a.topic, a.topic
+                        );
+                    } else if crate::why::anything_reported() {
                         eprintln!(
                             "error: {who} matched on {} within {} s (--linger): nothing was \
                              published; the warnings above say why peers were refused or \

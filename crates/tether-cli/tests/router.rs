@@ -484,6 +484,17 @@ fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
         "{}",
         text(&e.stderr)
     );
+    // A publisher that matched nobody says the router link is the reason, not a missing
+    // subscriber.
+    let mut p = realm.member("a", free_port());
+    p.args(["pub", "/x", "hi", "--once", "--linger", "2"]);
+    let o = finish(spawn(p), Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no router link is up (of 1 dialled"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 /// A bundle issued before router links has no grantless credential to show routers: the

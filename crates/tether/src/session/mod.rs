@@ -192,7 +192,9 @@ pub struct SessionStats {
     pub send_calls: u64,
     /// Receive system calls that returned datagrams.
     pub recv_calls: u64,
-    /// Router links up now (`[routers] connect`).
+    /// Routers this session dials (`[routers] connect`).
+    pub routers: u64,
+    /// Router links up now.
     pub routers_up: u64,
     /// Router links made (dialled again after a failure included).
     pub router_connects: u64,
@@ -217,6 +219,7 @@ impl SessionStats {
             ("recv_errors", self.recv_errors),
             ("send_calls", self.send_calls),
             ("recv_calls", self.recv_calls),
+            ("routers", self.routers),
             ("routers_up", self.routers_up),
             ("router_connects", self.router_connects),
             ("router_frames_sent", self.router_frames_sent),
@@ -517,6 +520,7 @@ impl Session {
         let c = &r.counters;
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         SessionStats {
+            routers: r.numbers().count() as u64,
             routers_up: r.links_up() as u64,
             router_connects: n(&c.connects),
             router_frames_sent: n(&c.frames_sent),
