@@ -151,7 +151,16 @@ fn clear_errors() {
         ),
         (vec!["show", "DIR/other.toml"], "not a tether key file"),
         (vec!["show", "DIR/missing"], "missing"),
-        (vec!["issue", "DIR/nowhere", "a"], "ca.key"),
+        (
+            vec!["issue", "DIR/nowhere", "a"],
+            "does not exist: give the directory",
+        ),
+        // A member's key file where the realm directory goes.
+        (
+            vec!["topic-id", "DIR/other.toml", "/x"],
+            "is a file, not a realm directory",
+        ),
+        (vec!["topic-id", "DIR/..", "/x"], "has no ca.key"),
     ] {
         let o = keys(&args, &dir);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

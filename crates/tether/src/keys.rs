@@ -277,6 +277,22 @@ impl Realm {
 
     /// Opens the realm in `dir`.
     pub fn open(dir: &Path) -> Result<Realm, KeyError> {
+        if !dir.join("ca.key").exists() {
+            let what = if dir.is_file() {
+                "is a file, not a realm directory"
+            } else if dir.is_dir() {
+                "is not a realm directory (it has no ca.key)"
+            } else {
+                "does not exist"
+            };
+            return Err(format(
+                dir,
+                format!(
+                    "{what}: give the directory `tether keys init DIR` made (it holds ca.key \
+                     and realm.secret; a member's NAME.key is not one)"
+                ),
+            ));
+        }
         let p = dir.join("ca.key");
         let f: CaFile = toml::from_str(&read_secret(&p)?).map_err(|e| format(&p, e.to_string()))?;
         let seed = hex32(&p, "seed", &f.seed)?;
