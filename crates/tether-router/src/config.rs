@@ -241,14 +241,14 @@ impl RouterConfig {
             .listen
             .map(|s| {
                 s.parse::<SocketAddr>()
-                    .map_err(|_| invalid("listen", format!("'{s}' is not ADDRESS:PORT")))
+                    .map_err(|_| invalid("listen", not_address(&s)))
             })
             .transpose()?;
         let metrics = raw
             .metrics
             .map(|s| {
                 s.parse::<SocketAddr>()
-                    .map_err(|_| invalid("metrics", format!("'{s}' is not ADDRESS:PORT")))
+                    .map_err(|_| invalid("metrics", not_address(&s)))
             })
             .transpose()?;
         let connect = raw
@@ -336,6 +336,19 @@ impl RouterConfig {
     }
 }
 
+/// Why `s` is not a local address to bind: an IP address and a port, no host name (a
+/// name could resolve to another interface than meant).
+fn not_address(s: &str) -> String {
+    let hint = match s.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() && !host.is_empty() => format!(
+            "; host names are not taken here: give an IP address of this host (0.0.0.0:{port} \
+             for every interface, 127.0.0.1:{port} for this host only)"
+        ),
+        _ => String::new(),
+    };
+    format!("'{s}' is not ADDRESS:PORT{hint}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +405,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("ADDRESS:PORT"), "{e}");
+        let e = parse("keys = \"k\"\nlisten = \"localhost:7447\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host names are not taken here"), "{e}");
+        assert!(e.contains("127.0.0.1:7447"), "{e}");
         let e = parse("keys = \"k\"\nlisten = \"0.0.0.0:1\"\nlisen = 3")
             .unwrap_err()
             .to_string();
