@@ -113,6 +113,12 @@ fn metrics(addr: std::net::SocketAddr) -> String {
     s
 }
 
+/// Asserts that the metrics `page` shows counter `name` at `value`.
+#[track_caller]
+fn assert_counter(page: &str, name: &str, value: f64) {
+    assert_eq!(counter(page, name), value, "{name} in {page}");
+}
+
 /// A counter's value on a metrics page (-1 if absent).
 fn counter(page: &str, name: &str) -> f64 {
     page.lines()
@@ -164,12 +170,8 @@ fn a_client_asked_to_prove_its_address_still_links() {
                 }
             }
             let page = metrics_of(m).await;
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_retried_total"),
-                3.0,
-                "{page}"
-            );
-            assert_eq!(counter(&page, "tether_router_links_made_total"), 3.0);
+            assert_counter(&page, "tether_router_handshakes_retried_total", 3.0);
+            assert_counter(&page, "tether_router_links_made_total", 3.0);
         },
     );
 }
@@ -233,30 +235,14 @@ fn stalled_handshakes_cannot_lock_a_member_out() {
             let held = stalled_handshakes(&ep, port, 4).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             let page = metrics_of(m).await;
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_in_progress"),
-                2.0,
-                "{page}"
-            );
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_evicted_total"),
-                2.0,
-                "{page}"
-            );
+            assert_counter(&page, "tether_router_handshakes_in_progress", 2.0);
+            assert_counter(&page, "tether_router_handshakes_evicted_total", 2.0);
             kept(&ep, port)
                 .await
                 .expect("the member links past stalled handshakes");
             let page = metrics_of(m).await;
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_evicted_total"),
-                3.0,
-                "{page}"
-            );
-            assert_eq!(
-                counter(&page, "tether_router_links_made_total"),
-                1.0,
-                "{page}"
-            );
+            assert_counter(&page, "tether_router_handshakes_evicted_total", 3.0);
+            assert_counter(&page, "tether_router_links_made_total", 1.0);
             drop(held);
         },
     );
@@ -273,16 +259,8 @@ fn one_address_holds_at_most_its_share_of_handshakes() {
             let held = stalled_handshakes(&ep, port, 5).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             let page = metrics_of(m).await;
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_in_progress"),
-                2.0,
-                "{page}"
-            );
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_evicted_total"),
-                3.0,
-                "{page}"
-            );
+            assert_counter(&page, "tether_router_handshakes_in_progress", 2.0);
+            assert_counter(&page, "tether_router_handshakes_evicted_total", 3.0);
             drop(held);
         },
     );
@@ -299,23 +277,11 @@ fn a_handshake_that_does_not_finish_in_time_ends() {
             let held = stalled_handshakes(&ep, port, 1).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
             let page = metrics_of(m).await;
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_in_progress"),
-                1.0,
-                "{page}"
-            );
+            assert_counter(&page, "tether_router_handshakes_in_progress", 1.0);
             tokio::time::sleep(Duration::from_millis(700)).await;
             let page = metrics_of(m).await;
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_in_progress"),
-                0.0,
-                "{page}"
-            );
-            assert_eq!(
-                counter(&page, "tether_router_handshakes_failed_total"),
-                1.0,
-                "{page}"
-            );
+            assert_counter(&page, "tether_router_handshakes_in_progress", 0.0);
+            assert_counter(&page, "tether_router_handshakes_failed_total", 1.0);
             drop(held);
         },
     );
