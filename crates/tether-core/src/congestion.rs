@@ -9,8 +9,8 @@
 //!   received from it; the PROBE_ACK says (`received`), and its round trip is measured.
 //! - Each answer gives a **delivery rate** (bytes received since an earlier answer at least
 //!   two probe intervals and a round trip before, over the time between them), scaled up by
-//!   the share lost while no queue stands and loss stays under 60 % (random loss: the path
-//!   carried those bytes too);
+//!   the share lost in rounds without a queue while no queue stands and loss stays under
+//!   60 % (random loss: the path carried those bytes too);
 //!   the *bottleneck rate* is the largest of the last [`RATE_SAMPLES`]. Each gives a **round trip**; the smallest of the last 10 s is the
 //!   path's propagation time.
 //! - The **window** is [`GAIN`] × bottleneck rate × (smallest round trip + the time between
@@ -26,8 +26,12 @@
 //!   [`RECENT_RTTS`] round trips exceeds the smallest of 10 s by half of it, and by at
 //!   least 2 ms: a late answer raises one round trip, a queue raises them all, so a flow
 //!   that keeps the queue nearly full since before this one measured the path is still
-//!   seen when the queue fills and drops), or the loss is above 60 % (more than a lossy
-//!   link's), the window is capped at 70 % of what was in flight
+//!   seen when the queue fills and drops), or the rounds whose round trip stands above
+//!   the smallest lose clearly more than those near it (a tail-drop queue drops only
+//!   while full, random loss whatever the round trip: this sees a queue that another flow
+//!   held when the smallest round trip was measured, and drains now and then), or the loss
+//!   is above 60 % (more than a lossy link's), the window is capped at 70 % of what was
+//!   in flight
 //!   (as TCP CUBIC backs off), once per round trip; the cap rises again by an eighth per
 //!   round trip without congestion. Losses on a path whose round trip stays low change
 //!   nothing.
@@ -102,6 +106,10 @@ const RANDOM_LOSS_MAX: f64 = 0.6;
 /// A share of lost bytes above which an answer may signal congestion.
 const LOSS_THRESHOLD: f64 = 0.02;
 
+/// How much more the rounds with a queue must lose than those without (beyond half as much
+/// again) for the loss to be the queue's.
+const QUEUE_LOSS_MARGIN: f64 = 0.05;
+
 /// One probe waiting for its answer.
 #[derive(Debug, Clone, Copy)]
 struct RttProbe {
@@ -160,6 +168,12 @@ pub(crate) struct Congestion {
     prev_round: Option<(u64, u64)>,
     /// Smoothed share of the bytes sent that were lost.
     loss_rate: f64,
+    /// The same, of the rounds whose round trip was near the smallest (no queue in the
+    /// way) and of the others: loss a queue causes comes with the higher round trips only.
+    loss_low: f64,
+    loss_high: f64,
+    /// Whether the previous answer's round trip was near the smallest.
+    last_near: Option<bool>,
     /// The answer the next delivery-rate sample is measured from, when the last one was
     /// too close to measure from.
     rate_base: Option<Answered>,
@@ -262,6 +276,9 @@ impl Congestion {
             last: None,
             prev_round: None,
             loss_rate: 0.0,
+            loss_low: 0.0,
+            loss_high: 0.0,
+            last_near: None,
             rate_base: None,
             settled: 0,
             cap: None,
@@ -569,6 +586,12 @@ impl Congestion {
             if two_sent > 0 {
                 let f = (two_lost as f64 / two_sent as f64).min(1.0);
                 self.loss_rate = self.loss_rate * 0.75 + f * 0.25;
+                // The loss is judged over two rounds: it is one kind's only if both were.
+                match (self.last_near, self.near_smallest(sample)) {
+                    (Some(true), true) => self.loss_low = self.loss_low * 0.875 + f * 0.125,
+                    (Some(false), false) => self.loss_high = self.loss_high * 0.875 + f * 0.125,
+                    _ => {}
+                }
             }
             let gap = probe.at.saturating_duration_since(last.probe_at);
             self.spacing = Some(self.spacing.map_or(gap, |s| (s * 7 + gap) / 8));
@@ -588,7 +611,9 @@ impl Congestion {
             }
             congested = two_sent > 0
                 && two_lost as f64 > LOSS_THRESHOLD * two_sent as f64
-                && (self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX);
+                && (self.standing_queue()
+                    || self.loss_rate > RANDOM_LOSS_MAX
+                    || (!self.near_smallest(sample) && self.queue_loss()));
         }
         self.last = Some(Answered {
             received,
@@ -596,6 +621,7 @@ impl Congestion {
             probe_at: probe.at,
             at: now,
         });
+        self.last_near = Some(self.near_smallest(sample));
         // One cut per round trip: the answers of one round all see the same queue.
         let round = self.srtt.unwrap_or(PROBE_MIN);
         if congested && self.capped_at.is_some_and(|t| now < t + round) {
@@ -636,6 +662,22 @@ impl Congestion {
             return false;
         };
         floor > min + (min / 2).max(QUEUE_MIN)
+    }
+
+    /// True if round trip `sample` is near the smallest (within a quarter of it, at least
+    /// [`QUEUE_MIN`]): no queue to speak of stood in its way.
+    fn near_smallest(&self, sample: Duration) -> bool {
+        self.min_rtt
+            .is_some_and(|(m, _)| sample <= m + (m / 4).max(QUEUE_MIN))
+    }
+
+    /// True if the rounds with the higher round trips lose clearly more than those near the
+    /// smallest: a tail-drop queue drops only while it is full, where random loss takes its
+    /// share whatever the round trip. This sees a queue that another flow has held since
+    /// before the smallest round trip was measured, which [`Self::standing_queue`] misses
+    /// when the queue drains now and then.
+    fn queue_loss(&self) -> bool {
+        self.loss_high > self.loss_low * 1.5 + QUEUE_LOSS_MARGIN
     }
 
     /// The smallest of the last [`RECENT_RTTS`] round trips, once that many are measured.
@@ -680,10 +722,14 @@ impl Congestion {
         // (no queue stands), a fifth lost means the path took a quarter more than arrived.
         // Without this the rate could never grow under random loss: paced at 1.25 times
         // what arrives, a fifth lost, the same would arrive again.
-        let rate = if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX {
+        // Only the loss of the rounds without a queue is made up for: loss that comes with
+        // a queue is the path refusing more, and added back it would grow the rate with
+        // every probe for more (the more sent, the more lost, the more added back).
+        let rate = if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX || self.queue_loss()
+        {
             rate
         } else {
-            rate / (1.0 - self.loss_rate)
+            rate / (1.0 - self.loss_rate.min(self.loss_low))
         };
         self.rates[self.rate_at] = rate;
         self.rate_at = (self.rate_at + 1) % RATE_SAMPLES;
