@@ -58,10 +58,21 @@ pub(crate) fn run(config: Option<PathBuf>, a: RouterArgs) -> anyhow::Result<Exit
         }
         match &cfg.export {
             None => println!("  no export list: every topic crosses"),
-            Some(rules) => println!(
-                "  export list: {} topic key(s) may cross; nothing else does",
-                rules.len()
-            ),
+            Some(rules) => {
+                println!(
+                    "  export list: {} topic key(s) may cross; nothing else does",
+                    rules.len()
+                );
+                for r in rules {
+                    let key: String = r.key.iter().map(|b| format!("{b:02x}")).collect();
+                    let way = match r.direction {
+                        tether_router::Direction::Out => "out of the site",
+                        tether_router::Direction::In => "into the site",
+                        tether_router::Direction::Both => "both ways",
+                    };
+                    println!("    {key}: {way}");
+                }
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -419,6 +419,15 @@ fn an_export_list_lets_only_its_topics_cross() {
         ) > 0.0,
         "{page}"
     );
+    // Its log names the key held back (once), never the allowed one.
+    let private = realm.keys(&["topic-id", "realm", "/private"]);
+    let log = site.stderr();
+    let said = format!(
+        "export list held back topic key {}: its data may not go out of the site",
+        private.trim()
+    );
+    assert_eq!(log.matches(&said).count(), 1, "{log}");
+    assert!(!log.contains(allowed.trim()), "{log}");
     site.kill();
     cloud.kill();
 }
@@ -445,6 +454,22 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
     let out = text(&o.stdout);
     assert!(out.contains("listens on quic/127.0.0.1:7447"), "{out}");
     assert!(out.contains("export list: 0 topic key(s)"), "{out}");
+    // Each exported key, and which way.
+    let key = realm.keys(&["topic-id", "realm", "/telemetry"]);
+    let key = key.trim();
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:7447\"\nkeys = \"realm/cloud.key\"\n\
+             [[export]]\nkey = \"{key}\"\ndirection = \"in\"\n"
+        ),
+    )
+    .unwrap();
+    let o = check(&cfg);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("export list: 1 topic key(s)"), "{out}");
+    assert!(out.contains(&format!("    {key}: into the site")), "{out}");
     std::fs::write(
         &cfg,
         "listen = \"127.0.0.1:7447\"\nkeys = \"realm/a.key\"\n",

@@ -1,6 +1,8 @@
 //! What the router gives, onto the links' queues, through the export list: what may
 //! cross the site's boundary, and which way.
 
+use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use bytes::BytesMut;
@@ -51,7 +53,7 @@ impl Shared {
     /// one that asks for a key's data (SUBSCRIBE, UNSUBSCRIBE, QUERY) crosses the other way
     /// (a subscription going out asks for data to come in). Other frames (HELLO, LINK_STATE,
     /// host routes, ANNOUNCE, control UNICAST) are not a topic's and cross. Data held back
-    /// is counted.
+    /// is counted, and the first time a key is held back one way the log says so.
     pub(super) fn may_cross(&self, frame: &Frame, outward: bool) -> bool {
         let ok = export_allows(&self.cfg, frame, outward);
         if !ok
@@ -62,14 +64,68 @@ impl Shared {
                 ))
         {
             self.counters.export_denied.fetch_add(1, Ordering::Relaxed);
+            if let Some((key, carries_data)) = topic_of(frame) {
+                let mut d = self.denials.lock().unwrap_or_else(|p| p.into_inner());
+                // Which way the key's data would have gone: a subscription coming in asks
+                // for data to leave.
+                d.note(&self.cfg.name, key, carries_data == outward);
+            }
         }
         ok
     }
 }
 
-/// The rule of [`Shared::may_cross`], without the counting.
-pub(super) fn export_allows(cfg: &RouterConfig, frame: &Frame, outward: bool) -> bool {
-    let (key, carries_data) = match frame {
+/// The most (key, way) pairs the log names; past them it says once that it stops naming.
+const DENIALS_NAMED: usize = 1024;
+
+/// The keys the export list held back, each way, that the log has named.
+#[derive(Debug, Default)]
+pub(super) struct Denials {
+    named: HashSet<([u8; 32], bool)>,
+    full: bool,
+}
+
+impl Denials {
+    /// Says, once per key and way, that the export list held `key` back, its data going out
+    /// of the site (`leaving`) or into it. A name never reaches a router: members print a
+    /// topic's key with `tether keys topic-id`.
+    fn note(&mut self, router: &str, key: RouteKey, leaving: bool) {
+        if self.named.contains(&(key.0, leaving)) {
+            return;
+        }
+        if self.named.len() >= DENIALS_NAMED {
+            if !self.full {
+                self.full = true;
+                tracing::info!(
+                    "router '{router}': export list: {DENIALS_NAMED} topic keys held back; \
+                     more are counted (tether_router_drops_total{{reason=\"export_denied\"}}), \
+                     not named"
+                );
+            }
+            return;
+        }
+        self.named.insert((key.0, leaving));
+        let mut hex = String::with_capacity(64);
+        for b in key.0 {
+            let _ = write!(hex, "{b:02x}");
+        }
+        let way = if leaving {
+            "out of the site"
+        } else {
+            "into the site"
+        };
+        tracing::info!(
+            "router '{router}': export list held back topic key {hex}: its data may not go {way} \
+             (said once per key and way; all counted in \
+             tether_router_drops_total{{reason=\"export_denied\"}})"
+        );
+    }
+}
+
+/// The topic key a frame is about and whether it carries (or announces) the key's data;
+/// `None`: not a topic's frame.
+fn topic_of(frame: &Frame) -> Option<(RouteKey, bool)> {
+    Some(match frame {
         Frame::Data(d) => (d.key, true),
         // A writer's datagram or announcement goes where its data goes; a reader's
         // announcement asks for data, as a subscription does.
@@ -78,7 +134,14 @@ pub(super) fn export_allows(cfg: &RouterConfig, frame: &Frame, outward: bool) ->
         Frame::Advertise(a) => (a.key, true),
         Frame::WithdrawAdvertise(w) => (w.key, true),
         Frame::Subscribe(k) | Frame::Unsubscribe(k) | Frame::Query(k) => (*k, false),
-        _ => return true,
+        _ => return None,
+    })
+}
+
+/// The rule of [`Shared::may_cross`], without the counting.
+pub(super) fn export_allows(cfg: &RouterConfig, frame: &Frame, outward: bool) -> bool {
+    let Some((key, carries_data)) = topic_of(frame) else {
+        return true;
     };
     match cfg.export_rule(&key.0) {
         None => true,

@@ -122,6 +122,7 @@ struct Shared {
     timers: Notify,
     started: Instant,
     handshakes: Handshakes,
+    denials: Mutex<forward::Denials>,
 }
 
 impl Shared {
@@ -194,6 +195,7 @@ pub async fn run(
         timers: Notify::new(),
         started: Instant::now(),
         handshakes: Handshakes::default(),
+        denials: Mutex::default(),
     });
     if let Some(addr) = cfg.listen {
         tracing::info!(
