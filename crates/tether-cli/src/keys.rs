@@ -131,8 +131,23 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
             // Topic names are taken from the root (`chatter` is `/chatter`): so are grants.
             let (publish, subscribe) = (rooted(publish), rooted(subscribe));
             let r = Realm::open(&dir)?;
+            // What a replacement given grants no longer grants, to say so: the grants given
+            // are all it gets (a hint to add one grant must not silently take the others).
+            let mut dropped = Vec::new();
             let (c, revoked) = if replace {
-                r.replace(&name, publish, subscribe, expires)?
+                let before = r.grants(&name).ok();
+                let c = r.replace(&name, publish, subscribe, expires)?;
+                if let Some((_, p, s)) = before {
+                    let gone = |old: Vec<String>, new: &[String], flag: &str| {
+                        old.into_iter()
+                            .filter(|g| !new.contains(g))
+                            .map(|g| format!("--{flag} {g}"))
+                            .collect::<Vec<_>>()
+                    };
+                    dropped.extend(gone(p, &c.0.publish, "pub"));
+                    dropped.extend(gone(s, &c.0.subscribe, "sub"));
+                }
+                c
             } else {
                 let issued = match role {
                     RoleArg::Router => r.issue_router(&name, expires),
@@ -161,6 +176,20 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                 dir.join(format!("{name}.key")).display(),
                 dir.join(format!("{name}.cred")).display()
             )?;
+            if c.role == tether_crypto::Role::Member {
+                let show = |g: &[String]| {
+                    if g.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        g.join(" ")
+                    }
+                };
+                outln!(
+                    "grants: publish {}; subscribe {}",
+                    show(&c.publish),
+                    show(&c.subscribe)
+                )?;
+            }
             if replace {
                 outln!(
                     "revoked serial{} {} (revocation list {}: {})",
@@ -169,6 +198,13 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                     r.revocations()?.serial,
                     dir.join("revoked.toml").display()
                 )?;
+            }
+            if !dropped.is_empty() {
+                eprintln!(
+                    "note: {name} no longer has {} (a replacement given grants has those \
+                     only; give them too to keep them)",
+                    dropped.join(", ")
+                );
             }
         }
         KeysCmd::Revoke { dir, who } => {

@@ -58,7 +58,34 @@ fn realm_issue_show_revoke() {
         &dir,
     ));
     assert!(out.contains("issued robot1 serial 1"), "{out}");
+    assert!(
+        out.contains("grants: publish /robot1/**; subscribe /cmd/* /map"),
+        "{out}"
+    );
     ok(&keys(&["issue", "DIR", "viewer", "--sub", "/**"], &dir));
+    // A replacement given grants has those only, and says which it dropped; one given
+    // none keeps them all and has nothing to say.
+    let o = keys(
+        &["issue", "DIR", "viewer", "--replace", "--pub", "/note"],
+        &dir,
+    );
+    let out = ok(&o);
+    assert!(
+        out.contains("grants: publish /note; subscribe nothing"),
+        "{out}"
+    );
+    assert!(
+        text(&o.stderr).contains("note: viewer no longer has --sub /**"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = keys(&["issue", "DIR", "viewer", "--replace"], &dir);
+    assert!(ok(&o).contains("grants: publish /note;"));
+    assert!(
+        !text(&o.stderr).contains("no longer has"),
+        "{}",
+        text(&o.stderr)
+    );
     #[cfg(unix)]
     {
         assert_eq!(mode(&dir.join("robot1.key")), 0o600);
@@ -183,6 +210,21 @@ fn clear_errors() {
         assert_eq!(o.status.code(), Some(2));
         assert!(text(&o.stderr).contains("chmod 600"), "{}", text(&o.stderr));
     }
+    // A revocation list that is not there is called one, not a key bundle.
+    let o = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .env_remove("TETHER_CONFIG")
+        .arg("--keys")
+        .arg(dir.join("a.key"))
+        .arg("--revocations")
+        .arg(dir.join("gone.toml"))
+        .args(["pub", "/x", "hi", "--wait-matched", "0", "--linger", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("gone.toml: no such revocation list"), "{err}");
+    assert!(err.contains("tether keys revoke DIR NAME"), "{err}");
+    assert!(!err.contains("key bundle"), "{err}");
     // A tampered credential shows as not valid.
     let p = dir.join("a.cred");
     let c = std::fs::read_to_string(&p)

@@ -60,6 +60,12 @@ pub enum KeyError {
     /// No credential of that name or serial.
     #[error("no credential named or numbered '{0}' in this realm")]
     Unknown(String),
+    /// The revocation list named is not there.
+    #[error(
+        "{0}: no such revocation list (`tether keys revoke DIR NAME` writes one, \
+         DIR/revoked.toml; give its path, or leave the revocation list out)"
+    )]
+    NoRevocationList(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyError + '_ {
@@ -373,6 +379,19 @@ impl Realm {
         Ok(cred)
     }
 
+    /// The role and grants (publish, subscribe) of NAME's credential now.
+    pub fn grants(&self, name: &str) -> Result<(Role, Vec<String>, Vec<String>), KeyError> {
+        check_name(name)?;
+        let p = self.dir.join(format!("{name}.cred"));
+        match fs::read_to_string(&p) {
+            Ok(text) => grants_of(&p, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(KeyError::Unknown(name.to_string()))
+            }
+            Err(e) => Err(io(&p)(e)),
+        }
+    }
+
     /// Replaces `name`'s credential: fresh keys and a credential under a new serial
     /// (`NAME.key` and `NAME.cred` rewritten), and every earlier serial issued to `name`
     /// revoked in the same step (the revocation list re-signed with the next list serial).
@@ -583,7 +602,10 @@ fn grants_of(path: &Path, text: &str) -> Result<(Role, Vec<String>, Vec<String>)
 
 /// Reads and verifies a revocation list against the realm's CA.
 pub fn load_revocations(path: &Path, ca_public: &[u8; 32]) -> Result<RevocationList, KeyError> {
-    let t = fs::read_to_string(path).map_err(io(path))?;
+    let t = fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => KeyError::NoRevocationList(path.to_path_buf()),
+        _ => io(path)(e),
+    })?;
     let r = RevocationList::from_toml(&t).map_err(|e| format(path, e.to_string()))?;
     r.verify(ca_public)
         .map_err(|e| format(path, e.to_string()))?;
