@@ -15,6 +15,7 @@
 mod common;
 use common::{Live, finish, text, wait_until};
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -539,20 +540,49 @@ fn two_site_demo_carries_every_topic_across_and_leaves_nothing() {
 
 /// Interrupted (Ctrl-C) while running until interrupted, the two-site demo kills and waits
 /// for its processes, removes its temporary directory, prints what it received and exits
-/// 130.
+/// 130. Ctrl-C goes to the terminal's whole foreground process group: the demo's
+/// processes do not get it (they are in groups of their own), so none prints its own
+/// shutdown after the demo's summary.
 #[test]
 fn two_site_demo_interrupted_leaves_nothing() {
     let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
-    let mut demo = two_sites(tmp.path(), &["--duration", "0"]);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    for v in [
+        "TETHER_CONFIG",
+        "TETHER_DOMAIN",
+        "TETHER_DISCOVERY",
+        "TETHER_PEERS",
+        "TETHER_ROUTERS",
+        "TETHER_KEYS",
+    ] {
+        c.env_remove(v);
+    }
+    // A group of its own, as a shell gives a foreground job.
+    c.env("TMPDIR", tmp.path())
+        .args(["demo", "--duration", "0"])
+        .process_group(0);
+    let mut demo = Live::spawn(c);
     let kids = running_two_sites(&demo);
-    demo.signal("INT");
+    let before = demo.stderr().len();
+    let ok = Command::new("kill")
+        .args(["-INT", "--"])
+        .arg(format!("-{}", demo.child.id()))
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill -INT to the demo's group failed");
     assert_eq!(
         demo.wait(Duration::from_secs(20)),
         Some(130),
         "{}",
         demo.stderr()
     );
+    let err = demo.stderr();
+    let after = &err[before..];
+    for child_says in ["interrupted (SIGINT)", "stopping", "dialling again"] {
+        assert!(!after.contains(child_says), "{child_says}: {after}");
+    }
     assert!(
         demo.out
             .lock()

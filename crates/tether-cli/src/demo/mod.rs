@@ -153,8 +153,13 @@ impl Signals {
 }
 
 /// Makes `c`'s process receive `signal` when this one ends, however it ends (SIGKILL
-/// included, which no handler sees), so that no demo process outlives the demo.
+/// included, which no handler sees), so that no demo process outlives the demo; and puts it
+/// in a process group of its own, so that a terminal's Ctrl-C (sent to the whole
+/// foreground group) reaches only the demo, which ends its processes itself: each of them
+/// caught it too and printed its own shutdown (a router stopping, a publisher's
+/// "interrupted" and unacknowledged samples) after the demo's summary.
 fn end_with_parent(c: &mut Command, signal: libc::c_int) {
+    c.process_group(0);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the child between fork and exec; it calls only prctl and
     // getppid, which are async-signal-safe, and allocates nothing (the other threads of
