@@ -1,13 +1,33 @@
 //! SIGINT (Ctrl-C) and SIGTERM for `pub`, `echo`, `hz` and `bw`: the first ends the
 //! command the way a normal end does (what `pub` wrote is flushed and acknowledged, the
 //! summary and `--stats` are printed) with the shell's status for the signal (130, 143);
-//! a second one ends the process at once, with the same status.
+//! a second one ends the process at once, with the same status. A second one within
+//! [`SAME_REQUEST`] of the first is the same request sent twice, not a second one: GNU
+//! `timeout` (without `--foreground`) signals the command and then its whole process
+//! group, so the command gets each signal twice within microseconds.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// Signals this close to the first are taken as the same request.
+const SAME_REQUEST: Duration = Duration::from_millis(100);
+
+/// CLOCK_MONOTONIC in nanoseconds, at least 1; async-signal-safe (clock_gettime is).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, and is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+        .max(1)
+}
 
 /// How often a command that waits looks up: for a signal, a closed standard output, or
 /// its deadline.
@@ -23,13 +43,25 @@ impl Interrupt {
     /// Catches SIGINT and SIGTERM from now on.
     pub(crate) fn catch() -> anyhow::Result<Interrupt> {
         let first = Arc::new(AtomicUsize::new(0));
-        let any = Arc::new(AtomicBool::new(false));
+        // When the first signal came (CLOCK_MONOTONIC, ns; 0: none yet).
+        let at = Arc::new(AtomicU64::new(0));
         for sig in [SIGINT, SIGTERM] {
-            // Registered first, so it runs first: once a signal has been caught, the next
-            // one exits at once (a stuck wait for acknowledgements is never a trap).
-            signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, any.clone())?;
-            signal_hook::flag::register(sig, any.clone())?;
-            signal_hook::flag::register_usize(sig, first.clone(), sig as usize)?;
+            let (first, at) = (first.clone(), at.clone());
+            let action = move || {
+                let now = monotonic_ns();
+                match at.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => first.store(sig as usize, Ordering::SeqCst),
+                    // A second request: the process ends at once (a stuck wait for
+                    // acknowledgements is never a trap).
+                    Err(t) if now.saturating_sub(t) >= SAME_REQUEST.as_nanos() as u64 => {
+                        signal_hook::low_level::exit(128 + sig)
+                    }
+                    Err(_) => {}
+                }
+            };
+            // SAFETY: the action only reads the clock, uses atomics and may call _exit, all
+            // async-signal-safe; it allocates nothing and takes no lock.
+            unsafe { signal_hook::low_level::register(sig, action) }?;
         }
         Ok(Interrupt { first })
     }

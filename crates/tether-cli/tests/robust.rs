@@ -133,6 +133,72 @@ fn sigint_to_pub_and_hz_prints_what_they_did() {
     );
 }
 
+/// A signal sent twice at once (GNU `timeout -s INT` without `--foreground` signals the
+/// command, then its whole group) is one request: `pub` still waits for its stopped
+/// reader's acknowledgements, as after one Ctrl-C; a signal later is a second request and
+/// ends it at once.
+#[test]
+fn a_signal_sent_twice_at_once_is_one_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/twice", "--reliable"]);
+    let mut echo = Live::spawn(e);
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/twice",
+        "-r",
+        "20",
+        "--reliable",
+        "--linger",
+        "30",
+        "--wait-matched",
+        "1",
+    ]);
+    let mut publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(20), || echo.lines() >= 2),
+        "{}\n{}",
+        echo.stderr(),
+        publisher.stderr()
+    );
+    // The reader stops acknowledging; the writer has samples it owes.
+    echo.signal("STOP");
+    std::thread::sleep(Duration::from_millis(300));
+    // Two signals 20 ms apart: far enough for the first to be handled before the second
+    // comes (two pending at once would be one), close enough to be one request.
+    let pid = publisher.child.id() as libc::pid_t;
+    for _ in 0..2 {
+        // SAFETY: kill sends a signal to the publisher this test started; nothing else.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || publisher
+            .stderr()
+            .contains("interrupt again to quit now")),
+        "{}",
+        publisher.stderr()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        publisher.child.try_wait().unwrap().is_none(),
+        "the doubled signal ended pub: {}",
+        publisher.stderr()
+    );
+    let t0 = Instant::now();
+    publisher.signal("INT");
+    assert_eq!(
+        publisher.wait(Duration::from_secs(10)),
+        Some(130),
+        "{}",
+        publisher.stderr()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    echo.signal("CONT");
+    echo.kill();
+}
+
 /// `tether echo /x | head -3`: once the reader of its output has gone, `echo` ends with
 /// status 0 and no panic, even when no sample comes after to find the pipe closed.
 #[test]
