@@ -22,8 +22,11 @@ pub(crate) fn run(config: Option<PathBuf>, a: RouterArgs) -> anyhow::Result<Exit
         "a router needs its configuration: tether router --config router.toml \
          (see docs/routing.md for an example)",
     )?;
-    let cfg = tether_router::RouterConfig::load(&path)?;
+    let mut cfg = tether_router::RouterConfig::load(&path)?;
     let keys = tether::keys::RouterKeys::load(&cfg.keys)?;
+    if cfg.name.is_empty() {
+        cfg.name = keys.credential.name.clone();
+    }
     let revocations = cfg
         .revocations
         .as_ref()

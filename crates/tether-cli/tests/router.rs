@@ -454,6 +454,8 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
     let out = text(&o.stdout);
     assert!(out.contains("listens on quic/127.0.0.1:7447"), "{out}");
     assert!(out.contains("export list: 0 topic key(s)"), "{out}");
+    // No name given: the credential's.
+    assert!(out.contains("router 'cloud' (credential 'cloud'"), "{out}");
     // Each exported key, and which way.
     let key = realm.keys(&["topic-id", "realm", "/telemetry"]);
     let key = key.trim();

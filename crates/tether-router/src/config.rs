@@ -174,7 +174,8 @@ struct Raw {
 /// A router's configuration, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterConfig {
-    /// Its name in logs and metrics (its credential names it to peers).
+    /// Its name in logs and metrics (its credential names it to peers); empty: the
+    /// credential's name, once the router runs.
     pub name: String,
     /// The domain it serves.
     pub domain: u16,

@@ -133,10 +133,14 @@ impl Shared {
 
 /// Runs a router as `cfg` says until `stop` completes.
 pub async fn run(
-    cfg: RouterConfig,
+    mut cfg: RouterConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let keys = tether::keys::RouterKeys::load(&cfg.keys)?;
+    // Without a name of its own, the router goes by its credential's in logs and metrics.
+    if cfg.name.is_empty() {
+        cfg.name = keys.credential.name.clone();
+    }
     let unix = tether::keys::unix_now();
     let revocations = Revocations::new();
     let mut revocations_seen = None;

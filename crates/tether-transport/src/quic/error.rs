@@ -28,7 +28,7 @@ pub enum LinkError {
     #[error("the peer went silent (idle timeout)")]
     TimedOut,
     /// The peer closed the link.
-    #[error("closed by the peer (code {code}): {reason}")]
+    #[error("closed by the peer{}", said(*.code, .reason))]
     ClosedByPeer {
         /// Its close code.
         code: u64,
@@ -67,6 +67,17 @@ pub enum LinkError {
     /// The connection was lost otherwise (reset, version mismatch, …).
     #[error("connection lost: {0}")]
     Lost(String),
+}
+
+/// A peer's close in words: its reason, and its code when that is not 0 (a plain close);
+/// nothing when it gave neither (a dropped connection closes so).
+fn said(code: u64, reason: &str) -> String {
+    match (code, reason.is_empty()) {
+        (0, true) => String::new(),
+        (0, false) => format!(": {reason}"),
+        (c, true) => format!(" (code {c})"),
+        (c, false) => format!(" (code {c}): {reason}"),
+    }
 }
 
 /// Crypto (TLS alert) close codes are 0x100..0x200 (RFC 9001 section 4.8).
@@ -146,4 +157,32 @@ impl From<quinn::WriteError> for LinkError {
 
 pub(super) fn io_err(e: io::Error) -> LinkError {
     LinkError::Io(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LinkError;
+
+    /// A close says its reason, and its code only when it is not the plain 0; a close with
+    /// neither (a dropped connection) says nothing more than that the peer closed.
+    #[test]
+    fn a_peer_close_says_only_what_it_was_given() {
+        let closed = |code, reason: &str| {
+            LinkError::ClosedByPeer {
+                code,
+                reason: reason.into(),
+            }
+            .to_string()
+        };
+        assert_eq!(closed(0, ""), "closed by the peer");
+        assert_eq!(
+            closed(0, "router stopping"),
+            "closed by the peer: router stopping"
+        );
+        assert_eq!(closed(2, ""), "closed by the peer (code 2)");
+        assert_eq!(
+            closed(2, "malformed frame"),
+            "closed by the peer (code 2): malformed frame"
+        );
+    }
 }
