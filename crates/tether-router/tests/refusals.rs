@@ -331,7 +331,7 @@ fn a_malformed_frame_closes_the_link_with_a_reason() {
         assert_eq!(
             counter(
                 &page,
-                "tether_router_links_dropped_total{router=\"\",reason=\"malformed_frame\"}"
+                "tether_router_links_dropped_total{router=\"cloud\",reason=\"malformed_frame\"}"
             ),
             1.0,
             "{page}"
@@ -367,7 +367,7 @@ fn a_session_flooding_announcements_is_held_to_its_rate() {
             let page = metrics_of(m).await;
             let dropped = counter(
                 &page,
-                "tether_router_drops_total{router=\"\",reason=\"announce_rate\"}",
+                "tether_router_drops_total{router=\"cloud\",reason=\"announce_rate\"}",
             );
             assert!(
                 (70.0..=100.0).contains(&dropped),
