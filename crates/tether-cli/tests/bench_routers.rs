@@ -81,6 +81,11 @@ fn wan_bench_measures_direct_one_and_two_routers() {
     assert_eq!(thr.len(), 1, "{v}");
     assert!(thr[0]["direct_received_per_s"].as_f64().unwrap() > 0.0);
     assert!(thr[0]["router_received_per_s"].as_f64().unwrap() > 0.0);
+    // The QUIC link alone, beside the router path: a rate, and the ratio to it.
+    let link = thr[0]["quic_link_alone_per_s"].as_f64().unwrap();
+    assert!(link > 0.0 && link.is_finite(), "{v}");
+    let ratio = thr[0]["router_over_quic_link_alone"].as_f64().unwrap();
+    assert!(ratio > 0.0 && ratio.is_finite(), "{v}");
     assert_eq!(v["paper"]["throughput_1000_per_s"]["SGC"], 320.0);
 }
 

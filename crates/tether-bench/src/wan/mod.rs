@@ -10,7 +10,9 @@
 //!   one large reliable sample (13 MB by default) a few times, its round trip and whether
 //!   the echo is byte for byte what was sent.
 //! - Throughput: `bench throughput`'s put loop of 1,000 B samples into a counting peer,
-//!   direct and through one router, in turn.
+//!   direct and through one router, in turn; and the QUIC link alone ([`link`]) carrying the
+//!   same payload in frames as large as the router path's, what a direct session-to-session
+//!   QUIC link could carry at best.
 //!
 //! Loopback has no link delay (no netem here): what the RTTs show is what a router hop
 //! costs, not a WAN.
@@ -31,6 +33,7 @@ use crate::harness::{BenchCfg, Peer, SecureSide, machine, secure_bench_cfg};
 use crate::loopback::{Counts, PingPong, add, put_loop, received_rate};
 
 mod delay;
+mod link;
 use delay::DelayRow;
 
 /// Round trips per block; the paths take turns block by block.
@@ -156,6 +159,15 @@ impl Routers {
     }
 }
 
+/// One throughput row: the writer's QoS, direct and through one router, and the samples per
+/// second the QUIC link alone carries in frames as large as the router path's.
+struct ThroughputRow {
+    qos: &'static str,
+    direct: Counts,
+    routed: Counts,
+    link: f64,
+}
+
 /// RTT percentiles in µs.
 #[derive(Debug, Clone, Copy)]
 struct Rtt {
@@ -232,8 +244,8 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
     drop(pairs);
     drop(cfgs);
 
-    // Throughput: direct and one router, in turn.
-    let mut thr: Vec<(&'static str, Counts, Counts)> = Vec::new();
+    // Throughput: direct and one router, in turn, then the QUIC link alone.
+    let mut thr: Vec<ThroughputRow> = Vec::new();
     if a.duration > 0.0 {
         for shape in &a.qos {
             let (name, flags) = match shape {
@@ -246,6 +258,7 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
             let role = if flags.0 { "sink-reliable" } else { "sink" };
             let zero = (0, 0.0, 0, 0.0);
             let (mut direct, mut routed) = (zero, zero);
+            let (mut link_samples, mut link_secs) = (0.0, 0.0);
             for r in 0..a.reps {
                 let order = if (thr.len() + r) % 2 == 0 {
                     [Path::Direct, Path::OneRouter]
@@ -260,11 +273,32 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
                         .with_context(|| format!("throughput over {}", path.name()))?;
                     match path {
                         Path::Direct => direct = add(direct, c),
-                        _ => routed = add(routed, c),
+                        _ => {
+                            routed = add(routed, c);
+                            // The link alone carries frames as large as this path's were.
+                            let frames = session.stats().router_frames_sent.max(1);
+                            let per_frame = (c.0 as f64 / frames as f64).max(1.0);
+                            drop(session);
+                            drop(peer);
+                            let l = link::measure(
+                                &side,
+                                routers::ROUTERS[0],
+                                (per_frame * 1000.0) as usize,
+                                a.duration,
+                            )
+                            .context("the QUIC link alone")?;
+                            link_samples += l.frames as f64 * per_frame;
+                            link_secs += l.secs;
+                        }
                     }
                 }
             }
-            thr.push((name, direct, routed));
+            thr.push(ThroughputRow {
+                qos: name,
+                direct,
+                routed,
+                link: link_samples / link_secs.max(1e-9),
+            });
         }
     }
     drop(routers);
@@ -350,7 +384,7 @@ impl Report {
         &self,
         rtts: &[(usize, [Rtt; 3])],
         large: &[Large],
-        thr: &[(&str, Counts, Counts)],
+        thr: &[ThroughputRow],
         delayed: &[DelayRow],
     ) -> anyhow::Result<()> {
         let rtt_rows: Vec<Value> = rtts
@@ -378,14 +412,17 @@ impl Report {
             .collect();
         let thr_rows: Vec<Value> = thr
             .iter()
-            .map(|(qos, d, r)| {
+            .map(|t| {
+                let (d, r) = (&t.direct, &t.routed);
                 json!({
-                    "qos": qos, "size": 1000,
+                    "qos": t.qos, "size": 1000,
                     "direct_received_per_s": received_rate(d),
                     "direct_delivered_fraction": d.2 as f64 / d.0.max(1) as f64,
                     "router_received_per_s": received_rate(r),
                     "router_delivered_fraction": r.2 as f64 / r.0.max(1) as f64,
                     "router_over_direct": received_rate(r) / received_rate(d),
+                    "quic_link_alone_per_s": t.link,
+                    "router_over_quic_link_alone": received_rate(r) / t.link,
                 })
             })
             .collect();
@@ -427,7 +464,7 @@ impl Report {
         &self,
         rtts: &[(usize, [Rtt; 3])],
         large: &[Large],
-        thr: &[(&str, Counts, Counts)],
+        thr: &[ThroughputRow],
         delayed: &[DelayRow],
     ) {
         println!(
@@ -536,7 +573,10 @@ impl Report {
         }
         println!(
             "throughput of 1,000 B samples, {} s per measurement, {} per path and row; paper \
-             (004, Table I, LAN): {}; bars: ≥ 250,000/s batched and ≥ 0.5 × direct",
+             (004, Table I, LAN): {}; bars: ≥ 250,000/s batched and ≥ 0.5 × a direct \
+             session-to-session QUIC link (\"link\": the QUIC link alone, no session at either \
+             end, carrying the same payload in frames as large as the router path's: the most \
+             such a link could carry)",
             self.duration,
             self.reps,
             PAPER_THROUGHPUT
@@ -546,18 +586,29 @@ impl Report {
                 .join(", ")
         );
         println!(
-            "{:<19} {:>12} {:>10} {:>12} {:>10} {:>9} {:>10}",
-            "qos", "direct rx/s", "delivered", "router rx/s", "delivered", "÷direct", "×SGC"
+            "{:<19} {:>12} {:>10} {:>12} {:>10} {:>9} {:>10} {:>7} {:>10}",
+            "qos",
+            "direct rx/s",
+            "delivered",
+            "router rx/s",
+            "delivered",
+            "÷direct",
+            "link /s",
+            "÷link",
+            "×SGC"
         );
-        for (qos, d, r) in thr {
+        for t in thr {
+            let (d, r) = (&t.direct, &t.routed);
             println!(
-                "{:<19} {:>12.0} {:>9.1}% {:>12.0} {:>9.1}% {:>9.2} {:>10.0}",
-                qos,
+                "{:<19} {:>12.0} {:>9.1}% {:>12.0} {:>9.1}% {:>9.2} {:>10.0} {:>7.2} {:>10.0}",
+                t.qos,
                 received_rate(d),
                 100.0 * d.2 as f64 / d.0.max(1) as f64,
                 received_rate(r),
                 100.0 * r.2 as f64 / r.0.max(1) as f64,
                 received_rate(r) / received_rate(d),
+                t.link,
+                received_rate(r) / t.link,
                 received_rate(r) / 320.0
             );
         }
