@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tether_routing::{Frame, Role, RouteKey};
@@ -68,41 +69,57 @@ impl Shared {
                 let mut d = self.denials.lock().unwrap_or_else(|p| p.into_inner());
                 // Which way the key's data would have gone: a subscription coming in asks
                 // for data to leave.
-                d.note(&self.cfg.name, key, carries_data == outward);
+                d.note(&self.cfg.name, key, carries_data == outward, Instant::now());
             }
         }
         ok
     }
 }
 
-/// The most (key, way) pairs the log names; past them it says once that it stops naming.
+/// The most (key, way) pairs the log names; past them it says once that it stops naming,
+/// until [`DENIALS_FORGET`] has passed.
 const DENIALS_NAMED: usize = 1024;
+
+/// How long a full list of named keys stands before it is forgotten and keys are named
+/// again: a member sending frames under 1,024 made-up keys silences the log for this long,
+/// not for good (routers do not know grants), and the log says at most 1,025 lines in it.
+const DENIALS_FORGET: Duration = Duration::from_secs(600);
 
 /// The keys the export list held back, each way, that the log has named.
 #[derive(Debug, Default)]
 pub(super) struct Denials {
     named: HashSet<([u8; 32], bool)>,
-    full: bool,
+    /// When the list filled.
+    full: Option<Instant>,
 }
 
 impl Denials {
     /// Says, once per key and way, that the export list held `key` back, its data going out
     /// of the site (`leaving`) or into it. A name never reaches a router: members print a
     /// topic's key with `tether keys topic-id`.
-    fn note(&mut self, router: &str, key: RouteKey, leaving: bool) {
+    /// True if the log named it now.
+    fn note(&mut self, router: &str, key: RouteKey, leaving: bool, now: Instant) -> bool {
         if self.named.contains(&(key.0, leaving)) {
-            return;
+            return false;
+        }
+        if self
+            .full
+            .is_some_and(|t| now.saturating_duration_since(t) >= DENIALS_FORGET)
+        {
+            self.named.clear();
+            self.full = None;
         }
         if self.named.len() >= DENIALS_NAMED {
-            if !self.full {
-                self.full = true;
+            if self.full.is_none() {
+                self.full = Some(now);
                 tracing::info!(
                     "router '{router}': export list: {DENIALS_NAMED} topic keys held back; \
                      more are counted (tether_router_drops_total{{reason=\"export_denied\"}}), \
-                     not named"
+                     not named for {} minutes",
+                    DENIALS_FORGET.as_secs() / 60
                 );
             }
-            return;
+            return false;
         }
         self.named.insert((key.0, leaving));
         let mut hex = String::with_capacity(64);
@@ -119,6 +136,37 @@ impl Denials {
              (said once per key and way; all counted in \
              tether_router_drops_total{{reason=\"export_denied\"}})"
         );
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each key is named once a way; past [`DENIALS_NAMED`] keys none is, until
+    /// [`DENIALS_FORGET`] has passed (made-up keys silence the log for a while, not for good).
+    #[test]
+    fn denials_are_named_once_and_bounded_for_a_while() {
+        let mut d = Denials::default();
+        let t0 = Instant::now();
+        let key = |i: u32| {
+            let mut k = [0u8; 32];
+            k[..4].copy_from_slice(&i.to_be_bytes());
+            RouteKey(k)
+        };
+        assert!(d.note("r", key(0), true, t0));
+        assert!(!d.note("r", key(0), true, t0));
+        assert!(d.note("r", key(0), false, t0), "the other way is named too");
+        for i in 1..DENIALS_NAMED as u32 - 1 {
+            assert!(d.note("r", key(i), true, t0));
+        }
+        assert_eq!(d.named.len(), DENIALS_NAMED);
+        let real = key(u32::MAX);
+        assert!(!d.note("r", real, true, t0), "past the bound, not named");
+        assert!(!d.note("r", real, true, t0 + DENIALS_FORGET / 2));
+        assert!(d.note("r", real, true, t0 + DENIALS_FORGET));
+        assert_eq!(d.named.len(), 1);
     }
 }
 

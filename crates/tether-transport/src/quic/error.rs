@@ -98,31 +98,59 @@ fn refusal(reason: &str) -> Option<String> {
     )
 }
 
+/// The most characters of a peer's text (a close's reason) kept in an error.
+const PEER_TEXT_MAX: usize = 160;
+
+/// Text that came from the peer (or carries what it sent), made safe to log: control
+/// characters (a newline would start a forged log line) and bidirectional-text controls
+/// (which reorder what a reader sees) written as `\u{..}` escapes, and at most
+/// [`PEER_TEXT_MAX`] characters. A keyless peer can close a handshake with any reason.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(PEER_TEXT_MAX + 8));
+    for (i, c) in text.chars().enumerate() {
+        if i == PEER_TEXT_MAX {
+            out.push('…');
+            break;
+        }
+        let bidi = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl From<ConnectionError> for LinkError {
     fn from(e: ConnectionError) -> LinkError {
+        // Every text below may carry what the peer sent (a close's reason, a certificate's
+        // contents in a refusal): all of it is made printable.
         match e {
             ConnectionError::TransportError(t) if is_crypto(u64::from(t.code)) => {
                 match refusal(&t.reason) {
-                    Some(reason) => LinkError::PeerRefused { reason },
-                    None => LinkError::Handshake(t.to_string()),
+                    Some(reason) => LinkError::PeerRefused {
+                        reason: printable(&reason),
+                    },
+                    None => LinkError::Handshake(printable(&t.to_string())),
                 }
             }
-            ConnectionError::TransportError(t) => LinkError::Lost(t.to_string()),
+            ConnectionError::TransportError(t) => LinkError::Lost(printable(&t.to_string())),
             ConnectionError::ConnectionClosed(c) if is_crypto(u64::from(c.error_code)) => {
-                let reason = String::from_utf8_lossy(&c.reason).into_owned();
+                let reason = printable(&String::from_utf8_lossy(&c.reason));
                 match refusal(&reason) {
                     Some(reason) => LinkError::RefusedByPeer { reason },
                     None => LinkError::Handshake(format!("{}: {reason}", c.error_code)),
                 }
             }
-            ConnectionError::ConnectionClosed(c) => LinkError::Lost(c.to_string()),
+            ConnectionError::ConnectionClosed(c) => LinkError::Lost(printable(&c.to_string())),
             ConnectionError::ApplicationClosed(a) => LinkError::ClosedByPeer {
                 code: a.error_code.into_inner(),
-                reason: String::from_utf8_lossy(&a.reason).into_owned(),
+                reason: printable(&String::from_utf8_lossy(&a.reason)),
             },
             ConnectionError::TimedOut => LinkError::TimedOut,
             ConnectionError::LocallyClosed => LinkError::LocallyClosed,
-            e => LinkError::Lost(e.to_string()),
+            e => LinkError::Lost(printable(&e.to_string())),
         }
     }
 }
@@ -136,7 +164,7 @@ impl From<quinn::ReadError> for LinkError {
                 reason: "stream reset".into(),
             },
             quinn::ReadError::ClosedStream => LinkError::LocallyClosed,
-            e => LinkError::Lost(e.to_string()),
+            e => LinkError::Lost(printable(&e.to_string())),
         }
     }
 }
@@ -150,7 +178,7 @@ impl From<quinn::WriteError> for LinkError {
                 reason: "stream stopped".into(),
             },
             quinn::WriteError::ClosedStream => LinkError::LocallyClosed,
-            e => LinkError::Lost(e.to_string()),
+            e => LinkError::Lost(printable(&e.to_string())),
         }
     }
 }
@@ -161,7 +189,24 @@ pub(super) fn io_err(e: io::Error) -> LinkError {
 
 #[cfg(test)]
 mod tests {
-    use super::LinkError;
+    use super::{LinkError, printable};
+
+    /// A peer's close reason cannot start a forged log line or reorder one: newlines,
+    /// carriage returns, escapes and bidirectional controls are escaped, and it is cut short.
+    #[test]
+    fn a_peers_text_is_made_printable() {
+        let forged = "x\n2026-11-27T12:00:00Z  INFO tether_router::run: link up: router 'evil'\r\u{202e}olleh\u{1b}[31m";
+        let p = printable(forged);
+        assert!(!p.chars().any(|c| c.is_control()), "{p:?}");
+        assert!(!p.contains('\u{202e}'), "{p:?}");
+        assert!(
+            p.contains("\\u{a}2026") && p.contains("\\u{202e}olleh"),
+            "{p}"
+        );
+        let long = "é".repeat(1000);
+        assert_eq!(printable(&long).chars().count(), super::PEER_TEXT_MAX + 1);
+        assert_eq!(printable("router stopping"), "router stopping");
+    }
 
     /// A close says its reason, and its code only when it is not the plain 0; a close with
     /// neither (a dropped connection) says nothing more than that the peer closed.
