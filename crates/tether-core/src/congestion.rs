@@ -110,6 +110,12 @@ const LOSS_THRESHOLD: f64 = 0.02;
 /// again) for the loss to be the queue's.
 const QUEUE_LOSS_MARGIN: f64 = 0.05;
 
+/// Answers each of the loss of low and of high rounds needs before they are compared.
+const LOSS_KIND_SAMPLES: u32 = 8;
+
+/// How recent the last answer of each kind must be for them to be compared.
+const LOSS_KIND_FRESH: Duration = Duration::from_secs(1);
+
 /// One probe waiting for its answer.
 #[derive(Debug, Clone, Copy)]
 struct RttProbe {
@@ -172,6 +178,20 @@ pub(crate) struct Congestion {
     /// way) and of the others: loss a queue causes comes with the higher round trips only.
     loss_low: f64,
     loss_high: f64,
+    /// How many answers each of them has taken since the smallest round trip was last
+    /// measured again, and when each last took one: both must be recent and well sampled to
+    /// tell a queue's loss (a path whose every round trip rose, a longer route, has no
+    /// recent low rounds to compare with).
+    loss_low_n: u32,
+    loss_high_n: u32,
+    loss_low_at: Option<Instant>,
+    loss_high_at: Option<Instant>,
+    /// The kind of the last answer either took (true: low), and when the rounds last went
+    /// from high to low and from low to high: a queue that fills and drains alternates
+    /// them, a route that got longer goes from low to high once.
+    loss_last_low: Option<bool>,
+    went_low_at: Option<Instant>,
+    went_high_at: Option<Instant>,
     /// Whether the previous answer's round trip was near the smallest.
     last_near: Option<bool>,
     /// The answer the next delivery-rate sample is measured from, when the last one was
@@ -278,6 +298,13 @@ impl Congestion {
             loss_rate: 0.0,
             loss_low: 0.0,
             loss_high: 0.0,
+            loss_low_n: 0,
+            loss_high_n: 0,
+            loss_low_at: None,
+            loss_high_at: None,
+            loss_last_low: None,
+            went_low_at: None,
+            went_high_at: None,
             last_near: None,
             rate_base: None,
             settled: 0,
@@ -588,8 +615,24 @@ impl Congestion {
                 self.loss_rate = self.loss_rate * 0.75 + f * 0.25;
                 // The loss is judged over two rounds: it is one kind's only if both were.
                 match (self.last_near, self.near_smallest(sample)) {
-                    (Some(true), true) => self.loss_low = self.loss_low * 0.875 + f * 0.125,
-                    (Some(false), false) => self.loss_high = self.loss_high * 0.875 + f * 0.125,
+                    (Some(true), true) => {
+                        self.loss_low = self.loss_low * 0.875 + f * 0.125;
+                        self.loss_low_n = self.loss_low_n.saturating_add(1);
+                        self.loss_low_at = Some(now);
+                        if self.loss_last_low == Some(false) {
+                            self.went_low_at = Some(now);
+                        }
+                        self.loss_last_low = Some(true);
+                    }
+                    (Some(false), false) => {
+                        self.loss_high = self.loss_high * 0.875 + f * 0.125;
+                        self.loss_high_n = self.loss_high_n.saturating_add(1);
+                        self.loss_high_at = Some(now);
+                        if self.loss_last_low == Some(true) {
+                            self.went_high_at = Some(now);
+                        }
+                        self.loss_last_low = Some(false);
+                    }
                     _ => {}
                 }
             }
@@ -613,7 +656,7 @@ impl Congestion {
                 && two_lost as f64 > LOSS_THRESHOLD * two_sent as f64
                 && (self.standing_queue()
                     || self.loss_rate > RANDOM_LOSS_MAX
-                    || (!self.near_smallest(sample) && self.queue_loss()));
+                    || (!self.near_smallest(sample) && self.queue_loss(now)));
         }
         self.last = Some(Answered {
             received,
@@ -675,9 +718,23 @@ impl Congestion {
     /// smallest: a tail-drop queue drops only while it is full, where random loss takes its
     /// share whatever the round trip. This sees a queue that another flow has held since
     /// before the smallest round trip was measured, which [`Self::standing_queue`] misses
-    /// when the queue drains now and then.
-    fn queue_loss(&self) -> bool {
-        self.loss_high > self.loss_low * 1.5 + QUEUE_LOSS_MARGIN
+    /// when the queue drains now and then. Both kinds of rounds must have been seen lately
+    /// and often enough ([`LOSS_KIND_SAMPLES`] each, the last within [`LOSS_KIND_FRESH`]),
+    /// and the rounds must have gone both from low to high and from high to low within it
+    /// (a queue filling and draining): a route that got longer and loses at random goes
+    /// from low to high once and stays, and a queue's past loss must not stand for a path
+    /// that is quiet now.
+    fn queue_loss(&self, now: Instant) -> bool {
+        let fresh = |at: Option<Instant>| {
+            at.is_some_and(|t| now.saturating_duration_since(t) <= LOSS_KIND_FRESH)
+        };
+        self.loss_low_n >= LOSS_KIND_SAMPLES
+            && self.loss_high_n >= LOSS_KIND_SAMPLES
+            && fresh(self.loss_low_at)
+            && fresh(self.loss_high_at)
+            && fresh(self.went_low_at)
+            && fresh(self.went_high_at)
+            && self.loss_high > self.loss_low * 1.5 + QUEUE_LOSS_MARGIN
     }
 
     /// The smallest of the last [`RECENT_RTTS`] round trips, once that many are measured.
@@ -712,6 +769,13 @@ impl Congestion {
                 let d = (self.srtt.unwrap_or(m) * 2).max(Duration::from_millis(10));
                 self.draining = Some(now + d);
                 self.min_rtt = Some((sample.min(m + m / 4), now));
+                // Near and far are told from the new smallest: the loss of each starts over.
+                self.loss_low_n = 0;
+                self.loss_high_n = 0;
+                self.last_near = None;
+                self.loss_last_low = None;
+                self.went_low_at = None;
+                self.went_high_at = None;
             }
             _ => self.min_rtt = Some((sample, now)),
         }
@@ -725,12 +789,20 @@ impl Congestion {
         // Only the loss of the rounds without a queue is made up for: loss that comes with
         // a queue is the path refusing more, and added back it would grow the rate with
         // every probe for more (the more sent, the more lost, the more added back).
-        let rate = if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX || self.queue_loss()
-        {
-            rate
-        } else {
-            rate / (1.0 - self.loss_rate.min(self.loss_low))
-        };
+        let rate =
+            if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX || self.queue_loss(now) {
+                rate
+            } else if self.loss_low_n >= LOSS_KIND_SAMPLES
+                && self
+                    .loss_low_at
+                    .is_some_and(|t| now.saturating_duration_since(t) <= LOSS_KIND_FRESH)
+            {
+                rate / (1.0 - self.loss_rate.min(self.loss_low))
+            } else {
+                // No recent rounds near the smallest round trip to tell random loss by: all of
+                // it counts, as before there was a queue to tell it from.
+                rate / (1.0 - self.loss_rate)
+            };
         self.rates[self.rate_at] = rate;
         self.rate_at = (self.rate_at + 1) % RATE_SAMPLES;
         self.bottleneck = self.rates.iter().copied().fold(0.0, f64::max);

@@ -191,6 +191,63 @@ fn loss_only_while_a_queue_is_full_is_congestion() {
     );
 }
 
+/// A route that gets longer for good (10 ms to 14 ms, under one and a half times the
+/// smallest: no queue is seen standing) and loses 10 % at random from then on: every round
+/// is a "high" one, with none near the smallest to compare its loss with, so none of it is
+/// a queue's (a review found 207 congestion events in 3 s, one per round trip, until the
+/// smallest round trip was measured again 10 s later).
+#[test]
+fn a_longer_lossy_route_is_not_congestion() {
+    let (cc, now) = run_with(
+        4_000,
+        10_000,
+        |k| if k < 1_000 { 0.0 } else { 0.1 },
+        |k| Duration::from_millis(if k < 1_000 { 10 } else { 14 }),
+        false,
+    );
+    let st = cc.stats(0, now);
+    assert_eq!(st.congestion_events, 0, "{st:?}");
+    assert!(cc.cap.is_none());
+}
+
+/// After a queue's loss (as in [`loss_only_while_a_queue_is_full_is_congestion`]) the
+/// path goes quiet at its smallest round trip with 10 % random loss: the loss of the high
+/// rounds, no longer measured, stops counting within a second, and the random loss is made
+/// up for in the rate again (a review saw the queue's 50 % stand for seconds).
+#[test]
+fn a_queues_old_loss_does_not_stand_for_a_quiet_path() {
+    let full = |k: u64| (20..400).contains(&k) && k % 12 < 9;
+    let loss = |k: u64| {
+        if k >= 400 {
+            0.1
+        } else if full(k) {
+            0.5
+        } else {
+            0.0
+        }
+    };
+    let rtt = |k: u64| {
+        Duration::from_millis(if k < 20 || k >= 400 {
+            8
+        } else if full(k) {
+            13
+        } else {
+            10
+        })
+    };
+    let (during, t) = run_with(400, 10_000, loss, rtt, false);
+    assert!(during.queue_loss(t), "the queue's loss is seen first");
+    let (cc, now) = run_with(2_000, 10_000, loss, rtt, false);
+    assert!(!cc.queue_loss(now));
+    let st = cc.stats(0, now);
+    assert!(
+        st.congestion_events <= during.stats(0, t).congestion_events + 1,
+        "{st:?}"
+    );
+    // 9 MB/s arrive of the 10 sent: the path carries 10.
+    assert!(st.delivery_rate > 9.6e6, "{st:?}");
+}
+
 /// Random loss on a path whose answers come late now and then (one in four 4 ms late: a
 /// receive thread kept from its CPU, a Wi-Fi retry): the smoothed round trip rises, the
 /// smallest of the recent ones does not, and nothing is taken for congestion.
