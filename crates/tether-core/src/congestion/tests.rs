@@ -227,7 +227,7 @@ fn a_queues_old_loss_does_not_stand_for_a_quiet_path() {
         }
     };
     let rtt = |k: u64| {
-        Duration::from_millis(if k < 20 || k >= 400 {
+        Duration::from_millis(if !(20..400).contains(&k) {
             8
         } else if full(k) {
             13
