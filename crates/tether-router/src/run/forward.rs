@@ -140,36 +140,6 @@ impl Denials {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Each key is named once a way; past [`DENIALS_NAMED`] keys none is, until
-    /// [`DENIALS_FORGET`] has passed (made-up keys silence the log for a while, not for good).
-    #[test]
-    fn denials_are_named_once_and_bounded_for_a_while() {
-        let mut d = Denials::default();
-        let t0 = Instant::now();
-        let key = |i: u32| {
-            let mut k = [0u8; 32];
-            k[..4].copy_from_slice(&i.to_be_bytes());
-            RouteKey(k)
-        };
-        assert!(d.note("r", key(0), true, t0));
-        assert!(!d.note("r", key(0), true, t0));
-        assert!(d.note("r", key(0), false, t0), "the other way is named too");
-        for i in 1..DENIALS_NAMED as u32 - 1 {
-            assert!(d.note("r", key(i), true, t0));
-        }
-        assert_eq!(d.named.len(), DENIALS_NAMED);
-        let real = key(u32::MAX);
-        assert!(!d.note("r", real, true, t0), "past the bound, not named");
-        assert!(!d.note("r", real, true, t0 + DENIALS_FORGET / 2));
-        assert!(d.note("r", real, true, t0 + DENIALS_FORGET));
-        assert_eq!(d.named.len(), 1);
-    }
-}
-
 /// The topic key a frame is about and whether it carries (or announces) the key's data;
 /// `None`: not a topic's frame.
 fn topic_of(frame: &Frame) -> Option<(RouteKey, bool)> {
@@ -197,5 +167,35 @@ pub(super) fn export_allows(cfg: &RouterConfig, frame: &Frame, outward: bool) ->
         // Data going out, or a request for data coming in from outside: the key leaves.
         Some(Some(d)) if carries_data == outward => d.leaves(),
         Some(Some(d)) => d.enters(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each key is named once a way; past [`DENIALS_NAMED`] keys none is, until
+    /// [`DENIALS_FORGET`] has passed (made-up keys silence the log for a while, not for good).
+    #[test]
+    fn denials_are_named_once_and_bounded_for_a_while() {
+        let mut d = Denials::default();
+        let t0 = Instant::now();
+        let key = |i: u32| {
+            let mut k = [0u8; 32];
+            k[..4].copy_from_slice(&i.to_be_bytes());
+            RouteKey(k)
+        };
+        assert!(d.note("r", key(0), true, t0));
+        assert!(!d.note("r", key(0), true, t0));
+        assert!(d.note("r", key(0), false, t0), "the other way is named too");
+        for i in 1..DENIALS_NAMED as u32 - 1 {
+            assert!(d.note("r", key(i), true, t0));
+        }
+        assert_eq!(d.named.len(), DENIALS_NAMED);
+        let real = key(u32::MAX);
+        assert!(!d.note("r", real, true, t0), "past the bound, not named");
+        assert!(!d.note("r", real, true, t0 + DENIALS_FORGET / 2));
+        assert!(d.note("r", real, true, t0 + DENIALS_FORGET));
+        assert_eq!(d.named.len(), 1);
     }
 }
