@@ -7,7 +7,7 @@
 //! group, so the command gets each signal twice within microseconds.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -37,24 +37,50 @@ pub(crate) const TICK: Duration = Duration::from_millis(100);
 pub(crate) struct Interrupt {
     /// The number of the signal caught (0: none).
     first: Arc<AtomicUsize>,
+    /// A second request came while the command said it would handle one ([`Self::handle_again`]).
+    again: Arc<AtomicBool>,
+    /// The command handles a second request itself now (it ends at once, with its summary).
+    handles_again: Arc<AtomicBool>,
+}
+
+/// True if `sig` is ignored as this process was started: a shell starts a background job
+/// of a script with SIGINT ignored, so that the script's Ctrl-C does not reach it.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 impl Interrupt {
     /// Catches SIGINT and SIGTERM from now on.
     pub(crate) fn catch() -> anyhow::Result<Interrupt> {
         let first = Arc::new(AtomicUsize::new(0));
+        let again = Arc::new(AtomicBool::new(false));
+        let handles_again = Arc::new(AtomicBool::new(false));
         // When the first signal came (CLOCK_MONOTONIC, ns; 0: none yet).
         let at = Arc::new(AtomicU64::new(0));
         for sig in [SIGINT, SIGTERM] {
+            if ignored(sig) {
+                // Left ignored, as whoever started this process asked.
+                continue;
+            }
             let (first, at) = (first.clone(), at.clone());
+            let (again, handles_again) = (again.clone(), handles_again.clone());
             let action = move || {
                 let now = monotonic_ns();
                 match at.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
                     Ok(_) => first.store(sig as usize, Ordering::SeqCst),
-                    // A second request: the process ends at once (a stuck wait for
+                    // A second request: the command ends at once, by itself if it said it
+                    // would (it prints what it did first), else here (a stuck wait for
                     // acknowledgements is never a trap).
                     Err(t) if now.saturating_sub(t) >= SAME_REQUEST.as_nanos() as u64 => {
-                        signal_hook::low_level::exit(128 + sig)
+                        if handles_again.load(Ordering::SeqCst) {
+                            again.store(true, Ordering::SeqCst);
+                        } else {
+                            signal_hook::low_level::exit(128 + sig)
+                        }
                     }
                     Err(_) => {}
                 }
@@ -63,7 +89,23 @@ impl Interrupt {
             // async-signal-safe; it allocates nothing and takes no lock.
             unsafe { signal_hook::low_level::register(sig, action) }?;
         }
-        Ok(Interrupt { first })
+        Ok(Interrupt {
+            first,
+            again,
+            handles_again,
+        })
+    }
+
+    /// From now on (`on`) a second request sets [`Self::again`] instead of ending the
+    /// process: the command polls it and ends at once by itself, saying what it did. Only
+    /// while it polls often (a wait in short steps).
+    pub(crate) fn handle_again(&self, on: bool) {
+        self.handles_again.store(on, Ordering::SeqCst);
+    }
+
+    /// True if a second request came while [`Self::handle_again`] was on.
+    pub(crate) fn again(&self) -> bool {
+        self.again.load(Ordering::SeqCst)
     }
 
     /// The signal caught, if one was: its name and the shell's exit status for it.

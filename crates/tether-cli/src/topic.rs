@@ -447,7 +447,32 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                 sig.name, a.linger
             );
         }
-        p.wait_for_acknowledgments(linger);
+        // In short steps, so that a signal ends the wait with the summary below: a first
+        // one (the run had ended by itself) or a second (it was already interrupted).
+        let until = Instant::now() + linger;
+        interrupt.handle_again(true);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if p.wait_for_acknowledgments(left.min(crate::interrupt::TICK)) || left.is_zero() {
+                break;
+            }
+            match (end, interrupt.caught()) {
+                (End::Signal(_), _) if interrupt.again() => {
+                    eprintln!("interrupted again: not waiting any longer");
+                    break;
+                }
+                (End::Signal(_), _) | (_, None) => {}
+                (_, Some(sig)) => {
+                    end = End::Signal(sig);
+                    eprintln!(
+                        "interrupted ({}) while waiting for acknowledgements",
+                        sig.name
+                    );
+                    break;
+                }
+            }
+        }
+        interrupt.handle_again(false);
     }
     if a.stats {
         print_stats(&session);

@@ -195,8 +195,50 @@ fn a_signal_sent_twice_at_once_is_one_request() {
         publisher.stderr()
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // Quitting early, it still says what it wrote and what was not acknowledged.
+    let err = publisher.stderr();
+    assert!(err.contains("interrupted again: not waiting any longer"), "{err}");
+    assert!(err.contains("interrupted (SIGINT) after "), "{err}");
+    assert!(err.contains("has not acknowledged"), "{err}");
     echo.signal("CONT");
     echo.kill();
+}
+
+/// Started with SIGINT ignored (as a shell starts a script's background job, so the
+/// script's Ctrl-C does not reach it), `pub` leaves it ignored; SIGTERM still ends it.
+#[test]
+fn an_ignored_sigint_stays_ignored() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = tether(dir.path());
+    p.args(["pub", "/ignored", "-r", "20", "--wait-matched", "0"]);
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        p.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(20), || publisher.lines() >= 2),
+        "{}",
+        publisher.stderr()
+    );
+    publisher.signal("INT");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        publisher.child.try_wait().unwrap().is_none(),
+        "an ignored SIGINT ended pub: {}",
+        publisher.stderr()
+    );
+    publisher.signal("TERM");
+    assert_eq!(
+        publisher.wait(Duration::from_secs(10)),
+        Some(143),
+        "{}",
+        publisher.stderr()
+    );
 }
 
 /// `tether echo /x | head -3`: once the reader of its output has gone, `echo` ends with
