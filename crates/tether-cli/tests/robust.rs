@@ -197,7 +197,10 @@ fn a_signal_sent_twice_at_once_is_one_request() {
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     // Quitting early, it still says what it wrote and what was not acknowledged.
     let err = publisher.stderr();
-    assert!(err.contains("interrupted again: not waiting any longer"), "{err}");
+    assert!(
+        err.contains("interrupted again: not waiting any longer"),
+        "{err}"
+    );
     assert!(err.contains("interrupted (SIGINT) after "), "{err}");
     assert!(err.contains("has not acknowledged"), "{err}");
     echo.signal("CONT");
