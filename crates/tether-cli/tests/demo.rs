@@ -325,7 +325,9 @@ fn demo_killed_takes_its_processes_with_it() {
             })
             .collect()
     };
-    if !wait_until(Duration::from_secs(10), || running().is_empty()) {
+    // Within 5 s: the publishers do not wait out a --linger for subscribers that died with
+    // the demo (they waited 10 s before: a reviewer saw one still running 4 s after).
+    if !wait_until(Duration::from_secs(5), || running().is_empty()) {
         let left = running();
         for p in &left {
             let _ = Command::new("kill")

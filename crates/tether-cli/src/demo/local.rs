@@ -94,6 +94,10 @@ pub(super) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
             "1000",
             "--size",
             "256",
+            // Ended with the demo (SIGTERM when it dies): its subscribers died with it, and
+            // no acknowledgement will come to wait for.
+            "--linger",
+            "0",
             "--quiet",
         ][..],
         &[
