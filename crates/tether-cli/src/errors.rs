@@ -81,6 +81,12 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
                          directory",
                     );
                 }
+                KeyError::Io { cause, .. } if cause.kind() == io::ErrorKind::IsADirectory => {
+                    return Some(
+                        "give a file, not a directory: DIR/NAME.key for --keys (or \
+                         TETHER_KEYS), DIR/revoked.toml for --revocations",
+                    );
+                }
                 KeyError::Unknown(_) => {
                     return Some(
                         "the realm's members are its DIR/NAME.cred files (`tether keys show \

@@ -223,8 +223,53 @@ fn clear_errors() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     assert!(err.contains("gone.toml: no such revocation list"), "{err}");
-    assert!(err.contains("tether keys revoke DIR NAME"), "{err}");
+    assert!(err.contains("made by `tether keys init DIR`"), "{err}");
     assert!(!err.contains("key bundle"), "{err}");
+    // A file of the wrong kind, or a directory, is said to be one, with what to give.
+    for (keys_arg, revs, says) in [
+        (
+            "a.cred",
+            None,
+            "this is a credential (DIR/NAME.cred: public, it holds no keys), not a key bundle",
+        ),
+        (
+            "ca.key",
+            None,
+            "this is the realm's CA key (DIR/ca.key), not a key bundle",
+        ),
+        (
+            "revoked.toml",
+            None,
+            "this is a revocation list (DIR/revoked.toml), not a key bundle",
+        ),
+        ("", None, "give a file, not a directory"),
+        (
+            "a.key",
+            Some("a.cred"),
+            "this is a credential (DIR/NAME.cred: public, it holds no keys), not a revocation list",
+        ),
+        (
+            "a.key",
+            Some("a.key"),
+            "this is a key bundle (DIR/NAME.key), not a revocation list",
+        ),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+        c.env_remove("TETHER_CONFIG")
+            .arg("--keys")
+            .arg(dir.join(keys_arg));
+        if let Some(r) = revs {
+            c.arg("--revocations").arg(dir.join(r));
+        }
+        let o = c
+            .args(["pub", "/x", "hi", "--wait-matched", "0", "--linger", "0"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{keys_arg}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(err.contains(says), "{keys_arg} {revs:?}: {err}");
+        assert!(!err.contains("chmod"), "{err}");
+    }
     // A tampered credential shows as not valid.
     let p = dir.join("a.cred");
     let c = std::fs::read_to_string(&p)

@@ -62,8 +62,9 @@ pub enum KeyError {
     Unknown(String),
     /// The revocation list named is not there.
     #[error(
-        "{0}: no such revocation list (`tether keys revoke DIR NAME` writes one, \
-         DIR/revoked.toml; give its path, or leave the revocation list out)"
+        "{0}: no such revocation list (a realm's is DIR/revoked.toml, made by `tether keys \
+         init DIR` and updated by `tether keys revoke`; give its path, or leave the revocation \
+         list out)"
     )]
     NoRevocationList(PathBuf),
 }
@@ -148,7 +149,52 @@ fn replace_file(path: &Path, text: &str, secret: bool) -> Result<(), KeyError> {
     fs::rename(&tmp, path).map_err(io(path))
 }
 
-fn read_secret(path: &Path) -> Result<String, KeyError> {
+/// A key bundle, in words, as errors ask for one.
+const BUNDLE: &str = "a key bundle (DIR/NAME.key, from `tether keys issue DIR NAME`)";
+
+/// What kind of tether file `text` is, in words, if it is one.
+fn kind_of(text: &str) -> Option<&'static str> {
+    let t: toml::Table = toml::from_str(text).ok()?;
+    [
+        (
+            "tether_credential",
+            "a credential (DIR/NAME.cred: public, it holds no keys)",
+        ),
+        ("tether_keys", "a key bundle (DIR/NAME.key)"),
+        ("tether_revocations", "a revocation list (DIR/revoked.toml)"),
+        ("tether_ca", "the realm's CA key (DIR/ca.key)"),
+        ("tether_realm_secret", "the realm secret"),
+    ]
+    .into_iter()
+    .find(|(k, _)| t.contains_key(*k))
+    .map(|(_, what)| what)
+}
+
+/// `path` holds `text`, which should be a tether file with `field` (`tether_keys`…): if it
+/// is another kind, an error that says which and what to give instead (`wanted`).
+fn expect_kind(path: &Path, text: &str, field: &str, wanted: &str) -> Result<(), KeyError> {
+    let Ok(t) = toml::from_str::<toml::Table>(text) else {
+        return Ok(());
+    };
+    if t.contains_key(field) {
+        return Ok(());
+    }
+    Err(format(
+        path,
+        match kind_of(text) {
+            Some(kind) => format!("this is {kind}, not {wanted}"),
+            None => format!("not a tether file: give {wanted}"),
+        },
+    ))
+}
+
+/// Reads a secret file that should hold `field` (`wanted`: what it is, in words) and
+/// that others must not read.
+fn read_secret(path: &Path, field: &str, wanted: &str) -> Result<String, KeyError> {
+    // What it is first: a public file given where a secret one goes is said to be the
+    // wrong file, not to need `chmod 600`.
+    let text = fs::read_to_string(path).map_err(io(path))?;
+    expect_kind(path, &text, field, wanted)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -160,7 +206,7 @@ fn read_secret(path: &Path) -> Result<String, KeyError> {
             });
         }
     }
-    fs::read_to_string(path).map_err(io(path))
+    Ok(text)
 }
 
 fn hex32(path: &Path, what: &str, s: &str) -> Result<[u8; 32], KeyError> {
@@ -300,7 +346,8 @@ impl Realm {
             ));
         }
         let p = dir.join("ca.key");
-        let f: CaFile = toml::from_str(&read_secret(&p)?).map_err(|e| format(&p, e.to_string()))?;
+        let f: CaFile = toml::from_str(&read_secret(&p, "tether_ca", "the realm's CA key")?)
+            .map_err(|e| format(&p, e.to_string()))?;
         let seed = hex32(&p, "seed", &f.seed)?;
         let ca = CaKey::from_seed(&seed).ok_or_else(|| format(&p, "unusable CA seed"))?;
         if to_hex(&ca.public()) != f.public {
@@ -308,7 +355,8 @@ impl Realm {
         }
         let p = dir.join("realm.secret");
         let f: SecretFile =
-            toml::from_str(&read_secret(&p)?).map_err(|e| format(&p, e.to_string()))?;
+            toml::from_str(&read_secret(&p, "tether_realm_secret", "the realm secret")?)
+                .map_err(|e| format(&p, e.to_string()))?;
         let secret = RealmSecret::from_bytes(hex32(&p, "secret", &f.secret)?);
         Ok(Realm {
             dir: dir.to_path_buf(),
@@ -606,6 +654,12 @@ pub fn load_revocations(path: &Path, ca_public: &[u8; 32]) -> Result<RevocationL
         std::io::ErrorKind::NotFound => KeyError::NoRevocationList(path.to_path_buf()),
         _ => io(path)(e),
     })?;
+    expect_kind(
+        path,
+        &t,
+        "tether_revocations",
+        "a revocation list (DIR/revoked.toml)",
+    )?;
     let r = RevocationList::from_toml(&t).map_err(|e| format(path, e.to_string()))?;
     r.verify(ca_public)
         .map_err(|e| format(path, e.to_string()))?;
@@ -714,8 +768,8 @@ impl RouterKeys {
 
     /// Reads any bundle: the file's fields, and its keys checked against its credential.
     fn read(path: &Path) -> Result<(BundleFile, RouterKeys), KeyError> {
-        let f: BundleFile =
-            toml::from_str(&read_secret(path)?).map_err(|e| format(path, e.to_string()))?;
+        let f: BundleFile = toml::from_str(&read_secret(path, "tether_keys", BUNDLE)?)
+            .map_err(|e| format(path, e.to_string()))?;
         if f.tether_keys != 1 {
             return Err(format(path, format!("key file version {}", f.tether_keys)));
         }
