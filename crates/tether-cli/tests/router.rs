@@ -602,3 +602,31 @@ fn a_session_leaves_a_router_revoked_while_it_runs() {
     echo.kill();
     router.kill();
 }
+
+/// A router stopped (SIGINT) says so and ends: its link to the router it dialled is not
+/// dialled again, nor said to be, and it exits 0.
+#[test]
+fn a_stopping_router_does_not_dial_again() {
+    let realm = Realm::new(&["a"]);
+    let (cport, cm) = (free_port(), free_tcp_port());
+    let (sport, sm) = (free_port(), free_tcp_port());
+    let mut cloud = realm.router("cloud", cport, cm, "");
+    let mut site = realm.router(
+        "site",
+        sport,
+        sm,
+        &format!("connect = [\"quic/127.0.0.1:{cport}\"]"),
+    );
+    assert!(wait_links(cm, "router", 1.0), "{}", cloud.stderr());
+    site.signal("INT");
+    assert_eq!(
+        site.wait(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        site.stderr()
+    );
+    let log = site.stderr();
+    let after = &log[log.find("stopping").expect("says it stops")..];
+    assert!(!after.contains("dialling again"), "{after}");
+    cloud.kill();
+}

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -123,6 +123,8 @@ struct Shared {
     started: Instant,
     handshakes: Handshakes,
     denials: Mutex<forward::Denials>,
+    /// The router is stopping: links that end are not dialled again (nor said to be).
+    stopping: AtomicBool,
 }
 
 impl Shared {
@@ -200,12 +202,18 @@ pub async fn run(
         started: Instant::now(),
         handshakes: Handshakes::default(),
         denials: Mutex::default(),
+        stopping: AtomicBool::new(false),
     });
     if let Some(addr) = cfg.listen {
+        // Its credential's name too when it differs from the name it goes by.
+        let also = if cfg.name == keys.credential.name {
+            String::new()
+        } else {
+            format!(" (credential '{}')", keys.credential.name)
+        };
         tracing::info!(
-            "router '{}' ({}) listening on quic/{}",
+            "router '{}'{also} listening on quic/{}",
             cfg.name,
-            keys.credential.name,
             endpoint.local_addr().unwrap_or(addr)
         );
     }
@@ -263,6 +271,7 @@ pub async fn run(
     }
     stop.await;
     tracing::info!("router '{}' stopping", cfg.name);
+    shared.stopping.store(true, Ordering::SeqCst);
     endpoint.close(0, "router stopping");
     let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
     tasks.abort_all();
@@ -333,12 +342,16 @@ async fn dial(shared: Arc<Shared>, endpoint: Arc<QuicEndpoint>, target: String) 
                 said = None;
                 serve_link(shared.clone(), link).await;
             }
+            Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
             Err(e) => {
                 if said.as_ref() != Some(&e) {
                     tracing::warn!("router {target}: {e}; dialling again");
                     said = Some(e);
                 }
             }
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
         }
         tokio::time::sleep(backoff.next_delay(&mut rng)).await;
     }
