@@ -199,6 +199,15 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                     dir.join("revoked.toml").display()
                 )?;
             }
+            if c.role == tether_crypto::Role::Member
+                && c.publish.is_empty()
+                && c.subscribe.is_empty()
+            {
+                eprintln!(
+                    "note: {name} has no grants: it is a member of the realm but may neither \
+                     publish nor subscribe (give --pub and --sub patterns)"
+                );
+            }
             if !dropped.is_empty() {
                 eprintln!(
                     "note: {name} no longer has {} (a replacement given grants has those \

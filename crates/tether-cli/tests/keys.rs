@@ -79,6 +79,14 @@ fn realm_issue_show_revoke() {
         "{}",
         text(&o.stderr)
     );
+    // No grants at all: said.
+    let o = keys(&["issue", "DIR", "nobody"], &dir);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains("note: nobody has no grants"),
+        "{}",
+        text(&o.stderr)
+    );
     let o = keys(&["issue", "DIR", "viewer", "--replace"], &dir);
     assert!(ok(&o).contains("grants: publish /note;"));
     assert!(
