@@ -232,6 +232,12 @@ fn start(
     for v in SETTINGS_VARS {
         c.env_remove(v);
     }
+    // The routers' links coming and going (INFO) would land in the live table; their
+    // warnings still show. A filter the user gave is kept.
+    let given = |v: &str| std::env::var(v).is_ok_and(|s| !s.trim().is_empty());
+    if !given("TETHER_LOG") && !given("RUST_LOG") {
+        c.env("TETHER_LOG", "warn");
+    }
     // SIGKILL: they have nothing to clean up (no registry entry; the next demo removes
     // the directory), and a publisher told to end would first wait for acknowledgements
     // from subscribers that died with the demo.
