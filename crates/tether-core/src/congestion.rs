@@ -9,8 +9,9 @@
 //!   received from it; the PROBE_ACK says (`received`), and its round trip is measured.
 //! - Each answer gives a **delivery rate** (bytes received since an earlier answer at least
 //!   two probe intervals and a round trip before, over the time between them), scaled up by
-//!   the share lost in rounds without a queue while no queue stands and loss stays under
-//!   60 % (random loss: the path carried those bytes too);
+//!   the share lost in the lower rounds while no queue stands or was seen by its loss in
+//!   the last 3 s, and loss stays under 60 % (random loss: the path carried those bytes
+//!   too);
 //!   the *bottleneck rate* is the largest of the last [`RATE_SAMPLES`]. Each gives a **round trip**; the smallest of the last 10 s is the
 //!   path's propagation time.
 //! - The **window** is [`GAIN`] × bottleneck rate × (smallest round trip + the time between
@@ -26,10 +27,12 @@
 //!   [`RECENT_RTTS`] round trips exceeds the smallest of 10 s by half of it, and by at
 //!   least 2 ms: a late answer raises one round trip, a queue raises them all, so a flow
 //!   that keeps the queue nearly full since before this one measured the path is still
-//!   seen when the queue fills and drops), or the rounds whose round trip stands above
-//!   the smallest lose clearly more than those near it (a tail-drop queue drops only
-//!   while full, random loss whatever the round trip: this sees a queue that another flow
-//!   held when the smallest round trip was measured, and drains now and then), or the loss
+//!   seen when the queue fills and drops), or the rounds whose round trip is in the upper
+//!   half of the last second's span of round trips lose clearly more than those in the
+//!   lower half (a tail-drop queue drops only while full, random loss whatever the round
+//!   trip: this sees a queue that another flow keeps nearly full, making the smallest round
+//!   trip partly queue; compared only while both kinds of rounds come and alternate within
+//!   the last second), or the loss
 //!   is above 60 % (more than a lossy link's), the window is capped at 70 % of what was
 //!   in flight
 //!   (as TCP CUBIC backs off), once per round trip; the cap rises again by an eighth per
@@ -116,6 +119,15 @@ const LOSS_KIND_SAMPLES: u32 = 8;
 /// How recent the last answer of each kind must be for them to be compared.
 const LOSS_KIND_FRESH: Duration = Duration::from_secs(1);
 
+/// The span of round trips the kinds are told by covers the last one to two of these.
+const SPAN_HALF: Duration = Duration::from_millis(500);
+
+/// The least span of round trips that kinds are told in.
+const SPAN_MIN: Duration = Duration::from_millis(1);
+
+/// How long after the loss by round trip last showed a queue no loss is made up for.
+const QUEUE_HOLD: Duration = Duration::from_secs(3);
+
 /// One probe waiting for its answer.
 #[derive(Debug, Clone, Copy)]
 struct RttProbe {
@@ -174,14 +186,23 @@ pub(crate) struct Congestion {
     prev_round: Option<(u64, u64)>,
     /// Smoothed share of the bytes sent that were lost.
     loss_rate: f64,
-    /// The same, of the rounds whose round trip was near the smallest (no queue in the
-    /// way) and of the others: loss a queue causes comes with the higher round trips only.
+    /// The same, of the rounds whose round trip was in the lower half of the span of the
+    /// last second's round trips and of those in the upper half ([`Self::kind`]): loss a
+    /// queue causes comes with the higher round trips only.
     loss_low: f64,
     loss_high: f64,
-    /// How many answers each of them has taken since the smallest round trip was last
-    /// measured again, and when each last took one: both must be recent and well sampled to
-    /// tell a queue's loss (a path whose every round trip rose, a longer route, has no
-    /// recent low rounds to compare with).
+    /// The smallest and largest round trips of the current half second and of the one
+    /// before: the span the kinds are told by.
+    span_cur: Option<(Duration, Duration)>,
+    span_prev: Option<(Duration, Duration)>,
+    span_at: Instant,
+    /// When the loss by round trip last showed a queue: for a while after, no loss is made
+    /// up for in the rate (a queue that stays full longer than the span's second hides
+    /// its low rounds).
+    queue_at: Option<Instant>,
+    /// How many answers each of them has taken, and when each last took one: both must be
+    /// recent and well sampled to tell a queue's loss (a path whose every round trip rose,
+    /// a longer route, has no recent low rounds to compare with).
     loss_low_n: u32,
     loss_high_n: u32,
     loss_low_at: Option<Instant>,
@@ -192,7 +213,7 @@ pub(crate) struct Congestion {
     loss_last_low: Option<bool>,
     went_low_at: Option<Instant>,
     went_high_at: Option<Instant>,
-    /// Whether the previous answer's round trip was near the smallest.
+    /// The kind of the previous answer's round trip (true: low), if it had one.
     last_near: Option<bool>,
     /// The answer the next delivery-rate sample is measured from, when the last one was
     /// too close to measure from.
@@ -298,6 +319,10 @@ impl Congestion {
             loss_rate: 0.0,
             loss_low: 0.0,
             loss_high: 0.0,
+            span_cur: None,
+            span_prev: None,
+            span_at: now,
+            queue_at: None,
             loss_low_n: 0,
             loss_high_n: 0,
             loss_low_at: None,
@@ -614,8 +639,8 @@ impl Congestion {
                 let f = (two_lost as f64 / two_sent as f64).min(1.0);
                 self.loss_rate = self.loss_rate * 0.75 + f * 0.25;
                 // The loss is judged over two rounds: it is one kind's only if both were.
-                match (self.last_near, self.near_smallest(sample)) {
-                    (Some(true), true) => {
+                match (self.last_near, self.kind(sample)) {
+                    (Some(true), Some(true)) => {
                         self.loss_low = self.loss_low * 0.875 + f * 0.125;
                         self.loss_low_n = self.loss_low_n.saturating_add(1);
                         self.loss_low_at = Some(now);
@@ -624,7 +649,7 @@ impl Congestion {
                         }
                         self.loss_last_low = Some(true);
                     }
-                    (Some(false), false) => {
+                    (Some(false), Some(false)) => {
                         self.loss_high = self.loss_high * 0.875 + f * 0.125;
                         self.loss_high_n = self.loss_high_n.saturating_add(1);
                         self.loss_high_at = Some(now);
@@ -656,7 +681,10 @@ impl Congestion {
                 && two_lost as f64 > LOSS_THRESHOLD * two_sent as f64
                 && (self.standing_queue()
                     || self.loss_rate > RANDOM_LOSS_MAX
-                    || (!self.near_smallest(sample) && self.queue_loss(now)));
+                    || (self.kind(sample) == Some(false) && self.queue_loss(now)));
+            if self.queue_loss(now) {
+                self.queue_at = Some(now);
+            }
         }
         self.last = Some(Answered {
             received,
@@ -664,7 +692,7 @@ impl Congestion {
             probe_at: probe.at,
             at: now,
         });
-        self.last_near = Some(self.near_smallest(sample));
+        self.last_near = self.kind(sample);
         // One cut per round trip: the answers of one round all see the same queue.
         let round = self.srtt.unwrap_or(PROBE_MIN);
         if congested && self.capped_at.is_some_and(|t| now < t + round) {
@@ -707,11 +735,35 @@ impl Congestion {
         floor > min + (min / 2).max(QUEUE_MIN)
     }
 
-    /// True if round trip `sample` is near the smallest (within a quarter of it, at least
-    /// [`QUEUE_MIN`]): no queue to speak of stood in its way.
-    fn near_smallest(&self, sample: Duration) -> bool {
-        self.min_rtt
-            .is_some_and(|(m, _)| sample <= m + (m / 4).max(QUEUE_MIN))
+    /// The kind of round trip `sample`: low (true) in the lower half of the span of the
+    /// last half second to second's round trips, high (false) in the upper half; none while
+    /// that span is under [`SPAN_MIN`] (nothing to tell apart: random loss on
+    /// a path with a little jitter splits evenly between the kinds anyway). Told by the path's own
+    /// recent round trips, not by the smallest of 10 s: a queue another flow never lets
+    /// drain below some level makes that smallest partly queue, and it moves when measured
+    /// again.
+    fn kind(&self, sample: Duration) -> Option<bool> {
+        let (lo, hi) = match (self.span_cur, self.span_prev) {
+            (Some((a, b)), Some((c, d))) => (a.min(c), b.max(d)),
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => return None,
+        };
+        if hi.saturating_sub(lo) < SPAN_MIN {
+            return None;
+        }
+        Some(sample <= lo + (hi - lo) / 2)
+    }
+
+    /// Takes round trip `sample` into the span [`Self::kind`] tells by.
+    fn note_span(&mut self, now: Instant, sample: Duration) {
+        if now.saturating_duration_since(self.span_at) >= SPAN_HALF {
+            self.span_prev = self.span_cur.take();
+            self.span_at = now;
+        }
+        self.span_cur = Some(match self.span_cur {
+            Some((lo, hi)) => (lo.min(sample), hi.max(sample)),
+            None => (sample, sample),
+        });
     }
 
     /// True if the rounds with the higher round trips lose clearly more than those near the
@@ -744,6 +796,7 @@ impl Congestion {
     }
 
     fn on_rtt(&mut self, now: Instant, sample: Duration) {
+        self.note_span(now, sample);
         self.recent[self.recent_at] = sample;
         self.recent_at = (self.recent_at + 1) % RECENT_RTTS;
         match self.srtt {
@@ -769,13 +822,6 @@ impl Congestion {
                 let d = (self.srtt.unwrap_or(m) * 2).max(Duration::from_millis(10));
                 self.draining = Some(now + d);
                 self.min_rtt = Some((sample.min(m + m / 4), now));
-                // Near and far are told from the new smallest: the loss of each starts over.
-                self.loss_low_n = 0;
-                self.loss_high_n = 0;
-                self.last_near = None;
-                self.loss_last_low = None;
-                self.went_low_at = None;
-                self.went_high_at = None;
             }
             _ => self.min_rtt = Some((sample, now)),
         }
@@ -789,20 +835,22 @@ impl Congestion {
         // Only the loss of the rounds without a queue is made up for: loss that comes with
         // a queue is the path refusing more, and added back it would grow the rate with
         // every probe for more (the more sent, the more lost, the more added back).
-        let rate =
-            if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX || self.queue_loss(now) {
-                rate
-            } else if self.loss_low_n >= LOSS_KIND_SAMPLES
-                && self
-                    .loss_low_at
-                    .is_some_and(|t| now.saturating_duration_since(t) <= LOSS_KIND_FRESH)
-            {
-                rate / (1.0 - self.loss_rate.min(self.loss_low))
-            } else {
-                // No recent rounds near the smallest round trip to tell random loss by: all of
-                // it counts, as before there was a queue to tell it from.
-                rate / (1.0 - self.loss_rate)
-            };
+        let queue_lately = self
+            .queue_at
+            .is_some_and(|t| now.saturating_duration_since(t) <= QUEUE_HOLD);
+        let rate = if self.standing_queue() || self.loss_rate > RANDOM_LOSS_MAX || queue_lately {
+            rate
+        } else if self.loss_low_n >= LOSS_KIND_SAMPLES
+            && self
+                .loss_low_at
+                .is_some_and(|t| now.saturating_duration_since(t) <= LOSS_KIND_FRESH)
+        {
+            rate / (1.0 - self.loss_rate.min(self.loss_low))
+        } else {
+            // No recent rounds near the smallest round trip to tell random loss by: all of
+            // it counts, as before there was a queue to tell it from.
+            rate / (1.0 - self.loss_rate)
+        };
         self.rates[self.rate_at] = rate;
         self.rate_at = (self.rate_at + 1) % RATE_SAMPLES;
         self.bottleneck = self.rates.iter().copied().fold(0.0, f64::max);

@@ -212,8 +212,9 @@ fn a_longer_lossy_route_is_not_congestion() {
 
 /// After a queue's loss (as in [`loss_only_while_a_queue_is_full_is_congestion`]) the
 /// path goes quiet at its smallest round trip with 10 % random loss: the loss of the high
-/// rounds, no longer measured, stops counting within a second, and the random loss is made
-/// up for in the rate again (a review saw the queue's 50 % stand for seconds).
+/// rounds, no longer measured, stops counting within a second (a review saw the queue's
+/// 50 % stand for seconds), nothing more is cut, and once the queue has not been seen for
+/// [`QUEUE_HOLD`] the random loss is made up for in the rate again.
 #[test]
 fn a_queues_old_loss_does_not_stand_for_a_quiet_path() {
     let full = |k: u64| (20..400).contains(&k) && k % 12 < 9;
@@ -237,7 +238,9 @@ fn a_queues_old_loss_does_not_stand_for_a_quiet_path() {
     };
     let (during, t) = run_with(400, 10_000, loss, rtt, false);
     assert!(during.queue_loss(t), "the queue's loss is seen first");
-    let (cc, now) = run_with(2_000, 10_000, loss, rtt, false);
+    let (quiet, t) = run_with(1_500, 10_000, loss, rtt, false);
+    assert!(!quiet.queue_loss(t), "stale after a second");
+    let (cc, now) = run_with(5_000, 10_000, loss, rtt, false);
     assert!(!cc.queue_loss(now));
     let st = cc.stats(0, now);
     assert!(
@@ -246,6 +249,56 @@ fn a_queues_old_loss_does_not_stand_for_a_quiet_path() {
     );
     // 9 MB/s arrive of the 10 sent: the path carries 10.
     assert!(st.delivery_rate > 9.6e6, "{st:?}");
+}
+
+/// The CI case held for 25 s, past the re-measurement of the smallest round trip at 10 s
+/// (which rises to 10 ms, the level the other flow's queue drains to, making its 12 ms full
+/// queue "near" a smallest that is queue), and with the queue draining to 10.5 ms, half a
+/// millisecond above what the first version's "near the smallest" took for low (a review:
+/// both missed, the 50 % loss added back, 11 MB/s estimated where 6.25 arrive). The kinds
+/// are told by the path's own recent span of round trips, whatever the smallest.
+#[test]
+fn a_queue_held_past_the_remeasurement_stays_congestion() {
+    for drain_to in [10.0, 10.5] {
+        let full = |k: u64| k >= 20 && k % 12 < 9;
+        let (cc, now) = run_with(
+            25_000,
+            10_000,
+            |k| if full(k) { 0.5 } else { 0.0 },
+            |k| {
+                Duration::from_secs_f64(if k < 20 {
+                    0.008
+                } else if full(k) {
+                    0.012
+                } else {
+                    drain_to / 1e3
+                })
+            },
+            false,
+        );
+        let (early, t) = run_with(
+            20_000,
+            10_000,
+            |k| if full(k) { 0.5 } else { 0.0 },
+            |k| {
+                Duration::from_secs_f64(if k < 20 {
+                    0.008
+                } else if full(k) {
+                    0.012
+                } else {
+                    drain_to / 1e3
+                })
+            },
+            false,
+        );
+        let st = cc.stats(0, now);
+        assert!(
+            st.congestion_events > early.stats(0, t).congestion_events,
+            "drain to {drain_to} ms: no cut in the last 5 s: {st:?}"
+        );
+        // 6.25 MB/s arrive: not made up for.
+        assert!(st.delivery_rate < 7.0e6, "drain to {drain_to} ms: {st:?}");
+    }
 }
 
 /// Random loss on a path whose answers come late now and then (one in four 4 ms late: a
