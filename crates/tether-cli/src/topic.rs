@@ -397,8 +397,13 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         } else {
             data.clone()
         };
-        let seq = match p.put(sample.clone()) {
+        // A signal while the history is full ends the wait (and the run) at once.
+        let seq = match p.put_unless(sample.clone(), || interrupt.caught().is_some()) {
             Ok(seq) => seq,
+            Err(tether::PutError::Stopped { .. }) => {
+                end = End::Signal(interrupt.caught().expect("stopped by a signal"));
+                break;
+            }
             Err(e) => {
                 // Say what the readers owe as well as why the put failed: the failure alone
                 // does not tell how much of what was written got through.

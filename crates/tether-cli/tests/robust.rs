@@ -666,3 +666,53 @@ fn every_error_says_what_to_do() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// Ctrl-C while `pub`'s put waits for room (a keep-all writer whose stopped reader holds
+/// its whole history, and is let go of only once silent for 30 s) ends it at once with 130
+/// and its summary, not once the put is done waiting.
+#[test]
+fn sigint_during_a_blocked_put_ends_pub_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = tether(dir.path());
+    e.args(["echo", "/full", "--reliable", "--keep-all"]);
+    let mut echo = Live::spawn(e);
+    let mut p = tether(dir.path());
+    p.args([
+        "pub",
+        "/full",
+        "-r",
+        "0",
+        "--reliable",
+        "--keep-all",
+        "--inactive-after",
+        "30",
+        "--wait-matched",
+        "0",
+        "--linger",
+        "0",
+        "-q",
+    ]);
+    let mut publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(20), || echo.lines() >= 1),
+        "{}",
+        echo.stderr()
+    );
+    echo.signal("STOP");
+    // The history fills within a moment; the put then waits for room.
+    std::thread::sleep(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    publisher.signal("INT");
+    assert_eq!(
+        publisher.wait(Duration::from_secs(20)),
+        Some(130),
+        "{}",
+        publisher.stderr()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let err = publisher.stderr();
+    assert!(err.contains("interrupted (SIGINT) after "), "{err}");
+    assert!(!err.contains("timed out"), "{err}");
+    echo.signal("CONT");
+    echo.kill();
+}

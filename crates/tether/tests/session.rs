@@ -705,3 +705,51 @@ fn first_listener_gets_events_raised_before_it() {
     // Only once.
     assert!(rx.recv_timeout(Duration::from_millis(1500)).is_err());
 }
+
+/// `put_unless` gives up waiting for room as soon as it is told to stop (well before the
+/// writer's max_blocking_time), hands the sample back, and sends nothing of it; told
+/// nothing, it is `put`.
+#[test]
+fn put_unless_stops_waiting_when_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path());
+    c.reliability.max_blocking_time_ms = 30_000;
+    let a = Session::open(c).unwrap();
+    let b = Session::open(cfg(dir.path())).unwrap();
+    let q = Qos::default().keep_all().max_samples(16);
+    let sub = b.subscriber("/stop", q).unwrap();
+    let p = a.publisher("/stop", q).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut accepted = 0u64;
+    let t0 = std::time::Instant::now();
+    let err = std::thread::scope(|s| {
+        // Told to stop 300 ms in: the history fills long before.
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        loop {
+            match p.put_unless(Bytes::from(accepted.to_le_bytes().to_vec()), || {
+                stop.load(std::sync::atomic::Ordering::Relaxed)
+            }) {
+                Ok(_) => accepted += 1,
+                Err(e) => break e,
+            }
+            assert!(accepted < 1000, "put never blocked");
+        }
+    });
+    match err {
+        PutError::Stopped { payload, .. } => assert_eq!(&payload[..], &accepted.to_le_bytes()),
+        e => panic!("unexpected {e}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    for i in 0..accepted {
+        let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(&s.payload[..], &i.to_le_bytes());
+    }
+    assert!(
+        sub.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the stopped sample"
+    );
+}

@@ -113,6 +113,15 @@ pub enum PutError {
     /// The session is closed.
     #[error("session closed")]
     Closed(Bytes),
+    /// [`Publisher::put_unless`](crate::Publisher::put_unless) was told to stop while it
+    /// waited for room. Nothing was sent.
+    #[error("put stopped while waiting for room in the writer's history")]
+    Stopped {
+        /// The payload.
+        payload: Bytes,
+        /// How long it waited.
+        waited: Duration,
+    },
 }
 
 impl PutError {
@@ -122,6 +131,7 @@ impl PutError {
             PutError::Timeout { payload, .. }
             | PutError::PathFull { payload, .. }
             | PutError::TooLarge { payload, .. }
+            | PutError::Stopped { payload, .. }
             | PutError::Closed(payload) => payload,
         }
     }

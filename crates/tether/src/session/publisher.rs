@@ -36,7 +36,19 @@ impl Publisher {
     /// (`reliability.inactive_reader_ms`, [`Qos::inactive_after`](crate::Qos::inactive_after))
     /// and let go of, rather than fail for their sake.
     pub fn put(&self, payload: impl Into<Bytes>) -> Result<u64, PutError> {
-        self.put_with_timestamp(payload, wall_ns())
+        self.put_inner(payload.into(), wall_ns(), &|| false)
+    }
+
+    /// [`put`](Self::put), but while it waits for room it asks `stop` every 20 ms at most,
+    /// and if that says so gives up with [`PutError::Stopped`] (nothing sent): a program
+    /// shutting down (a signal, an operator's stop) need not wait out
+    /// `max_blocking_time_ms` behind a slow reader.
+    pub fn put_unless(
+        &self,
+        payload: impl Into<Bytes>,
+        stop: impl Fn() -> bool,
+    ) -> Result<u64, PutError> {
+        self.put_inner(payload.into(), wall_ns(), &stop)
     }
 
     /// Publishes one sample with the given source timestamp (ns since the UNIX epoch).
@@ -45,7 +57,16 @@ impl Publisher {
         payload: impl Into<Bytes>,
         timestamp_ns: u64,
     ) -> Result<u64, PutError> {
-        let mut payload: Bytes = payload.into();
+        self.put_inner(payload.into(), timestamp_ns, &|| false)
+    }
+
+    fn put_inner(
+        &self,
+        payload: Bytes,
+        timestamp_ns: u64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<u64, PutError> {
+        let mut payload = payload;
         let start = Instant::now();
         let mut now = start;
         // This thread's spare buffers: no allocation for the datagrams in steady state.
@@ -86,6 +107,11 @@ impl Publisher {
                     payload = p;
                     drop(g);
                     deferred.run(&self.shared);
+                    // Asked without the session's lock: `stop` may call into the session.
+                    if stop() {
+                        deferred.recycle();
+                        return Err(PutError::Stopped { payload, waited });
+                    }
                     let g2 = self.shared.lock();
                     let left = until.saturating_duration_since(Instant::now());
                     let (g3, _) = self
