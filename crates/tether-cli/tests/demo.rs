@@ -209,6 +209,21 @@ fn demo_runs_with_its_keys_and_domain_and_can_be_watched() {
     let out = demo.out.lock().unwrap().join("\n");
     assert!(out.contains("domain 41"), "{out}");
     assert!(out.contains("sessions: 4"), "{out}");
+    // The live lines fit an 80-column terminal (they were ~190 wide).
+    for l in out
+        .lines()
+        .filter(|l| l.starts_with('[') || l.contains("msg/s"))
+    {
+        assert!(
+            l.chars().count() <= 80,
+            "{} columns: {l}",
+            l.chars().count()
+        );
+    }
+    assert!(
+        out.contains("/demo/chatter") && out.contains("msg/s"),
+        "{out}"
+    );
     assert_nothing_left(&kids, &reg, 41);
 }
 

@@ -156,21 +156,24 @@ pub(super) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let mut line = format!("[{:>3.0}s]", start.elapsed().as_secs_f64());
+        // A line for the second and one per topic: each fits 80 columns.
+        println!(
+            "[{:>3.0}s] sessions: {}",
+            start.elapsed().as_secs_f64(),
+            session.participants().len() + 1
+        );
         for (i, (t, _, q)) in topics.iter().enumerate() {
             let w = Window::take(&windows[i]);
             totals[i] += w.n;
             let p50 = w.quantile(0.5);
-            line += &format!(
-                "  {t} {:>5} msg/s {:>10}/s p50 {:>6.0}µs ({q}, {} pub)",
+            println!(
+                "       {t:<13} {:>5} msg/s {:>10}/s p50 {:>6.0}µs ({q}, {} pub)",
                 w.n,
                 human_bytes(w.bytes as f64),
                 p50,
                 subs[i].matched()
             );
         }
-        line += &format!("  sessions: {}", session.participants().len() + 1);
-        println!("{line}");
         if let Some(f) = children.exited() {
             failed = Some(f);
             break;
