@@ -67,7 +67,7 @@ pub(crate) fn run(config: Option<PathBuf>, a: RouterArgs) -> anyhow::Result<Exit
                     rules.len()
                 );
                 for r in rules {
-                    let key: String = r.key.iter().map(|b| format!("{b:02x}")).collect();
+                    let key = tether_crypto::to_hex(&r.key);
                     let way = match r.direction {
                         tether_router::Direction::Out => "out of the site",
                         tether_router::Direction::In => "into the site",

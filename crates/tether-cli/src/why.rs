@@ -45,15 +45,10 @@ impl Printed {
     }
 }
 
-/// `line` with control characters escaped: it may quote what a peer announced.
+/// `line` with control (and bidirectional-text) characters escaped: it may quote what a
+/// peer announced.
 pub(crate) fn printable(line: &str) -> String {
-    line.chars()
-        .flat_map(|c| {
-            let escaped = c.is_control().then(|| c.escape_default());
-            let plain = (!c.is_control()).then_some(c);
-            escaped.into_iter().flatten().chain(plain)
-        })
-        .collect()
+    tether::printable(line, usize::MAX)
 }
 
 /// Which events a command prints.

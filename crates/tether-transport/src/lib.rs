@@ -27,6 +27,7 @@ mod batch;
 pub mod path;
 pub mod quic;
 mod registry;
+pub mod text;
 use batch::Batcher;
 pub use batch::{BatchIo, IoStats, Outgoing, SendReport};
 pub use registry::{MAX_ENTRIES, Registry, SHARED_REGISTRY_DIR, default_registry_dir};

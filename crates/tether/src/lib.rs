@@ -44,3 +44,4 @@ pub use tether_core::{
     RefusalReason, Reliability, RemoteEndpoint, RevocationRefusal, Sample, Shortfall, Stats,
     UnknownEncoding, UnknownPriority, format_rate, parse_rate,
 };
+pub use tether_transport::text::printable;

@@ -2,7 +2,6 @@
 //! cross the site's boundary, and which way.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -122,10 +121,7 @@ impl Denials {
             return false;
         }
         self.named.insert((key.0, leaving));
-        let mut hex = String::with_capacity(64);
-        for b in key.0 {
-            let _ = write!(hex, "{b:02x}");
-        }
+        let hex = tether_crypto::to_hex(&key.0);
         let way = if leaving {
             "out of the site"
         } else {

@@ -98,28 +98,13 @@ fn refusal(reason: &str) -> Option<String> {
     )
 }
 
-/// The most characters of a peer's text (a close's reason) kept in an error.
+/// The most characters of a peer's text (a close's reason) kept in an error: a keyless
+/// peer can close a handshake with any reason.
 const PEER_TEXT_MAX: usize = 160;
 
-/// Text that came from the peer (or carries what it sent), made safe to log: control
-/// characters (a newline would start a forged log line) and bidirectional-text controls
-/// (which reorder what a reader sees) written as `\u{..}` escapes, and at most
-/// [`PEER_TEXT_MAX`] characters. A keyless peer can close a handshake with any reason.
-pub(crate) fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(PEER_TEXT_MAX + 8));
-    for (i, c) in text.chars().enumerate() {
-        if i == PEER_TEXT_MAX {
-            out.push('…');
-            break;
-        }
-        let bidi = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+/// A peer's text, made safe to log and cut at [`PEER_TEXT_MAX`] characters.
+fn printable(text: &str) -> String {
+    crate::text::printable(text, PEER_TEXT_MAX)
 }
 
 impl From<ConnectionError> for LinkError {
@@ -189,24 +174,7 @@ pub(super) fn io_err(e: io::Error) -> LinkError {
 
 #[cfg(test)]
 mod tests {
-    use super::{LinkError, printable};
-
-    /// A peer's close reason cannot start a forged log line or reorder one: newlines,
-    /// carriage returns, escapes and bidirectional controls are escaped, and it is cut short.
-    #[test]
-    fn a_peers_text_is_made_printable() {
-        let forged = "x\n2026-11-27T12:00:00Z  INFO tether_router::run: link up: router 'evil'\r\u{202e}olleh\u{1b}[31m";
-        let p = printable(forged);
-        assert!(!p.chars().any(|c| c.is_control()), "{p:?}");
-        assert!(!p.contains('\u{202e}'), "{p:?}");
-        assert!(
-            p.contains("\\u{a}2026") && p.contains("\\u{202e}olleh"),
-            "{p}"
-        );
-        let long = "é".repeat(1000);
-        assert_eq!(printable(&long).chars().count(), super::PEER_TEXT_MAX + 1);
-        assert_eq!(printable("router stopping"), "router stopping");
-    }
+    use super::LinkError;
 
     /// A close says its reason, and its code only when it is not the plain 0; a close with
     /// neither (a dropped connection) says nothing more than that the peer closed.
