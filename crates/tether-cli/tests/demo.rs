@@ -429,6 +429,11 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// `tether demo` (two sites) with its temporary directory in `tmp` and no settings from
 /// the environment.
 fn two_sites(tmp: &Path, args: &[&str]) -> Live {
+    Live::spawn(two_sites_command(tmp, args))
+}
+
+/// The command [`two_sites`] runs.
+fn two_sites_command(tmp: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
     for v in [
         "TETHER_CONFIG",
@@ -442,7 +447,7 @@ fn two_sites(tmp: &Path, args: &[&str]) -> Live {
     }
     c.env_remove("TETHER_LOG").env_remove("RUST_LOG");
     c.env("TMPDIR", tmp).arg("demo").args(args);
-    Live::spawn(c)
+    c
 }
 
 /// What `tmp` holds.
@@ -568,21 +573,9 @@ fn two_site_demo_carries_every_topic_across_and_leaves_nothing() {
 fn two_site_demo_interrupted_leaves_nothing() {
     let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
-    for v in [
-        "TETHER_CONFIG",
-        "TETHER_DOMAIN",
-        "TETHER_DISCOVERY",
-        "TETHER_PEERS",
-        "TETHER_ROUTERS",
-        "TETHER_KEYS",
-    ] {
-        c.env_remove(v);
-    }
+    let mut c = two_sites_command(tmp.path(), &["--duration", "0"]);
     // A group of its own, as a shell gives a foreground job.
-    c.env("TMPDIR", tmp.path())
-        .args(["demo", "--duration", "0"])
-        .process_group(0);
+    c.process_group(0);
     let mut demo = Live::spawn(c);
     let kids = running_two_sites(&demo);
     let before = demo.stderr().len();

@@ -133,6 +133,44 @@ fn sigint_to_pub_and_hz_prints_what_they_did() {
     );
 }
 
+/// A reliable `echo` (with `echo_args`) and a `pub` (`pub_args`) of it, once the echo has
+/// printed `lines`; then the echo is stopped (SIGSTOP): it acknowledges nothing more.
+fn pub_with_a_stopped_reader(
+    dir: &Path,
+    echo_args: &[&str],
+    pub_args: &[&str],
+    lines: usize,
+) -> (Live, Live) {
+    let mut e = tether(dir);
+    e.arg("echo").args(echo_args);
+    let echo = Live::spawn(e);
+    let mut p = tether(dir);
+    p.arg("pub").args(pub_args);
+    let publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(20), || echo.lines() >= lines),
+        "{}\n{}",
+        echo.stderr(),
+        publisher.stderr()
+    );
+    echo.signal("STOP");
+    (echo, publisher)
+}
+
+/// SIGINT to `publisher`: it ends with 130 within 5 s; its stderr.
+fn sigint_ends_at_once(publisher: &mut Live) -> String {
+    let t0 = Instant::now();
+    publisher.signal("INT");
+    assert_eq!(
+        publisher.wait(Duration::from_secs(20)),
+        Some(130),
+        "{}",
+        publisher.stderr()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    publisher.stderr()
+}
+
 /// A signal sent twice at once (GNU `timeout -s INT` without `--foreground` signals the
 /// command, then its whole group) is one request: `pub` still waits for its stopped
 /// reader's acknowledgements, as after one Ctrl-C; a signal later is a second request and
@@ -140,30 +178,22 @@ fn sigint_to_pub_and_hz_prints_what_they_did() {
 #[test]
 fn a_signal_sent_twice_at_once_is_one_request() {
     let dir = tempfile::tempdir().unwrap();
-    let mut e = tether(dir.path());
-    e.args(["echo", "/twice", "--reliable"]);
-    let mut echo = Live::spawn(e);
-    let mut p = tether(dir.path());
-    p.args([
-        "pub",
-        "/twice",
-        "-r",
-        "20",
-        "--reliable",
-        "--linger",
-        "30",
-        "--wait-matched",
-        "1",
-    ]);
-    let mut publisher = Live::spawn(p);
-    assert!(
-        wait_until(Duration::from_secs(20), || echo.lines() >= 2),
-        "{}\n{}",
-        echo.stderr(),
-        publisher.stderr()
-    );
     // The reader stops acknowledging; the writer has samples it owes.
-    echo.signal("STOP");
+    let (mut echo, mut publisher) = pub_with_a_stopped_reader(
+        dir.path(),
+        &["/twice", "--reliable"],
+        &[
+            "/twice",
+            "-r",
+            "20",
+            "--reliable",
+            "--linger",
+            "30",
+            "--wait-matched",
+            "1",
+        ],
+        2,
+    );
     std::thread::sleep(Duration::from_millis(300));
     // Two signals 20 ms apart: far enough for the first to be handled before the second
     // comes (two pending at once would be one), close enough to be one request.
@@ -186,17 +216,8 @@ fn a_signal_sent_twice_at_once_is_one_request() {
         "the doubled signal ended pub: {}",
         publisher.stderr()
     );
-    let t0 = Instant::now();
-    publisher.signal("INT");
-    assert_eq!(
-        publisher.wait(Duration::from_secs(10)),
-        Some(130),
-        "{}",
-        publisher.stderr()
-    );
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     // Quitting early, it still says what it wrote and what was not acknowledged.
-    let err = publisher.stderr();
+    let err = sigint_ends_at_once(&mut publisher);
     assert!(
         err.contains("interrupted again: not waiting any longer"),
         "{err}"
@@ -673,44 +694,28 @@ fn every_error_says_what_to_do() {
 #[test]
 fn sigint_during_a_blocked_put_ends_pub_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut e = tether(dir.path());
-    e.args(["echo", "/full", "--reliable", "--keep-all"]);
-    let mut echo = Live::spawn(e);
-    let mut p = tether(dir.path());
-    p.args([
-        "pub",
-        "/full",
-        "-r",
-        "0",
-        "--reliable",
-        "--keep-all",
-        "--inactive-after",
-        "30",
-        "--wait-matched",
-        "0",
-        "--linger",
-        "0",
-        "-q",
-    ]);
-    let mut publisher = Live::spawn(p);
-    assert!(
-        wait_until(Duration::from_secs(20), || echo.lines() >= 1),
-        "{}",
-        echo.stderr()
+    let (mut echo, mut publisher) = pub_with_a_stopped_reader(
+        dir.path(),
+        &["/full", "--reliable", "--keep-all"],
+        &[
+            "/full",
+            "-r",
+            "0",
+            "--reliable",
+            "--keep-all",
+            "--inactive-after",
+            "30",
+            "--wait-matched",
+            "0",
+            "--linger",
+            "0",
+            "-q",
+        ],
+        1,
     );
-    echo.signal("STOP");
     // The history fills within a moment; the put then waits for room.
     std::thread::sleep(Duration::from_millis(1500));
-    let t0 = Instant::now();
-    publisher.signal("INT");
-    assert_eq!(
-        publisher.wait(Duration::from_secs(20)),
-        Some(130),
-        "{}",
-        publisher.stderr()
-    );
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    let err = publisher.stderr();
+    let err = sigint_ends_at_once(&mut publisher);
     assert!(err.contains("interrupted (SIGINT) after "), "{err}");
     assert!(!err.contains("timed out"), "{err}");
     echo.signal("CONT");

@@ -88,6 +88,39 @@ fn seqs(out: &str) -> Vec<u64> {
         .collect()
 }
 
+/// A cloud router and a site router dialling it, linked, with their ports and metrics
+/// ports.
+struct CloudAndSite {
+    cloud: Live,
+    cport: u16,
+    cm: u16,
+    site: Live,
+    sport: u16,
+    sm: u16,
+}
+
+/// [`CloudAndSite`], the site's router.toml with `site_extra` lines.
+fn cloud_and_site(realm: &Realm, site_extra: &str) -> CloudAndSite {
+    let (cport, cm) = (free_port(), free_tcp_port());
+    let (sport, sm) = (free_port(), free_tcp_port());
+    let cloud = realm.router("cloud", cport, cm, "");
+    let site = realm.router(
+        "site",
+        sport,
+        sm,
+        &format!("connect = [\"quic/127.0.0.1:{cport}\"]\n{site_extra}"),
+    );
+    assert!(wait_links(cm, "router", 1.0), "{}", cloud.stderr());
+    CloudAndSite {
+        cloud,
+        cport,
+        cm,
+        site,
+        sport,
+        sm,
+    }
+}
+
 fn wait_links(metrics_port: u16, role: &str, n: f64) -> bool {
     wait_until(Duration::from_secs(15), || {
         metric(
@@ -316,19 +349,20 @@ fn revoked_members_and_foreign_routers_are_refused() {
 fn an_export_list_lets_only_its_topics_cross() {
     let realm = Realm::new(&["a", "b"]);
     let allowed = realm.keys(&["topic-id", "realm", "/allowed"]);
-    let (cport, cm) = (free_port(), free_tcp_port());
-    let (sport, sm) = (free_port(), free_tcp_port());
-    let mut cloud = realm.router("cloud", cport, cm, "");
-    let mut site = realm.router(
-        "site",
+    let CloudAndSite {
+        mut cloud,
+        cport,
+        cm,
+        mut site,
         sport,
         sm,
+    } = cloud_and_site(
+        &realm,
         &format!(
-            "connect = [\"quic/127.0.0.1:{cport}\"]\n[[export]]\nkey = \"{}\"\ndirection = \"out\"",
+            "[[export]]\nkey = \"{}\"\ndirection = \"out\"",
             allowed.trim()
         ),
     );
-    assert!(wait_links(cm, "router", 1.0), "{}", cloud.stderr());
     let mut e1 = realm.member("b", cport);
     e1.args([
         "echo",
@@ -608,16 +642,11 @@ fn a_session_leaves_a_router_revoked_while_it_runs() {
 #[test]
 fn a_stopping_router_does_not_dial_again() {
     let realm = Realm::new(&["a"]);
-    let (cport, cm) = (free_port(), free_tcp_port());
-    let (sport, sm) = (free_port(), free_tcp_port());
-    let mut cloud = realm.router("cloud", cport, cm, "");
-    let mut site = realm.router(
-        "site",
-        sport,
-        sm,
-        &format!("connect = [\"quic/127.0.0.1:{cport}\"]"),
-    );
-    assert!(wait_links(cm, "router", 1.0), "{}", cloud.stderr());
+    let CloudAndSite {
+        mut cloud,
+        mut site,
+        ..
+    } = cloud_and_site(&realm, "");
     site.signal("INT");
     assert_eq!(
         site.wait(Duration::from_secs(10)),

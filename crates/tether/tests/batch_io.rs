@@ -3,22 +3,14 @@
 //! (don't-fragment, a 1500-MTU veth between network namespaces; root only) counted and told
 //! to the engine.
 
+mod common;
+use common::wait_for;
+
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tether::{BatchIoMode, Config, Qos, Session};
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
 
 /// With 1,472 B datagrams, a 1 MB sample (~720 fragments) and 500 small reliable samples
 /// arrive intact and in order whichever way the sockets batch; batched sessions send the

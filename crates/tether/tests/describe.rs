@@ -3,36 +3,20 @@
 //! its writer and in `discovered()`; in a secure realm, the topic's name and type for
 //! members (an outsider sees the id alone) and the certified name of the session.
 
-use std::time::{Duration, Instant};
+mod common;
+use common::{local_cfg, wait_for};
 
-use tether::{Config, Encoding, ProtectionMode, Qos, Session, Topic};
+use std::time::Duration;
 
-fn cfg(dir: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    // This host only: tests never meet each other or the network.
-    c.discovery.range = tether::DiscoveryRange::Localhost;
-    c.discovery.registry_dir = Some(dir.to_path_buf());
-    c
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
+use tether::{Encoding, ProtectionMode, Qos, Session, Topic};
 
 /// A subscriber tells a sample's writer's label, remote and local alike; `discovered()` and
 /// `endpoint()` give it too.
 #[test]
 fn encoding_label_reaches_subscribers() {
     let dir = tempfile::tempdir().unwrap();
-    let a = Session::open(cfg(dir.path())).unwrap();
-    let b = Session::open(cfg(dir.path())).unwrap();
+    let a = Session::open(local_cfg(dir.path())).unwrap();
+    let b = Session::open(local_cfg(dir.path())).unwrap();
     let sub = b.subscriber("/pose", Qos::default()).unwrap();
     let p = a
         .publisher(Topic::new("/pose").encoding(Encoding::Json), Qos::default())
@@ -63,8 +47,8 @@ fn encoding_label_reaches_subscribers() {
 #[test]
 fn a_departed_writers_samples_keep_its_label() {
     let dir = tempfile::tempdir().unwrap();
-    let a = Session::open(cfg(dir.path())).unwrap();
-    let b = Session::open(cfg(dir.path())).unwrap();
+    let a = Session::open(local_cfg(dir.path())).unwrap();
+    let b = Session::open(local_cfg(dir.path())).unwrap();
     let sub = b.subscriber("/pose", Qos::default().keep_all()).unwrap();
     let p = a
         .publisher(Topic::new("/pose").encoding(Encoding::Json), Qos::default())
@@ -103,13 +87,13 @@ fn members_see_names_outsiders_do_not() {
         .issue("viewer", vec![], vec!["/none".into()], 30)
         .unwrap();
     let secure = |name: &str| {
-        let mut c = cfg(dir.path());
+        let mut c = local_cfg(dir.path());
         c.security.keys = Some(dir.path().join("realm").join(format!("{name}.key")));
         c
     };
     let a = Session::open(secure("robot")).unwrap();
     let b = Session::open(secure("viewer")).unwrap();
-    let plain = Session::open(cfg(dir.path())).unwrap();
+    let plain = Session::open(local_cfg(dir.path())).unwrap();
     let _p = a
         .publisher(
             Topic::new("/robot/odom")

@@ -3,31 +3,16 @@
 //! tests running beside it would change.
 #![cfg(target_os = "linux")]
 
-use std::net::UdpSocket;
-use std::time::{Duration, Instant};
+mod common;
+use common::{local_cfg, wait_for};
 
-use tether::{Config, Session};
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use tether::Session;
 
 /// The tests of this binary count threads: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn cfg(dir: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    c.discovery.range = tether::DiscoveryRange::Localhost;
-    c.discovery.registry_dir = Some(dir.to_path_buf());
-    c
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
 
 /// Threads of this process (Linux: /proc/self/task): a thread is there from the moment it
 /// is spawned, before it has run or named itself.
@@ -60,7 +45,7 @@ fn a_failed_open_leaves_no_router_link_behind() {
     // A router that never answers: a bound socket of this test's.
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let before = (threads(), sockets());
-    let mut c = cfg(dir.path());
+    let mut c = local_cfg(dir.path());
     c.security.keys = Some(dir.path().join("realm").join("robot.key"));
     c.transport.listen = Some(taken.local_addr().unwrap());
     c.routers.connect = vec![format!("quic/{}", silent.local_addr().unwrap())];
@@ -91,7 +76,7 @@ fn a_revoked_session_does_not_dial_its_routers() {
     realm.revoke("robot").unwrap();
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let before = threads();
-    let mut c = cfg(dir.path());
+    let mut c = local_cfg(dir.path());
     c.security.keys = Some(realm_dir.join("robot.key"));
     c.security.revocations = Some(realm_dir.join("revoked.toml"));
     c.routers.connect = vec![format!("quic/{}", silent.local_addr().unwrap())];

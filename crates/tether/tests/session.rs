@@ -1,5 +1,8 @@
 //! Sessions over real loopback sockets, discovered through a private registry directory.
 
+mod common;
+use common::{local_cfg, wait_for};
+
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,24 +11,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether::{Config, Event, PutError, Qos, QosPolicy, RecvError, Session, Topic};
 
+/// [`local_cfg`], with keep-all puts waiting 300 ms for room.
 fn cfg(dir: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    // This host only, in a directory of this test's: tests running at once never meet.
-    c.discovery.range = tether::DiscoveryRange::Localhost;
-    c.discovery.registry_dir = Some(dir.to_path_buf());
+    let mut c = local_cfg(dir);
     c.reliability.max_blocking_time_ms = 300;
     c
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
 }
 
 #[test]

@@ -261,36 +261,25 @@ fn a_queues_old_loss_does_not_stand_for_a_quiet_path() {
 fn a_queue_held_past_the_remeasurement_stays_congestion() {
     for drain_to in [10.0, 10.5] {
         let full = |k: u64| k >= 20 && k % 12 < 9;
-        let (cc, now) = run_with(
-            25_000,
-            10_000,
-            |k| if full(k) { 0.5 } else { 0.0 },
-            |k| {
-                Duration::from_secs_f64(if k < 20 {
-                    0.008
-                } else if full(k) {
-                    0.012
-                } else {
-                    drain_to / 1e3
-                })
-            },
-            false,
-        );
-        let (early, t) = run_with(
-            20_000,
-            10_000,
-            |k| if full(k) { 0.5 } else { 0.0 },
-            |k| {
-                Duration::from_secs_f64(if k < 20 {
-                    0.008
-                } else if full(k) {
-                    0.012
-                } else {
-                    drain_to / 1e3
-                })
-            },
-            false,
-        );
+        let queue = |ms| {
+            run_with(
+                ms,
+                10_000,
+                |k| if full(k) { 0.5 } else { 0.0 },
+                |k| {
+                    Duration::from_secs_f64(if k < 20 {
+                        0.008
+                    } else if full(k) {
+                        0.012
+                    } else {
+                        drain_to / 1e3
+                    })
+                },
+                false,
+            )
+        };
+        let (cc, now) = queue(25_000);
+        let (early, t) = queue(20_000);
         let st = cc.stats(0, now);
         assert!(
             st.congestion_events > early.stats(0, t).congestion_events,
