@@ -24,7 +24,9 @@ fn encoding_label_reaches_subscribers() {
     let local = b
         .publisher("/pose", Qos::default().encoding("cbor".parse().unwrap()))
         .unwrap();
-    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 2));
+    // Both ways: a writer that has not matched the reader yet writes for nobody.
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 2
+        && p.matched() == 1));
     p.put(&b"{\"x\":1}"[..]).unwrap();
     let s = sub.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(sub.writer_encoding(s.writer), Encoding::Json);
@@ -53,7 +55,8 @@ fn a_departed_writers_samples_keep_its_label() {
     let p = a
         .publisher(Topic::new("/pose").encoding(Encoding::Json), Qos::default())
         .unwrap();
-    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 1));
+    assert!(wait_for(Duration::from_secs(10), || sub.matched() == 1
+        && p.matched() == 1));
     p.put(&b"{\"x\":1}"[..]).unwrap();
     assert!(p.wait_for_acknowledgments(Duration::from_secs(10)));
     drop(p);
