@@ -509,10 +509,12 @@ impl Participant {
     /// last [`FAREWELL_KEEP`] (in the same datagram), so that this goodbye overtaking
     /// theirs loses no acknowledgement. The participant should be dropped afterwards; a
     /// driver may call it again, a little later, in case the goodbye was lost (it is the
-    /// same goodbye, with the same acknowledgements).
+    /// same goodbye, with the same acknowledgements). Participants still answering our
+    /// challenge get it too: they may know us already.
     pub fn close(&mut self) {
         let acks: Vec<_> = self.farewells.iter().map(|(_, a, an)| (*a, *an)).collect();
         self.say_goodbye(&Submessage::ParticipantBye, &acks);
+        self.say_goodbye_to_pending();
     }
 
     /// Local endpoint description.

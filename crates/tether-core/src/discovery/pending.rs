@@ -175,6 +175,26 @@ impl Participant {
         true
     }
 
+    /// Leaving: a PARTICIPANT_BYE to each address whose participant we challenged and
+    /// that has not answered yet. It may know us all the same (we answered its own
+    /// challenge, which validated us there, and our answer filled the address's allowance
+    /// with our endpoints; its answer to ours is what is still on its way), and would hold
+    /// our endpoints until our lease ran out.
+    ///
+    /// The one datagram sent past an unvalidated address's allowance: the allowance keeps
+    /// a forger from making us answer a victim's address with more than it sent, and no
+    /// input makes us leave. What leaves is bounded: one small datagram per pending
+    /// address that sent us a datagram, per call (a driver calls this a few times).
+    pub(crate) fn say_goodbye_to_pending(&mut self) {
+        for to in self.peers.pending.challenged_addresses() {
+            let mut dg = Vec::new();
+            let _ = DatagramBuilder::new(&mut dg, self.header()).push(&Submessage::ParticipantBye);
+            let len = dg.len() + self.auth_tag_len();
+            self.peers.pending.spend(to, len);
+            self.push_transmit(to, Bytes::from(dg));
+        }
+    }
+
     /// A PARTICIPANT from unknown participant `pid` at `from`: it waits in the pending table
     /// while its address is challenged, with a PROBE carrying our cookie and our own
     /// PARTICIPANT (so it learns us), within what the address's allowance takes.

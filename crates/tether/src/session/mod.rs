@@ -557,7 +557,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         let peers = self.shared.with_core(|i, _| {
             i.core.close();
-            !i.core.remote_participants().is_empty()
+            !i.core.remote_participants().is_empty() || i.core.pending_participants() > 0
         });
         if peers {
             for _ in 1..GOODBYES {

@@ -327,6 +327,15 @@ impl Pending {
         (before - self.len()) as u64
     }
 
+    /// Addresses where a participant we challenged has not answered yet: they heard from us.
+    pub(super) fn challenged_addresses(&self) -> Vec<SocketAddr> {
+        self.entries
+            .iter()
+            .filter(|(_, s)| s.ids.iter().any(|e| e.challenged.is_some()))
+            .map(|(a, _)| *a)
+            .collect()
+    }
+
     /// Takes what participant `pid`'s announcement said, if `from` holds it.
     pub(super) fn take(
         &mut self,
