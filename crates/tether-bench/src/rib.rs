@@ -79,6 +79,11 @@ struct Starts {
     first_p90: f64,
     first_max: f64,
     n: usize,
+    /// A new `tether echo` process, from its spawn to the first sample it prints, in ms
+    /// (what a user who runs a command waits): p50 and max.
+    process_p50: f64,
+    process_max: f64,
+    processes: usize,
 }
 
 pub(crate) fn run(cfg: Config, a: RibArgs) -> anyhow::Result<()> {
@@ -113,6 +118,8 @@ pub(crate) fn run(cfg: Config, a: RibArgs) -> anyhow::Result<()> {
                 "matched_p50_ms": s.matched_p50,
                 "first_message_p50_ms": s.first_p50, "first_message_p90_ms": s.first_p90,
                 "first_message_max_ms": s.first_max,
+                "processes": s.processes, "process_first_message_p50_ms": s.process_p50,
+                "process_first_message_max_ms": s.process_max,
             })
         });
         println!(
@@ -163,6 +170,11 @@ pub(crate) fn run(cfg: Config, a: RibArgs) -> anyhow::Result<()> {
              p50 {:.2} ms (Session::open returned at {:.2} ms, router link up at {:.2} ms, matched at {:.2} ms), p90 {:.2} \
              ms, max {:.2} ms; paper {PAPER_FIRST_MESSAGE_MS} ms, bar ≤ 2 ms",
             s.n, s.first_p50, s.open_p50, s.linked_p50, s.matched_p50, s.first_p90, s.first_max
+        );
+        println!(
+            "a new `tether echo` process, from its spawn to the first sample it prints ({} \
+             processes): p50 {:.2} ms, max {:.2} ms",
+            s.processes, s.process_p50, s.process_max
         );
     }
     Ok(())
@@ -265,6 +277,53 @@ fn start_to_first(cfg: &Config, n: usize) -> anyhow::Result<Starts> {
         drop(sub);
         drop(session);
     }
+    // The same through a process of its own: what running `tether echo` costs before its
+    // session opens (exec, loading its keys, the crypto library's first random numbers).
+    let processes = n.clamp(1, 10);
+    let keys = bc.base.security.keys.clone().context("the member's keys")?;
+    let mut spawned = Vec::new();
+    for i in 0..=processes {
+        let t0 = Instant::now();
+        let mut child = std::process::Command::new(
+            std::env::current_exe().context("locating the tether binary")?,
+        )
+        .env_remove("TETHER_CONFIG")
+        .args([
+            "echo",
+            TICK,
+            "--count",
+            "1",
+            "--timeout",
+            "30",
+            "--discovery",
+            "off",
+        ])
+        // The ticker's QoS, given: echo need not wait to see what the publishers offer.
+        .args(["--reliable", "--transient-local"])
+        .arg("--domain")
+        .arg(bc.domain().to_string())
+        .arg("--keys")
+        .arg(&keys)
+        .arg("--router")
+        .arg(&addr[0])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .context("starting tether echo")?;
+        let mut out = std::io::BufReader::new(child.stdout.take().context("echo's stdout")?);
+        let mut line = String::new();
+        let got = std::io::BufRead::read_line(&mut out, &mut line)?;
+        let at = t0.elapsed();
+        let status = child.wait()?;
+        if got == 0 || !status.success() {
+            bail!("tether echo printed no sample through the router ({status})");
+        }
+        if i > 0 {
+            spawned.push(at.as_nanos() as u64);
+        }
+    }
+    spawned.sort_unstable();
     drop(ticker);
     drop(router);
     open.sort_unstable();
@@ -280,6 +339,9 @@ fn start_to_first(cfg: &Config, n: usize) -> anyhow::Result<Starts> {
         first_p90: ms(&first, 0.9),
         first_max: ms(&first, 1.0),
         n,
+        process_p50: ms(&spawned, 0.5),
+        process_max: ms(&spawned, 1.0),
+        processes,
     })
 }
 

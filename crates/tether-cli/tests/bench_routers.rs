@@ -44,6 +44,12 @@ fn rib_bench_times_the_table_and_a_start_through_a_router() {
     let s = &v["start_to_first_message"];
     assert_eq!(s["sessions"], 2, "{v}");
     assert!(s["first_message_p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+    // And as a user runs it: `tether echo` processes, each of which printed a sample.
+    assert_eq!(s["processes"], 2, "{v}");
+    assert!(
+        s["process_first_message_p50_ms"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     assert_eq!(v["paper"]["start_to_first_message_ms"], 2.4);
 }
 
