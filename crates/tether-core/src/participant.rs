@@ -220,6 +220,9 @@ pub struct Participant {
     pub(crate) random: Randomness,
     pub(crate) cfg: Config,
     pub(crate) next_entity: u32,
+    /// `close` was called: input and timers are ignored from then on, so a participant
+    /// that said goodbye does not validate, answer or announce itself again.
+    pub(crate) closed: bool,
     pub(crate) writers: BTreeMap<EntityId, Writer>,
     pub(crate) readers: BTreeMap<EntityId, Reader>,
     /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
@@ -301,6 +304,7 @@ impl Participant {
             cfg,
             random: Randomness(random),
             next_entity: 1,
+            closed: false,
             writers: BTreeMap::new(),
             readers: BTreeMap::new(),
             peers: Peers::new(now, &cookie_secret),
@@ -515,6 +519,7 @@ impl Participant {
         let acks: Vec<_> = self.farewells.iter().map(|(_, a, an)| (*a, *an)).collect();
         self.say_goodbye(&Submessage::ParticipantBye, &acks);
         self.say_goodbye_to_pending();
+        self.closed = true;
     }
 
     /// Local endpoint description.
@@ -589,6 +594,9 @@ impl Participant {
         self.input += 1;
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
+        if self.closed {
+            return;
+        }
         // What may be sent back to `from` while it is not validated (`discovery/pending.rs`).
         self.peers.pending.arrived(from, datagram.len());
         self.process_datagram_with(now, from, datagram, true, pre);
@@ -788,8 +796,11 @@ impl Participant {
         std::mem::take(&mut self.timers_changed)
     }
 
-    /// When `handle_timeout` wants to run next.
+    /// When `handle_timeout` wants to run next (never, once closed).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed {
+            return None;
+        }
         let mut t = self.peers.next_announce.min(self.next_housekeeping);
         for x in [
             self.keystore.rekey_at,
@@ -823,6 +834,9 @@ impl Participant {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.note_time(now);
         self.timers_changed = true;
+        if self.closed {
+            return;
+        }
         if now >= self.peers.next_announce {
             self.announce_to(&self.all_destinations(), None);
             let period = self.announce_period();

@@ -48,6 +48,10 @@ pub const UNVERIFIED_LIFETIME: Duration = Duration::from_secs(10);
 /// Bytes sent to an address that has not answered a challenge, per byte received from it.
 pub const AMPLIFICATION_FACTOR: u64 = 3;
 
+/// A PARTICIPANT_BYE's datagram (header and the bare submessage): what an answer to a
+/// challenge leaves of the address's budget, security off (`say_goodbye_to_pending`).
+const GOODBYE_ROOM: usize = HEADER_LEN + tether_wire::SUBMESSAGE_HEADER_LEN;
+
 /// Most participant ids one address holds at once pending validation or, in a secure realm,
 /// validated but not yet authenticated (`docs/wire.md#validation`): a new id at an address
 /// that holds as many is refused (`Stats::address_full`), never one already there evicted.
@@ -177,21 +181,29 @@ impl Participant {
 
     /// Leaving: a PARTICIPANT_BYE to each address whose participant we challenged and
     /// that has not answered yet. It may know us all the same (we answered its own
-    /// challenge, which validated us there, and our answer filled the address's allowance
-    /// with our endpoints; its answer to ours is what is still on its way), and would hold
-    /// our endpoints until our lease ran out.
-    ///
-    /// The one datagram sent past an unvalidated address's allowance: the allowance keeps
-    /// a forger from making us answer a victim's address with more than it sent, and no
-    /// input makes us leave. What leaves is bounded: one small datagram per pending
-    /// address that sent us a datagram, per call (a driver calls this a few times).
+    /// challenge, which validated us there; its answer to ours is what is still on its
+    /// way), and would hold our endpoints until our lease ran out. Within each address's
+    /// budget, as everything sent there: answers keep room for it ([`GOODBYE_ROOM`]), and
+    /// challenges are padded to pay for that room. Not in a secure realm: a peer takes no
+    /// endpoint of ours before our AUTH, and drops a goodbye it cannot verify yet.
     pub(crate) fn say_goodbye_to_pending(&mut self) {
+        if self.cfg.security.is_some() {
+            return;
+        }
         for to in self.peers.pending.challenged_addresses() {
             let mut dg = Vec::new();
             let _ = DatagramBuilder::new(&mut dg, self.header()).push(&Submessage::ParticipantBye);
-            let len = dg.len() + self.auth_tag_len();
-            self.peers.pending.spend(to, len);
-            self.push_transmit(to, Bytes::from(dg));
+            self.send_unvalidated(to, dg);
+        }
+    }
+
+    /// What an answer to a challenge leaves unspent of its address's budget: a goodbye's
+    /// datagram, should we leave before the challenger answers ours (security off).
+    fn goodbye_room(&self) -> usize {
+        if self.cfg.security.is_some() {
+            0
+        } else {
+            GOODBYE_ROOM
         }
     }
 
@@ -235,9 +247,11 @@ impl Participant {
         self.address_for(to, pid);
         let cookie = self.peers.pending.cookie(pid, from, now);
         let mut dg = Vec::new();
+        // Padded to pay for the room the answer keeps for a goodbye (3 x the padding).
+        let padding = self.goodbye_room().div_ceil(AMPLIFICATION_FACTOR as usize) as u16;
         let _ = DatagramBuilder::new(&mut dg, self.header()).push(&Submessage::Probe(ProbeRepr {
             id: cookie,
-            padding: 0,
+            padding,
         }));
         let bare = dg.len();
         let left = self.unvalidated_room(from);
@@ -288,10 +302,13 @@ impl Participant {
             return;
         }
         let answer = dg.len();
-        let left = self.unvalidated_room(from).min(
-            crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
-                .saturating_sub(crate::path::security_overhead(&self.cfg)),
-        );
+        let left = self
+            .unvalidated_room(from)
+            .saturating_sub(self.goodbye_room())
+            .min(
+                crate::path::link_size(self.cfg.path_mtu, self.cfg.max_datagram)
+                    .saturating_sub(crate::path::security_overhead(&self.cfg)),
+            );
         let mut challenged = false;
         // An id its address has no room for is not challenged: it could not be validated
         // (two peers whose addresses a forger filled would otherwise challenge each other
