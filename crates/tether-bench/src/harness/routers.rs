@@ -93,6 +93,11 @@ impl RouterProc {
             Some((ns, _)) => ns.command(exe),
             None => Command::new(exe),
         };
+        if std::env::var_os("TETHER_LOG").is_none() {
+            // Warnings only: a router's INFO lines (links up and down) would run through the
+            // bench's table. TETHER_LOG, if given, is passed on.
+            cmd.env("TETHER_LOG", "warn");
+        }
         let child = cmd
             .env_remove("TETHER_CONFIG")
             .arg("router")
