@@ -727,9 +727,25 @@ impl Participant {
             }
             EndpointKind::Writer => {
                 if let Some(rs) = self.matches.remote_writer_readers.remove(&g) {
+                    let now = self.clock;
                     for r in rs {
                         if let Some(r) = self.readers.get_mut(&r) {
-                            if let Some(wp) = r.writers.remove(&g) {
+                            if let Some(mut wp) = r.writers.remove(&g) {
+                                let mut losses = crate::reader::lost::Losses {
+                                    reader: r.id,
+                                    stats: &mut self.stats,
+                                    lost: &mut r.lost,
+                                    events: &mut self.events,
+                                };
+                                let d =
+                                    wp.writer_left(&mut r.cache, now, self.input, g, &mut losses);
+                                crate::reader::note_delivered(
+                                    r,
+                                    d,
+                                    now,
+                                    &mut self.stats,
+                                    &mut self.events,
+                                );
                                 r.remember(g, &wp);
                             }
                             r.remember_label(g, e.info.qos.encoding_label());

@@ -526,6 +526,9 @@ pub enum LossReason {
     /// This reader's keep-all cache was full when they arrived (best effort: nothing
     /// repairs them).
     CacheFull,
+    /// The writer left (or its lease ran out) before it repaired them: reliable samples it
+    /// had written that this reader never received.
+    WriterLeft,
 }
 
 impl fmt::Display for LossReason {
@@ -537,6 +540,7 @@ impl fmt::Display for LossReason {
                 "the keep-last cache replaced them before the application took them"
             }
             LossReason::Disconnected => "they were written while the writer was out of reach",
+            LossReason::WriterLeft => "the writer left before it repaired them",
             LossReason::CacheFull => "the keep-all cache was full (best effort)",
         })
     }

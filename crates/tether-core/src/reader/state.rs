@@ -331,6 +331,42 @@ impl WriterProxy {
         delivered
     }
 
+    /// The writer left: what this reader holds of it past a hole is delivered, and every
+    /// hole up to the last sample the writer said it had (its heartbeats) or the last one
+    /// held is lost ([`LossReason::WriterLeft`]); what a full keep-all cache cannot take
+    /// is lost with it. Returns how many entered the cache. (Before, all of it vanished
+    /// uncounted with the proxy.)
+    pub(crate) fn writer_left(
+        &mut self,
+        cache: &mut Cache,
+        now: Instant,
+        input: u64,
+        writer: Guid,
+        losses: &mut Losses<'_>,
+    ) -> u64 {
+        let Some(e) = self.expected else {
+            return 0;
+        };
+        if !self.reliable {
+            return 0;
+        }
+        let held = self.pending.last_key_value().map_or(0, |(&s, _)| s);
+        let top = self.hb_last.max(held);
+        if top >= e {
+            self.gaps
+                .insert(0, (e, top.saturating_add(1), LossReason::WriterLeft));
+        }
+        let delivered = self.drain(cache, now, input, writer, losses);
+        if let (Some(e), Some((&last, _))) = (self.expected, self.pending.last_key_value()) {
+            losses.report(writer, e, last, LossReason::WriterLeft);
+            self.expected = Some(last.saturating_add(1));
+        }
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.frags.clear();
+        delivered
+    }
+
     /// The ACKNACK answering what this reader knows of the writer; one that asks where it
     /// starts if the writer has not told it yet. Missing samples beyond its 256 bits are
     /// requested by NACKs pushed to `nacks` (up to [`MAX_NACKS`] of them, each 256 bits from
@@ -587,6 +623,54 @@ mod tests {
         assert_eq!(lost, u64::MAX - 1 - 3);
         assert_eq!(events, 4, "the runs between the held samples");
         assert_eq!(expected, Some(u64::MAX));
+    }
+
+    /// A writer that leaves while this reader holds samples past holes (35 % loss, the
+    /// writer killed or gone before its repairs came): the held samples are delivered in
+    /// order, and every hole up to the last sample its heartbeats announced is lost for
+    /// that reason; with a keep-all cache full, what it cannot take is lost too. (Before,
+    /// held samples vanished with the writer's proxy and `tether echo` said "lost 0".)
+    #[test]
+    fn a_writer_that_leaves_has_its_held_samples_delivered_and_its_holes_counted() {
+        let now = Instant::now();
+        let writer = Guid {
+            participant: ParticipantId(1),
+            entity: EntityId(1),
+        };
+        let held = |room: u32| {
+            let mut wp = WriterProxy::new(true, None, now, false);
+            wp.expected = Some(1);
+            wp.hb_last = 8;
+            for seq in [3, 4, 6] {
+                let s = Sample {
+                    writer,
+                    seq,
+                    timestamp_ns: 0,
+                    payload: Bytes::from_static(b"x"),
+                };
+                wp.pending.insert(seq, s);
+                wp.pending_bytes += 1;
+            }
+            let mut cache = Cache {
+                samples: VecDeque::new(),
+                bytes: 0,
+                qos: Qos::new().keep_all().max_samples(room),
+            };
+            let (mut stats, mut events, mut lost) = (Stats::default(), VecDeque::new(), 0);
+            let mut losses = Losses {
+                reader: EntityId(2),
+                lost: &mut lost,
+                stats: &mut stats,
+                events: &mut events,
+            };
+            let delivered = wp.writer_left(&mut cache, now, 1, writer, &mut losses);
+            let seqs: Vec<u64> = cache.samples.iter().map(|(s, _, _)| s.seq).collect();
+            (delivered, seqs, lost, wp.pending.is_empty(), wp.expected)
+        };
+        // 1-2, 5 and 7-8 lost; 3, 4 and 6 delivered.
+        assert_eq!(held(100), (3, vec![3, 4, 6], 5, true, Some(9)));
+        // Room for one: 3 is taken, 4 and 6 go with the writer (and 1-2, 5; 7-8 beyond).
+        assert_eq!(held(1), (1, vec![3], 5, true, Some(7)));
     }
 
     /// A forged heartbeat or GAP may leave a reader within 256 of 2^64: its ACKNACK (and
