@@ -587,7 +587,7 @@ impl Participant {
         };
         match rp.endpoints.get(&e.entity) {
             Some(old) if *old == remote => return, // a periodic re-announcement
-            Some(_) => self.remove_remote_endpoint(pid, e.entity, Departure::Left),
+            Some(_) => self.remove_remote_endpoint_with(pid, e.entity, Departure::Left, false),
             None => {}
         }
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
@@ -657,6 +657,22 @@ impl Participant {
         pid: ParticipantId,
         eid: EntityId,
         why: Departure,
+    ) {
+        // A writer whose lease ran out may only be out of reach: the reader resumes where
+        // it stood when they meet again, and the writer repairs what it still has.
+        self.remove_remote_endpoint_with(pid, eid, why, why != Departure::LeaseExpired);
+    }
+
+    /// [`remove_remote_endpoint`](Self::remove_remote_endpoint); `for_good`: the endpoint will
+    /// not come back (a writer hands over what its readers hold of it, holes counted lost),
+    /// false for one that may (a lease that ran out, an endpoint announced anew with
+    /// another description).
+    fn remove_remote_endpoint_with(
+        &mut self,
+        pid: ParticipantId,
+        eid: EntityId,
+        why: Departure,
+        for_good: bool,
     ) {
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
@@ -731,21 +747,28 @@ impl Participant {
                     for r in rs {
                         if let Some(r) = self.readers.get_mut(&r) {
                             if let Some(mut wp) = r.writers.remove(&g) {
-                                let mut losses = crate::reader::lost::Losses {
-                                    reader: r.id,
-                                    stats: &mut self.stats,
-                                    lost: &mut r.lost,
-                                    events: &mut self.events,
-                                };
-                                let d =
-                                    wp.writer_left(&mut r.cache, now, self.input, g, &mut losses);
-                                crate::reader::note_delivered(
-                                    r,
-                                    d,
-                                    now,
-                                    &mut self.stats,
-                                    &mut self.events,
-                                );
+                                if for_good {
+                                    let mut losses = crate::reader::lost::Losses {
+                                        reader: r.id,
+                                        stats: &mut self.stats,
+                                        lost: &mut r.lost,
+                                        events: &mut self.events,
+                                    };
+                                    let d = wp.writer_left(
+                                        &mut r.cache,
+                                        now,
+                                        self.input,
+                                        g,
+                                        &mut losses,
+                                    );
+                                    crate::reader::note_delivered(
+                                        r,
+                                        d,
+                                        now,
+                                        &mut self.stats,
+                                        &mut self.events,
+                                    );
+                                }
                                 r.remember(g, &wp);
                             }
                             r.remember_label(g, e.info.qos.encoding_label());
