@@ -13,12 +13,28 @@ use tether_testkit::{Link, Sim};
 use tether_wire::{ParticipantRepr, Submessage};
 
 fn info(topic: &str) -> EndpointInfo {
-    EndpointInfo {
-        topic: topic.into(),
-        type_name: "t".into(),
-        partitions: vec![],
-        qos: Qos::new().keep_all(),
-    }
+    tether_testkit::realm::info(topic, Qos::new().keep_all())
+}
+
+/// A writer on a new node that announces itself to a reader on another (5 ms away), and
+/// has not been announced to: the reader challenges it and learns its writer from the
+/// answer, which challenges the reader in turn. Returns (sim, writer node, reader node,
+/// reader).
+fn writer_announcing_first() -> (Sim, usize, usize, tether_core::EntityId) {
+    let link = Link {
+        delay: Duration::from_millis(5),
+        ..Link::perfect()
+    };
+    let mut sim = Sim::new(7, link);
+    let (w, r) = (sim.add_node_alone(|_| {}), sim.add_node_alone(|_| {}));
+    let to = sim.nodes[r].addr;
+    sim.p(w).add_target(to);
+    let now = sim.now;
+    let rid = sim.p(r).create_reader(now, info("/t"));
+    sim.p(w).create_writer(now, info("/t")).unwrap();
+    sim.pump(r);
+    sim.pump(w);
+    (sim, w, r, rid)
 }
 
 /// The smallest PARTICIPANT there is, under invented id `pid`.
@@ -94,19 +110,7 @@ fn leaving_stays_within_the_budget_of_spoofed_addresses() {
 /// its receive thread runs), so no peer matches its writer after its last goodbye.
 #[test]
 fn a_closed_participant_completes_no_handshake() {
-    let link = Link {
-        delay: Duration::from_millis(5),
-        ..Link::perfect()
-    };
-    let mut sim = Sim::new(7, link);
-    let (w, r) = (sim.add_node_alone(|_| {}), sim.add_node_alone(|_| {}));
-    let to = sim.nodes[r].addr;
-    sim.p(w).add_target(to);
-    let now = sim.now;
-    let rid = sim.p(r).create_reader(now, info("/t"));
-    sim.p(w).create_writer(now, info("/t")).unwrap();
-    sim.pump(r);
-    sim.pump(w);
+    let (mut sim, w, r, rid) = writer_announcing_first();
     // Neither has validated the other yet.
     assert!(
         sim.run_until(Duration::from_secs(1), |s| s.p(w).pending_participants()
@@ -187,4 +191,34 @@ fn a_leaving_writer_hands_over_what_its_reader_holds() {
             );
         }
     }
+}
+
+/// A participant that closes while its challenge to a peer is still unanswered tells that
+/// peer it left, when the peer knows it already: the peer's own challenge, which it
+/// answered, validated it there, and its answer brought the peer its writer. (Before, the
+/// goodbye went to validated peers alone, and the reader kept the writer matched until the
+/// lease ran out: `tether pub` exiting right after it started did that; CI saw it.)
+/// In a secure realm a peer takes no endpoint before AUTH, and a goodbye it cannot verify
+/// is dropped (an outsider could forge it): the participant is forgotten when its AUTH does
+/// not come (`attack_disc.rs`).
+#[test]
+fn a_participant_leaving_mid_handshake_says_goodbye_to_who_knows_it() {
+    let (mut sim, w, r, rid) = writer_announcing_first();
+    // The reader has the writer; the writer has not yet heard the reader's answer.
+    let window = sim.run_until(Duration::from_secs(2), |s| {
+        s.p(r).matched_count(rid) == 1 && s.p(w).remote_participants().is_empty()
+    });
+    assert!(window, "no moment where only the reader knew");
+    assert!(sim.p(w).pending_participants() > 0);
+    sim.p(w).close();
+    sim.pump(w);
+    sim.nodes[w].up = false;
+    let gone = sim.run_until(Duration::from_secs(1), |s| {
+        s.p(r).matched_count(rid) == 0 && s.p(r).remote_participants().is_empty()
+    });
+    assert!(
+        gone,
+        "the reader still has the writer; its stats {:?}",
+        sim.nodes[r].participant.stats()
+    );
 }

@@ -575,6 +575,24 @@ mod tests {
     use crate::qos::Qos;
     use crate::reader::lost::Losses;
 
+    /// A reliable writer's proxy that expects sample 1 and holds samples `seqs` of it (one
+    /// byte each).
+    fn holding(writer: Guid, now: Instant, seqs: &[u64]) -> WriterProxy {
+        let mut wp = WriterProxy::new(true, None, now, false);
+        wp.expected = Some(1);
+        for &seq in seqs {
+            let s = Sample {
+                writer,
+                seq,
+                timestamp_ns: 0,
+                payload: Bytes::from_static(b"x"),
+            };
+            wp.pending.insert(seq, s);
+            wp.pending_bytes += 1;
+        }
+        wp
+    }
+
     /// A heartbeat may announce a range of 2^64 - 2 sequence numbers (a forged one does):
     /// skipping what is missing from it takes the time of what the reader holds, not of the
     /// range, and the held samples are still delivered. (Counting the range one by one
@@ -586,18 +604,7 @@ mod tests {
             participant: ParticipantId(1),
             entity: EntityId(1),
         };
-        let mut wp = WriterProxy::new(true, None, now, false);
-        wp.expected = Some(1);
-        for seq in [5, 9, u64::MAX - 3] {
-            let s = Sample {
-                writer,
-                seq,
-                timestamp_ns: 0,
-                payload: Bytes::from_static(b"x"),
-            };
-            wp.pending.insert(seq, s);
-            wp.pending_bytes += 1;
-        }
+        let mut wp = holding(writer, now, &[5, 9, u64::MAX - 3]);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut cache = Cache {
@@ -638,19 +645,8 @@ mod tests {
             entity: EntityId(1),
         };
         let held = |room: u32| {
-            let mut wp = WriterProxy::new(true, None, now, false);
-            wp.expected = Some(1);
+            let mut wp = holding(writer, now, &[3, 4, 6]);
             wp.hb_last = 8;
-            for seq in [3, 4, 6] {
-                let s = Sample {
-                    writer,
-                    seq,
-                    timestamp_ns: 0,
-                    payload: Bytes::from_static(b"x"),
-                };
-                wp.pending.insert(seq, s);
-                wp.pending_bytes += 1;
-            }
             let mut cache = Cache {
                 samples: VecDeque::new(),
                 bytes: 0,
