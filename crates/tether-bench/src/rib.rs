@@ -286,12 +286,8 @@ fn start_to_first(cfg: &Config, n: usize) -> anyhow::Result<Starts> {
     let mut spawned = Vec::new();
     for i in 0..=processes {
         let t0 = Instant::now();
-        let mut child = std::process::Command::new(
-            std::env::current_exe().context("locating the tether binary")?,
-        )
-        .env_remove("TETHER_CONFIG")
-        .args([
-            "echo",
+        // The ticker's QoS, given: echo need not wait to see what the publishers offer.
+        let args: Vec<String> = [
             TICK,
             "--count",
             "1",
@@ -299,26 +295,25 @@ fn start_to_first(cfg: &Config, n: usize) -> anyhow::Result<Starts> {
             "30",
             "--discovery",
             "off",
+            "--reliable",
+            "--transient-local",
+            "--quiet",
+            "--domain",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([
+            bc.domain().to_string(),
+            "--keys".into(),
+            keys.display().to_string(),
         ])
-        // The ticker's QoS, given: echo need not wait to see what the publishers offer.
-        .args(["--reliable", "--transient-local", "--quiet"])
-        .arg("--domain")
-        .arg(bc.domain().to_string())
-        .arg("--keys")
-        .arg(&keys)
-        .arg("--router")
-        .arg(&addr[0])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .context("starting tether echo")?;
-        let mut out = std::io::BufReader::new(child.stdout.take().context("echo's stdout")?);
-        let mut line = String::new();
-        let got = std::io::BufRead::read_line(&mut out, &mut line)?;
+        .chain(["--router".into(), addr[0].clone()])
+        .collect();
+        let mut echo = Peer::spawn_with(None, "echo", &args)?;
+        let got = echo.line();
         let at = t0.elapsed();
-        let status = child.wait()?;
-        if got == 0 || !status.success() {
+        let status = echo.wait()?;
+        if got.is_err() || !status.success() {
             bail!("tether echo printed no sample through the router ({status})");
         }
         if i > 0 {

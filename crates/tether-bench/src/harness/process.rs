@@ -112,6 +112,12 @@ impl Peer {
         Ok(s.trim().to_string())
     }
 
+    /// Waits for the peer to exit (its stdin closed first): how it ended.
+    pub(crate) fn wait(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        self.stdin.take();
+        Ok(self.child.wait()?)
+    }
+
     /// Sends the peer one line.
     pub(crate) fn send(&mut self, s: &str) -> anyhow::Result<()> {
         let i = self.stdin.as_mut().context("peer stdin")?;
