@@ -36,6 +36,19 @@ fn member(
     expires: u64,
     revoked: Option<RevocationList>,
 ) -> usize {
+    member_with(sim, ca, serial, name, expires, revoked, |_| {})
+}
+
+/// [`member`], its configuration then changed by `tune`.
+fn member_with(
+    sim: &mut Sim,
+    ca: &CaKey,
+    serial: u64,
+    name: &str,
+    expires: u64,
+    revoked: Option<RevocationList>,
+    tune: impl FnOnce(&mut tether_core::Config),
+) -> usize {
     let identity = Identity::generate();
     let credential = Credential::issue(
         ca,
@@ -56,6 +69,7 @@ fn member(
         c.security = Some(Arc::new(Security::new(
             identity, credential, ca_public, secret, revoked, now, NOW,
         )));
+        tune(c);
     })
 }
 
@@ -336,4 +350,77 @@ fn revocation_at_run_time_of_our_own_credential_is_reported() {
             .iter()
             .any(|e| matches!(e, Event::OwnCredentialRevoked { .. }))
     );
+}
+
+/// An outsider without keys, sending from a member's address, names the member's next
+/// control key epoch with a wrapped key of garbage: the reader tries to unwrap it, fails,
+/// and spaces its next try (100 ms). When the member then really moves to that epoch (it
+/// revoked someone), the reader takes the genuine key and the stream goes on. On a path
+/// without congestion control (a peer on the same host, or behind a router) the
+/// participant's clock once stood still at its start, so the spacing was measured against
+/// a stale time and the genuine key was refused with the forgery: this keep-all reader
+/// never got samples 3 and 4.
+#[test]
+fn a_forged_newer_control_key_does_not_lock_out_the_genuine_one() {
+    let mut sim = Sim::new(11, Link::perfect());
+    let ca = CaKey::generate();
+    let year = NOW + 365 * 86_400;
+    let uncontrolled = |c: &mut tether_core::Config| c.congestion_control = false;
+    let w = member_with(&mut sim, &ca, 1, "robot", year, None, uncontrolled);
+    let r = member_with(&mut sim, &ca, 2, "viewer", year, None, uncontrolled);
+    let gone = member_with(&mut sim, &ca, 3, "revoked", year, None, uncontrolled);
+    let (wid, rids) = matched(&mut sim, w, &[r, gone]);
+    write(&mut sim, w, wid, 0..2);
+    assert_eq!(sim.seqs(r, rids[0]), vec![1, 2]);
+
+    // Epochs 2 to 4 named, each with a key of garbage, from the writer's address.
+    let (wpid, rpid) = (id(&sim, w), id(&sim, r));
+    let from = sim.nodes[w].addr;
+    for epoch in 2..=4u32 {
+        let garbage = [0x5a; 80];
+        let mut d = tether_testkit::realm::forged(
+            wpid,
+            &[tether_wire::Submessage::Auth(tether_wire::AuthRepr {
+                to: rpid,
+                challenge: [7; 32],
+                response: None,
+                verified_you: true,
+                you_verified_me: true,
+                control_key: Some(tether_wire::ControlKeyRepr {
+                    epoch,
+                    wrapped: &garbage,
+                }),
+                have_epoch: 1,
+                credential: &[1],
+            })],
+        )
+        .to_vec();
+        let tag = tether_wire::AuthTagRepr {
+            epoch,
+            counter: 1,
+            to: [0; 8],
+            tag: [0; 16],
+        };
+        d.extend_from_slice(&tag.bytes());
+        tether_testkit::realm::inject(&mut sim, r, from, &Bytes::from(d));
+        sim.run_for(Duration::from_millis(10));
+    }
+    sim.run_for(Duration::from_secs(1));
+
+    // The writer revokes the third member: its control key moves to a new epoch.
+    let list = RevocationList::issue(&ca, 1, NOW - 10, vec![3]);
+    let now = sim.now;
+    sim.p(w).set_revocations(now, list).unwrap();
+    sim.pump(w);
+    // Past the writer's lease (10 s) at the reader, writing all along.
+    for k in 2..17 {
+        write(&mut sim, w, wid, k..k + 1);
+    }
+    assert_eq!(
+        sim.nodes[r].participant.matched_count(rids[0]),
+        1,
+        "the reader lost the writer; its stats {:?}",
+        sim.nodes[r].participant.stats()
+    );
+    assert_eq!(sim.seqs(r, rids[0]), (1..=17).collect::<Vec<u64>>());
 }

@@ -187,10 +187,13 @@ impl Participant {
         Some(pid)
     }
 
-    /// Keeps the time `poll_transmit` (which takes none) paces by: the latest given.
+    /// Keeps the latest time given: `poll_transmit` (which takes none) paces by it, and
+    /// the work a datagram or a timer sets going reads it (a departed writer's hand-over,
+    /// the spacing of key unwraps). (It once advanced only with a controlled path: a peer
+    /// on the same host or behind a router then read the time the participant started.)
     #[inline]
     pub(crate) fn note_time(&mut self, now: Instant) {
-        if self.peers.controlled && now > self.clock {
+        if now > self.clock {
             self.clock = now;
         }
     }
