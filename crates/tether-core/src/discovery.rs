@@ -663,6 +663,7 @@ impl Participant {
         for p in expired {
             self.remove_participant(p, Departure::LeaseExpired);
         }
+        self.settle_owed(now);
         self.expire_credentials(now);
         let timeout = self.cfg.reassembly_timeout;
         for r in self.readers.values_mut() {

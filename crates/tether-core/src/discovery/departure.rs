@@ -5,7 +5,7 @@
 use tether_wire::{EndpointKind, EntityId, ParticipantId};
 
 use crate::event::{Departure, Event, Guid, Shortfall};
-use crate::participant::Participant;
+use crate::participant::{Participant, after};
 use crate::writer::state::MAX_DEPARTED;
 
 impl Participant {
@@ -40,6 +40,7 @@ impl Participant {
             return;
         };
         rp.metadata = rp.metadata.saturating_sub(crate::limits::stored_cost(&e));
+        let lease = rp.lease;
         let name = rp.name.clone();
         let certified = rp
             .auth
@@ -128,7 +129,17 @@ impl Participant {
                                         &mut self.events,
                                     );
                                 }
-                                r.remember(g, &wp);
+                                // One that may come back owes what this reader misses
+                                // of it for one more lease; then it is taken as gone.
+                                let owed_until = (!for_good).then(|| after(now, lease));
+                                if let Some(mut old) = r.remember(g, &wp, owed_until) {
+                                    old.settle(&mut crate::reader::lost::Losses {
+                                        reader: r.id,
+                                        stats: &mut self.stats,
+                                        lost: &mut r.lost,
+                                        events: &mut self.events,
+                                    });
+                                }
                             }
                             r.remember_label(g, e.info.qos.encoding_label());
                             self.events.push_back(Event::Unmatched {

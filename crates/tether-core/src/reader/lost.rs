@@ -3,6 +3,7 @@
 //! what was written meanwhile instead of starting afresh.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use tether_wire::EntityId;
 
@@ -68,7 +69,19 @@ pub(crate) const MAX_REMEMBERED: usize = 64;
 impl Reader {
     /// Writer `g` is gone from this reader (its endpoint or participant left, or its lease
     /// ran out): remembers the next sequence number it would have delivered from it.
-    pub(crate) fn remember(&mut self, g: Guid, wp: &WriterProxy) {
+    /// `owed_until`: a writer whose lease ran out, which may come back and repair what this
+    /// reader misses of it (held samples past a hole included: they are dropped with the
+    /// proxy and sent again): until then they are owed ([`Reader::owed`]); past it they are
+    /// lost ([`LossReason::WriterLeft`]), as they are when this memory is forgotten for a
+    /// newer one: the memory forgotten is returned, to be settled
+    /// ([`Left::settle`]).
+    #[must_use]
+    pub(crate) fn remember(
+        &mut self,
+        g: Guid,
+        wp: &WriterProxy,
+        owed_until: Option<Instant>,
+    ) -> Option<Left> {
         let next = if wp.reliable {
             wp.expected.or(wp.resume)
         } else if wp.last_delivered > 0 {
@@ -76,12 +89,36 @@ impl Reader {
         } else {
             wp.resume
         };
-        let Some(next) = next else { return };
-        self.left.retain(|(w, _)| *w != g);
-        if self.left.len() >= MAX_REMEMBERED {
-            self.left.pop_front();
-        }
-        self.left.push_back((g, next));
+        let next = next?;
+        let owed = match owed_until {
+            Some(until) if wp.reliable => {
+                let held = wp.pending.last_key_value().map_or(0, |(&s, _)| s);
+                let top = wp.hb_last.max(held);
+                (top >= next).then_some((top, until))
+            }
+            _ => None,
+        };
+        self.left.retain(|l| l.writer != g);
+        let forgotten = if self.left.len() >= MAX_REMEMBERED {
+            self.left.pop_front()
+        } else {
+            None
+        };
+        self.left.push_back(Left {
+            writer: g,
+            next,
+            owed,
+        });
+        forgotten
+    }
+
+    /// Samples this reader misses of writers whose lease ran out and that may still come
+    /// back to repair them (see [`remember`](Self::remember)).
+    pub(crate) fn owed(&self) -> u64 {
+        self.left
+            .iter()
+            .filter_map(|l| l.owed.map(|(top, _)| (top - l.next).saturating_add(1)))
+            .fold(0, u64::saturating_add)
     }
 
     /// Writer `g`, gone, was labelled `label`: what it wrote before it left and this reader
@@ -108,7 +145,49 @@ impl Reader {
 
     /// Where this reader stood with writer `g` when it lost it, if it remembers (once).
     pub(crate) fn recall(&mut self, g: Guid) -> Option<u64> {
-        let i = self.left.iter().position(|(w, _)| *w == g)?;
-        self.left.remove(i).map(|(_, next)| next)
+        let i = self.left.iter().position(|l| l.writer == g)?;
+        self.left.remove(i).map(|l| l.next)
+    }
+}
+
+/// A writer a reader lost, and where the reader stood with it.
+#[derive(Debug)]
+pub(crate) struct Left {
+    pub(crate) writer: Guid,
+    /// The next sequence number the reader would have delivered from it.
+    pub(crate) next: u64,
+    /// A writer whose lease ran out: the last sample it said it had written (its heartbeats,
+    /// or the last one the reader held), owed to the reader if it comes back before the
+    /// instant given.
+    pub(crate) owed: Option<(u64, Instant)>,
+}
+
+impl Left {
+    /// What it owes is lost; the reader would resume past it.
+    pub(crate) fn settle(&mut self, losses: &mut Losses<'_>) {
+        if let Some((top, _)) = self.owed.take() {
+            losses.report(self.writer, self.next, top, LossReason::WriterLeft);
+            self.next = top.saturating_add(1);
+        }
+    }
+}
+
+impl crate::participant::Participant {
+    /// Writers out of reach whose time to come back is over at `now`: what they owe each
+    /// reader is lost, and meeting them again resumes past it.
+    pub(crate) fn settle_owed(&mut self, now: Instant) {
+        for r in self.readers.values_mut() {
+            let mut losses = Losses {
+                reader: r.id,
+                lost: &mut r.lost,
+                stats: &mut self.stats,
+                events: &mut self.events,
+            };
+            for l in r.left.iter_mut() {
+                if l.owed.is_some_and(|(_, until)| now >= until) {
+                    l.settle(&mut losses);
+                }
+            }
+        }
     }
 }

@@ -175,6 +175,13 @@ impl Participant {
         self.readers.get(&id).map_or(0, |r| r.lost)
     }
 
+    /// Samples `id` misses of writers whose lease ran out, which may still come back and
+    /// repair them within one more lease; past that they are lost
+    /// ([`LossReason::WriterLeft`]). A program that ends meanwhile has not received them.
+    pub fn reader_owed(&self, id: EntityId) -> u64 {
+        self.readers.get(&id).map_or(0, |r| r.owed())
+    }
+
     /// Samples waiting in a reader (cache plus reorder buffers).
     pub fn reader_backlog(&self, id: EntityId) -> usize {
         self.readers.get(&id).map_or(0, |r| {

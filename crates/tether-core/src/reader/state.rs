@@ -533,7 +533,7 @@ pub(crate) struct Reader {
     pub(crate) deadline_at: Option<Instant>,
     /// Writers this reader lost (left, or their lease ran out), with the next sequence
     /// number it would have delivered from each (see `reader/lost.rs`).
-    pub(crate) left: VecDeque<(Guid, u64)>,
+    pub(crate) left: VecDeque<crate::reader::lost::Left>,
     /// The encoding labels of writers this reader lost, newest last: samples they wrote
     /// may still wait in the cache after they left (a one-shot publisher exits at once).
     pub(crate) left_labels: VecDeque<(Guid, tether_wire::Encoding)>,
