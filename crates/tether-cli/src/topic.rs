@@ -607,6 +607,11 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
             }
         };
     let lost = sub.as_ref().map_or(0, |s| s.lost());
+    // Samples a writer out of reach still owes: not received, whether or not it returns.
+    let lost = match sub.as_ref().map_or(0, |s| s.owed()) {
+        0 => lost.to_string(),
+        owed => format!("{lost}, {owed} more owed by a writer whose lease ran out"),
+    };
     // Ctrl-C ends a run as its end would: what came, said on stderr, and the counters.
     if let End::Signal(sig) = end {
         let of = count.map(|c| format!(" of {c}")).unwrap_or_default();

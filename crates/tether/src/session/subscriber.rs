@@ -91,6 +91,13 @@ impl Subscriber {
         self.shared.lock().core.reader_lost(self.id)
     }
 
+    /// Samples this subscriber misses of writers whose lease ran out (killed, or out of
+    /// reach): a writer that comes back within one more lease repairs them; past that they
+    /// are [`lost`](Self::lost). A program that ends meanwhile has not received them.
+    pub fn owed(&self) -> u64 {
+        self.shared.lock().core.reader_owed(self.id)
+    }
+
     /// How many writers this subscriber is matched with.
     pub fn matched(&self) -> usize {
         self.shared.lock().core.matched_count(self.id)
