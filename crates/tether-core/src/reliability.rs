@@ -47,6 +47,12 @@ pub(crate) const NACKFRAG_WINDOWS: usize = 16;
 /// one time in 125), and a writer whose window waits for that repair sends nothing else.
 pub(crate) const BACKOFF_AFTER: u8 = 3;
 
+/// The longest a reader waits between requests to a writer it has heard nothing from for
+/// two heartbeat periods (killed, or out of reach): until its lease runs out it is asked
+/// about once a second, not once a heartbeat period. Anything it sends (a heartbeat) is
+/// answered at once, so a writer that comes back loses no time.
+pub(crate) const SILENT_REPAIR_WAIT: Duration = Duration::from_secs(1);
+
 /// The shortest time a reader waits for a repair before asking again, when the round
 /// trip is measured.
 pub(crate) const MIN_REPAIR_WAIT: Duration = Duration::from_millis(1);
@@ -726,10 +732,17 @@ impl Participant {
                 continue;
             };
             // Longer while requests bring nothing (a writer gone quiet, or a heartbeat that
-            // announced samples that were never written): at most the heartbeat period.
+            // announced samples that were never written): at most the heartbeat period, or
+            // SILENT_REPAIR_WAIT once the writer has sent nothing for two of them.
+            let period = self.cfg.heartbeat_period.max(MIN_REPAIR_WAIT);
+            let cap = if now.saturating_duration_since(wp.last_heard) > period.saturating_mul(2) {
+                period.max(SILENT_REPAIR_WAIT)
+            } else {
+                period
+            };
             let wait = repair_wait(&self.peers, &self.cfg, g.participant)
                 .saturating_mul(1 << wp.backoff.saturating_sub(BACKOFF_AFTER))
-                .min(self.cfg.heartbeat_period.max(MIN_REPAIR_WAIT));
+                .min(cap);
             let mut more = Vec::new();
             let an = wp.acknack(rid, g.entity, Some((now, wait)), &mut more);
             // Samples in reassembly are repaired by fragment: the overtaken fragments, or all

@@ -119,8 +119,9 @@ pub(crate) struct WriterProxy {
 }
 
 /// Most requests in a row counted that brought nothing: the repair wait doubles for each
-/// beyond `reliability::BACKOFF_AFTER`, up to 16 times.
-pub(crate) const MAX_BACKOFF: u8 = 3 + 4;
+/// beyond `reliability::BACKOFF_AFTER`, up to 1,024 times (what caps the wait is
+/// `reliability::SILENT_REPAIR_WAIT` or the heartbeat period).
+pub(crate) const MAX_BACKOFF: u8 = 3 + 10;
 
 impl WriterProxy {
     /// True if this reader knows of samples or fragments of the writer it does not have, or
