@@ -254,7 +254,9 @@ impl Participant {
             padding,
         }));
         let bare = dg.len();
-        let left = self.unvalidated_room(from);
+        // A repeat keeps the room the goodbye needs (the first is paid for by its padding).
+        let keep = if retry { self.goodbye_room() } else { 0 };
+        let left = self.unvalidated_room(from).saturating_sub(keep);
         dg.extend(encoded(&Submessage::Participant(self.participant_repr())));
         if dg.len() > left {
             // Our name does not fit: the challenge alone (the peer learns us once it is
