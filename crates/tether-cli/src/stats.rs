@@ -38,6 +38,7 @@ const TRAFFIC: &[&str] = &[
     "participants_validated",
     "challenges_sent",
     "addresses_moved",
+    "reannounced",
 ];
 
 /// Counters of samples and of the reliability protocol.

@@ -605,6 +605,9 @@ pub struct Stats {
     /// ACKNACKs (with their NACK_FRAGs) a reader sent again, unprompted, because what it
     /// asked for did not come.
     pub renacks: u64,
+    /// A writer's ENDPOINT announced again to the participant of a reliable reader that had
+    /// not answered it since they matched (its announcement may have been lost).
+    pub reannounced: u64,
     /// Announcements refused because the participant or endpoint tables are full.
     pub table_full: u64,
     /// Samples accepted by local writers.
@@ -840,6 +843,7 @@ impl Stats {
             datagrams_too_big,
             reassemblies_restarted,
             renacks,
+            reannounced,
             table_full,
             samples_written,
             samples_delivered,

@@ -64,3 +64,47 @@ fn a_secure_start_under_loss_is_not_held_up_by_the_announcement_period() {
         "a secure start took {worst:?}"
     );
 }
+
+/// A writer created after its participant met the reader's announces its ENDPOINT once;
+/// if that datagram is lost, the writer has matched the reader (it knew the reader
+/// already) and the reader does not know the writer: it drops its samples and heartbeats
+/// and never acknowledges. The writer announces itself again to a reliable reader that
+/// has not answered within 200 ms of the match, not at the next period (here 5 s), and
+/// the sample goes through. (Before: the reader waited for the period; a bounded
+/// `tether pub` timed out that way at 35 % loss in the lossy review.)
+#[test]
+fn a_writer_announces_itself_again_to_a_reader_that_did_not_hear_it() {
+    let mut sim = Sim::new(4, Link::lan(1500, 0.0));
+    let slow = |c: &mut tether_core::Config| c.announce_period = Duration::from_secs(5);
+    let (a, b) = (sim.add_node_with(slow), sim.add_node_with(slow));
+    let now = sim.now;
+    let q = Qos::new().keep_all();
+    let rid = sim.p(b).create_reader(now, info("/t", q));
+    sim.pump(b);
+    // Past the first announcements, which come faster (50 ms, doubling up to the period).
+    sim.run_for(Duration::from_secs(12));
+    assert_eq!(sim.p(a).remote_participants().len(), 1);
+    // The writer's announcement is lost.
+    sim.nodes[a].unplugged = true;
+    let now = sim.now;
+    let wid = sim.p(a).create_writer(now, info("/t", q)).unwrap();
+    sim.pump(a);
+    sim.nodes[a].unplugged = false;
+    assert_eq!(sim.p(a).matched_count(wid), 1, "the writer knew the reader");
+    sim.p(a)
+        .write(now, wid, 1, bytes::Bytes::from_static(b"x"))
+        .unwrap();
+    sim.pump(a);
+    let t0 = sim.now;
+    assert!(
+        sim.run_until(Duration::from_secs(3), |s| s.seqs(b, rid) == vec![1]),
+        "not delivered; reader matched {}",
+        sim.p(b).matched_count(rid)
+    );
+    let took = sim.now - t0;
+    assert!(
+        took < Duration::from_millis(500),
+        "delivered after {took:?}"
+    );
+    assert!(sim.nodes[a].participant.stats().reannounced >= 1);
+}

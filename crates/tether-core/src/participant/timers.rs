@@ -66,6 +66,7 @@ impl Participant {
                 .retain(|(t, _, _)| now.saturating_duration_since(*t) < FAREWELL_KEEP);
             self.housekeeping(now);
             self.check_inactive(now);
+            self.reannounce_to_silent_readers(now);
             self.expire_held(now);
             // Unanswered AUTHs go again on their own schedule (50 ms, doubling), not only
             // with announcements.

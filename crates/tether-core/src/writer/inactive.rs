@@ -85,6 +85,7 @@ impl Writer {
     pub(crate) fn heard_from(&mut self, g: Guid, now: Instant) -> Option<Event> {
         let rp = self.readers.get_mut(&g)?;
         rp.heard = now;
+        rp.answered = true;
         if !rp.inactive {
             return None;
         }

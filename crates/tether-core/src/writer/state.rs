@@ -58,6 +58,11 @@ pub(crate) struct ReaderProxy {
     /// arrived (it may still wait in the path's queue) is not answered twice. Pruned as
     /// acknowledgements come; at most [`MAX_RESENT`] entries.
     pub(crate) resent: BTreeMap<u64, Instant>,
+    /// It has sent this writer something (an ACKNACK or a NACK_FRAG): it knows the writer.
+    pub(crate) answered: bool,
+    /// Times the writer's ENDPOINT was announced again to its participant because it had
+    /// not answered (`discovery.rs`, `reannounce_to_silent_readers`).
+    pub(crate) reannounced: u8,
 }
 
 /// Most re-sent samples a writer remembers per reader.
@@ -79,6 +84,8 @@ impl ReaderProxy {
             released: 0,
             released_below: 0,
             resent: BTreeMap::new(),
+            answered: false,
+            reannounced: 0,
         }
     }
 
