@@ -30,7 +30,7 @@ use crate::harness::stats::{median, quantile};
 use crate::harness::{Peer, machine, secure_bench_cfg};
 
 /// The ticker's topic.
-const TICK: &str = "/bench/tick";
+pub(crate) const TICK: &str = "/bench/tick";
 
 /// The 004 paper's figures: a RIB of 10,000 records, publish (advertise) and subscribe, and
 /// program start to first message, in ms.
@@ -242,43 +242,7 @@ fn start_to_first(cfg: &Config, n: usize) -> anyhow::Result<Starts> {
     let bc = bc.via_routers(&addr, &addr);
     let mut ticker = Peer::spawn(&bc, "ticker", false, None)?;
     anyhow::ensure!(ticker.line()? == "ready", "the ticker did not start");
-    let (mut open, mut linked, mut matched, mut first) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for i in 0..=n {
-        let (tx, rx) = mpsc::sync_channel::<()>(1);
-        let t0 = Instant::now();
-        let session = Session::open(bc.base.clone())?;
-        let opened = t0.elapsed();
-        let qos = Qos::default().transient_local().keep_last(1);
-        let sub = session.subscriber_with_callback(TICK, qos, move |_s| {
-            let _ = tx.try_send(());
-        })?;
-        // Polled every 100 µs until the first sample: when the router link was up, when the
-        // subscriber matched.
-        let (mut linked_at, mut matched_at) = (None, None);
-        let got = loop {
-            match rx.recv_timeout(Duration::from_micros(100)) {
-                Ok(()) => break t0.elapsed(),
-                Err(mpsc::RecvTimeoutError::Timeout) if t0.elapsed() < Duration::from_secs(30) => {
-                    if linked_at.is_none() && session.stats().router_connects > 0 {
-                        linked_at = Some(t0.elapsed());
-                    }
-                    if matched_at.is_none() && sub.matched() > 0 {
-                        matched_at = Some(t0.elapsed());
-                    }
-                }
-                Err(_) => bail!("no sample from the publisher behind the router within 30 s"),
-            }
-        };
-        if i > 0 {
-            open.push(opened.as_nanos() as u64);
-            linked.push(linked_at.or(matched_at).unwrap_or(got).as_nanos() as u64);
-            matched.push(matched_at.unwrap_or(got).as_nanos() as u64);
-            first.push(got.as_nanos() as u64);
-        }
-        drop(sub);
-        drop(session);
-    }
+    let t = sessions_to_first(&bc.base, n)?;
     // The same through a process of its own: what running `tether echo` costs before its
     // session opens (exec, loading its keys, the crypto library's first random numbers).
     let processes = n.clamp(1, 10);
@@ -323,22 +287,87 @@ fn start_to_first(cfg: &Config, n: usize) -> anyhow::Result<Starts> {
     spawned.sort_unstable();
     drop(ticker);
     drop(router);
-    open.sort_unstable();
-    linked.sort_unstable();
-    matched.sort_unstable();
-    first.sort_unstable();
     let ms = |v: &[u64], q: f64| quantile(v, q).unwrap_or(0) as f64 / 1e6;
     Ok(Starts {
-        open_p50: ms(&open, 0.5),
-        linked_p50: ms(&linked, 0.5),
-        matched_p50: ms(&matched, 0.5),
-        first_p50: ms(&first, 0.5),
-        first_p90: ms(&first, 0.9),
-        first_max: ms(&first, 1.0),
+        open_p50: t.ms(&t.open, 0.5),
+        linked_p50: t.ms(&t.linked, 0.5),
+        matched_p50: t.ms(&t.matched, 0.5),
+        first_p50: t.ms(&t.first, 0.5),
+        first_p90: t.ms(&t.first, 0.9),
+        first_max: t.ms(&t.first, 1.0),
         n,
         process_p50: ms(&spawned, 0.5),
         process_max: ms(&spawned, 1.0),
         processes,
+    })
+}
+
+/// Times of `n` sessions, each opened with `cfg` (its routers configured, a ticker behind
+/// them), from `Session::open` to the first sample of a new subscriber of the ticker's
+/// topic, in ns, sorted; after one unmeasured start.
+pub(crate) struct StartTimes {
+    /// When `Session::open` returned.
+    pub(crate) open: Vec<u64>,
+    /// When the session's router link was first up (polled every 100 µs).
+    pub(crate) linked: Vec<u64>,
+    /// When the subscriber first reported a match (polled every 100 µs).
+    pub(crate) matched: Vec<u64>,
+    /// When the first sample came.
+    pub(crate) first: Vec<u64>,
+}
+
+impl StartTimes {
+    /// Quantile `q` of `v`, in ms.
+    pub(crate) fn ms(&self, v: &[u64], q: f64) -> f64 {
+        quantile(v, q).unwrap_or(0) as f64 / 1e6
+    }
+}
+
+/// See [`StartTimes`]. Sessions opened from a thread in a network namespace live there.
+pub(crate) fn sessions_to_first(cfg: &Config, n: usize) -> anyhow::Result<StartTimes> {
+    let (mut open, mut linked, mut matched, mut first) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..=n {
+        let (tx, rx) = mpsc::sync_channel::<()>(1);
+        let t0 = Instant::now();
+        let session = Session::open(cfg.clone())?;
+        let opened = t0.elapsed();
+        let qos = Qos::default().transient_local().keep_last(1);
+        let sub = session.subscriber_with_callback(TICK, qos, move |_s| {
+            let _ = tx.try_send(());
+        })?;
+        let (mut linked_at, mut matched_at) = (None, None);
+        let got = loop {
+            match rx.recv_timeout(Duration::from_micros(100)) {
+                Ok(()) => break t0.elapsed(),
+                Err(mpsc::RecvTimeoutError::Timeout) if t0.elapsed() < Duration::from_secs(30) => {
+                    if linked_at.is_none() && session.stats().router_connects > 0 {
+                        linked_at = Some(t0.elapsed());
+                    }
+                    if matched_at.is_none() && sub.matched() > 0 {
+                        matched_at = Some(t0.elapsed());
+                    }
+                }
+                Err(_) => bail!("no sample from the publisher behind the router within 30 s"),
+            }
+        };
+        if i > 0 {
+            open.push(opened.as_nanos() as u64);
+            linked.push(linked_at.or(matched_at).unwrap_or(got).as_nanos() as u64);
+            matched.push(matched_at.unwrap_or(got).as_nanos() as u64);
+            first.push(got.as_nanos() as u64);
+        }
+        drop(sub);
+        drop(session);
+    }
+    for v in [&mut open, &mut linked, &mut matched, &mut first] {
+        v.sort_unstable();
+    }
+    Ok(StartTimes {
+        open,
+        linked,
+        matched,
+        first,
     })
 }
 

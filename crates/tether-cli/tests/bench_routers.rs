@@ -96,8 +96,9 @@ fn wan_bench_measures_direct_one_and_two_routers() {
 }
 
 /// `--delay-ms`: the RTT over a delayed link between two namespaces, direct and through a
-/// router on the far host; both take at least the link's round trip. Needs root and
-/// iptables (says why and skips otherwise).
+/// router on the far host; both take at least the link's round trip; and new sessions'
+/// start to first message through the router across it. Needs root and iptables (says why
+/// and skips otherwise).
 #[test]
 fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
     if unsafe { libc::geteuid() } != 0 {
@@ -137,6 +138,16 @@ fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
         v["rtt"][2]["added_one_way_by_second_router_p50_us"].is_number(),
         "{v}"
     );
+    // New sessions across the link: their router link's handshake takes its round trip
+    // at least, and the first sample comes after.
+    let s = &v["delayed_link_start_to_first_ms"];
+    let (link, first) = (
+        s["link_up_p50"].as_f64().unwrap(),
+        s["first_p50"].as_f64().unwrap(),
+    );
+    assert!(link >= 10.0, "link up at {link} ms: {v}");
+    assert!(first >= link, "{v}");
+    assert_eq!(s["starts"], 10, "{v}");
 }
 
 /// `--delay-ms 0`: the same two hosts with no delay added (no NFQUEUE: iptables is not

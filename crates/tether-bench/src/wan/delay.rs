@@ -23,6 +23,11 @@ use crate::harness::lan::{Lan, RECEIVER_IP, SENDER_IP, in_namespace};
 use crate::harness::routers::RouterProc;
 use crate::harness::{Peer, SecureSide, secure_bench_cfg};
 use crate::loopback::PingPong;
+use crate::rib::{StartTimes, sessions_to_first};
+
+/// Sessions opened through the router across the delayed link, timed to their first
+/// sample (after one unmeasured).
+const STARTS: usize = 10;
 
 /// Round trips per block; the two paths take turns block by block.
 const BLOCK: usize = 25;
@@ -51,14 +56,16 @@ impl DelayRow {
 }
 
 /// Measures `samples` round trips per size over a link of `delay` each way (zero: no
-/// delay added; root and iptables needed).
+/// delay added; root and iptables needed); then [`STARTS`] sessions on the robot's host,
+/// each opened to the first sample of a ticker on the far host through the router: start
+/// to first message across the link.
 pub(super) fn measure(
     plain: &Config,
     side: &SecureSide,
     delay: Duration,
     sizes: &[usize],
     samples: usize,
-) -> anyhow::Result<Vec<DelayRow>> {
+) -> anyhow::Result<(Vec<DelayRow>, StartTimes)> {
     if !crate::harness::cpu::is_root() {
         bail!("--delay-ms needs root: it makes two network namespaces and delays their link");
     }
@@ -135,6 +142,20 @@ pub(super) fn measure(
         });
     }
     drop(pairs);
+    let mut ticker = Peer::spawn_in(
+        Some(lan.receivers()),
+        &routed_cfg,
+        "ticker",
+        false,
+        None,
+        &[],
+    )?;
+    anyhow::ensure!(ticker.line()? == "ready", "the ticker did not start");
+    let starts = in_namespace(lan.senders(), || {
+        sessions_to_first(&routed_cfg.base, STARTS)
+    })
+    .context("start to first message through the router")?;
+    drop(ticker);
     drop(router);
-    Ok(rows)
+    Ok((rows, starts))
 }

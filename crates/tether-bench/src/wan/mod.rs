@@ -36,6 +36,8 @@ mod delay;
 mod link;
 use delay::DelayRow;
 
+use crate::rib::StartTimes;
+
 /// Round trips per block; the paths take turns block by block.
 const BLOCK: usize = 200;
 
@@ -307,10 +309,11 @@ pub(crate) fn run(cfg: Config, a: WanArgs) -> anyhow::Result<()> {
             bail!("--delay-ms must be 0 or more");
         }
         let d = Duration::from_secs_f64(ms / 1e3);
-        delay::measure(&plain, &side, d, &a.sizes, a.delay_samples)
-            .context("RTT over the delayed link")?
+        let (rows, starts) = delay::measure(&plain, &side, d, &a.sizes, a.delay_samples)
+            .context("RTT over the delayed link")?;
+        (rows, Some(starts))
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     let report = Report {
         machine,
@@ -385,7 +388,7 @@ impl Report {
         rtts: &[(usize, [Rtt; 3])],
         large: &[Large],
         thr: &[ThroughputRow],
-        delayed: &[DelayRow],
+        (delayed, starts): &(Vec<DelayRow>, Option<StartTimes>),
     ) -> anyhow::Result<()> {
         let rtt_rows: Vec<Value> = rtts
             .iter()
@@ -450,6 +453,12 @@ impl Report {
                 "duration_s": self.duration, "reps": self.reps,
                 "rtt": rtt_rows, "large": large_rows, "throughput": thr_rows,
                 "delayed_link": delay_rows,
+                "delayed_link_start_to_first_ms": starts.as_ref().map(|t| json!({
+                    "starts": t.first.len(),
+                    "open_p50": t.ms(&t.open, 0.5), "link_up_p50": t.ms(&t.linked, 0.5),
+                    "matched_p50": t.ms(&t.matched, 0.5), "first_p50": t.ms(&t.first, 0.5),
+                    "first_max": t.ms(&t.first, 1.0),
+                })),
                 "paper": {
                     "rtt_small_s": PAPER_RTT_SMALL_S, "rtt_8000_s": PAPER_RTT_8000_S,
                     "rtt_vpn_s": PAPER_RTT_VPN_S, "rtt_rosbridge_s": PAPER_RTT_ROSBRIDGE_S,
@@ -465,7 +474,7 @@ impl Report {
         rtts: &[(usize, [Rtt; 3])],
         large: &[Large],
         thr: &[ThroughputRow],
-        delayed: &[DelayRow],
+        (delayed, starts): &(Vec<DelayRow>, Option<StartTimes>),
     ) {
         println!(
             "tether bench wan — loopback, no link delay (no netem here: the RTTs are a router \
@@ -565,6 +574,20 @@ impl Report {
                     d.routed.p99 / 1e3,
                     d.ratio(),
                     d.added_one_way()
+                );
+            }
+            if let Some(t) = starts {
+                println!(
+                    "start to first message through the router across that link ({} new \
+                     sessions on the near host, a publisher on the far one, security on): p50 \
+                     {:.2} ms (Session::open returned at {:.2} ms, router link up at {:.2} ms, \
+                     matched at {:.2} ms), max {:.2} ms",
+                    t.first.len(),
+                    t.ms(&t.first, 0.5),
+                    t.ms(&t.open, 0.5),
+                    t.ms(&t.linked, 0.5),
+                    t.ms(&t.matched, 0.5),
+                    t.ms(&t.first, 1.0)
                 );
             }
         }

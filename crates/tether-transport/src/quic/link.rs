@@ -376,28 +376,41 @@ impl QuicEndpoint {
     /// is the credential). Returns once both sides accepted each other's certificates and
     /// the link's stream is open.
     pub async fn connect(&self, addr: SocketAddr, server_name: &str) -> Result<Link, LinkError> {
+        let mut link = self.connect_early(addr, server_name).await?;
+        tokio::time::timeout(self.cfg.idle_timeout, link.rx.confirm())
+            .await
+            .map_err(|_| LinkError::TimedOut)??;
+        Ok(link)
+    }
+
+    /// [`connect`](Self::connect), returning as soon as this side's handshake is done and
+    /// the preamble written, one round trip sooner: frames may be sent at once, and reach
+    /// the server right after the client's last handshake flight. Whether the server
+    /// accepted our certificate is known from its preamble: [`LinkReceiver::confirm`]
+    /// waits for it (the first `recv` does too). Frames sent before a refusal are lost
+    /// with the link.
+    pub async fn connect_early(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+    ) -> Result<Link, LinkError> {
         let conn = self
             .inner
             .connect(addr, server_name)
             .map_err(|e| LinkError::Connect(e.to_string()))?
             .await?;
         let peer = peer_credential(&conn)?;
-        let timeout = self.cfg.idle_timeout;
         let opened = async {
-            let (mut send, mut recv) = conn.open_bi().await?;
+            let (mut send, recv) = conn.open_bi().await?;
             send.write_all(&PREAMBLE).await?;
-            let mut p = [0u8; 4];
-            read_preamble(&mut recv, &mut p).await?;
-            if p != PREAMBLE {
-                conn.close(CLOSE_BAD_PREAMBLE.into(), b"bad preamble");
-                return Err(LinkError::BadPreamble);
-            }
-            Ok((send, recv))
+            Ok::<_, LinkError>((send, recv))
         };
-        let (send, recv) = tokio::time::timeout(timeout, opened)
+        let (send, recv) = tokio::time::timeout(self.cfg.idle_timeout, opened)
             .await
             .map_err(|_| LinkError::TimedOut)??;
-        Ok(Link::new(conn, peer, send, recv, &self.cfg))
+        let mut link = Link::new(conn, peer, send, recv, &self.cfg);
+        link.rx.preamble_due = true;
+        Ok(link)
     }
 
     /// [`connect`](Self::connect) until it succeeds, waiting `backoff`'s delays between
@@ -609,6 +622,9 @@ pub struct LinkReceiver {
     shared: Arc<Shared>,
     max_frame: usize,
     buf: BytesMut,
+    /// The server's preamble has not been read yet (a link from
+    /// [`QuicEndpoint::connect_early`]).
+    preamble_due: bool,
 }
 
 impl Link {
@@ -638,6 +654,7 @@ impl Link {
                 shared,
                 max_frame: cfg.max_frame,
                 buf: BytesMut::new(),
+                preamble_due: false,
             },
         }
     }
@@ -826,6 +843,7 @@ impl LinkReceiver {
     /// ended the stream after a whole frame; a frame announced over the limit closes the
     /// link.
     pub async fn recv(&mut self) -> Result<Bytes, LinkError> {
+        self.confirm().await?;
         loop {
             if let Some(frame) = self.take_whole()? {
                 return Ok(frame);
@@ -843,6 +861,33 @@ impl LinkReceiver {
             match self.take_whole()? {
                 Some(frame) => out.push(frame),
                 None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the server's preamble on a link from
+    /// [`connect_early`](QuicEndpoint::connect_early): it comes once the server accepted
+    /// our certificate (a refusal ends the connection instead, and is returned). At once
+    /// for any other link, or once confirmed.
+    pub async fn confirm(&mut self) -> Result<(), LinkError> {
+        while self.preamble_due {
+            if self.buf.len() >= PREAMBLE.len() {
+                if self.buf[..PREAMBLE.len()] != PREAMBLE {
+                    self.shared
+                        .conn
+                        .close(CLOSE_BAD_PREAMBLE.into(), b"bad preamble");
+                    return Err(LinkError::BadPreamble);
+                }
+                self.buf.advance(PREAMBLE.len());
+                self.preamble_due = false;
+                break;
+            }
+            match self.fill().await {
+                Err(LinkError::Finished) | Err(LinkError::Truncated) => {
+                    return Err(LinkError::Truncated);
+                }
+                r => r?,
             }
         }
         Ok(())

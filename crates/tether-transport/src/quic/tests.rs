@@ -881,3 +881,49 @@ fn a_batch_of_frames_arrives_whole_and_in_order() {
         assert_eq!(&rx.recv().await.unwrap()[..], b"after");
     });
 }
+
+/// A link dialled early carries frames before the server's preamble came back (they reach
+/// the server with our last handshake flight), and is confirmed by that preamble; a server
+/// that refuses our certificate makes the confirmation fail with its reason, and what we
+/// sent is lost with the link.
+#[test]
+fn an_early_link_sends_at_once_and_is_confirmed_or_refused() {
+    bounded(Duration::from_secs(30), async {
+        let ca = CaKey::generate();
+        let revocations = Revocations::new();
+        let router = node(&ca, Role::Router, "router", 1);
+        let (server, mut seen) = echo_server(
+            &router,
+            router_policy(&ca, revocations.clone()),
+            &LinkConfig::default(),
+        );
+        let addr = server.local_addr().unwrap();
+        let m = node(&ca, Role::Member, "robot", 7);
+        let c = client(&m, member_policy(&ca));
+        let link = c.connect_early(addr, "router").await.unwrap();
+        let (mut tx, mut rx) = link.split();
+        tx.send(Bytes::from_static(b"early")).await.unwrap();
+        rx.confirm().await.unwrap();
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"early"));
+        seen.recv().await.unwrap().unwrap();
+
+        revocations
+            .replace(&ca.public(), RevocationList::issue(&ca, 2, now(), vec![7]))
+            .unwrap();
+        // Our side's handshake is done before the server sees our certificate.
+        let link = c.connect_early(addr, "router").await.unwrap();
+        {
+            let (mut tx, mut rx) = link.split();
+            let _ = tx.send(Bytes::from_static(b"lost")).await;
+            let e = rx.confirm().await.unwrap_err();
+            assert!(
+                matches!(&e, LinkError::RefusedByPeer { reason } if reason.contains("serial 7 is revoked")),
+                "{e:?}"
+            );
+            // recv says the same, and no frame came.
+            assert!(rx.recv().await.is_err());
+        }
+        let s = seen.recv().await.unwrap().unwrap_err();
+        assert!(matches!(&s, LinkError::PeerRefused { .. }), "{s:?}");
+    });
+}

@@ -47,6 +47,10 @@ const BATCH_BYTES: usize = 256 << 10;
 /// The most frames the link thread hands the engine under one lock.
 const RECV_BATCH: usize = 64;
 
+/// How long a router has to confirm a link (its preamble, once it accepted our
+/// certificate) after our side of the handshake is done.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
+
 /// How long the link thread waits for goodbyes to leave when the session closes.
 const CLOSE_FLUSH: Duration = Duration::from_millis(200);
 
@@ -463,46 +467,46 @@ async fn link_task(
         .to_string();
     while !routers.closing.load(Ordering::SeqCst) {
         let link = match resolve(&out.target).await {
+            // Frames go with our last handshake flight; the router's preamble, which says
+            // it accepted our certificate, is awaited below before the link counts as up.
             Ok(addr) => endpoint
-                .connect(addr, &host)
+                .connect_early(addr, &host)
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
+        // A dial that fails, or a link the router never confirms (it refused our
+        // certificate), is said once, and again only if it changes or every 30 s (a router
+        // that is down for an hour is not 18,000 warnings), and dialled again after the
+        // backoff's delay.
+        let mut dial_failed = async |e: String| {
+            let now = Instant::now();
+            let say = last_error
+                .as_ref()
+                .is_none_or(|(m, t)| *m != e || now.duration_since(*t) > Duration::from_secs(30));
+            if say {
+                tracing::warn!("router {}: {e}; dialling again", out.target);
+                last_error = Some((e, now));
+            }
+            let d = backoff.next_delay(&mut rng);
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = routers.shutdown.notified() => {}
+            }
+        };
         let link = match link {
             Ok(l) => l,
             Err(e) => {
-                // Said once, and again only if it changes or every 30 s: a router that is
-                // down for an hour is not 18,000 warnings.
-                let now = Instant::now();
-                let say = last_error.as_ref().is_none_or(|(m, t)| {
-                    *m != e || now.duration_since(*t) > Duration::from_secs(30)
-                });
-                if say {
-                    tracing::warn!("router {}: {e}; dialling again", out.target);
-                    last_error = Some((e, now));
-                }
-                let d = backoff.next_delay(&mut rng);
-                tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = routers.shutdown.notified() => {}
-                }
+                dial_failed(e).await;
                 continue;
             }
         };
-        backoff.reset();
-        last_error = None;
         let shared = match engine.wait_for(Option::is_some).await {
             Ok(s) => s.clone().expect("waited for"),
             Err(_) => break,
         };
-        routers.counters.connects.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
-            "router {}: linked to '{}' at {}",
-            out.target,
-            link.peer().name(),
-            link.remote_address()
-        );
+        let (name, remote) = (link.peer().name().to_string(), link.remote_address());
+        let confirmed = AtomicBool::new(false);
         // What queued while the link was down is stale: the engine repairs it.
         while rx.try_recv().is_ok() {}
         // HELLO and everything this session publishes and subscribes go first.
@@ -575,6 +579,15 @@ async fn link_task(
                 Ok::<(), String>(())
             };
             let receiving = async {
+                // The router's preamble says it accepted us: only then is the link up
+                // (what we sent meanwhile is lost if it refused us).
+                tokio::time::timeout(CONFIRM_WITHIN, recv.confirm())
+                    .await
+                    .map_err(|_| "the router did not confirm the link".to_string())?
+                    .map_err(|e| e.to_string())?;
+                routers.counters.connects.fetch_add(1, Ordering::Relaxed);
+                confirmed.store(true, Ordering::Relaxed);
+                tracing::info!("router {}: linked to '{name}' at {remote}", out.target);
                 let mut frames = Vec::new();
                 let mut datagrams = Vec::new();
                 loop {
@@ -662,11 +675,14 @@ async fn link_task(
             let _ = send.finish();
             break;
         }
-        tracing::warn!(
-            "router {}: link lost ({}); dialling again",
-            out.target,
-            failed.unwrap_or_else(|| "closed".into())
-        );
+        let why = failed.unwrap_or_else(|| "closed".into());
+        if !confirmed.load(Ordering::Relaxed) {
+            dial_failed(why).await;
+            continue;
+        }
+        backoff.reset();
+        last_error = None;
+        tracing::warn!("router {}: link lost ({why}); dialling again", out.target);
     }
 }
 
