@@ -289,8 +289,9 @@ fn a_late_joiner_beyond_a_router_gets_the_transient_local_history() {
     router.kill();
 }
 
-/// A revoked member is refused by the router (its echo finds nobody and says why on the
-/// router's side); a router of another realm cannot link.
+/// A revoked member is refused by the router (its echo finds nobody and says why, as the
+/// router does; its pub says no router link is up); a router of another realm cannot
+/// link.
 #[test]
 fn revoked_members_and_foreign_routers_are_refused() {
     let realm = Realm::new(&["a", "b"]);
@@ -301,6 +302,23 @@ fn revoked_members_and_foreign_routers_are_refused() {
     echo.args(["echo", "/x", "--count", "1", "--reliable", "--timeout", "4"]);
     let e = finish(spawn(echo), Duration::from_secs(30));
     assert!(!e.status.success(), "a revoked member got through");
+    // It sent its first frames before the router had checked its certificate (they go
+    // with its last handshake flight), but the link never counts as up: the router's
+    // refusal is what it says.
+    assert!(
+        text(&e.stderr).contains("refused") && !text(&e.stderr).contains("linked to"),
+        "{}",
+        text(&e.stderr)
+    );
+    let mut p = realm.member("b", port);
+    p.args(["pub", "/x", "hi", "--once", "--linger", "2"]);
+    let o = finish(spawn(p), Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no router link is up (of 1 dialled"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(
         wait_until(Duration::from_secs(5), || router
             .stderr()

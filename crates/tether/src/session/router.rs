@@ -102,7 +102,10 @@ struct LinkOut {
     number: u16,
     /// `host:port` as configured.
     target: String,
+    /// Frames may go (our side of the handshake is done).
     up: AtomicBool,
+    /// The router confirmed the link (its preamble came): what `routers_up` counts.
+    confirmed: AtomicBool,
     tx: mpsc::Sender<Parts>,
 }
 
@@ -151,6 +154,7 @@ impl Routers {
                 number: i as u16 + 1,
                 target: t.clone(),
                 up: AtomicBool::new(false),
+                confirmed: AtomicBool::new(false),
                 tx,
             });
             receivers.push(rx);
@@ -301,11 +305,11 @@ impl Routers {
             .is_some_and(|l| l.contains(serial))
     }
 
-    /// Links up now.
+    /// Links up now (confirmed by their router).
     pub(super) fn links_up(&self) -> usize {
         self.links
             .iter()
-            .filter(|l| l.up.load(Ordering::Relaxed))
+            .filter(|l| l.confirmed.load(Ordering::Relaxed))
             .count()
     }
 
@@ -587,6 +591,7 @@ async fn link_task(
                     .map_err(|e| e.to_string())?;
                 routers.counters.connects.fetch_add(1, Ordering::Relaxed);
                 confirmed.store(true, Ordering::Relaxed);
+                out.confirmed.store(true, Ordering::Release);
                 tracing::info!("router {}: linked to '{name}' at {remote}", out.target);
                 let mut frames = Vec::new();
                 let mut datagrams = Vec::new();
@@ -664,6 +669,7 @@ async fn link_task(
             }
         }
         out.up.store(false, Ordering::Release);
+        out.confirmed.store(false, Ordering::Release);
         routers.leaf().link_down(id);
         if routers.closing.load(Ordering::SeqCst) {
             // The goodbyes queued before the close go out, then the link is closed.
