@@ -606,11 +606,10 @@ pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
                 (Some(sub), end)
             }
         };
-    let lost = sub.as_ref().map_or(0, |s| s.lost());
     // Samples a writer out of reach still owes: not received, whether or not it returns.
-    let lost = match sub.as_ref().map_or(0, |s| s.owed()) {
-        0 => lost.to_string(),
-        owed => format!("{lost}, {owed} more owed by a writer whose lease ran out"),
+    let lost = match sub.as_ref().map_or((0, 0), |s| s.lost_and_owed()) {
+        (lost, 0) => lost.to_string(),
+        (lost, owed) => format!("{lost}, {owed} more owed by a writer whose lease ran out"),
     };
     // Ctrl-C ends a run as its end would: what came, said on stderr, and the counters.
     if let End::Signal(sig) = end {

@@ -132,13 +132,15 @@ impl Participant {
                                 // One that may come back owes what this reader misses
                                 // of it for one more lease; then it is taken as gone.
                                 let owed_until = (!for_good).then(|| after(now, lease));
-                                if let Some(mut old) = r.remember(g, &wp, owed_until) {
-                                    old.settle(&mut crate::reader::lost::Losses {
-                                        reader: r.id,
-                                        stats: &mut self.stats,
-                                        lost: &mut r.lost,
-                                        events: &mut self.events,
-                                    });
+                                if let Some(mut old) = r.remember(g, &mut wp, owed_until) {
+                                    crate::reader::lost::settle(
+                                        r,
+                                        &mut old,
+                                        now,
+                                        self.input,
+                                        &mut self.stats,
+                                        &mut self.events,
+                                    );
                                 }
                             }
                             r.remember_label(g, e.info.qos.encoding_label());

@@ -2,12 +2,12 @@
 //! runs; and where a reader stood with writers it lost, so that meeting them again counts
 //! what was written meanwhile instead of starting afresh.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use tether_wire::EntityId;
 
-use crate::event::{Event, Guid, LossReason, Stats};
+use crate::event::{Event, Guid, LossReason, Sample, Stats};
 use crate::reader::state::{Reader, WriterProxy};
 
 /// Where one reader's losses go: its own count, the participant's counters and event queue.
@@ -70,16 +70,16 @@ impl Reader {
     /// Writer `g` is gone from this reader (its endpoint or participant left, or its lease
     /// ran out): remembers the next sequence number it would have delivered from it.
     /// `owed_until`: a writer whose lease ran out, which may come back and repair what this
-    /// reader misses of it (held samples past a hole included: they are dropped with the
-    /// proxy and sent again): until then they are owed ([`Reader::owed`]); past it they are
-    /// lost ([`LossReason::WriterLeft`]), as they are when this memory is forgotten for a
-    /// newer one: the memory forgotten is returned, to be settled
-    /// ([`Left::settle`]).
+    /// reader misses of it: until then what it misses is owed ([`Reader::owed`]), and the
+    /// samples it holds past a hole are kept with this memory; past it (or when this memory
+    /// is forgotten for a newer one) the writer is taken as gone: what is kept is delivered
+    /// and the holes are lost ([`LossReason::WriterLeft`]), as when a writer says goodbye.
+    /// The memory forgotten is returned, to be settled ([`settle`]).
     #[must_use]
     pub(crate) fn remember(
         &mut self,
         g: Guid,
-        wp: &WriterProxy,
+        wp: &mut WriterProxy,
         owed_until: Option<Instant>,
     ) -> Option<Left> {
         let next = if wp.reliable {
@@ -104,10 +104,17 @@ impl Reader {
         } else {
             None
         };
+        let held = if owed.is_some() {
+            wp.pending_bytes = 0;
+            std::mem::take(&mut wp.pending)
+        } else {
+            BTreeMap::new()
+        };
         self.left.push_back(Left {
             writer: g,
             next,
             owed,
+            held,
         });
         forgotten
     }
@@ -160,34 +167,57 @@ pub(crate) struct Left {
     /// or the last one the reader held), owed to the reader if it comes back before the
     /// instant given.
     pub(crate) owed: Option<(u64, Instant)>,
+    /// The samples the reader held past a hole when that writer's lease ran out.
+    pub(crate) held: BTreeMap<u64, Sample>,
 }
 
-impl Left {
-    /// What it owes is lost; the reader would resume past it.
-    pub(crate) fn settle(&mut self, losses: &mut Losses<'_>) {
-        if let Some((top, _)) = self.owed.take() {
-            losses.report(self.writer, self.next, top, LossReason::WriterLeft);
-            self.next = top.saturating_add(1);
-        }
-    }
+/// Writer `l` is taken as gone from reader `r`: what it owed is settled as a goodbye would
+/// ([`WriterProxy::writer_left`]): the samples held are delivered in order, the holes up to
+/// the last sample it announced are lost; meeting it again resumes past them.
+pub(crate) fn settle(
+    r: &mut Reader,
+    l: &mut Left,
+    now: Instant,
+    input: u64,
+    stats: &mut Stats,
+    events: &mut VecDeque<Event>,
+) {
+    let Some((top, _)) = l.owed.take() else {
+        return;
+    };
+    let mut wp = WriterProxy::new(true, None, now, false);
+    wp.expected = Some(l.next);
+    wp.hb_last = top;
+    wp.pending = std::mem::take(&mut l.held);
+    wp.pending_bytes = wp.pending.values().map(|s| s.payload.len() as u64).sum();
+    let mut losses = Losses {
+        reader: r.id,
+        lost: &mut r.lost,
+        stats: &mut *stats,
+        events: &mut *events,
+    };
+    let delivered = wp.writer_left(&mut r.cache, now, input, l.writer, &mut losses);
+    crate::reader::note_delivered(r, delivered, now, stats, events);
+    l.next = wp.expected.unwrap_or(l.next).max(top.saturating_add(1));
 }
 
 impl crate::participant::Participant {
-    /// Writers out of reach whose time to come back is over at `now`: what they owe each
-    /// reader is lost, and meeting them again resumes past it.
+    /// Writers out of reach whose time to come back is over at `now`: each reader
+    /// delivers what it held of them and counts the rest lost ([`settle`]); meeting them
+    /// again resumes past it.
     pub(crate) fn settle_owed(&mut self, now: Instant) {
+        let input = self.input;
         for r in self.readers.values_mut() {
-            let mut losses = Losses {
-                reader: r.id,
-                lost: &mut r.lost,
-                stats: &mut self.stats,
-                events: &mut self.events,
-            };
-            for l in r.left.iter_mut() {
+            if !r.left.iter().any(|l| l.owed.is_some_and(|(_, t)| now >= t)) {
+                continue;
+            }
+            let mut left = std::mem::take(&mut r.left);
+            for l in left.iter_mut() {
                 if l.owed.is_some_and(|(_, until)| now >= until) {
-                    l.settle(&mut losses);
+                    settle(r, l, now, input, &mut self.stats, &mut self.events);
                 }
             }
+            r.left = left;
         }
     }
 }

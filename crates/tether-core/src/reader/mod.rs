@@ -176,8 +176,9 @@ impl Participant {
     }
 
     /// Samples `id` misses of writers whose lease ran out, which may still come back and
-    /// repair them within one more lease; past that they are lost
-    /// ([`LossReason::WriterLeft`]). A program that ends meanwhile has not received them.
+    /// repair them within one more lease; past that, those it holds past a hole are
+    /// delivered and the holes lost ([`LossReason::WriterLeft`]). A program that ends
+    /// meanwhile has not received them.
     pub fn reader_owed(&self, id: EntityId) -> u64 {
         self.readers.get(&id).map_or(0, |r| r.owed())
     }

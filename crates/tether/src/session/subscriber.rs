@@ -92,10 +92,18 @@ impl Subscriber {
     }
 
     /// Samples this subscriber misses of writers whose lease ran out (killed, or out of
-    /// reach): a writer that comes back within one more lease repairs them; past that they
-    /// are [`lost`](Self::lost). A program that ends meanwhile has not received them.
+    /// reach): a writer that comes back within one more lease repairs them; past that, those
+    /// that arrived past a hole are delivered and the holes are [`lost`](Self::lost). A
+    /// program that ends meanwhile has not received them.
     pub fn owed(&self) -> u64 {
         self.shared.lock().core.reader_owed(self.id)
+    }
+
+    /// [`lost`](Self::lost) and [`owed`](Self::owed) read together: what a writer owes
+    /// moves to lost when its time is over, and read apart it could be in neither.
+    pub fn lost_and_owed(&self) -> (u64, u64) {
+        let g = self.shared.lock();
+        (g.core.reader_lost(self.id), g.core.reader_owed(self.id))
     }
 
     /// How many writers this subscriber is matched with.
