@@ -607,3 +607,55 @@ fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
     assert_eq!(sim.seqs(r, rid), vec![1, 2, 3]);
     assert_eq!(sim.p(r).reader_lost(rid), 0);
 }
+
+/// A writer's process stopped for longer than a lease (SIGSTOP, a debugger, a paused VM)
+/// while its reader kept acknowledging: when it runs again its timers come first, but it
+/// judges leases and inactivity only once it has read what waited in its socket, so it
+/// does not take the reader for gone; the reader, which lost the writer meanwhile, meets
+/// it again and gets every sample. (Before: the writer dropped the reader at once, and a
+/// bounded `tether pub` said "reader left before acknowledging 6 of 3000" and exited 1
+/// though the reader had everything: the lossy review.)
+#[test]
+fn a_writer_stopped_longer_than_a_lease_keeps_its_reader() {
+    let mut sim = Sim::new(5, Link::lan(1500, 0.0));
+    let (w, r) = (sim.add_node(0), sim.add_node(0));
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_all()))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(sim.p(w).matched_count(wid), 1);
+    for k in 1..=5 {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, payload(k)).unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(20));
+    }
+    sim.stop(w);
+    sim.run_for(Duration::from_secs(14));
+    sim.resume(w);
+    for k in 6..=8 {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, payload(k)).unwrap();
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(20));
+    }
+    sim.run_for(Duration::from_secs(3));
+    let left: Vec<_> = sim
+        .p(w)
+        .unacknowledged(wid)
+        .into_iter()
+        .filter(|s| s.departed)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the writer took its reader for gone: {left:?}"
+    );
+    assert_eq!(sim.p(w).matched_count(wid), 1);
+    assert_eq!(sim.seqs(r, rid), (1..=8).collect::<Vec<u64>>());
+    assert_eq!(sim.p(r).reader_lost(rid), 0);
+}
