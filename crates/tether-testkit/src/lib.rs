@@ -547,7 +547,15 @@ impl Sim {
             (None, None) => false,
             (Some((t, i)), f) if f.is_none_or(|f| t < f) => {
                 self.now = self.now.max(t);
-                self.run_timers(i);
+                let now = self.now;
+                if self.nodes[i]
+                    .participant
+                    .poll_timeout()
+                    .is_some_and(|x| x <= now)
+                {
+                    self.nodes[i].participant.handle_timeout(now);
+                }
+                self.pump(i);
                 true
             }
             _ => {
@@ -574,19 +582,6 @@ impl Sim {
         }
     }
 
-    /// Runs node `i`'s timers that are due now, and sends what they set going.
-    fn run_timers(&mut self, i: usize) {
-        let now = self.now;
-        if self.nodes[i]
-            .participant
-            .poll_timeout()
-            .is_some_and(|x| x <= now)
-        {
-            self.nodes[i].participant.handle_timeout(now);
-        }
-        self.pump(i);
-    }
-
     /// Stops node `i` (SIGSTOP): no timer runs, and what is sent to it waits.
     pub fn stop(&mut self, i: usize) {
         self.nodes[i].stopped.get_or_insert_with(Vec::new);
@@ -598,8 +593,15 @@ impl Sim {
         let Some(waiting) = self.nodes[i].stopped.take() else {
             return;
         };
-        self.run_timers(i);
         let now = self.now;
+        if self.nodes[i]
+            .participant
+            .poll_timeout()
+            .is_some_and(|x| x <= now)
+        {
+            self.nodes[i].participant.handle_timeout(now);
+        }
+        self.pump(i);
         for (from, d) in waiting {
             self.nodes[i].participant.handle_datagram(now, from, &d);
             self.pump(i);

@@ -553,10 +553,14 @@ fn a_stalled_reader_comes_back_under_loss() {
     }
 }
 
-/// A keep-all writer (node `w`) and reader (node `r`) on a LAN, matched: (sim, w, writer,
-/// r, reader).
-fn keep_all_pair(seed: u64) -> (Sim, usize, EntityId, usize, EntityId) {
-    let mut sim = Sim::new(seed, Link::lan(1500, 0.0));
+/// A reliable reader missing a sample of a writer that then goes silent (killed, or out of
+/// reach) asks it again less and less often, up to a second apart, not once a heartbeat
+/// period until the lease runs out; the writer back is answered at its first heartbeat
+/// and repairs at once. (Before: ~12 requests a second here, and the lossy review counted
+/// ~62 a second from a killed `tether pub`.)
+#[test]
+fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
+    let mut sim = Sim::new(3, Link::lan(1500, 0.0));
     let (w, r) = (sim.add_node(0), sim.add_node(0));
     let now = sim.now;
     let wid = sim
@@ -568,17 +572,6 @@ fn keep_all_pair(seed: u64) -> (Sim, usize, EntityId, usize, EntityId) {
     sim.pump(r);
     sim.run_for(Duration::from_secs(2));
     assert_eq!(sim.p(w).matched_count(wid), 1);
-    (sim, w, wid, r, rid)
-}
-
-/// A reliable reader missing a sample of a writer that then goes silent (killed, or out of
-/// reach) asks it again less and less often, up to a second apart, not once a heartbeat
-/// period until the lease runs out; the writer back is answered at its first heartbeat
-/// and repairs at once. (Before: ~12 requests a second here, and the lossy review counted
-/// ~62 a second from a killed `tether pub`.)
-#[test]
-fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
-    let (mut sim, w, wid, r, rid) = keep_all_pair(3);
     let write = |sim: &mut Sim, k: u64| {
         let now = sim.now;
         sim.p(w).write(now, wid, k, payload(k)).unwrap();
@@ -624,7 +617,18 @@ fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
 /// though the reader had everything: the lossy review.)
 #[test]
 fn a_writer_stopped_longer_than_a_lease_keeps_its_reader() {
-    let (mut sim, w, wid, r, rid) = keep_all_pair(5);
+    let mut sim = Sim::new(5, Link::lan(1500, 0.0));
+    let (w, r) = (sim.add_node(0), sim.add_node(0));
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_all()))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(sim.p(w).matched_count(wid), 1);
     for k in 1..=5 {
         let now = sim.now;
         sim.p(w).write(now, wid, k, payload(k)).unwrap();
