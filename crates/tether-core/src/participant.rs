@@ -225,9 +225,6 @@ pub struct Participant {
     /// `close` was called: input and timers are ignored from then on, so a participant
     /// that said goodbye does not validate, answer or announce itself again.
     pub(crate) closed: bool,
-    /// Time jumped by more than [`STALL`] between two calls: this participant did not run
-    /// (a stopped process, a paused VM, a starved CPU). Taken by the next housekeeping.
-    pub(crate) stalled: bool,
     pub(crate) writers: BTreeMap<EntityId, Writer>,
     pub(crate) readers: BTreeMap<EntityId, Reader>,
     /// The participant table and what announcing needs: remote participants by id and by address, multicast groups, and the announcement schedule.
@@ -280,11 +277,6 @@ pub struct Participant {
 /// than a path reorders datagrams, far shorter than a session lives.
 pub(crate) const FAREWELL_KEEP: Duration = Duration::from_secs(1);
 
-/// A gap between two calls into the participant longer than this is a stall of its own
-/// (its timers want it every [`HOUSEKEEPING`] at least): leases and inactivity are judged
-/// only once what peers sent meanwhile has been read.
-pub(crate) const STALL: Duration = Duration::from_secs(1);
-
 /// Most final ACKNACKs kept for the PARTICIPANT_BYE (the oldest go first).
 pub(crate) const MAX_FAREWELLS: usize = 256;
 
@@ -315,7 +307,6 @@ impl Participant {
             random: Randomness(random),
             next_entity: 1,
             closed: false,
-            stalled: false,
             writers: BTreeMap::new(),
             readers: BTreeMap::new(),
             peers: Peers::new(now, &cookie_secret),

@@ -193,9 +193,6 @@ impl Participant {
     /// on the same host or behind a router then read the time the participant started.)
     #[inline]
     pub(crate) fn note_time(&mut self, now: Instant) {
-        if now.saturating_duration_since(self.clock) > crate::participant::STALL {
-            self.stalled = true;
-        }
         if now > self.clock {
             self.clock = now;
         }

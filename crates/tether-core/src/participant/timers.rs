@@ -61,14 +61,7 @@ impl Participant {
             self.peers.next_announce = after(now, self.peers.announce_step);
             self.resend_auth(now);
         }
-        if now >= self.next_housekeeping && std::mem::take(&mut self.stalled) {
-            // This participant did not run for a while: what its peers sent meanwhile
-            // waits in its socket, unread. Their leases, and its readers' inactivity, are
-            // judged at the next round, once the driver has read it: a process stopped
-            // for longer than a lease (SIGSTOP, a debugger, a paused VM) does not take its
-            // peers for gone.
-            self.next_housekeeping = after(now, HOUSEKEEPING);
-        } else if now >= self.next_housekeeping {
+        if now >= self.next_housekeeping {
             self.farewells
                 .retain(|(t, _, _)| now.saturating_duration_since(*t) < FAREWELL_KEEP);
             self.housekeeping(now);
