@@ -289,6 +289,20 @@ fn a_late_joiner_beyond_a_router_gets_the_transient_local_history() {
     router.kill();
 }
 
+/// Member `name`'s `pub --once` through the router at `port` matches nobody and says
+/// (status 1) that the reason is its router link, which is not up.
+fn pub_says_no_router_link_is_up(realm: &Realm, name: &str, port: u16) {
+    let mut p = realm.member(name, port);
+    p.args(["pub", "/x", "hi", "--once", "--linger", "2"]);
+    let o = finish(spawn(p), Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no router link is up (of 1 dialled"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// A revoked member is refused by the router (its echo finds nobody and says why, as the
 /// router does; its pub says no router link is up); a router of another realm cannot
 /// link.
@@ -310,15 +324,7 @@ fn revoked_members_and_foreign_routers_are_refused() {
         "{}",
         text(&e.stderr)
     );
-    let mut p = realm.member("b", port);
-    p.args(["pub", "/x", "hi", "--once", "--linger", "2"]);
-    let o = finish(spawn(p), Duration::from_secs(30));
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("no router link is up (of 1 dialled"),
-        "{}",
-        text(&o.stderr)
-    );
+    pub_says_no_router_link_is_up(&realm, "b", port);
     assert!(
         wait_until(Duration::from_secs(5), || router
             .stderr()
@@ -565,15 +571,7 @@ fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
     );
     // A publisher that matched nobody says the router link is the reason, not a missing
     // subscriber.
-    let mut p = realm.member("a", free_port());
-    p.args(["pub", "/x", "hi", "--once", "--linger", "2"]);
-    let o = finish(spawn(p), Duration::from_secs(30));
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("no router link is up (of 1 dialled"),
-        "{}",
-        text(&o.stderr)
-    );
+    pub_says_no_router_link_is_up(&realm, "a", free_port());
 }
 
 /// A bundle issued before router links has no grantless credential to show routers: the

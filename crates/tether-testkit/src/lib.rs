@@ -290,6 +290,25 @@ impl Sim {
         self.add_node_with(|c| c.domain = domain)
     }
 
+    /// Two new nodes (domain 0), a writer `writer` on the first and a reader `reader` on
+    /// the second, run until the writer has matched the reader (at most 10 s; panics
+    /// otherwise). Returns (writer node, writer, reader node, reader).
+    pub fn writer_and_reader(
+        &mut self,
+        writer: tether_core::EndpointInfo,
+        reader: tether_core::EndpointInfo,
+    ) -> (usize, EntityId, usize, EntityId) {
+        let (w, r) = (self.add_node(0), self.add_node(0));
+        let now = self.now;
+        let wid = self.p(w).create_writer(now, writer).expect("a writer");
+        let rid = self.p(r).create_reader(now, reader);
+        self.pump(w);
+        self.pump(r);
+        let matched = self.run_until(Duration::from_secs(10), |s| s.p(w).matched_count(wid) == 1);
+        assert!(matched, "the writer never matched the reader");
+        (w, wid, r, rid)
+    }
+
     /// Adds a host, letting `tune` adjust its engine settings.
     pub fn add_node_with(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
         let i = self.add_node_alone(tune);

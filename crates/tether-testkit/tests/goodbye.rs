@@ -160,14 +160,7 @@ fn write(sim: &mut Sim, n: usize, w: tether_core::EntityId, k: u64) {
 fn a_leaving_writer_hands_over_what_its_reader_holds() {
     for leaves in [true, false] {
         let mut sim = Sim::new(3, Link::perfect());
-        let (w, r) = (sim.add_node(0), sim.add_node(0));
-        let now = sim.now;
-        let wid = sim.p(w).create_writer(now, info("/t")).unwrap();
-        let rid = sim.p(r).create_reader(now, info("/t"));
-        sim.pump(w);
-        sim.pump(r);
-        sim.run_for(Duration::from_secs(2));
-        assert_eq!(sim.p(w).matched_count(wid), 1);
+        let (w, wid, r, rid) = sim.writer_and_reader(info("/t"), info("/t"));
         write(&mut sim, w, wid, 1);
         sim.run_for(Duration::from_millis(100));
         // Sample 2 is lost on the way; 3 and 4 arrive, then the writer is gone at once.

@@ -561,17 +561,8 @@ fn a_stalled_reader_comes_back_under_loss() {
 #[test]
 fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
     let mut sim = Sim::new(3, Link::lan(1500, 0.0));
-    let (w, r) = (sim.add_node(0), sim.add_node(0));
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all()))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
-    sim.run_for(Duration::from_secs(2));
-    assert_eq!(sim.p(w).matched_count(wid), 1);
+    let keep_all = info(Qos::new().keep_all());
+    let (w, wid, r, rid) = sim.writer_and_reader(keep_all.clone(), keep_all);
     let write = |sim: &mut Sim, k: u64| {
         let now = sim.now;
         sim.p(w).write(now, wid, k, payload(k)).unwrap();

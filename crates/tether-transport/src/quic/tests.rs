@@ -377,20 +377,47 @@ fn a_session_refuses_a_server_that_is_not_a_router() {
     });
 }
 
+/// An echo server of router "router" (serial 1) whose revocation list can be replaced at
+/// run time, and a client of member "robot" (serial 7), both of `ca`'s realm.
+struct RevocableRouter {
+    server: QuicEndpoint,
+    seen: Seen,
+    revocations: Revocations,
+    addr: SocketAddr,
+    client: QuicEndpoint,
+}
+
+fn revocable_router(ca: &CaKey) -> RevocableRouter {
+    let revocations = Revocations::new();
+    let router = node(ca, Role::Router, "router", 1);
+    let (server, seen) = echo_server(
+        &router,
+        router_policy(ca, revocations.clone()),
+        &LinkConfig::default(),
+    );
+    let addr = server.local_addr().unwrap();
+    let m = node(ca, Role::Member, "robot", 7);
+    RevocableRouter {
+        server,
+        seen,
+        revocations,
+        addr,
+        client: client(&m, member_policy(ca)),
+    }
+}
+
 #[test]
 fn a_revocation_list_replaced_at_run_time_refuses_new_connections() {
     bounded(Duration::from_secs(30), async {
         let ca = CaKey::generate();
-        let revocations = Revocations::new();
-        let router = node(&ca, Role::Router, "router", 1);
-        let (server, mut seen) = echo_server(
-            &router,
-            router_policy(&ca, revocations.clone()),
-            &LinkConfig::default(),
-        );
-        let addr = server.local_addr().unwrap();
-        let m = node(&ca, Role::Member, "robot", 7);
-        let c = client(&m, member_policy(&ca));
+        // The server lives as long as its binding.
+        let RevocableRouter {
+            server: _server,
+            mut seen,
+            revocations,
+            addr,
+            client: c,
+        } = revocable_router(&ca);
         let mut first = c.connect(addr, "router").await.unwrap();
         seen.recv().await.unwrap().unwrap();
         echo(&mut first, Bytes::from_static(b"before")).await;
@@ -890,16 +917,14 @@ fn a_batch_of_frames_arrives_whole_and_in_order() {
 fn an_early_link_sends_at_once_and_is_confirmed_or_refused() {
     bounded(Duration::from_secs(30), async {
         let ca = CaKey::generate();
-        let revocations = Revocations::new();
-        let router = node(&ca, Role::Router, "router", 1);
-        let (server, mut seen) = echo_server(
-            &router,
-            router_policy(&ca, revocations.clone()),
-            &LinkConfig::default(),
-        );
-        let addr = server.local_addr().unwrap();
-        let m = node(&ca, Role::Member, "robot", 7);
-        let c = client(&m, member_policy(&ca));
+        // The server lives as long as its binding.
+        let RevocableRouter {
+            server: _server,
+            mut seen,
+            revocations,
+            addr,
+            client: c,
+        } = revocable_router(&ca);
         let link = c.connect_early(addr, "router").await.unwrap();
         let (mut tx, mut rx) = link.split();
         tx.send(Bytes::from_static(b"early")).await.unwrap();
