@@ -598,3 +598,46 @@ fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
     assert_eq!(sim.seqs(r, rid), vec![1, 2, 3]);
     assert_eq!(sim.p(r).reader_lost(rid), 0);
 }
+
+/// A reliable reader whose reorder buffer filled past a hole (a burst written while the
+/// hole's sample was lost) takes the repair that fills it in place of the newest sample it
+/// holds, which it asks for again. (Before: the repair was refused as not fitting, asked
+/// for and re-sent forever, and the reader delivered nothing more; found with a `tether
+/// pub` stopped longer than a lease, whose backlog left at once when it ran again.)
+#[test]
+fn a_repair_into_a_full_reorder_buffer_is_taken() {
+    let mut sim = Sim::new(5, Link::lan(1500, 0.0));
+    let (w, wid, r, rid) = sim.writer_and_reader(
+        info(Qos::new().keep_all()),
+        info(Qos::new().keep_all().max_samples(300)),
+    );
+    let write = |sim: &mut Sim, k: u64| {
+        let now = sim.now;
+        sim.p(w).write(now, wid, k, payload(k)).unwrap();
+    };
+    write(&mut sim, 1);
+    sim.pump(w);
+    sim.run_for(Duration::from_millis(100));
+    sim.nodes[w].unplugged = true;
+    write(&mut sim, 2);
+    sim.pump(w);
+    sim.nodes[w].unplugged = false;
+    for k in 3..=700 {
+        write(&mut sim, k);
+    }
+    sim.pump(w);
+    let all = sim.run_until(Duration::from_secs(5), |s| s.seqs(r, rid).len() == 700);
+    assert!(
+        all,
+        "delivered {} of 700 (last {:?}), losses {:?}, refused for room {}",
+        sim.seqs(r, rid).len(),
+        sim.seqs(r, rid).last(),
+        losses(&sim, r, rid),
+        sim.nodes[r].participant.stats().rejected_full
+    );
+    assert_eq!(sim.seqs(r, rid), (1..=700).collect::<Vec<_>>());
+    assert!(
+        sim.nodes[r].participant.stats().rejected_full > 0,
+        "the buffer never filled"
+    );
+}

@@ -229,9 +229,22 @@ impl WriterProxy {
             stats.duplicates += 1;
             return;
         }
-        if !self.pending_room(qos, s.payload.len()) {
-            stats.rejected_full += 1;
-            return;
+        while !self.pending_room(qos, s.payload.len()) {
+            // Full: a sample that fills a hole below the newest held one takes that one's
+            // place (it is asked for again), or a buffer filled past a hole would refuse
+            // the repair that drains it, and the reader would wait for it forever.
+            match self.pending.last_key_value() {
+                Some((&last, _)) if last > seq => {
+                    if let Some((_, old)) = self.pending.pop_last() {
+                        self.pending_bytes -= old.payload.len() as u64;
+                    }
+                    stats.rejected_full += 1;
+                }
+                _ => {
+                    stats.rejected_full += 1;
+                    return;
+                }
+            }
         }
         self.arrivals += 1;
         self.pending_bytes += s.payload.len() as u64;
