@@ -39,6 +39,7 @@ const TRAFFIC: &[&str] = &[
     "challenges_sent",
     "addresses_moved",
     "reannounced",
+    "stalls",
 ];
 
 /// Counters of samples and of the reliability protocol.

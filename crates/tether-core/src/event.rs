@@ -608,6 +608,9 @@ pub struct Stats {
     /// A writer's ENDPOINT announced again to the participant of a reliable reader that had
     /// not answered it since they matched (its announcement may have been lost).
     pub reannounced: u64,
+    /// Times the timers ran over a second late (a stopped process, a starved thread): the
+    /// participant heard nothing meanwhile, so that silence was not held against its peers.
+    pub stalls: u64,
     /// Announcements refused because the participant or endpoint tables are full.
     pub table_full: u64,
     /// Samples accepted by local writers.
@@ -844,6 +847,7 @@ impl Stats {
             reassemblies_restarted,
             renacks,
             reannounced,
+            stalls,
             table_full,
             samples_written,
             samples_delivered,

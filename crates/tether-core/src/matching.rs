@@ -218,7 +218,7 @@ impl Participant {
                         WriterProxy::new(reliable, rinfo.qos.liveliness_lease(), now, false);
                     // Met again after losing it: where this reader stood counts, not where
                     // the writer now starts it (what was written meanwhile is lost).
-                    if let Some(next) = r.recall(remote) {
+                    if let Some(next) = r.recall(remote, &mut wp) {
                         wp.resume = Some(next);
                         if !reliable {
                             wp.last_delivered = next.saturating_sub(1);

@@ -41,6 +41,12 @@ pub const MAX_LEASE: Duration = Duration::from_secs(300);
 /// How often leases and liveliness are checked.
 pub(crate) const HOUSEKEEPING: Duration = Duration::from_millis(50);
 
+/// How late the timers may run before the participant takes it that it was not running
+/// (its process stopped, its thread starved, its host suspended): it heard nothing then, so
+/// that silence is not held against its peers ([`Stats::stalls`](crate::Stats::stalls)).
+/// Housekeeping is due every [`HOUSEKEEPING`], so a driver never leaves it this long.
+pub(crate) const STALL: Duration = Duration::from_secs(1);
+
 /// Engine settings. Every field has a default that works on one machine.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -253,6 +259,9 @@ pub struct Participant {
     pub(crate) queued_paths: Vec<ParticipantId>,
     /// The latest time the engine was given (`poll_transmit` takes none).
     pub(crate) clock: Instant,
+    /// When the participant last found it had not run ([`STALL`]): peers were counted as
+    /// heard then without a word from them.
+    pub(crate) stalled_at: Option<Instant>,
     /// Keep-all reliable writers (whose datagrams congestion control may hold back), and
     /// reliable readers (which time their repair requests by the round trip): without
     /// either, paths are not probed.
@@ -324,6 +333,7 @@ impl Participant {
             next_cc_probe: None,
             queued_paths: Vec::new(),
             clock: now,
+            stalled_at: None,
             paced_writers: 0,
             reliable_readers: 0,
             last_dest: None,

@@ -158,6 +158,9 @@ impl Link {
 
 impl Node {
     fn next_wake(&self) -> Option<Instant> {
+        if self.stopped.is_some() {
+            return None;
+        }
         match (self.participant.poll_timeout(), self.sched_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -184,6 +187,9 @@ pub struct Node {
     /// While true the node runs, but nothing it sends and nothing sent to it gets through
     /// (its cable pulled, its link down): each side's leases run out.
     pub unplugged: bool,
+    /// While `Some`, the node is stopped (SIGSTOP, a paused VM): its timers do not run and
+    /// what is sent to it waits here, as in its socket, until [`Sim::resume`].
+    pub stopped: Option<Vec<(SocketAddr, Bytes)>>,
     /// When its asynchronous writers may next send (tokens permitting).
     sched_at: Option<Instant>,
     /// Multicast groups it has joined: it receives datagrams sent there too (each node's
@@ -352,6 +358,7 @@ impl Sim {
             auto_take: true,
             up: true,
             unplugged: false,
+            stopped: None,
             sched_at: None,
             groups: Vec::new(),
             free_at: self.now,
@@ -579,7 +586,11 @@ impl Sim {
                 // A frame in flight on a router link that went down is lost with it.
                 let link_down =
                     tether_core::route::is_routed(&f.from) && !self.router_link_is_up(f.to);
-                if self.nodes[f.to].up && !self.nodes[f.to].unplugged && !link_down {
+                if let Some(waiting) = self.nodes[f.to].stopped.as_mut() {
+                    if !link_down {
+                        waiting.push((f.from, f.payload.clone()));
+                    }
+                } else if self.nodes[f.to].up && !self.nodes[f.to].unplugged && !link_down {
                     self.nodes[f.to]
                         .participant
                         .handle_datagram(now, f.from, &f.payload);
@@ -587,6 +598,32 @@ impl Sim {
                 }
                 true
             }
+        }
+    }
+
+    /// Stops node `i` (SIGSTOP): no timer runs, and what is sent to it waits.
+    pub fn stop(&mut self, i: usize) {
+        self.nodes[i].stopped.get_or_insert_with(Vec::new);
+    }
+
+    /// Node `i` runs again (SIGCONT) as a session's driver would: its timers first (they
+    /// are overdue), then what waited in its socket, in order.
+    pub fn resume(&mut self, i: usize) {
+        let Some(waiting) = self.nodes[i].stopped.take() else {
+            return;
+        };
+        let now = self.now;
+        if self.nodes[i]
+            .participant
+            .poll_timeout()
+            .is_some_and(|x| x <= now)
+        {
+            self.nodes[i].participant.handle_timeout(now);
+        }
+        self.pump(i);
+        for (from, d) in waiting {
+            self.nodes[i].participant.handle_datagram(now, from, &d);
+            self.pump(i);
         }
     }
 

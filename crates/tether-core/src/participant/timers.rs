@@ -47,12 +47,45 @@ impl Participant {
         Some(t)
     }
 
+    /// The timers ran over [`STALL`] late: this participant was not running (its process
+    /// stopped, its thread starved, its host suspended) and heard nothing meanwhile; what
+    /// its peers sent then waits in the socket, read after this or just read. Their silence
+    /// until `now` is ours, not theirs: every peer counts as heard now, so none is taken for
+    /// gone (lease, liveliness), no reader is let go of as inactive (and its history with
+    /// it), and a writer out of reach still owes what it owed for one more lease.
+    fn stalled(&mut self, now: Instant) {
+        self.stats.stalls += 1;
+        self.stalled_at = Some(now);
+        for p in self.peers.remotes.values_mut() {
+            p.last_heard = p.last_heard.max(now);
+        }
+        for w in self.writers.values_mut() {
+            for rp in w.readers.values_mut() {
+                rp.heard = rp.heard.max(now);
+            }
+        }
+        let lease = self.cfg.lease;
+        for r in self.readers.values_mut() {
+            for wp in r.writers.values_mut() {
+                wp.last_heard = wp.last_heard.max(now);
+            }
+            for l in r.left.iter_mut() {
+                if let Some((_, until)) = l.owed.as_mut() {
+                    *until = (*until).max(after(now, lease));
+                }
+            }
+        }
+    }
+
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.note_time(now);
         self.timers_changed = true;
         if self.closed {
             return;
+        }
+        if now.saturating_duration_since(self.next_housekeeping) > STALL {
+            self.stalled(now);
         }
         if now >= self.peers.next_announce {
             self.announce_to(&self.all_destinations(), None);

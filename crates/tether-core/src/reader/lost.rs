@@ -115,6 +115,7 @@ impl Reader {
             next,
             owed,
             held,
+            counts: (wp.acknack_count, wp.nackfrag_count),
         });
         forgotten
     }
@@ -150,10 +151,23 @@ impl Reader {
             .map(|(_, l)| *l)
     }
 
-    /// Where this reader stood with writer `g` when it lost it, if it remembers (once).
-    pub(crate) fn recall(&mut self, g: Guid) -> Option<u64> {
+    /// Writer `g`, met again: `wp`, its new proxy, takes up where this reader stood with it
+    /// when it lost it, if it remembers (once): the next sample it would have delivered,
+    /// the samples it held past a hole (a writer whose lease ran out, back in time to repair
+    /// the holes), and the numbering of its requests. The writer may have kept its proxy of
+    /// this reader (it never lost us: a writer stopped longer than a lease, a one-way
+    /// outage) and takes requests numbered no higher than the last it saw for stale ones;
+    /// restarting at 1 would leave this reader unheard until it passed that number, and a
+    /// keep-all writer lets a reader it does not hear go. Returns the next sample.
+    pub(crate) fn recall(&mut self, g: Guid, wp: &mut WriterProxy) -> Option<u64> {
         let i = self.left.iter().position(|l| l.writer == g)?;
-        self.left.remove(i).map(|l| l.next)
+        let l = self.left.remove(i)?;
+        (wp.acknack_count, wp.nackfrag_count) = l.counts;
+        if wp.reliable {
+            wp.pending_bytes = l.held.values().map(|s| s.payload.len() as u64).sum();
+            wp.pending = l.held;
+        }
+        Some(l.next)
     }
 }
 
@@ -169,6 +183,9 @@ pub(crate) struct Left {
     pub(crate) owed: Option<(u64, Instant)>,
     /// The samples the reader held past a hole when that writer's lease ran out.
     pub(crate) held: BTreeMap<u64, Sample>,
+    /// The last ACKNACK and NACK_FRAG counts the reader sent it: met again, it numbers on
+    /// from them.
+    pub(crate) counts: (u32, u32),
 }
 
 /// Writer `l` is taken as gone from reader `r`: what it owed is settled as a goodbye would

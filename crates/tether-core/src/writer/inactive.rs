@@ -162,7 +162,10 @@ impl Participant {
             if !rp.reliable || rp.local || rp.inactive || rp.settled() > front {
                 continue;
             }
-            if now.saturating_duration_since(rp.heard) < alive {
+            // Counted as heard when this participant found it had not run, it has not
+            // answered since: it may be a reader about to be let go of.
+            let credited = Some(rp.heard) == self.stalled_at;
+            if now.saturating_duration_since(rp.heard) < alive && !credited {
                 return None;
             }
             let since = w.quiet_since(rp)?;
