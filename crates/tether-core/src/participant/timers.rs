@@ -56,6 +56,9 @@ impl Participant {
     fn stalled(&mut self, now: Instant) {
         self.stats.stalls += 1;
         self.stalled_at = Some(now);
+        // Peers whose lease of us ran out meanwhile find us again as quickly as at start.
+        self.peers.announce_step = crate::discovery::FIRST_ANNOUNCE;
+        self.peers.next_announce = now;
         for p in self.peers.remotes.values_mut() {
             p.last_heard = p.last_heard.max(now);
         }

@@ -57,9 +57,11 @@ impl Writer {
     /// never acknowledged anything has not matched us yet, most likely (our match can come
     /// first; under loss its side may take seconds), so it gets [`NEVER_HEARD`] at least:
     /// its history is not let go of before it could ask for it. A reader that never
-    /// matches is gone with its participant's lease.
-    pub(crate) fn limit_for(limit: Duration, rp: &ReaderProxy) -> Duration {
-        if rp.last_count.is_none() {
+    /// matches is gone with its participant's lease. Likewise a reader only `credited`
+    /// with being heard when our participant found it had not run (stopped longer than a
+    /// lease): it has most likely lost us, and must meet us again before it can answer.
+    pub(crate) fn limit_for(limit: Duration, rp: &ReaderProxy, credited: bool) -> Duration {
+        if rp.last_count.is_none() || credited {
             limit.max(NEVER_HEARD)
         } else {
             limit
@@ -106,6 +108,7 @@ impl Participant {
     pub(crate) fn check_inactive(&mut self, now: Instant) {
         let default = self.cfg.inactive_after;
         let period = self.cfg.heartbeat_period;
+        let stalled_at = self.stalled_at;
         for w in self.writers.values_mut() {
             let Some(limit) = w.inactive_limit(default, period) else {
                 continue;
@@ -116,7 +119,8 @@ impl Participant {
                 .filter(|(_, rp)| !rp.inactive)
                 .filter(|(_, rp)| {
                     w.quiet_since(rp).is_some_and(|t| {
-                        now.saturating_duration_since(t) >= Writer::limit_for(limit, rp)
+                        let credited = Some(rp.heard) == stalled_at;
+                        now.saturating_duration_since(t) >= Writer::limit_for(limit, rp, credited)
                     })
                 })
                 .map(|(g, _)| *g)
@@ -172,7 +176,7 @@ impl Participant {
             // Marked at a housekeeping after its time is up (with room for a driver's
             // timer running late).
             let t = after(
-                after(since, Writer::limit_for(limit, rp)),
+                after(since, Writer::limit_for(limit, rp, credited)),
                 HOUSEKEEPING.saturating_mul(4),
             );
             at = Some(at.map_or(t, |a| a.max(t)));
