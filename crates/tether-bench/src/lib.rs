@@ -39,6 +39,7 @@ mod wan;
 
 pub use command::{BenchArgs, PeerArgs, peer, run};
 pub use fanout::{FanoutPeerArgs, peer as fanout_peer};
+pub use harness::process::end_with_parent;
 
 /// The hidden subcommand that runs [`peer`] (`tether bench-peer ROLE …`).
 pub const PEER_SUBCOMMAND: &str = "bench-peer";

@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{finish, spawn, text};
+use common::{children_of, finish, is_running, spawn, text, wait_until};
 
 fn bench(args: &[&str]) -> serde_json::Value {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
@@ -185,4 +185,51 @@ fn wan_bench_measures_two_hosts_without_delay() {
     assert!(direct > 0.0 && routed > 0.0, "{v}");
     let added = d[0]["added_one_way_by_the_router_p50_us"].as_f64().unwrap();
     assert!((added - (routed - direct) / 2.0).abs() < 1e-6, "{v}");
+}
+
+/// A bench killed (SIGKILL: no handler runs) takes its router and peer processes with it:
+/// the kernel kills them (before, a bench killed by SIGPIPE left its router running).
+#[test]
+fn a_killed_bench_leaves_no_process_behind() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.env_remove("TETHER_CONFIG")
+        .env_remove("TETHER_KEYS")
+        .args([
+            "bench",
+            "rib",
+            "--routes",
+            "1000",
+            "--ops",
+            "50",
+            "--batches",
+            "3",
+        ])
+        .args(["--starts", "200", "--json"]);
+    let mut bench = spawn(c);
+    let pid = bench.id();
+    // Its router comes first, then the start loop's processes.
+    let cmdline = |k: u32| std::fs::read(format!("/proc/{k}/cmdline")).unwrap_or_default();
+    let mut kids = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            kids = children_of(pid);
+            kids.iter()
+                .any(|&k| cmdline(k).split(|&b| b == 0).any(|a| a == b"router"))
+        }),
+        "the bench started no router"
+    );
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    let _ = bench.wait();
+    let gone = wait_until(Duration::from_secs(5), || {
+        kids.iter().all(|&k| !is_running(k))
+    });
+    let left: Vec<u32> = kids.iter().copied().filter(|&k| is_running(k)).collect();
+    for k in &left {
+        let _ = Command::new("kill")
+            .args(["-KILL", &k.to_string()])
+            .status();
+    }
+    assert!(gone, "processes {left:?} outlived the killed bench");
 }

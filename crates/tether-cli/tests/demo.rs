@@ -13,7 +13,7 @@
 //! host only.
 
 mod common;
-use common::{Live, finish, text, wait_until};
+use common::{Live, children_of, finish, text, wait_until};
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -72,28 +72,6 @@ fn cmdline(pid: u32) -> Vec<String> {
 /// Whether `args` holds `flag` followed by `value`.
 fn has(args: &[String], flag: &str, value: &str) -> bool {
     args.windows(2).any(|w| w[0] == flag && w[1] == value)
-}
-
-/// The processes whose parent is `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-            continue;
-        };
-        // "PID (COMM) STATE PPID ...": COMM may hold spaces, so count from its ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            v.push(p);
-        }
-    }
-    v
 }
 
 /// Asserts that none of `pids` runs any more.

@@ -2,6 +2,7 @@
 //! hidden subcommand, and the two talk in lines over the child's stdin and stdout.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -88,6 +89,9 @@ impl Peer {
             .env_remove("TETHER_DOMAIN")
             .env_remove("TETHER_DISCOVERY")
             .env_remove("TETHER_PEERS");
+        // Killed with the bench, however it ends (a bench killed by SIGPIPE left its
+        // router running).
+        end_with_parent(&mut cmd, libc::SIGKILL);
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -226,5 +230,34 @@ impl Counter {
             }
         }
         Ok(())
+    }
+}
+
+/// Makes `c`'s process receive `signal` when this one ends, however it ends (SIGKILL
+/// included, which no handler sees), so that no child (a demo's processes, a bench's
+/// routers and peers) outlives its parent; and puts it in a process group of its own, so
+/// that a terminal's Ctrl-C (sent to the whole foreground group) reaches only the parent,
+/// which ends its children itself: each of them caught it too and printed its own
+/// shutdown (a router stopping, a publisher's "interrupted" and unacknowledged samples)
+/// after the demo's summary. The signal comes when the *thread* that spawned the child
+/// ends: spawn from a thread that lives as long as the child should.
+pub fn end_with_parent(c: &mut Command, signal: libc::c_int) {
+    c.process_group(0);
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec; it calls only prctl and
+    // getppid, which are async-signal-safe, and allocates nothing (the other threads of
+    // this process may have held the allocator's lock at the fork).
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The demo may have ended between the fork and the prctl: then nothing would
+            // send the signal.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
     }
 }

@@ -98,6 +98,7 @@ impl RouterProc {
             // bench's table. TETHER_LOG, if given, is passed on.
             cmd.env("TETHER_LOG", "warn");
         }
+        crate::harness::process::end_with_parent(&mut cmd, libc::SIGKILL);
         let child = cmd
             .env_remove("TETHER_CONFIG")
             .arg("router")

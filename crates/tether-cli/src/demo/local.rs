@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tether::{Config, Qos, Session};
 
-use super::{Children, DemoArgs, Signals, Window, end_with_parent, program, quoted};
+use super::{Children, DemoArgs, Signals, Window, program, quoted};
 use crate::topic::human_bytes;
+use tether_bench::end_with_parent;
 
 /// The address the demo's other processes listen on: this one's with any port, when it
 /// names a port (only one process can have it).

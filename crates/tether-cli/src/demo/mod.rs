@@ -6,9 +6,8 @@
 //! way they end.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode};
+use std::process::{Child, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -149,33 +148,6 @@ impl Signals {
         } else {
             None
         }
-    }
-}
-
-/// Makes `c`'s process receive `signal` when this one ends, however it ends (SIGKILL
-/// included, which no handler sees), so that no demo process outlives the demo; and puts it
-/// in a process group of its own, so that a terminal's Ctrl-C (sent to the whole
-/// foreground group) reaches only the demo, which ends its processes itself: each of them
-/// caught it too and printed its own shutdown (a router stopping, a publisher's
-/// "interrupted" and unacknowledged samples) after the demo's summary.
-fn end_with_parent(c: &mut Command, signal: libc::c_int) {
-    c.process_group(0);
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the child between fork and exec; it calls only prctl and
-    // getppid, which are async-signal-safe, and allocates nothing (the other threads of
-    // this process may have held the allocator's lock at the fork).
-    unsafe {
-        c.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, signal) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The demo may have ended between the fork and the prctl: then nothing would
-            // send the signal.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
     }
 }
 

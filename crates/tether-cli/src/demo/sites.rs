@@ -36,7 +36,8 @@ use anyhow::Context;
 use tether::keys::Realm;
 use tether::{Config, DiscoveryRange, Qos, Session, Subscriber};
 
-use super::{Children, DemoArgs, Signals, Window, end_with_parent, program, quoted};
+use super::{Children, DemoArgs, Signals, Window, program, quoted};
+use tether_bench::end_with_parent;
 
 /// How long the routers may take to start and link before the demo gives up.
 const SETUP_LIMIT: Duration = Duration::from_secs(30);

@@ -244,3 +244,33 @@ pub(crate) fn lost_ranges(stderr: &str) -> Vec<(u64, u64)> {
         })
         .collect()
 }
+
+/// The processes whose parent is `pid`.
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // "PID (COMM) STATE PPID ...": COMM may hold spaces, so count from its ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+pub(crate) fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    })
+}
