@@ -675,3 +675,40 @@ fn a_stopping_router_does_not_dial_again() {
     assert!(!after.contains("dialling again"), "{after}");
     cloud.kill();
 }
+
+/// A router link's idle timeout is set on both ends (`routers.idle_timeout_ms`, the
+/// router's `limits.link_idle_timeout_ms`; the lower applies): with 9 s on both, a router
+/// stopped (SIGSTOP) for 6 s keeps its session's link; with the default 4 s the session
+/// takes the link for dead and dials again. (The lossy review's F4: at 35 % loss on every
+/// link, QUIC's probes went unanswered for 4 s and a link was dropped; such links need a
+/// longer timeout on both ends.)
+#[test]
+fn a_router_link_outlives_a_silence_shorter_than_its_idle_timeout() {
+    let stopped_for_6s = |idle: Option<u64>| -> String {
+        let realm = Realm::new(&["b"]);
+        let (port, mport) = (free_port(), free_tcp_port());
+        let limits = idle.map_or(String::new(), |ms| {
+            format!("[limits]\nlink_idle_timeout_ms = {ms}\n")
+        });
+        let router = realm.router("cloud", port, mport, &limits);
+        let mut echo = realm.member("b", port);
+        if let Some(ms) = idle {
+            let conf = realm.path("idle.toml");
+            std::fs::write(&conf, format!("[routers]\nidle_timeout_ms = {ms}\n")).unwrap();
+            echo.arg("--config").arg(conf);
+        }
+        echo.args(["echo", "/idle", "--timeout", "60"]);
+        let mut echo = Live::spawn(echo);
+        assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
+        router.signal("STOP");
+        std::thread::sleep(Duration::from_secs(6));
+        router.signal("CONT");
+        std::thread::sleep(Duration::from_secs(2));
+        echo.kill();
+        echo.stderr()
+    };
+    let kept = stopped_for_6s(Some(9000));
+    assert!(!kept.contains("link lost"), "{kept}");
+    let lost = stopped_for_6s(None);
+    assert!(lost.contains("link lost"), "{lost}");
+}

@@ -22,6 +22,8 @@
 //! max_handshakes = 64                  # at once; a newcomer ends the oldest, counted
 //! max_handshakes_per_address = 16      # from one IP address (a NAT's robots share one)
 //! handshake_timeout_ms = 3000          # to finish a handshake
+//! link_idle_timeout_ms = 4000          # a link hearing nothing this long is dead (the
+//!                                      # sessions' routers.idle_timeout_ms: the lower applies)
 //!
 //! # With an export list (even empty) the router is a site's gateway: only these topic keys
 //! # cross between the site's sessions and other routers, in the direction given. Without
@@ -135,6 +137,10 @@ pub struct Limits {
     pub max_handshakes_per_address: usize,
     /// How long a handshake (certificates and the link's preamble) may take, in ms.
     pub handshake_timeout_ms: u64,
+    /// How long a link may hear nothing before it is taken as dead, in ms (QUIC's idle
+    /// timeout; the lower of both ends' applies: sessions' `routers.idle_timeout_ms`).
+    /// Raise both on links losing a third of their packets.
+    pub link_idle_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -149,6 +155,7 @@ impl Default for Limits {
             max_handshakes: 64,
             max_handshakes_per_address: 16,
             handshake_timeout_ms: 3000,
+            link_idle_timeout_ms: tether::DEFAULT_LINK_IDLE_MS,
         }
     }
 }
@@ -280,6 +287,16 @@ impl RouterConfig {
                     .into(),
             ));
         }
+        let idle = l.link_idle_timeout_ms;
+        if !(tether::MIN_LINK_IDLE_MS..=86_400_000).contains(&idle) {
+            return Err(invalid(
+                "limits.link_idle_timeout_ms",
+                format!(
+                    "{idle} is not {} (two keep-alives) to 86400000",
+                    tether::MIN_LINK_IDLE_MS
+                ),
+            ));
+        }
         if l.link_queue_bytes < 1 << 16 {
             return Err(invalid(
                 "limits.link_queue_bytes",
@@ -382,6 +399,7 @@ mod tests {
         let key = hex32(&"5f1c".repeat(16)).unwrap();
         assert_eq!(c.export_rule(&key), Some(Some(Direction::Out)));
         assert_eq!(c.export_rule(&[0; 32]), Some(None));
+        assert_eq!(c.limits.link_idle_timeout_ms, 4000);
     }
 
     #[test]
@@ -427,6 +445,14 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("up"), "{e}");
+        let e =
+            parse("keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[limits]\nlink_idle_timeout_ms = 1000")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("link_idle_timeout_ms") && e.contains("2000"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -28,9 +28,10 @@ pub mod keys;
 mod session;
 
 pub use config::{
-    BatchIoMode, Config, ConfigError, DiscoveryConfig, DiscoveryRange, FlowControllerConfig,
-    InactiveAfter, ReliabilityConfig, RoutersConfig, SecurityConfig, SecurityMode, StrictWord,
-    SuiteChoice, TokenCount, TransportConfig, UnknownWord, UnlimitedWord, parse_router,
+    BatchIoMode, Config, ConfigError, DEFAULT_LINK_IDLE_MS, DiscoveryConfig, DiscoveryRange,
+    FlowControllerConfig, InactiveAfter, MIN_LINK_IDLE_MS, ReliabilityConfig, RoutersConfig,
+    SecurityConfig, SecurityMode, StrictWord, SuiteChoice, TokenCount, TransportConfig,
+    UnknownWord, UnlimitedWord, parse_router,
 };
 pub use session::{
     DiscoveredEndpoint, OpenError, Publisher, PutError, RecvError, Session, SessionStats,

@@ -165,6 +165,7 @@ pub async fn run(
     // Frames carry engine datagrams (at most 64 KiB): nothing larger is accepted, so a peer
     // cannot make a link buffer 16 MiB.
     lc.max_frame(MAX_LINK_FRAME);
+    lc.idle_timeout(Duration::from_millis(cfg.limits.link_idle_timeout_ms));
     // A restarted router resets its old connections at once (the sessions dial again at
     // their next packet) instead of leaving them to the idle timeout.
     lc.reset_secret(keys.identity.derived_secret(b"quic stateless reset"));

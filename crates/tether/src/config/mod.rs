@@ -81,6 +81,8 @@
 //!                            # realm's CA: needs [security] keys); it works behind NAT
 //! connect = ["quic/cloud.example.org:7447"]   # env TETHER_ROUTERS, flag --router
 //! datagram = 60000           # largest engine datagram on a router link
+//! idle_timeout_ms = 4000     # a link hearing nothing this long is dialled again (the
+//!                            # router's limits.link_idle_timeout_ms too: the lower applies)
 //!
 //! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
 //! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).
@@ -120,7 +122,7 @@ pub use discovery::{DiscoveryConfig, DiscoveryRange};
 pub(crate) use engine::{EngineSettings, SecurityPolicy};
 pub use flow_controllers::{FlowControllerConfig, TokenCount, UnlimitedWord};
 pub use reliability::{InactiveAfter, ReliabilityConfig, StrictWord};
-pub use routers::{RoutersConfig, parse_router};
+pub use routers::{DEFAULT_LINK_IDLE_MS, MIN_LINK_IDLE_MS, RoutersConfig, parse_router};
 pub use security::{SecurityConfig, SecurityMode, SuiteChoice, UnknownWord};
 pub use transport::{BatchIoMode, TransportConfig};
 

@@ -14,13 +14,25 @@ pub struct RoutersConfig {
     /// The largest engine datagram sent on a router link (frames on a QUIC stream: larger
     /// than a path's MTU is fine; fewer, larger fragments for large samples).
     pub datagram: usize,
+    /// How long a router link may hear nothing before it is taken as dead and dialled
+    /// again, in ms (QUIC's idle timeout; the lower of the session's and the router's
+    /// `limits.link_idle_timeout_ms` applies). Raise both on links losing a third of their
+    /// packets, where QUIC's probes can go unanswered for seconds.
+    pub idle_timeout_ms: u64,
 }
+
+/// The default `routers.idle_timeout_ms` (and the router's `limits.link_idle_timeout_ms`).
+pub const DEFAULT_LINK_IDLE_MS: u64 = 4000;
+
+/// The shortest idle timeout a router link takes, in ms: two of its keep-alives (1 s).
+pub const MIN_LINK_IDLE_MS: u64 = 2000;
 
 impl Default for RoutersConfig {
     fn default() -> Self {
         RoutersConfig {
             connect: Vec::new(),
             datagram: 60_000,
+            idle_timeout_ms: DEFAULT_LINK_IDLE_MS,
         }
     }
 }

@@ -173,6 +173,10 @@ fn bad_values_are_errors() {
         .unwrap_err();
     assert!(e.to_string().contains("heartbeat_period_ms"), "{e}");
     assert!(Config::from_toml("[reliability]\nmax_blocking_time_ms = 0\n").is_err());
+    let e = Config::from_toml("[routers]\nidle_timeout_ms = 1999\n").unwrap_err();
+    assert!(e.to_string().contains("routers.idle_timeout_ms"), "{e}");
+    let c = Config::from_toml("[routers]\nidle_timeout_ms = 9000\n").unwrap();
+    assert_eq!(c.routers.idle_timeout_ms, 9000);
 }
 
 /// The range decides the registry, multicast and the address listened on; explicit keys

@@ -18,6 +18,16 @@ impl Config {
                  credential): set security.keys (a bundle from `tether keys issue`) or --keys",
             ));
         }
+        let idle = self.routers.idle_timeout_ms;
+        if !(super::routers::MIN_LINK_IDLE_MS..=DAY_MS).contains(&idle) {
+            return Err(ConfigError::invalid(
+                "routers.idle_timeout_ms",
+                format!(
+                    "{idle} is not {} (two keep-alives) to {DAY_MS}",
+                    super::routers::MIN_LINK_IDLE_MS
+                ),
+            ));
+        }
         if !(1024..=65_000).contains(&self.routers.datagram) {
             return Err(ConfigError::invalid(
                 "routers.datagram",

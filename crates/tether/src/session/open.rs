@@ -202,6 +202,7 @@ fn dial_routers(
         &targets,
         id.0,
         config.domain,
+        std::time::Duration::from_millis(config.routers.idle_timeout_ms),
         identity,
         b.ca_public,
         revocations,

@@ -133,15 +133,18 @@ pub(super) struct LinkThread {
     routers: Arc<Routers>,
     receivers: Vec<mpsc::Receiver<Parts>>,
     endpoint_identity: LinkIdentity,
+    /// QUIC's idle timeout on the links (`routers.idle_timeout_ms`).
+    idle_timeout: Duration,
 }
 
 impl Routers {
     /// Router links for `targets` (`host:port` each, numbered from 1), for participant
-    /// `me` in `domain`.
+    /// `me` in `domain`, each taken as dead after `idle_timeout` without a word.
     pub(super) fn new(
         targets: &[String],
         me: u64,
         domain: u16,
+        idle_timeout: Duration,
         identity: LinkIdentity,
         ca_public: [u8; 32],
         revocations: Option<tether_crypto::RevocationList>,
@@ -183,6 +186,7 @@ impl Routers {
             routers: routers.clone(),
             receivers,
             endpoint_identity: identity,
+            idle_timeout,
         };
         (routers, thread)
     }
@@ -369,6 +373,7 @@ impl LinkThread {
             routers,
             receivers,
             endpoint_identity,
+            idle_timeout,
         } = self;
         let policy = PeerPolicy::new(
             routers.ca_public,
@@ -379,6 +384,7 @@ impl LinkThread {
         let mut lc = LinkConfig::default();
         // Engine datagrams are at most 64 KiB: a router sending more breaks the protocol.
         lc.max_frame((64 << 10) + 128);
+        lc.idle_timeout(idle_timeout);
         let endpoint = match QuicEndpoint::client(bind, &endpoint_identity, policy.clone(), &lc)
             .or_else(|_| {
                 QuicEndpoint::client(
