@@ -948,3 +948,32 @@ fn a_writer_back_from_a_stop_announces_itself_as_at_start() {
         "the reader did not meet the writer again within 200 ms"
     );
 }
+
+/// Timers that are always over a second late (a host starved for good) do not keep a dead
+/// peer for ever: a peer is credited with being heard at one stall, not at every one, so
+/// the dead reader's lease runs out a lease after the first. (Before: credited at every
+/// late call, it was never let go, and a blocked keep-all write was told room would come
+/// in 10 s, for ever: the outsider review.)
+#[test]
+fn timers_always_late_still_let_a_dead_reader_go() {
+    let mut sim = Sim::new(23, Link::lan(1500, 0.0));
+    let keep_all = info(Qos::new().keep_all());
+    let (w, wid, r, _rid) = sim.writer_and_reader(keep_all.clone(), keep_all);
+    sim.nodes[r].up = false;
+    let mut let_go = None;
+    for i in 1..=60 {
+        sim.now += Duration::from_millis(1100);
+        let now = sim.now;
+        sim.p(w).handle_timeout(now);
+        sim.pump(w);
+        if sim.p(w).matched_count(wid) == 0 {
+            let_go = Some(i);
+            break;
+        }
+    }
+    assert!(sim.nodes[w].participant.stats().stalls >= 2);
+    assert!(
+        let_go.is_some_and(|i| i <= 15),
+        "the dead reader was let go after {let_go:?} late calls (1.1 s each)"
+    );
+}

@@ -53,28 +53,42 @@ impl Participant {
     /// until `now` is ours, not theirs: every peer counts as heard now, so none is taken for
     /// gone (lease, liveliness), no reader is let go of as inactive (and its history with
     /// it), and a writer out of reach still owes what it owed for one more lease.
+    ///
+    /// A peer is credited once: one not heard since the last stall is not credited again,
+    /// nor is what a writer owes put off twice, so timers that are always late (a host
+    /// starved for good) still let a dead peer go a lease after the first stall.
     fn stalled(&mut self, now: Instant) {
         self.stats.stalls += 1;
-        self.stalled_at = Some(now);
+        let last = self.stalled_at.replace(now);
+        // Heard since the last stall (or none before): credited now. One not heard since
+        // was credited then, or let go of already.
+        let credit = |t: &mut Instant| {
+            if last.is_none_or(|l| *t > l) {
+                *t = (*t).max(now);
+            }
+        };
         // Peers whose lease of us ran out meanwhile find us again as quickly as at start.
         self.peers.announce_step = crate::discovery::FIRST_ANNOUNCE;
         self.peers.next_announce = now;
         for p in self.peers.remotes.values_mut() {
-            p.last_heard = p.last_heard.max(now);
+            credit(&mut p.last_heard);
         }
         for w in self.writers.values_mut() {
             for rp in w.readers.values_mut() {
-                rp.heard = rp.heard.max(now);
+                credit(&mut rp.heard);
             }
         }
         let lease = self.cfg.lease;
         for r in self.readers.values_mut() {
             for wp in r.writers.values_mut() {
-                wp.last_heard = wp.last_heard.max(now);
+                credit(&mut wp.last_heard);
             }
             for l in r.left.iter_mut() {
                 if let Some((_, until)) = l.owed.as_mut() {
-                    *until = (*until).max(after(now, lease));
+                    if !l.extended {
+                        l.extended = true;
+                        *until = (*until).max(after(now, lease));
+                    }
                 }
             }
         }

@@ -116,6 +116,7 @@ impl Reader {
             owed,
             held,
             counts: (wp.acknack_count, wp.nackfrag_count),
+            extended: false,
         });
         forgotten
     }
@@ -186,6 +187,9 @@ pub(crate) struct Left {
     /// The last ACKNACK and NACK_FRAG counts the reader sent it: met again, it numbers on
     /// from them.
     pub(crate) counts: (u32, u32),
+    /// `owed`'s deadline was put off once already for a stall of this participant (it is
+    /// not put off again).
+    pub(crate) extended: bool,
 }
 
 /// Writer `l` is taken as gone from reader `r`: what it owed is settled as a goodbye would
