@@ -100,6 +100,7 @@ impl quinn::ConnectionIdGenerator for RandomCids {
 pub struct LinkConfig {
     keep_alive: Duration,
     idle_timeout: Duration,
+    handshake_timeout: Duration,
     max_frame: usize,
     stream_window: u32,
     /// Where the stateless-reset key comes from (`None`: random per endpoint).
@@ -107,11 +108,13 @@ pub struct LinkConfig {
 }
 
 impl Default for LinkConfig {
-    /// Keep-alive 1 s, idle timeout 4 s, frames up to [`MAX_FRAME`], 16 MiB stream window.
+    /// Keep-alive 1 s, idle timeout 4 s, handshake timeout 4 s, frames up to
+    /// [`MAX_FRAME`], 16 MiB stream window.
     fn default() -> Self {
         LinkConfig {
             keep_alive: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(4),
+            handshake_timeout: Duration::from_secs(4),
             max_frame: MAX_FRAME,
             stream_window: 16 << 20,
             reset_secret: None,
@@ -130,6 +133,15 @@ impl LinkConfig {
     /// of both sides' values applies).
     pub fn idle_timeout(&mut self, d: Duration) -> &mut Self {
         self.idle_timeout = d;
+        self
+    }
+
+    /// How long a dial, or a client's handshake at a server, may take (QUIC and TLS, the
+    /// link's preamble) before it is given up: separate from the idle timeout, which may be
+    /// raised for lossy links while a dial to a router that is down should still be tried
+    /// afresh soon (QUIC's own retransmissions of its first packet back off).
+    pub fn handshake_timeout(&mut self, d: Duration) -> &mut Self {
+        self.handshake_timeout = d;
         self
     }
 
@@ -377,7 +389,7 @@ impl QuicEndpoint {
     /// the link's stream is open.
     pub async fn connect(&self, addr: SocketAddr, server_name: &str) -> Result<Link, LinkError> {
         let mut link = self.connect_early(addr, server_name).await?;
-        tokio::time::timeout(self.cfg.idle_timeout, link.rx.confirm())
+        tokio::time::timeout(self.cfg.handshake_timeout, link.rx.confirm())
             .await
             .map_err(|_| LinkError::TimedOut)??;
         Ok(link)
@@ -394,18 +406,18 @@ impl QuicEndpoint {
         addr: SocketAddr,
         server_name: &str,
     ) -> Result<Link, LinkError> {
-        let conn = self
+        let connecting = self
             .inner
             .connect(addr, server_name)
-            .map_err(|e| LinkError::Connect(e.to_string()))?
-            .await?;
-        let peer = peer_credential(&conn)?;
-        let opened = async {
+            .map_err(|e| LinkError::Connect(e.to_string()))?;
+        let dial = async {
+            let conn = connecting.await?;
+            let peer = peer_credential(&conn)?;
             let (mut send, recv) = conn.open_bi().await?;
             send.write_all(&PREAMBLE).await?;
-            Ok::<_, LinkError>((send, recv))
+            Ok::<_, LinkError>((conn, peer, send, recv))
         };
-        let (send, recv) = tokio::time::timeout(self.cfg.idle_timeout, opened)
+        let (conn, peer, send, recv) = tokio::time::timeout(self.cfg.handshake_timeout, dial)
             .await
             .map_err(|_| LinkError::TimedOut)??;
         let mut link = Link::new(conn, peer, send, recv, &self.cfg);
@@ -531,7 +543,7 @@ impl IncomingLink {
             send.write_all(&PREAMBLE).await?;
             Ok((send, recv))
         };
-        let (send, recv) = tokio::time::timeout(self.cfg.idle_timeout, opened)
+        let (send, recv) = tokio::time::timeout(self.cfg.handshake_timeout, opened)
             .await
             .map_err(|_| LinkError::TimedOut)??;
         Ok(Link::new(conn, peer, send, recv, &self.cfg))

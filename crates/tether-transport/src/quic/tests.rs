@@ -952,3 +952,28 @@ fn an_early_link_sends_at_once_and_is_confirmed_or_refused() {
         assert!(matches!(&s, LinkError::PeerRefused { .. }), "{s:?}");
     });
 }
+
+/// A dial to a server that does not answer (a router that is down) gives up after the
+/// handshake timeout, not the idle timeout: links on lossy paths raise the idle timeout,
+/// and a dial should still be tried afresh soon (QUIC's own retransmissions of its first
+/// packet back off). (Before: the idle timeout bounded the dial; with 120 s on both ends a
+/// session met a router 16 s after it came up instead of 0.8 s: the outsider review.)
+#[test]
+fn a_dial_nobody_answers_ends_at_the_handshake_timeout() {
+    bounded(Duration::from_secs(20), async {
+        let ca = CaKey::generate();
+        // A port nobody answers on: bound, never read.
+        let silent = std::net::UdpSocket::bind(LOCAL).unwrap();
+        let m = node(&ca, Role::Member, "robot", 2);
+        let mut cfg = LinkConfig::default();
+        cfg.idle_timeout(Duration::from_secs(60))
+            .handshake_timeout(Duration::from_millis(700));
+        let c = QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), &cfg)
+            .unwrap();
+        let t0 = Instant::now();
+        let r = c.connect(silent.local_addr().unwrap(), "router").await;
+        let took = t0.elapsed();
+        assert_eq!(r.err(), Some(LinkError::TimedOut));
+        assert!(took < Duration::from_secs(5), "the dial took {took:?}");
+    });
+}
