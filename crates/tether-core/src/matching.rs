@@ -216,13 +216,33 @@ impl Participant {
                     }
                     let mut wp =
                         WriterProxy::new(reliable, rinfo.qos.liveliness_lease(), now, false);
+                    let owner = self
+                        .peers
+                        .remotes
+                        .get(&remote.participant)
+                        .and_then(|p| p.auth.as_ref())
+                        .and_then(|a| a.credential.as_ref())
+                        .map(|c| c.serial);
                     // Met again after losing it: where this reader stood counts, not where
                     // the writer now starts it (what was written meanwhile is lost).
-                    if let Some(next) = r.recall(remote, &mut wp) {
-                        wp.resume = Some(next);
-                        if !reliable {
-                            wp.last_delivered = next.saturating_sub(1);
+                    match r.recall(remote, &mut wp, owner) {
+                        Ok(Some(next)) => {
+                            wp.resume = Some(next);
+                            if !reliable {
+                                wp.last_delivered = next.saturating_sub(1);
+                            }
                         }
+                        Ok(None) => {}
+                        // Another credential under the same id: the one it remembers is
+                        // gone for good.
+                        Err(mut old) => crate::reader::lost::settle(
+                            r,
+                            &mut old,
+                            now,
+                            self.input,
+                            &mut self.stats,
+                            &mut self.events,
+                        ),
                     }
                     r.writers.insert(remote, wp);
                     if r.deadline_at.is_none() {

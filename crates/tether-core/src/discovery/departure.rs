@@ -42,11 +42,9 @@ impl Participant {
         rp.metadata = rp.metadata.saturating_sub(crate::limits::stored_cost(&e));
         let lease = rp.lease;
         let name = rp.name.clone();
-        let certified = rp
-            .auth
-            .as_ref()
-            .and_then(|a| a.credential.as_ref())
-            .map(|c| c.name.clone());
+        let credential = rp.auth.as_ref().and_then(|a| a.credential.as_ref());
+        let certified = credential.map(|c| c.name.clone());
+        let owner = credential.map(|c| c.serial);
         let gone = Guid {
             participant: pid,
             entity: eid,
@@ -132,7 +130,7 @@ impl Participant {
                                 // One that may come back owes what this reader misses
                                 // of it for one more lease; then it is taken as gone.
                                 let owed_until = (!for_good).then(|| after(now, lease));
-                                if let Some(mut old) = r.remember(g, &mut wp, owed_until) {
+                                if let Some(mut old) = r.remember(g, &mut wp, owed_until, owner) {
                                     crate::reader::lost::settle(
                                         r,
                                         &mut old,

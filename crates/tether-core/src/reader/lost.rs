@@ -81,6 +81,7 @@ impl Reader {
         g: Guid,
         wp: &mut WriterProxy,
         owed_until: Option<Instant>,
+        owner: Option<u64>,
     ) -> Option<Left> {
         let next = if wp.reliable {
             wp.expected.or(wp.resume)
@@ -117,6 +118,7 @@ impl Reader {
             held,
             counts: (wp.acknack_count, wp.nackfrag_count),
             extended: false,
+            owner,
         });
         forgotten
     }
@@ -160,15 +162,32 @@ impl Reader {
     /// outage) and takes requests numbered no higher than the last it saw for stale ones;
     /// restarting at 1 would leave this reader unheard until it passed that number, and a
     /// keep-all writer lets a reader it does not hear go. Returns the next sample.
-    pub(crate) fn recall(&mut self, g: Guid, wp: &mut WriterProxy) -> Option<u64> {
-        let i = self.left.iter().position(|l| l.writer == g)?;
-        let l = self.left.remove(i)?;
+    ///
+    /// Only a writer of the same credential (`owner`, its serial in a secure realm) takes
+    /// up the memory: another member that came back under a departed one's participant id
+    /// would otherwise be handed its place and its samples. Then the memory is returned in
+    /// `Err`, to be settled as for a writer gone for good, and the writer starts afresh.
+    pub(crate) fn recall(
+        &mut self,
+        g: Guid,
+        wp: &mut WriterProxy,
+        owner: Option<u64>,
+    ) -> Result<Option<u64>, Left> {
+        let Some(i) = self.left.iter().position(|l| l.writer == g) else {
+            return Ok(None);
+        };
+        let Some(l) = self.left.remove(i) else {
+            return Ok(None);
+        };
+        if l.owner != owner {
+            return Err(l);
+        }
         (wp.acknack_count, wp.nackfrag_count) = l.counts;
         if wp.reliable {
             wp.pending_bytes = l.held.values().map(|s| s.payload.len() as u64).sum();
             wp.pending = l.held;
         }
-        Some(l.next)
+        Ok(Some(l.next))
     }
 }
 
@@ -190,6 +209,8 @@ pub(crate) struct Left {
     /// `owed`'s deadline was put off once already for a stall of this participant (it is
     /// not put off again).
     pub(crate) extended: bool,
+    /// The serial of the credential its participant authenticated with (secure realms).
+    pub(crate) owner: Option<u64>,
 }
 
 /// Writer `l` is taken as gone from reader `r`: what it owed is settled as a goodbye would
