@@ -399,8 +399,9 @@ impl QuicEndpoint {
     /// the preamble written, one round trip sooner: frames may be sent at once, and reach
     /// the server right after the client's last handshake flight. Whether the server
     /// accepted our certificate is known from its preamble: [`LinkReceiver::confirm`]
-    /// waits for it (the first `recv` does too). Frames sent before a refusal are lost
-    /// with the link.
+    /// waits for it (the first `recv` does too); a refusal that comes before this side
+    /// opened its stream fails the dial itself. Frames sent before a refusal are lost with
+    /// the link.
     pub async fn connect_early(
         &self,
         addr: SocketAddr,
