@@ -793,3 +793,76 @@ fn lan_link_down_longer_than_the_lease() {
         ranges.len()
     );
 }
+
+/// A keep-all `pub` whose process is stopped (SIGSTOP, 4 s) shortly after one of its two
+/// subscribers died (SIGKILL), on a LAN: run again, it writes its backlog at once, is held
+/// back by the dead subscriber's path, waits for that subscriber to be let go of rather
+/// than fail its put, and the live subscriber gets every sample; the pub says the dead one
+/// did not acknowledge (status 1). (Before: the put failed 1 s after the resume, status 2,
+/// and the live subscriber missed half: the lossy review, 5 of 5 runs.)
+#[test]
+fn lan_a_stopped_pub_with_a_dead_subscriber_serves_the_live_one() {
+    let lan = match lan("ds") {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!(
+                "skipping lan_a_stopped_pub_with_a_dead_subscriber_serves_the_live_one: {why}"
+            );
+            return;
+        }
+    };
+    let (ca, cb) = (lan.cfg("vta"), lan.cfg("vtb"));
+    let cmd = |host: &Host, cfg: &Path, args: &[&str]| {
+        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
+        c.arg("--config")
+            .arg(cfg)
+            .args(args)
+            .env_remove("TETHER_CONFIG");
+        c
+    };
+    let mut live = Live::spawn(cmd(
+        lan.a(),
+        &ca,
+        &["echo", "/ds", "--count", "3000", "--timeout", "90"],
+    ));
+    let dead = Live::spawn(cmd(lan.a(), &ca, &["echo", "/ds", "--timeout", "90"]));
+    let mut publ = Live::spawn(cmd(
+        lan.b(),
+        &cb,
+        &[
+            "pub",
+            "/ds",
+            "--keep-all",
+            "-n",
+            "3000",
+            "-r",
+            "300",
+            "--numbered",
+            "--wait-matched",
+            "2",
+            "--linger",
+            "30",
+        ],
+    ));
+    assert!(
+        wait_until(Duration::from_secs(30), || live.lines() >= 300),
+        "{}",
+        publ.stderr()
+    );
+    dead.signal("KILL");
+    std::thread::sleep(Duration::from_secs(2));
+    publ.signal("STOP");
+    std::thread::sleep(Duration::from_secs(4));
+    publ.signal("CONT");
+    let live_rc = live.wait(Duration::from_secs(80));
+    let pub_rc = publ.wait(Duration::from_secs(60));
+    let err = publ.stderr();
+    assert!(!err.contains("put timed out"), "{err}");
+    assert_eq!(live_rc, Some(0), "live: {}\npub: {err}", live.stderr());
+    assert_eq!(
+        numbers(&live.out.lock().unwrap()),
+        (1..=3000).collect::<Vec<u64>>()
+    );
+    // The dead subscriber never acknowledged what came after its death: said, status 1.
+    assert_eq!(pub_rc, Some(1), "{err}");
+}

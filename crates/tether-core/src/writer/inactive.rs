@@ -145,6 +145,13 @@ impl Participant {
         }
     }
 
+    /// Whether `writer`'s last write was refused for lack of room (in its history or on
+    /// its readers' paths) and no room has come since. A driver whose refused write finds
+    /// it false has room now: it writes again rather than fail.
+    pub fn writer_blocked(&self, writer: EntityId) -> bool {
+        self.writers.get(&writer).is_some_and(|w| w.blocked)
+    }
+
     /// When a keep-all `writer` refused for lack of room can expect room, if only readers
     /// that have gone silent hold it: by the time they are marked inactive. `None` if the
     /// writer is not blocked, is strict, or a reader holding its history still answers (a

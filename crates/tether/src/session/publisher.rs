@@ -98,6 +98,9 @@ impl Publisher {
                         // Readers that went silent are let go of soon: wait for that.
                         match g.core.room_expected(Instant::now(), self.id) {
                             Some(t) if t > Instant::now() => until = t,
+                            // Room came while the session ran (a reader let go of, an
+                            // acknowledgement): write again.
+                            _ if !g.core.writer_blocked(self.id) => until = Instant::now(),
                             _ if g.core.waits_for_paths(self.id) => {
                                 break Err(PutError::PathFull { payload: p, waited });
                             }
