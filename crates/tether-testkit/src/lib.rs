@@ -566,15 +566,7 @@ impl Sim {
             (None, None) => false,
             (Some((t, i)), f) if f.is_none_or(|f| t < f) => {
                 self.now = self.now.max(t);
-                let now = self.now;
-                if self.nodes[i]
-                    .participant
-                    .poll_timeout()
-                    .is_some_and(|x| x <= now)
-                {
-                    self.nodes[i].participant.handle_timeout(now);
-                }
-                self.pump(i);
+                self.run_due_timers(i);
                 true
             }
             _ => {
@@ -601,6 +593,19 @@ impl Sim {
         }
     }
 
+    /// Runs node `i`'s timers that are due now, and sends what they produced.
+    fn run_due_timers(&mut self, i: usize) {
+        let now = self.now;
+        if self.nodes[i]
+            .participant
+            .poll_timeout()
+            .is_some_and(|x| x <= now)
+        {
+            self.nodes[i].participant.handle_timeout(now);
+        }
+        self.pump(i);
+    }
+
     /// Stops node `i` (SIGSTOP): no timer runs, and what is sent to it waits.
     pub fn stop(&mut self, i: usize) {
         self.nodes[i].stopped.get_or_insert_with(Vec::new);
@@ -613,14 +618,7 @@ impl Sim {
             return;
         };
         let now = self.now;
-        if self.nodes[i]
-            .participant
-            .poll_timeout()
-            .is_some_and(|x| x <= now)
-        {
-            self.nodes[i].participant.handle_timeout(now);
-        }
-        self.pump(i);
+        self.run_due_timers(i);
         for (from, d) in waiting {
             self.nodes[i].participant.handle_datagram(now, from, &d);
             self.pump(i);

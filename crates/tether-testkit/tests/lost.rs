@@ -23,6 +23,13 @@ fn payload(k: u64) -> Bytes {
     Bytes::from(format!("sample-{k}").into_bytes())
 }
 
+/// Writer `wid` of node `w` writes sample `k` (`payload(k)`) now, and sends it.
+fn write_now(sim: &mut Sim, w: usize, wid: EntityId, k: u64) {
+    let now = sim.now;
+    sim.p(w).write(now, wid, k, payload(k)).unwrap();
+    sim.pump(w);
+}
+
 /// The runs node `i`'s reader `r` was told it lost: (first, last, reason), in order, each
 /// event checked for a count that matches its range.
 fn losses(sim: &Sim, i: usize, r: EntityId) -> Vec<(u64, u64, LossReason)> {
@@ -563,11 +570,7 @@ fn a_silent_writer_is_asked_less_and_less_and_repairs_at_once_when_back() {
     let mut sim = Sim::new(3, Link::lan(1500, 0.0));
     let keep_all = info(Qos::new().keep_all());
     let (w, wid, r, rid) = sim.writer_and_reader(keep_all.clone(), keep_all);
-    let write = |sim: &mut Sim, k: u64| {
-        let now = sim.now;
-        sim.p(w).write(now, wid, k, payload(k)).unwrap();
-        sim.pump(w);
-    };
+    let write = |sim: &mut Sim, k: u64| write_now(sim, w, wid, k);
     write(&mut sim, 1);
     sim.run_for(Duration::from_millis(100));
     // 2 is lost on the way, 3 arrives; then the writer is silent.
@@ -769,11 +772,7 @@ fn a_reader_meeting_its_writer_again_numbers_its_requests_on() {
     let mut sim = Sim::new(9, Link::lan(1500, 0.0));
     let keep_all = info(Qos::new().keep_all());
     let (w, wid, r, rid) = sim.writer_and_reader(keep_all.clone(), keep_all);
-    let write = |sim: &mut Sim, k: u64| {
-        let now = sim.now;
-        sim.p(w).write(now, wid, k, payload(k)).unwrap();
-        sim.pump(w);
-    };
+    let write = |sim: &mut Sim, k: u64| write_now(sim, w, wid, k);
     // Long enough for the reader to have numbered many requests.
     for k in 1..=1000 {
         write(&mut sim, k);
@@ -812,11 +811,7 @@ fn a_writer_met_again_finds_what_its_reader_held() {
     let mut sim = Sim::new(11, Link::lan(1500, 0.0));
     let (w, wid, r, rid) =
         sim.writer_and_reader(info(Qos::new().keep_last(3)), info(Qos::new().keep_all()));
-    let write = |sim: &mut Sim, k: u64| {
-        let now = sim.now;
-        sim.p(w).write(now, wid, k, payload(k)).unwrap();
-        sim.pump(w);
-    };
+    let write = |sim: &mut Sim, k: u64| write_now(sim, w, wid, k);
     write(&mut sim, 1);
     sim.run_for(Duration::from_millis(100));
     // 2 is lost, 3 arrives and is held behind it; the writer stops at once.
@@ -884,11 +879,7 @@ fn a_writer_back_from_a_stop_waits_for_its_reader_to_meet_it_again() {
     let mut sim = Sim::new(17, Link::lan(1500, 0.0));
     let keep_all = info(Qos::new().keep_all());
     let (w, wid, r, rid) = sim.writer_and_reader(keep_all.clone(), keep_all);
-    let write = |sim: &mut Sim, k: u64| {
-        let now = sim.now;
-        sim.p(w).write(now, wid, k, payload(k)).unwrap();
-        sim.pump(w);
-    };
+    let write = |sim: &mut Sim, k: u64| write_now(sim, w, wid, k);
     for k in 1..=3 {
         write(&mut sim, k);
     }
