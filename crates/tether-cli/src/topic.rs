@@ -377,6 +377,9 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     // Whether a subscriber was ever matched after a sample went to nobody (a late joiner of
     // a transient-local writer takes those from its history).
     let mut late_joiner = false;
+    // A put failed (its wait for room ran out): the run ends with status 2 once what was
+    // written had its chance to be delivered.
+    let mut failed = false;
     while count.is_none_or(|c| n < c) {
         late_joiner |= p.written_unmatched() > 0 && p.matched() > 0;
         if let Some(p) = period {
@@ -405,14 +408,12 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                 break;
             }
             Err(e) => {
-                // Say what the readers owe as well as why the put failed: the failure alone
-                // does not tell how much of what was written got through.
+                // What was written before is in the writer's history: its readers get it
+                // (repairs included) while this process lingers, as at the end of a run;
+                // exiting at once lost it. The status still says the put failed.
                 eprintln!("error: {e}");
-                report_owed(&p, n);
-                if a.stats {
-                    print_stats(&session);
-                }
-                return Ok(ExitCode::from(2));
+                failed = true;
+                break;
             }
         };
         n += 1;
@@ -445,6 +446,13 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     p.flush();
     late_joiner |= p.written_unmatched() > 0 && p.matched() > 0;
     if !p.wait_for_acknowledgments(Duration::from_millis(200).min(linger)) {
+        if failed {
+            eprintln!(
+                "waiting up to {} s (--linger) for the subscribers to acknowledge the {n} \
+                 samples written before the failure",
+                a.linger
+            );
+        }
         if let End::Signal(sig) = end {
             eprintln!(
                 "interrupted ({}): waiting up to {} s (--linger) for the subscribers to \
@@ -512,6 +520,19 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         );
         // Asked to wait for subscribers, the run did not deliver what it wrote.
         delivered &= wait_matched == 0;
+    }
+    if failed {
+        let of = count.map_or(String::new(), |c| format!(" of {c}"));
+        eprintln!(
+            "published {n}{of} samples on {} before the failure{}",
+            a.topic,
+            if delivered {
+                ", every one acknowledged"
+            } else {
+                ""
+            }
+        );
+        return Ok(ExitCode::from(2));
     }
     if let End::Signal(sig) = end {
         match count {

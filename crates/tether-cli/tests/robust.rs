@@ -721,3 +721,54 @@ fn sigint_during_a_blocked_put_ends_pub_at_once() {
     echo.signal("CONT");
     echo.kill();
 }
+
+/// A put that fails (its reader stopped acknowledging for longer than the writer's
+/// blocking time) ends the run with status 2, but only after what was written had its
+/// chance: the reader back within --linger acknowledges it, and `pub` says that nothing
+/// is owed. It used to exit at once, leaving its history (and the reader's repairs) behind
+/// and reporting the samples in it as not acknowledged.
+#[test]
+fn a_failed_put_still_delivers_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut echo, mut publisher) = pub_with_a_stopped_reader(
+        dir.path(),
+        &["/putfail", "--reliable"],
+        &[
+            "/putfail",
+            "-n",
+            "100000",
+            "-r",
+            "2000",
+            "-q",
+            "--inactive-after",
+            "strict",
+        ],
+        2,
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || publisher
+            .stderr()
+            .contains("error: ")),
+        "the put did not fail: {}",
+        publisher.stderr()
+    );
+    echo.signal("CONT");
+    assert_eq!(
+        publisher.wait(Duration::from_secs(30)),
+        Some(2),
+        "{}",
+        publisher.stderr()
+    );
+    let err = publisher.stderr();
+    // No reader reported as owing samples (`error: reader R … has not acknowledged`).
+    assert!(!err.contains("error: reader "), "{err}");
+    assert!(err.contains("every one acknowledged"), "{err}");
+    let n = number_after(&err, "published ").unwrap_or_else(|| panic!("{err}"));
+    assert!(n >= 2, "{err}");
+    assert!(
+        wait_until(Duration::from_secs(10), || echo.lines() >= n as usize),
+        "echo printed {} of {n}: {err}",
+        echo.lines()
+    );
+    echo.kill();
+}
