@@ -968,3 +968,50 @@ fn timers_always_late_still_let_a_dead_reader_go() {
         "the dead reader was let go after {let_go:?} late calls (1.1 s each)"
     );
 }
+
+/// What a writer out of reach owes is put off, when the reader's own process was stopped
+/// meanwhile, by the writer's lease (the time it announced for coming back), not by the
+/// reader's. Writer lease 30 s, reader lease 10 s: the reader takes the writer for out of
+/// reach 30 s after it stopped and gives it 30 s more; stopped itself from 40 s to 65 s, it
+/// owes for 30 s after it resumed, so the writer back at 85 s repairs the hole. (Before:
+/// the reader's 10 s, and at 75 s the hole was settled as lost and the held sample
+/// delivered past it.)
+#[test]
+fn a_stall_puts_off_what_is_owed_by_the_writers_lease() {
+    let mut sim = Sim::new(17, Link::lan(1500, 0.0));
+    let w = sim.add_node_with(|c| c.lease = Duration::from_secs(30));
+    let r = sim.add_node_with(|c| c.lease = Duration::from_secs(10));
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_all()))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| s.p(w).matched_count(wid) == 1));
+    write_now(&mut sim, w, wid, 1);
+    sim.run_for(Duration::from_millis(100));
+    // 2 is lost, 3 arrives and is held behind it; the writer sends nothing more (its
+    // repair of 2 included) and stops.
+    sim.nodes[w].unplugged = true;
+    write_now(&mut sim, w, wid, 2);
+    sim.nodes[w].unplugged = false;
+    write_now(&mut sim, w, wid, 3);
+    sim.nodes[w].unplugged = true;
+    sim.run_for(Duration::from_millis(5));
+    let t0 = sim.now;
+    sim.stop(w);
+    sim.nodes[w].unplugged = false;
+    sim.run_until_time(t0 + Duration::from_secs(40));
+    assert_eq!(sim.p(r).reader_owed(rid), 2, "owed: 2 and 3");
+    sim.stop(r);
+    sim.run_until_time(t0 + Duration::from_secs(65));
+    sim.resume(r);
+    sim.run_until_time(t0 + Duration::from_secs(85));
+    assert_eq!(sim.p(r).reader_owed(rid), 2, "still owed at 85 s");
+    sim.resume(w);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.seqs(r, rid), vec![1, 2, 3]);
+    assert_eq!(sim.p(r).reader_lost(rid), 0);
+}

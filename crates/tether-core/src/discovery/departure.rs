@@ -129,7 +129,7 @@ impl Participant {
                                 }
                                 // One that may come back owes what this reader misses
                                 // of it for one more lease; then it is taken as gone.
-                                let owed_until = (!for_good).then(|| after(now, lease));
+                                let owed_until = (!for_good).then(|| (after(now, lease), lease));
                                 if let Some(mut old) = r.remember(g, &mut wp, owed_until, owner) {
                                     crate::reader::lost::settle(
                                         r,

@@ -78,7 +78,6 @@ impl Participant {
                 credit(&mut rp.heard);
             }
         }
-        let lease = self.cfg.lease;
         for r in self.readers.values_mut() {
             for wp in r.writers.values_mut() {
                 credit(&mut wp.last_heard);
@@ -87,7 +86,7 @@ impl Participant {
                 if let Some((_, until)) = l.owed.as_mut() {
                     if !l.extended {
                         l.extended = true;
-                        *until = (*until).max(after(now, lease));
+                        *until = (*until).max(after(now, l.lease));
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! what was written meanwhile instead of starting afresh.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tether_wire::EntityId;
 
@@ -69,18 +69,19 @@ pub(crate) const MAX_REMEMBERED: usize = 64;
 impl Reader {
     /// Writer `g` is gone from this reader (its endpoint or participant left, or its lease
     /// ran out): remembers the next sequence number it would have delivered from it.
-    /// `owed_until`: a writer whose lease ran out, which may come back and repair what this
-    /// reader misses of it: until then what it misses is owed ([`Reader::owed`]), and the
-    /// samples it holds past a hole are kept with this memory; past it (or when this memory
-    /// is forgotten for a newer one) the writer is taken as gone: what is kept is delivered
-    /// and the holes are lost ([`LossReason::WriterLeft`]), as when a writer says goodbye.
+    /// `owed_until` (with the lease its participant announced): a writer whose lease ran
+    /// out, which may come back and repair what this reader misses of it: until then what
+    /// it misses is owed ([`Reader::owed`]), and the samples it holds past a hole are kept
+    /// with this memory; past it (or when this memory is forgotten for a newer one) the
+    /// writer is taken as gone: what is kept is delivered and the holes are lost
+    /// ([`LossReason::WriterLeft`]), as when a writer says goodbye.
     /// The memory forgotten is returned, to be settled ([`settle`]).
     #[must_use]
     pub(crate) fn remember(
         &mut self,
         g: Guid,
         wp: &mut WriterProxy,
-        owed_until: Option<Instant>,
+        owed_until: Option<(Instant, Duration)>,
         owner: Option<u64>,
     ) -> Option<Left> {
         let next = if wp.reliable {
@@ -91,8 +92,9 @@ impl Reader {
             wp.resume
         };
         let next = next?;
+        let lease = owed_until.map_or(Duration::ZERO, |(_, l)| l);
         let owed = match owed_until {
-            Some(until) if wp.reliable => {
+            Some((until, _)) if wp.reliable => {
                 let held = wp.pending.last_key_value().map_or(0, |(&s, _)| s);
                 let top = wp.hb_last.max(held);
                 (top >= next).then_some((top, until))
@@ -117,6 +119,7 @@ impl Reader {
             owed,
             held,
             counts: (wp.acknack_count, wp.nackfrag_count),
+            lease,
             extended: false,
             owner,
         });
@@ -209,6 +212,9 @@ pub(crate) struct Left {
     /// `owed`'s deadline was put off once already for a stall of this participant (it is
     /// not put off again).
     pub(crate) extended: bool,
+    /// The lease its participant announced: how long a stall of this participant puts
+    /// `owed`'s deadline off (the writer's time to come back, not ours).
+    pub(crate) lease: Duration,
     /// The serial of the credential its participant authenticated with (secure realms).
     pub(crate) owner: Option<u64>,
 }
