@@ -535,8 +535,7 @@ impl Participant {
         if self.admit_name(pid, p.name, false).is_none() {
             return false;
         }
-        self.on_unknown_participant(now, pid, from, &p);
-        false
+        self.on_unknown_participant(now, pid, from, &p)
     }
 
     pub(crate) fn on_endpoint(&mut self, now: Instant, pid: ParticipantId, e: EndpointRepr<'_>) {

@@ -18,8 +18,11 @@
 //! [`Participant::route_key`](crate::Participant::route_key)): the router forwards it to
 //! every participant behind the link with a reader of that key.
 //!
-//! The engine treats a routed peer as any other (challenge, AUTH, per-datagram MACs,
-//! anti-amplification at its virtual address: the router is not trusted), except that:
+//! The engine treats a routed peer as any other (AUTH, per-datagram MACs: the router is not
+//! trusted), except that:
+//! - it is not challenged: its announcement validates it (`discovery/pending.rs` says why),
+//!   so a driver must hand the engine a virtual source only for what came through a router
+//!   link (a session drops UDP datagrams from these ranges);
 //! - its data group is its link's group, whatever it announced: a writer sends one datagram
 //!   per link for every routed participant behind it, even for one (the router copies it
 //!   where it is wanted), and `multicast_min` does not apply (`writer::fanout_addrs`);

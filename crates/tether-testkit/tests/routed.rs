@@ -539,8 +539,8 @@ fn a_newcomer_behind_a_router_is_answered_at_once() {
     let limited = sim.nodes[a].participant.stats().amplification_limited
         + sim.nodes[b].participant.stats().amplification_limited;
     assert_eq!(limited, 0, "nothing held back by the amplification limit");
-    // Eight crossings of the 50 µs router path (announce, challenge, answer and challenge,
-    // answer, AUTH both ways, ENDPOINTs, the sample), well under one challenge retry.
+    // Six crossings of the 50 µs router path (no challenge: see the next test), well under
+    // one AUTH retry.
     assert!(
         took < Duration::from_millis(2),
         "first sample {took:?} after the newcomer linked"
@@ -614,4 +614,41 @@ fn routed_announcements_go_one_endpoint_a_datagram_named() {
     );
     assert_eq!(kw.0, EndpointKind::Writer);
     assert_eq!(kr.0, EndpointKind::Reader);
+}
+
+/// A routed peer is not challenged (`discovery/pending.rs`): only members and routers hold
+/// router links, and whoever sends under a participant id there receives under it, so a
+/// cookie would prove nothing and cost two crossings. A newcomer gets its first sample of
+/// a transient-local writer after six crossings of the 1 ms router path (its
+/// announcement, four for the two members' AUTH and endpoints, the sample), where it took
+/// eight with the challenge (the challenge, and its answer with the newcomer's own).
+#[test]
+fn a_routed_newcomer_is_met_without_a_challenge() {
+    let realm = Realm::new();
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(1);
+    let mut sim = sim_with_router(8, path);
+    let a = node(&mut sim, Some(&realm), 1, 0);
+    sim.attach(a, 3);
+    let now = sim.now;
+    let q = Qos::new().reliable().transient_local().keep_last(1);
+    let wid = sim.p(a).create_writer(now, info("/t", q)).unwrap();
+    sim.pump(a);
+    sim.run_for(Duration::from_secs(2));
+    sim.write(a, wid, 0, Bytes::from_static(b"x"), Duration::from_secs(1));
+    sim.run_for(Duration::from_millis(100));
+    let b = node(&mut sim, Some(&realm), 2, 1);
+    let t0 = sim.now;
+    let now = sim.now;
+    let rid = sim.p(b).create_reader(now, info("/t", q));
+    sim.attach(b, 9);
+    assert!(sim.run_until(Duration::from_secs(2), |s| !s.seqs(b, rid).is_empty()));
+    let took = sim.now - t0;
+    for i in [a, b] {
+        assert_eq!(sim.nodes[i].participant.stats().challenges_sent, 0);
+    }
+    assert!(
+        took <= Duration::from_millis(6),
+        "first sample {took:?} after the newcomer linked"
+    );
 }

@@ -124,3 +124,68 @@ fn an_outsider_reads_ids_not_names_from_the_wire() {
         "a member reads it"
     );
 }
+
+/// A UDP datagram whose source claims the virtual address of a peer behind a router
+/// (`fd74:6574:6865:7200::/64`, `tether_core::route`) is forged: such peers reach a
+/// session only through its router links, where the engine takes them without a challenge.
+/// Sent from that address for real (bound on the loopback of a network namespace this test
+/// makes), it is dropped before the engine and counted (`virtual_source`); another source
+/// on the same socket goes through. Needs root and `ip`; skips saying why without.
+#[test]
+fn a_datagram_claiming_a_routed_peers_address_is_dropped() {
+    use tether_testkit::netns::Namespace;
+    let ns = match Namespace::create(&format!("vsrc{}", std::process::id() % 100_000)) {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            return;
+        }
+    };
+    let forged = "fd74:6574:6865:7200::1234";
+    let up = ns.ip(&["link", "set", "lo", "up"]);
+    let added = ns.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{forged}/128"),
+        "dev",
+        "lo",
+        "nodad",
+    ]);
+    if let Err(why) = up.and(added) {
+        eprintln!("skipping: no IPv6 on the namespace's loopback ({why})");
+        return;
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter().expect("entering the namespace");
+            let mut cfg = Config::default();
+            cfg.discovery.range = tether::DiscoveryRange::Off;
+            cfg.transport.listen = Some("[::1]:0".parse().unwrap());
+            let session = Session::open(cfg).unwrap();
+            let to = session.local_addr();
+            let datagram = b"RTPS\x02\x05\x01\x0f not a real one, and never looked at";
+            // From the virtual address (port 3: a link number): dropped and counted.
+            let sock = UdpSocket::bind(format!("[{forged}]:3")).unwrap();
+            let received = |s: &Session| s.stats().core.datagrams_received;
+            for _ in 0..5 {
+                sock.send_to(datagram, to).unwrap();
+            }
+            let end = Instant::now() + Duration::from_secs(5);
+            while session.stats().virtual_source < 5 && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert_eq!(session.stats().virtual_source, 5);
+            assert_eq!(received(&session), 0, "the engine saw none of them");
+            // From a real address: the engine takes it (and drops it as malformed).
+            let honest = UdpSocket::bind("[::1]:0").unwrap();
+            honest.send_to(datagram, to).unwrap();
+            let end = Instant::now() + Duration::from_secs(5);
+            while received(&session) == 0 && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert_eq!(received(&session), 1);
+            assert_eq!(session.stats().virtual_source, 5);
+        });
+    });
+}

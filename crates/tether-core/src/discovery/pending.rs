@@ -210,33 +210,52 @@ impl Participant {
     /// A PARTICIPANT from unknown participant `pid` at `from`: it waits in the pending table
     /// while its address is challenged, with a PROBE carrying our cookie and our own
     /// PARTICIPANT (so it learns us), within what the address's allowance takes.
+    ///
+    /// A routed peer (a virtual address, [`crate::route`]) is not challenged: it joins the
+    /// participant table at once (true), as a validated one does. Its datagrams came over a
+    /// router link, which only a realm's members and routers hold (mutual TLS), and a
+    /// router forwards a session's frames only under the participant ids that session
+    /// registered on that link; our reply goes back as a frame to that participant. A
+    /// cookie proves that the sender receives at its address, and whoever can send there
+    /// receives there (the member behind the link, or a router on the way, which sees every
+    /// frame): it would cost two crossings of the routers and prove nothing. The driver
+    /// must hand the engine a virtual source only for what came through a router link
+    /// (a session drops UDP datagrams from such addresses, counted in `virtual_source`).
     pub(crate) fn on_unknown_participant(
         &mut self,
         now: Instant,
         pid: ParticipantId,
         from: SocketAddr,
         p: &ParticipantRepr<'_>,
-    ) {
+    ) -> bool {
         let cap = self.cfg.max_pending_participants;
         let others = self.unverified_at(from, pid);
         match self.peers.pending.note(now, pid, from, p, cap, others) {
             Noted::Refused => {
                 self.stats.address_full += 1;
-                return;
+                return false;
             }
             Noted::Added { evicted } => self.stats.pending_dropped += evicted,
             Noted::Refreshed => {}
+        }
+        if crate::route::is_routed(&from) {
+            let joined = self.promote(now, pid, from);
+            if joined {
+                // Its PARTICIPANT is this one: nothing to ask it for again.
+                self.peers.pending.unannounced.remove(&pid);
+            }
+            return joined;
         }
         let input = self.input;
         if self.peers.pending.last_challenge == Some((input, from, pid)) {
             // Challenged in this datagram's answer, before its entry existed.
             self.peers.pending.mark_challenged(input, now, from, pid);
-            return;
+            return false;
         }
-        if self.peers.pending.challenged(input, now, from, pid) {
-            return;
+        if !self.peers.pending.challenged(input, now, from, pid) {
+            self.challenge(now, pid, from, false);
         }
-        self.challenge(now, pid, from, false);
+        false
     }
 
     /// Challenges `pid` at `to`: our cookie, and our PARTICIPANT if the allowance takes it.

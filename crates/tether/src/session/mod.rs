@@ -188,6 +188,9 @@ pub struct SessionStats {
     pub too_large: u64,
     /// Receive errors other than time-outs.
     pub recv_errors: u64,
+    /// UDP datagrams dropped because their source claimed a virtual address of a peer
+    /// behind a router (`fd74:6574:6865:7200::/63`, [`tether_core::route`]): forged.
+    pub virtual_source: u64,
     /// Send system calls made (several datagrams each when batched: `transport.batch_io`).
     pub send_calls: u64,
     /// Receive system calls that returned datagrams.
@@ -217,6 +220,7 @@ impl SessionStats {
             ("send_errors", self.send_errors),
             ("too_large", self.too_large),
             ("recv_errors", self.recv_errors),
+            ("virtual_source", self.virtual_source),
             ("send_calls", self.send_calls),
             ("recv_calls", self.recv_calls),
             ("routers", self.routers),
@@ -506,6 +510,7 @@ impl Session {
             send_errors: self.shared.send_errors.load(Ordering::Relaxed),
             too_large: self.shared.too_large.load(Ordering::Relaxed),
             recv_errors: self.shared.recv_errors.load(Ordering::Relaxed),
+            virtual_source: self.shared.virtual_source.load(Ordering::Relaxed),
             send_calls: io.send_calls,
             recv_calls: io.recv_calls,
             ..self.router_stats()

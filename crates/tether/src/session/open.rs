@@ -115,6 +115,7 @@ impl Session {
             busy_poll: AtomicBool::new(config.transport.busy_poll),
             send_errors: AtomicU64::new(0),
             recv_errors: AtomicU64::new(0),
+            virtual_source: AtomicU64::new(0),
             too_large: AtomicU64::new(0),
             too_large_warned: Mutex::new(None),
             routers: routers.as_ref().map(|r| r.routers.clone()),

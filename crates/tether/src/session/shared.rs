@@ -80,6 +80,8 @@ pub(super) struct Shared {
     pub(super) busy_poll: AtomicBool,
     pub(super) send_errors: AtomicU64,
     pub(super) recv_errors: AtomicU64,
+    /// UDP datagrams dropped for a source in the virtual ranges of routed peers.
+    pub(super) virtual_source: AtomicU64,
     /// Datagrams refused as larger than the path allows (EMSGSIZE).
     pub(super) too_large: AtomicU64,
     /// When the last warning about a too-large datagram was logged (at most one a second).
@@ -386,6 +388,21 @@ impl Shared {
 
     /// [`drive`](Self::drive) without re-arming the receive thread: for the receive thread
     /// itself, which reads the engine's timers after each batch of datagrams.
+    /// Whether a UDP datagram from `from` may go to the engine: not if its source is one
+    /// of the virtual addresses this session makes up for peers behind routers
+    /// ([`tether_core::route`]). Those come only through router links, where the engine
+    /// takes them as routed (not challenged: `tether_core`'s `discovery/pending.rs`); a
+    /// datagram on a socket claiming one was forged (the range is a private one of ours
+    /// that no host uses), and is dropped and counted (`virtual_source`).
+    pub(super) fn socket_source_ok(&self, from: &SocketAddr) -> bool {
+        let virtual_source =
+            tether_core::route::is_routed(from) || tether_core::route::is_route_group(from);
+        if virtual_source {
+            self.virtual_source.fetch_add(1, Ordering::Relaxed);
+        }
+        !virtual_source
+    }
+
     pub(super) fn collect(&self, inner: &mut Inner, now: Instant, out: &mut Deferred) {
         if let Some(r) = &self.routers {
             let g = inner.core.route_keys_generation();

@@ -109,7 +109,7 @@ pub(super) fn recv_loop(shared: &Shared) {
                     // together after the lock; the batch's Bytes go once handled, so the
                     // chunk can be reclaimed.
                     for (d, from) in batch.drain(..) {
-                        if !d.is_empty() {
+                        if !d.is_empty() && shared.socket_source_ok(&from) {
                             // Handed over: a sealed datagram is opened where it lies.
                             g.core.handle_datagram_owned(now, from, d);
                             shared.collect(&mut g, now, &mut deferred);
@@ -300,7 +300,7 @@ pub(super) fn discovery_loop(
             Some(g) => {
                 if g.rx.recv_batch(&mut chunk, &mut batch).is_ok() {
                     for (d, from) in batch.drain(..) {
-                        if d.is_empty() {
+                        if d.is_empty() || !shared.socket_source_ok(&from) {
                             continue;
                         }
                         if g.skip_registered && host_ips.contains(&from.ip()) {
