@@ -87,8 +87,9 @@ pub(crate) struct Matches {
 impl Participant {
     /// Whether a local endpoint may match a remote one: always with security off; with it,
     /// only if the remote participant proved its identity, said it verified ours (so it
-    /// takes what we send it), and its credential grants what the match needs (publish for
-    /// a remote writer, subscribe for a remote reader).
+    /// takes what we send it) or is routed and has our answer ahead of what we send
+    /// ([`PeerAuth::early`](crate::security::PeerAuth::early)), and its credential grants
+    /// what the match needs (publish for a remote writer, subscribe for a remote reader).
     /// Refusals on grants are reported once per pair and counted.
     pub(crate) fn permitted(
         &mut self,
@@ -104,8 +105,11 @@ impl Participant {
             .peers
             .remotes
             .get(&remote.participant)
-            .and_then(|p| p.auth.as_ref())
-            .filter(|a| a.verified && a.mutual)
+            .and_then(|p| {
+                let routed = crate::route::is_routed(&p.addr);
+                p.auth.as_ref().filter(|a| a.early(routed) || a.mutual)
+            })
+            .filter(|a| a.verified)
         else {
             return false;
         };

@@ -539,8 +539,8 @@ fn a_newcomer_behind_a_router_is_answered_at_once() {
     let limited = sim.nodes[a].participant.stats().amplification_limited
         + sim.nodes[b].participant.stats().amplification_limited;
     assert_eq!(limited, 0, "nothing held back by the amplification limit");
-    // Six crossings of the 50 µs router path (no challenge: see the next test), well under
-    // one AUTH retry.
+    // Four crossings of the 50 µs router path (see the next test), well under one AUTH
+    // retry.
     assert!(
         took < Duration::from_millis(2),
         "first sample {took:?} after the newcomer linked"
@@ -618,12 +618,15 @@ fn routed_announcements_go_one_endpoint_a_datagram_named() {
 
 /// A routed peer is not challenged (`discovery/pending.rs`): only members and routers hold
 /// router links, and whoever sends under a participant id there receives under it, so a
-/// cookie would prove nothing and cost two crossings. A newcomer gets its first sample of
-/// a transient-local writer after six crossings of the 1 ms router path (its
-/// announcement, four for the two members' AUTH and endpoints, the sample), where it took
-/// eight with the challenge (the challenge, and its answer with the newcomer's own).
+/// cookie would prove nothing and cost two crossings. Nor does a member wait for a routed
+/// peer's word that it verified us before sending it our endpoints, KEYs and samples
+/// (`PeerAuth::early`): the link delivers them after our answer to its challenge. A
+/// newcomer gets its first sample of a transient-local writer after four crossings of the
+/// 1 ms router path: its announcement; the writer's AUTH; its AUTH (answer and control
+/// key) and endpoints; the writer's AUTH, endpoints, KEY and sample. It took eight with
+/// the challenge and the wait for the verdicts.
 #[test]
-fn a_routed_newcomer_is_met_without_a_challenge() {
+fn a_routed_newcomer_gets_its_first_sample_in_four_crossings() {
     let realm = Realm::new();
     let mut path = Link::perfect();
     path.delay = Duration::from_millis(1);
@@ -648,7 +651,7 @@ fn a_routed_newcomer_is_met_without_a_challenge() {
         assert_eq!(sim.nodes[i].participant.stats().challenges_sent, 0);
     }
     assert!(
-        took <= Duration::from_millis(6),
+        took <= Duration::from_millis(4),
         "first sample {took:?} after the newcomer linked"
     );
 }

@@ -120,6 +120,20 @@ impl Participant {
             && extra.is_none_or(|x| b.push(&x).is_ok())
         {
             self.push_transmit(addr, Bytes::from(dg));
+            // To a routed peer, our endpoints follow the AUTH that carries our control key
+            // at once: the link keeps them in order, so the peer holds the key when they come
+            // (rather than a crossing later, when it says it holds it).
+            let early = wrapped.is_some() && crate::route::is_routed(&addr);
+            if let Some(a) = self
+                .peers
+                .remotes
+                .get_mut(&pid)
+                .and_then(|p| p.auth.as_mut())
+                .filter(|a| early && !a.announced_early)
+            {
+                a.announced_early = true;
+                self.announce_to(&[addr], None);
+            }
         }
     }
 
@@ -439,7 +453,14 @@ impl Participant {
                 name,
             });
         }
-        if became_mutual {
+        // A routed peer we just verified takes what we send from now on (`PeerAuth::early`):
+        // its endpoints match at once, not after its word that it verified us.
+        let early = self.peers.remotes.get(&pid).is_some_and(|p| {
+            p.auth
+                .as_ref()
+                .is_some_and(|a| a.early(crate::route::is_routed(&p.addr)))
+        });
+        if became_mutual || (newly && early) {
             self.match_known_endpoints(now, pid);
         }
         if holds_ours {

@@ -301,6 +301,9 @@ pub(crate) struct PeerAuth {
     /// its first samples. Kept once set (an old AUTH of its, replayed, cannot undo it)
     /// until it loses its authentication.
     pub(crate) mutual: bool,
+    /// A routed peer has been sent our endpoints right after the AUTH that carried our
+    /// control key (see [`PeerAuth::early`]).
+    pub(crate) announced_early: bool,
     /// A failure was reported (once per peer).
     pub(crate) reported: bool,
     /// It has sent us an AUTH (any): it has keys. One that never does is reported as
@@ -340,6 +343,21 @@ pub(crate) struct PeerAuth {
 }
 
 impl PeerAuth {
+    /// Whether, with a routed peer, what we send may go before its verdict on us: it
+    /// proved its credential to us, and we have answered its challenge with our control
+    /// key. A router link is one ordered stream each way, so our answer reaches it before
+    /// anything we send after it: it verifies us, and holds our control key, before our
+    /// endpoints, KEYs and samples arrive. Waiting for its word that it verified us cost
+    /// a crossing of the routers each way at every meeting. Not on a direct path, where
+    /// datagrams may be reordered or lost one without the other (`mutual` there).
+    pub(crate) fn early(&self, routed: bool) -> bool {
+        routed
+            && self.verified
+            && self.theirs.is_some()
+            && self.answered == self.theirs
+            && self.wrapped_ours.is_some()
+    }
+
     pub(crate) fn new(random: &mut dyn tether_crypto::Random) -> PeerAuth {
         PeerAuth {
             mine: tether_crypto::random_array(random),
@@ -359,6 +377,7 @@ impl PeerAuth {
             has_ours: 0,
             wrapped_ours: None,
             conflict_reported: false,
+            announced_early: false,
             refusal_sent: None,
             refusal_checked: None,
             refusal_heard: false,
