@@ -655,3 +655,61 @@ fn a_routed_newcomer_gets_its_first_sample_in_four_crossings() {
         "first sample {took:?} after the newcomer linked"
     );
 }
+
+/// A member (or a router) announcing under invented participant ids through the router, a
+/// hundred a millisecond, does not keep a real newcomer out: only the first few routed
+/// newcomers join without a challenge (`MAX_UNCHALLENGED`), the rest are challenged, so
+/// the invented ids cannot take the places of participants still authenticating. (Without
+/// the bound, each invented id took such a place at once, the newcomer was forgotten
+/// before it could authenticate, and it never matched: the outsider review.)
+#[test]
+fn invented_routed_ids_do_not_keep_a_newcomer_out() {
+    use tether_testkit::realm::{forged, inject};
+    use tether_wire::{ParticipantRepr, Submessage};
+    let realm = Realm::new();
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(1);
+    let mut sim = sim_with_router(5, path);
+    let a = node(&mut sim, Some(&realm), 1, 0);
+    sim.attach(a, 3);
+    let q = keep_all();
+    let now = sim.now;
+    let wid = sim.p(a).create_writer(now, info("/t", q)).unwrap();
+    sim.pump(a);
+    sim.run_for(Duration::from_secs(1));
+    let b = node(&mut sim, Some(&realm), 2, 1);
+    let now = sim.now;
+    let rid = sim.p(b).create_reader(now, info("/t", q));
+    sim.attach(b, 9);
+    let mut next = 0x1000_0000u64;
+    let mut matched = None;
+    for ms in 0..300u64 {
+        for _ in 0..100 {
+            next += 1;
+            let pid = ParticipantId(next);
+            let dg = forged(
+                pid,
+                &[Submessage::Participant(ParticipantRepr {
+                    lease_ms: 30_000,
+                    name: "x",
+                    data_group: None,
+                })],
+            );
+            inject(&mut sim, a, route::virtual_addr(pid, 3), &dg);
+        }
+        sim.run_for(Duration::from_millis(1));
+        if matched.is_none()
+            && sim.nodes[a].participant.matched_count(wid) == 1
+            && sim.nodes[b].participant.matched_count(rid) == 1
+        {
+            matched = Some(ms);
+        }
+    }
+    let st = sim.nodes[a].participant.stats();
+    assert!(
+        matched.is_some_and(|ms| ms < 50),
+        "matched at {matched:?} ms; {} forgotten",
+        st.unauthenticated_forgotten
+    );
+    assert_eq!(st.unauthenticated_forgotten, 0);
+}

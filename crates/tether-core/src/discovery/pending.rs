@@ -52,6 +52,10 @@ pub const AMPLIFICATION_FACTOR: u64 = 3;
 /// challenge leaves of the address's budget, security off (`say_goodbye_to_pending`).
 const GOODBYE_ROOM: usize = HEADER_LEN + tether_wire::SUBMESSAGE_HEADER_LEN;
 
+/// Most routed participants not yet authenticated that join without a challenge
+/// ([`Participant::on_unknown_participant`]); more are challenged.
+pub(crate) const MAX_UNCHALLENGED: usize = 16;
+
 /// Most participant ids one address holds at once pending validation or, in a secure realm,
 /// validated but not yet authenticated (`docs/wire.md#validation`): a new id at an address
 /// that holds as many is refused (`Stats::address_full`), never one already there evicted.
@@ -211,16 +215,24 @@ impl Participant {
     /// while its address is challenged, with a PROBE carrying our cookie and our own
     /// PARTICIPANT (so it learns us), within what the address's allowance takes.
     ///
-    /// A routed peer (a virtual address, [`crate::route`]) is not challenged: it joins the
-    /// participant table at once (true), as a validated one does. Its datagrams came over a
-    /// router link, which only a realm's members and routers hold (mutual TLS), and a
-    /// router forwards a session's frames only under the participant ids that session
-    /// registered on that link; our reply goes back as a frame to that participant. A
-    /// cookie proves that the sender receives at its address, and whoever can send there
-    /// receives there (the member behind the link, or a router on the way, which sees every
-    /// frame): it would cost two crossings of the routers and prove nothing. The driver
-    /// must hand the engine a virtual source only for what came through a router link
-    /// (a session drops UDP datagrams from such addresses, counted in `virtual_source`).
+    /// In a secure realm a routed peer (a virtual address, [`crate::route`]) is not
+    /// challenged: it joins the participant table at once (true), as a validated one does.
+    /// Its datagrams came over a router link, which only a realm's members and routers hold
+    /// (mutual TLS), and a router forwards a session's frames only under the participant
+    /// ids that session registered on that link; our reply goes back as a frame to that
+    /// participant. A cookie proves that the sender receives at its address, and whoever
+    /// can send there receives there (the member behind the link, or a router on the way,
+    /// which sees every frame): it would cost two crossings of the routers and prove
+    /// nothing. The driver must hand the engine a virtual source only for what came
+    /// through a router link (a session drops UDP datagrams from such addresses, counted
+    /// in `virtual_source`).
+    ///
+    /// At most [`MAX_UNCHALLENGED`] routed participants that have not authenticated are
+    /// held that way; past that, routed newcomers are challenged as any other until some
+    /// authenticate or are forgotten. A member (or a router) announcing under invented ids
+    /// would otherwise fill the places of participants still authenticating at no cost,
+    /// one announcement each, and keep a real newcomer out (the outsider review); with a
+    /// challenge each invented id costs it a round trip, as before.
     pub(crate) fn on_unknown_participant(
         &mut self,
         now: Instant,
@@ -238,7 +250,10 @@ impl Participant {
             Noted::Added { evicted } => self.stats.pending_dropped += evicted,
             Noted::Refreshed => {}
         }
-        if crate::route::is_routed(&from) {
+        if crate::route::is_routed(&from)
+            && self.cfg.security.is_some()
+            && self.routed_unverified() < MAX_UNCHALLENGED
+        {
             let joined = self.promote(now, pid, from);
             if joined {
                 // Its PARTICIPANT is this one: nothing to ask it for again.
@@ -398,6 +413,16 @@ impl Participant {
             return false;
         }
         self.promote(now, pid, from)
+    }
+
+    /// Routed participants that have not authenticated (yet).
+    fn routed_unverified(&self) -> usize {
+        self.peers
+            .remotes
+            .values()
+            .filter(|p| crate::route::is_routed(&p.addr))
+            .filter(|p| !p.auth.as_ref().is_some_and(|a| a.verified))
+            .count()
     }
 
     /// In a secure realm, participants validated at `addr`, `except` one, that have not

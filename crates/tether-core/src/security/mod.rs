@@ -349,7 +349,11 @@ impl PeerAuth {
     /// anything we send after it: it verifies us, and holds our control key, before our
     /// endpoints, KEYs and samples arrive. Waiting for its word that it verified us cost
     /// a crossing of the routers each way at every meeting. Not on a direct path, where
-    /// datagrams may be reordered or lost one without the other (`mutual` there).
+    /// datagrams may be reordered or lost one without the other (`mutual` there). Across
+    /// several routers the AUTH (along the participant's host route) and samples to a
+    /// link's group (along the topic's tree) may take different ways: what overtakes the
+    /// AUTH is dropped and repaired as a loss would be. Only timing depends on the order:
+    /// nothing goes before we verified the peer and its grants.
     pub(crate) fn early(&self, routed: bool) -> bool {
         routed
             && self.verified
