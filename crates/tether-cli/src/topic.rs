@@ -412,6 +412,11 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                 // (repairs included) while this process lingers, as at the end of a run;
                 // exiting at once lost it. The status still says the put failed.
                 eprintln!("error: {e}");
+                eprintln!(
+                    "hint: give a put longer (reliability.max_blocking_time_ms in the config), \
+                     or let a reader that stops acknowledging go (--inactive-after SECS; \
+                     docs/troubleshooting.md)"
+                );
                 failed = true;
                 break;
             }

@@ -763,6 +763,7 @@ fn a_failed_put_still_delivers_what_was_written() {
     // No reader reported as owing samples (`error: reader R … has not acknowledged`).
     assert!(!err.contains("error: reader "), "{err}");
     assert!(err.contains("every one acknowledged"), "{err}");
+    assert!(err.contains("hint: give a put longer"), "{err}");
     let n = number_after(&err, "published ").unwrap_or_else(|| panic!("{err}"));
     assert!(n >= 2, "{err}");
     assert!(

@@ -280,7 +280,11 @@ impl core::fmt::Display for LinkError {
             LinkError::TooManyLinks => f.write_str("too many links"),
             LinkError::OwnNode => f.write_str("peer claims this router's node id"),
             LinkError::WrongDomain { ours, theirs } => {
-                write!(f, "peer is in domain {theirs}, this router in {ours}")
+                write!(
+                    f,
+                    "peer is in domain {theirs}, this router in {ours} (a router serves one \
+                     domain: its config's `domain`)"
+                )
             }
             LinkError::UnsupportedVersion(v) => write!(f, "peer speaks link version {v}"),
             LinkError::Unexpected(t) => write!(f, "unexpected {t:?} frame"),

@@ -82,7 +82,7 @@ pub enum PutError {
     /// A keep-all writer stayed full for the whole `max_blocking_time`: some reliable reader
     /// is too slow. Nothing was sent; nothing was silently dropped.
     #[error(
-        "put timed out after {waited:?}: the writer's history is full of samples a reliable reader has not acknowledged"
+        "put timed out after {:.2} s: the writer's history is full of samples a reliable reader has not acknowledged", waited.as_secs_f64()
     )]
     Timeout {
         /// The payload.
@@ -94,7 +94,7 @@ pub enum PutError {
     /// `max_blocking_time`: they deliver less than it publishes, or a reader's host stopped
     /// answering (it is let go of once inactive). Nothing was sent; nothing was dropped.
     #[error(
-        "put timed out after {waited:?}: the paths to the writer's reliable readers took no more (they deliver less than it publishes, or a reader's host stopped answering)"
+        "put timed out after {:.2} s: the paths to the writer's reliable readers took no more (they deliver less than it publishes, or a reader's host stopped answering)", waited.as_secs_f64()
     )]
     PathFull {
         /// The payload.
