@@ -830,6 +830,18 @@ impl LinkSender {
         self.stream.finish().map_err(|_| LinkError::LocallyClosed)
     }
 
+    /// [`finish`](Self::finish), then waits until the peer has acknowledged every byte of
+    /// the stream (QUIC repairs what the path lost meanwhile): closing the link or its
+    /// endpoint earlier discards what is still unacknowledged, the last frames first.
+    /// Fails if the link is lost or the peer stopped the stream.
+    pub async fn finish_delivered(&mut self) -> Result<(), LinkError> {
+        self.finish()?;
+        match self.stream.stopped().await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) | Err(_) => Err(LinkError::LocallyClosed),
+        }
+    }
+
     /// The peer's verified credential.
     pub fn peer(&self) -> &PeerCredential {
         &self.shared.peer

@@ -51,8 +51,12 @@ const RECV_BATCH: usize = 64;
 /// certificate) after our side of the handshake is done.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 
-/// How long the link thread waits for goodbyes to leave when the session closes.
-const CLOSE_FLUSH: Duration = Duration::from_millis(200);
+/// How long the link thread waits for goodbyes to be acknowledged by the router when the
+/// session closes (a few of QUIC's probe timeouts on a lossy path).
+const CLOSE_FLUSH: Duration = Duration::from_millis(500);
+
+/// How long the link thread then lets its closed endpoint drain.
+const CLOSE_IDLE: Duration = Duration::from_millis(200);
 
 /// A frame as it waits to go: its head, the payload (referenced, not copied) and the
 /// tag, written one after the other (`LinkSender::send_parts`).
@@ -417,7 +421,7 @@ impl LinkThread {
             tasks.abort_all();
             endpoint.close(0, "session not opened");
             // The close reaches a router already linked: it need not wait out its timeout.
-            let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
+            let _ = tokio::time::timeout(CLOSE_IDLE, endpoint.wait_idle()).await;
             return;
         };
         let _ = engine_tx.send(Some(shared.clone()));
@@ -436,7 +440,7 @@ impl LinkThread {
         .await;
         tasks.abort_all();
         endpoint.close(0, "session closed");
-        let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
+        let _ = tokio::time::timeout(CLOSE_IDLE, endpoint.wait_idle()).await;
     }
 }
 
@@ -678,13 +682,16 @@ async fn link_task(
         out.confirmed.store(false, Ordering::Release);
         routers.leaf().link_down(id);
         if routers.closing.load(Ordering::SeqCst) {
-            // The goodbyes queued before the close go out, then the link is closed.
+            // The goodbyes queued before the close go out, and are acknowledged by the
+            // router (the readers' last ACKNACKs are among them), before the link closes:
+            // closing at once dropped them whenever the path lost their packet, and a
+            // writer counted what its reader had as never acknowledged (the lossy review).
             while let Ok((h, b, t)) = rx.try_recv() {
                 if send.send_parts(h, b, t).await.is_err() {
                     break;
                 }
             }
-            let _ = send.finish();
+            let _ = send.finish_delivered().await;
             break;
         }
         let why = failed.unwrap_or_else(|| "closed".into());
