@@ -229,6 +229,11 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
     );
     let got = seqs(&echo.out.lock().unwrap().join("\n"));
     assert_eq!(got, (1..=150).collect::<Vec<u64>>(), "{}", echo.stderr());
+    // Each session said it lost its link, and that it has it again.
+    for err in [text(&p.stderr), echo.stderr()] {
+        let lost = err.find("link lost").unwrap_or_else(|| panic!("{err}"));
+        assert!(err[lost..].contains("linked again, to 'cloud'"), "{err}");
+    }
     router.kill();
 }
 

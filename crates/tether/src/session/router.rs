@@ -472,6 +472,8 @@ async fn link_task(
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut rng = tether_crypto::OsRandom;
     let mut last_error: Option<(String, Instant)> = None;
+    // A warning said the link was lost or could not be made: its return is said as loudly.
+    let said_down = AtomicBool::new(false);
     let host = out
         .target
         .rsplit_once(':')
@@ -500,6 +502,7 @@ async fn link_task(
                 .is_none_or(|(m, t)| *m != e || now.duration_since(*t) > Duration::from_secs(30));
             if say {
                 tracing::warn!("router {}: {e}; dialling again", out.target);
+                said_down.store(true, Ordering::Relaxed);
                 last_error = Some((e, now));
             }
             let d = backoff.next_delay(&mut rng);
@@ -602,7 +605,14 @@ async fn link_task(
                 routers.counters.connects.fetch_add(1, Ordering::Relaxed);
                 confirmed.store(true, Ordering::Relaxed);
                 out.confirmed.store(true, Ordering::Release);
-                tracing::info!("router {}: linked to '{name}' at {remote}", out.target);
+                if said_down.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "router {}: linked again, to '{name}' at {remote}",
+                        out.target
+                    );
+                } else {
+                    tracing::info!("router {}: linked to '{name}' at {remote}", out.target);
+                }
                 let mut frames = Vec::new();
                 let mut datagrams = Vec::new();
                 loop {
@@ -702,6 +712,7 @@ async fn link_task(
         backoff.reset();
         last_error = None;
         tracing::warn!("router {}: link lost ({why}); dialling again", out.target);
+        said_down.store(true, Ordering::Relaxed);
     }
 }
 
