@@ -713,3 +713,41 @@ fn invented_routed_ids_do_not_keep_a_newcomer_out() {
     );
     assert_eq!(st.unauthenticated_forgotten, 0);
 }
+
+/// A routed peer whose AUTH is late (its router link cut right after its announcement
+/// crossed, for 3 s) is not reported as having no keys: only members hold router links.
+/// It authenticates once the link is back. (Before: "it sends no AUTH: it has no keys"
+/// after 2 s, about a member: the lossy review.)
+#[test]
+fn a_routed_peer_whose_auth_is_late_is_not_said_to_have_no_keys() {
+    let realm = Realm::new();
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(1);
+    let mut sim = sim_with_router(9, path);
+    let a = node(&mut sim, Some(&realm), 1, 0);
+    sim.attach(a, 3);
+    sim.run_for(Duration::from_millis(500));
+    let b = node(&mut sim, Some(&realm), 2, 1);
+    sim.attach(b, 9);
+    // Its announcement reaches a; then nothing more crosses its link for 3 s.
+    let b_pid = sim.nodes[b].participant.id();
+    assert!(sim.run_until(Duration::from_millis(100), |s| {
+        s.nodes[a]
+            .participant
+            .remote_participants()
+            .iter()
+            .any(|(p, _, _)| *p == b_pid)
+    }));
+    sim.router_link_down(b);
+    sim.run_for(Duration::from_secs(3));
+    sim.router_link_up(b);
+    assert!(sim.run_until(Duration::from_secs(5), |s| {
+        s.nodes[a].participant.certified_name(b_pid).is_some()
+    }));
+    let no_keys = sim.nodes[a]
+        .events
+        .iter()
+        .filter(|e| format!("{e:?}").contains("NoAuth"))
+        .count();
+    assert_eq!(no_keys, 0, "{:?}", sim.nodes[a].events);
+}

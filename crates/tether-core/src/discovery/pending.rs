@@ -700,9 +700,12 @@ impl Participant {
             .iter()
             .filter_map(|(id, p)| {
                 let a = p.auth.as_ref()?;
+                // Not a routed peer: only members hold router links, so it has keys; its
+                // AUTH is late (a link lost and dialled again, a lossy path), not missing.
                 (!a.heard
                     && !a.verified
                     && !a.reported
+                    && !crate::route::is_routed(&p.addr)
                     && now.saturating_duration_since(p.validated) > NO_AUTH_AFTER)
                     .then_some(*id)
             })
