@@ -305,6 +305,19 @@ impl Sim {
         reader: tether_core::EndpointInfo,
     ) -> (usize, EntityId, usize, EntityId) {
         let (w, r) = (self.add_node(0), self.add_node(0));
+        let (wid, rid) = self.writer_and_reader_on(w, r, writer, reader);
+        (w, wid, r, rid)
+    }
+
+    /// [`writer_and_reader`](Self::writer_and_reader) on nodes `w` and `r` already added
+    /// (with their own settings). Returns (writer, reader).
+    pub fn writer_and_reader_on(
+        &mut self,
+        w: usize,
+        r: usize,
+        writer: tether_core::EndpointInfo,
+        reader: tether_core::EndpointInfo,
+    ) -> (EntityId, EntityId) {
         let now = self.now;
         let wid = self.p(w).create_writer(now, writer).expect("a writer");
         let rid = self.p(r).create_reader(now, reader);
@@ -312,7 +325,7 @@ impl Sim {
         self.pump(r);
         let matched = self.run_until(Duration::from_secs(10), |s| s.p(w).matched_count(wid) == 1);
         assert!(matched, "the writer never matched the reader");
-        (w, wid, r, rid)
+        (wid, rid)
     }
 
     /// Adds a host, letting `tune` adjust its engine settings.

@@ -655,15 +655,8 @@ fn a_repair_into_a_full_reorder_buffer_is_taken() {
 #[test]
 fn a_writer_stopped_longer_than_a_lease_keeps_its_reader() {
     let mut sim = Sim::new(5, Link::lan(1500, 0.0));
-    let (w, r) = (sim.add_node(0), sim.add_node(0));
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all()))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
+    let (w, wid, r, rid) =
+        sim.writer_and_reader(info(Qos::new().keep_all()), info(Qos::new().keep_all()));
     sim.run_for(Duration::from_secs(2));
     assert_eq!(sim.p(w).matched_count(wid), 1);
     for k in 1..=5 {
@@ -981,15 +974,8 @@ fn a_stall_puts_off_what_is_owed_by_the_writers_lease() {
     let mut sim = Sim::new(17, Link::lan(1500, 0.0));
     let w = sim.add_node_with(|c| c.lease = Duration::from_secs(30));
     let r = sim.add_node_with(|c| c.lease = Duration::from_secs(10));
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all()))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(10), |s| s.p(w).matched_count(wid) == 1));
+    let keep_all = info(Qos::new().keep_all());
+    let (wid, rid) = sim.writer_and_reader_on(w, r, keep_all.clone(), keep_all);
     write_now(&mut sim, w, wid, 1);
     sim.run_for(Duration::from_millis(100));
     // 2 is lost, 3 arrives and is held behind it; the writer sends nothing more (its

@@ -514,12 +514,14 @@ fn a_router_cannot_pass_one_participant_off_as_another() {
 /// with (sized to the allowance alone, it was refused by the amplification limit as soon as
 /// it filled it, and the challenge came again 10 ms later; `tether bench rib --starts`
 /// measured 17 ms from start to first message, 7 ms after).
-#[test]
-fn a_newcomer_behind_a_router_is_answered_at_once() {
+/// A transient-local writer on node `a` behind the router (a router path of `delay`), with
+/// one sample written; then a newcomer `b` links with a reader of it. Returns the
+/// simulator, `a`, `b`, and the time from `b` linking to its first sample.
+fn newcomer_first_sample(seed: u64, delay: Duration) -> (Sim, usize, usize, Duration) {
     let realm = Realm::new();
     let mut path = Link::perfect();
-    path.delay = Duration::from_micros(50);
-    let mut sim = sim_with_router(7, path);
+    path.delay = delay;
+    let mut sim = sim_with_router(seed, path);
     let a = node(&mut sim, Some(&realm), 1, 0);
     sim.attach(a, 3);
     let now = sim.now;
@@ -536,6 +538,12 @@ fn a_newcomer_behind_a_router_is_answered_at_once() {
     sim.attach(b, 9);
     assert!(sim.run_until(Duration::from_secs(2), |s| !s.seqs(b, rid).is_empty()));
     let took = sim.now - t0;
+    (sim, a, b, took)
+}
+
+#[test]
+fn a_newcomer_behind_a_router_is_answered_at_once() {
+    let (sim, a, b, took) = newcomer_first_sample(7, Duration::from_micros(50));
     let limited = sim.nodes[a].participant.stats().amplification_limited
         + sim.nodes[b].participant.stats().amplification_limited;
     assert_eq!(limited, 0, "nothing held back by the amplification limit");
@@ -627,26 +635,7 @@ fn routed_announcements_go_one_endpoint_a_datagram_named() {
 /// the challenge and the wait for the verdicts.
 #[test]
 fn a_routed_newcomer_gets_its_first_sample_in_four_crossings() {
-    let realm = Realm::new();
-    let mut path = Link::perfect();
-    path.delay = Duration::from_millis(1);
-    let mut sim = sim_with_router(8, path);
-    let a = node(&mut sim, Some(&realm), 1, 0);
-    sim.attach(a, 3);
-    let now = sim.now;
-    let q = Qos::new().reliable().transient_local().keep_last(1);
-    let wid = sim.p(a).create_writer(now, info("/t", q)).unwrap();
-    sim.pump(a);
-    sim.run_for(Duration::from_secs(2));
-    sim.write(a, wid, 0, Bytes::from_static(b"x"), Duration::from_secs(1));
-    sim.run_for(Duration::from_millis(100));
-    let b = node(&mut sim, Some(&realm), 2, 1);
-    let t0 = sim.now;
-    let now = sim.now;
-    let rid = sim.p(b).create_reader(now, info("/t", q));
-    sim.attach(b, 9);
-    assert!(sim.run_until(Duration::from_secs(2), |s| !s.seqs(b, rid).is_empty()));
-    let took = sim.now - t0;
+    let (sim, a, b, took) = newcomer_first_sample(8, Duration::from_millis(1));
     for i in [a, b] {
         assert_eq!(sim.nodes[i].participant.stats().challenges_sent, 0);
     }
