@@ -194,8 +194,8 @@ pub(crate) fn line(e: &Event, scope: Scope) -> Option<String> {
         Event::ReaderActive {
             reader, released, ..
         } => format!(
-            "warning: reader {reader} answers again; {released} samples were let go of before \
-             it acknowledged them"
+            "warning: reader {reader} answers again; {released} samples it had not \
+             acknowledged were let go of meanwhile (those it did not receive are lost to it)"
         ),
         _ => return None,
     })

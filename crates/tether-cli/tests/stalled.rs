@@ -151,6 +151,10 @@ fn a_stopped_reader_does_not_stall_the_others() {
     assert_eq!(all, (1..=n).collect::<Vec<_>>(), "lost: {ranges:?}");
     assert!(!ranges.is_empty(), "the stopped reader lost nothing");
     assert!(got.len() as u64 > stopped_at);
+    // Both sides count the same: the publisher owes the third what it lost, not every
+    // sample it let go of (some waited in the third's socket and were printed).
+    let owed = owed_to(&perr, "third", n);
+    assert_eq!(owed, Some(n - got.len() as u64), "{perr}");
     eprintln!(
         "stopped after {stopped_at} samples; then printed {}, lost {} in {} runs",
         got.len() as u64 - stopped_at,
@@ -186,4 +190,84 @@ fn a_strict_publisher_waits_for_a_stopped_reader() {
     for e in &echoes[..2] {
         assert!(e.lines() < n as usize, "{} samples", e.lines());
     }
+}
+
+/// How many of the `n` samples `pub` says reader `name` has not acknowledged.
+fn owed_to(perr: &str, name: &str, n: u64) -> Option<u64> {
+    let tail = format!(" of {n} samples");
+    perr.lines()
+        .find(|l| l.contains(&format!("of {name} ")) && l.ends_with(&tail))
+        .and_then(|l| l.strip_suffix(&tail))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|x| x.parse().ok())
+}
+
+/// A reader's process stopped past `--inactive-after` while every sample waited in its
+/// socket (a slow stream, a large buffer): the publisher lets it go, but continued it
+/// prints every sample, says it lost none, and the publisher, told by its acknowledgements
+/// that it skipped none, exits 0. (Before, `pub` exited 1 saying the samples it let go of
+/// were not acknowledged, while `echo` said "lost 0".)
+#[test]
+fn a_stopped_reader_with_everything_in_its_socket_is_owed_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = dir.path().join("reg");
+    let n = 60u64;
+    let mut echo = tether(&reg);
+    echo.args([
+        "echo",
+        "/paused",
+        "--keep-all",
+        "--count",
+        &n.to_string(),
+        "--timeout",
+        "60",
+    ]);
+    let mut echo = Live::spawn(echo);
+    let mut p = tether(&reg);
+    p.args([
+        "pub",
+        "/paused",
+        "x",
+        "--numbered",
+        "--keep-all",
+        "--count",
+        &n.to_string(),
+        "--rate",
+        "20",
+        "--inactive-after",
+        "1",
+        "--wait-matched",
+        "1",
+        "--linger",
+        "30",
+    ]);
+    let mut publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(30), || echo.lines() >= 5),
+        "{}",
+        echo.stderr()
+    );
+    echo.signal("STOP");
+    assert!(
+        wait_until(Duration::from_secs(10), || publisher
+            .stderr()
+            .contains("is inactive")),
+        "the publisher did not let the stopped reader go: {}",
+        publisher.stderr()
+    );
+    // A little more is written into its socket after it was let go of.
+    std::thread::sleep(Duration::from_millis(500));
+    echo.signal("CONT");
+    assert_eq!(
+        echo.wait(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        echo.stderr()
+    );
+    let got = numbers(&echo.out.lock().unwrap());
+    assert_eq!(got, (1..=n).collect::<Vec<_>>(), "{}", echo.stderr());
+    let code = publisher.wait(Duration::from_secs(60));
+    let perr = publisher.stderr();
+    assert!(perr.contains("answers again"), "{perr}");
+    assert_eq!(code, Some(0), "{perr}");
 }

@@ -584,6 +584,9 @@ impl Participant {
         if acknowledges {
             let base = an.base.min(w.next_seq);
             rp.acked = rp.acked.max(base);
+            if an.skipped.is_some() {
+                rp.skipped_heard = an.skipped;
+            }
             rp.prune_resent();
         }
         if let Some(e) = w.heard_from(rg, now) {

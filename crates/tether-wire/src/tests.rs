@@ -112,12 +112,12 @@ proptest! {
     }
 
     #[test]
-    fn acknack_roundtrip(r in 1u32.., w in 1u32.., base in 1u64..1_000_000_000, bits in 0u16..=256, words in any::<[u32; 8]>(), count in any::<u32>(), start_unknown in any::<bool>()) {
+    fn acknack_roundtrip(r in 1u32.., w in 1u32.., base in 1u64..1_000_000_000, bits in 0u16..=256, words in any::<[u32; 8]>(), count in any::<u32>(), start_unknown in any::<bool>(), skipped in proptest::option::of(any::<u64>())) {
         let mut bitmap = [0u32; 8];
         for i in 0..bits as usize {
             if words[i / 32] & (1 << (i % 32)) != 0 { bitmap[i / 32] |= 1 << (i % 32); }
         }
-        let a = AckNackRepr { reader: EntityId(r), writer: EntityId(w), base, num_bits: bits, bitmap, count, start_unknown };
+        let a = AckNackRepr { reader: EntityId(r), writer: EntityId(w), base, num_bits: bits, bitmap, count, start_unknown, skipped };
         roundtrip(&[Submessage::AckNack(a)]);
         let want: Vec<u64> = (0..bits as u64).filter(|i| bitmap[(*i / 32) as usize] & (1 << (i % 32)) != 0).map(|i| base + i).collect();
         prop_assert_eq!(a.missing().collect::<Vec<_>>(), want);

@@ -207,11 +207,16 @@ fn batch_sig_bad_values() {
 }
 
 /// An ACKNACK of a reader that does not know its start sets flag 0x01 in its submessage
-/// header (docs/wire.md, ACKNACK); any other ACKNACK leaves the flags 0, and the flag
-/// survives a round trip.
+/// header (docs/wire.md, ACKNACK), one that says how many samples its reader skipped sets
+/// 0x02 and carries the count in 8 bytes after the bitmap; the flags survive a round trip.
+/// A NACK never carries the count.
 #[test]
-fn acknack_start_unknown_flag() {
-    for (start_unknown, flags) in [(false, 0u8), (true, ACKNACK_START_UNKNOWN)] {
+fn acknack_flags() {
+    for (start_unknown, skipped, flags, len) in [
+        (false, None, 0u8, 22),
+        (true, None, ACKNACK_START_UNKNOWN, 22),
+        (false, Some(0x0102_0304_0506_0708u64), ACKNACK_SKIPPED, 30),
+    ] {
         let an = AckNackRepr {
             reader: EntityId(2),
             writer: EntityId(1),
@@ -220,6 +225,7 @@ fn acknack_start_unknown_flag() {
             bitmap: [0; 8],
             count: 7,
             start_unknown,
+            skipped,
         };
         let mut buf = Vec::new();
         DatagramBuilder::new(&mut buf, header())
@@ -227,11 +233,22 @@ fn acknack_start_unknown_flag() {
             .unwrap();
         assert_eq!(buf[HEADER_LEN], SubmessageKind::AckNack as u8);
         assert_eq!(buf[HEADER_LEN + 1], flags);
+        assert_eq!(buf.len() - HEADER_LEN - SUBMESSAGE_HEADER_LEN, len);
+        if let Some(n) = skipped {
+            assert_eq!(buf[buf.len() - 8..], n.to_le_bytes());
+        }
         let d = Datagram::parse(&buf).unwrap();
         let got: Vec<_> = d.submessages().map(|m| m.unwrap()).collect();
         assert_eq!(got, vec![Submessage::AckNack(an)]);
+        // As a NACK: the same layout without the count.
+        let mut buf = Vec::new();
+        DatagramBuilder::new(&mut buf, header())
+            .push(&Submessage::Nack(an))
+            .unwrap();
+        assert_eq!(buf[HEADER_LEN + 1], 0);
+        assert_eq!(buf.len() - HEADER_LEN - SUBMESSAGE_HEADER_LEN, 22);
     }
-    assert_eq!(ACKNACK_START_UNKNOWN, 0x01);
+    assert_eq!((ACKNACK_START_UNKNOWN, ACKNACK_SKIPPED), (0x01, 0x02));
 }
 
 proptest! {

@@ -119,6 +119,7 @@ impl Reader {
             owed,
             held,
             counts: (wp.acknack_count, wp.nackfrag_count),
+            skipped: wp.skipped,
             lease,
             extended: false,
             owner,
@@ -175,7 +176,7 @@ impl Reader {
         g: Guid,
         wp: &mut WriterProxy,
         owner: Option<u64>,
-    ) -> Result<Option<u64>, Left> {
+    ) -> Result<Option<u64>, Box<Left>> {
         let Some(i) = self.left.iter().position(|l| l.writer == g) else {
             return Ok(None);
         };
@@ -183,9 +184,10 @@ impl Reader {
             return Ok(None);
         };
         if l.owner != owner {
-            return Err(l);
+            return Err(Box::new(l));
         }
         (wp.acknack_count, wp.nackfrag_count) = l.counts;
+        wp.skipped = l.skipped;
         if wp.reliable {
             wp.pending_bytes = l.held.values().map(|s| s.payload.len() as u64).sum();
             wp.pending = l.held;
@@ -207,8 +209,9 @@ pub(crate) struct Left {
     /// The samples the reader held past a hole when that writer's lease ran out.
     pub(crate) held: BTreeMap<u64, Sample>,
     /// The last ACKNACK and NACK_FRAG counts the reader sent it: met again, it numbers on
-    /// from them.
+    /// from them. And the samples of it the reader skipped (its ACKNACKs say so).
     pub(crate) counts: (u32, u32),
+    pub(crate) skipped: u64,
     /// `owed`'s deadline was put off once already for a stall of this participant (it is
     /// not put off again).
     pub(crate) extended: bool,

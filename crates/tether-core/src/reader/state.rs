@@ -116,6 +116,10 @@ pub(crate) struct WriterProxy {
     /// the last request of everything missing.
     pub(crate) arrivals: u64,
     progress_at: u64,
+    /// Sequence numbers of this writer skipped as gone (a GAP, or a heartbeat that no
+    /// longer has them, before they came), since the reader met it: sent with every
+    /// ACKNACK, so the writer can tell what it let go of from what the reader lacks.
+    pub(crate) skipped: u64,
 }
 
 /// Most requests in a row counted that brought nothing: the repair wait doubles for each
@@ -208,6 +212,7 @@ impl WriterProxy {
             backoff: 0,
             arrivals: 0,
             progress_at: 0,
+            skipped: 0,
         }
     }
 
@@ -335,6 +340,7 @@ impl WriterProxy {
             if let Some(&(_, end, why)) = self.gaps.iter().find(|(a, b, _)| *a <= e && e < *b) {
                 let next = end.min(next_pending.unwrap_or(u64::MAX));
                 losses.report(writer, e, next - 1, why);
+                self.skipped = self.skipped.saturating_add(next - e);
                 e = next;
                 continue;
             }
@@ -373,6 +379,9 @@ impl WriterProxy {
         let delivered = self.drain(cache, now, input, writer, losses);
         if let (Some(e), Some((&last, _))) = (self.expected, self.pending.last_key_value()) {
             losses.report(writer, e, last, LossReason::WriterLeft);
+            if last >= e {
+                self.skipped = self.skipped.saturating_add((last - e).saturating_add(1));
+            }
             self.expected = Some(last.saturating_add(1));
         }
         self.pending.clear();
@@ -403,12 +412,14 @@ impl WriterProxy {
             bitmap: [0; 8],
             count: self.acknack_count,
             start_unknown: true,
+            skipped: None,
         };
         let Some(base) = self.expected else {
             return an;
         };
         an.base = base;
         an.start_unknown = false;
+        an.skipped = Some(self.skipped);
         // What the writer announced, or what later samples that arrived prove it sent.
         let last = self
             .hb_last
@@ -478,6 +489,7 @@ impl WriterProxy {
                         bitmap: [0; 8],
                         count: self.acknack_count,
                         start_unknown: false,
+                        skipped: None,
                     }
                 });
                 let i = (seq - n.base) as u16;

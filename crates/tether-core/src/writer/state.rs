@@ -54,6 +54,12 @@ pub(crate) struct ReaderProxy {
     /// Every sample below this one was acknowledged by this reader or counted in
     /// `released`.
     pub(crate) released_below: u64,
+    /// How many samples of this writer the reader says it skipped as gone, in its last
+    /// ACKNACK that said (`None`: none did).
+    pub(crate) skipped_heard: Option<u64>,
+    /// `skipped_heard` when the writer first let a sample go for this reader: what it
+    /// skipped since is at least what it lacks of those let go of.
+    pub(crate) skipped_at_release: Option<u64>,
     /// Samples re-sent to it and when: a request repeated before the repair could have
     /// arrived (it may still wait in the path's queue) is not answered twice. Pruned as
     /// acknowledgements come; at most [`MAX_RESENT`] entries.
@@ -83,6 +89,8 @@ impl ReaderProxy {
             inactive: false,
             released: 0,
             released_below: 0,
+            skipped_heard: None,
+            skipped_at_release: None,
             resent: BTreeMap::new(),
             answered: false,
             reannounced: 0,
@@ -123,16 +131,34 @@ impl ReaderProxy {
         }
     }
 
-    /// Samples of `[start, next_seq)` this reader has not acknowledged, those the writer let
-    /// go of before it did included (0 for best-effort and local readers, which owe no
-    /// acknowledgement).
+    /// Of the samples the writer let go of before this reader acknowledged them, those it
+    /// received all the same (they were on their way, or waiting in its socket while its
+    /// process was stopped): once it has acknowledged past them all, each it did not skip
+    /// as gone. Its ACKNACKs count what it skipped; the skips since the first sample was
+    /// let go of include every one of those it lacks (and any other, which only makes this
+    /// smaller). 0 without such counts (a reader that never sent one before).
+    pub(crate) fn received_released(&self) -> u64 {
+        if self.released == 0 || self.acked < self.released_below {
+            return 0;
+        }
+        match (self.skipped_at_release, self.skipped_heard) {
+            (Some(before), Some(now)) if now >= before => {
+                self.released - self.released.min(now - before)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Samples of `[start, next_seq)` this reader has not acknowledged, or has acknowledged
+    /// as gone after the writer let go of them (0 for best-effort and local readers, which
+    /// owe no acknowledgement).
     pub(crate) fn unacknowledged(&self, next_seq: u64) -> u64 {
         if !self.reliable || self.local {
             return 0;
         }
         next_seq
             .saturating_sub(self.settled())
-            .saturating_add(self.released)
+            .saturating_add(self.released - self.received_released())
     }
 }
 
@@ -372,6 +398,9 @@ impl Writer {
                 for rp in self.readers.values_mut().filter(|r| r.inactive) {
                     let from = rp.settled();
                     if c.seq >= from {
+                        if rp.released == 0 {
+                            rp.skipped_at_release = rp.skipped_heard;
+                        }
                         rp.released += c.seq + 1 - from;
                         rp.released_below = c.seq + 1;
                     }

@@ -16,7 +16,8 @@ pub use data::{
 pub use discovery::{Encoding, EndpointRepr, ParticipantRepr, ProtectionMode, UnknownEncoding};
 pub use path::{PROBE_ACK_LEN, PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
 pub use reliability::{
-    ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
+    ACKNACK_SKIPPED, ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr,
+    NackFragRepr,
 };
 pub use secure::{
     AUTH_TAG_LEN, AuthRepr, AuthTagRepr, BatchSigRepr, ControlKeyRepr, KeyRepr, KeyRequestRepr,
@@ -345,7 +346,7 @@ impl<'a> Submessage<'a> {
     pub fn flags(&self) -> u8 {
         match self {
             Submessage::Heartbeat(h) if h.final_ => HEARTBEAT_FINAL,
-            Submessage::AckNack(a) if a.start_unknown => ACKNACK_START_UNKNOWN,
+            Submessage::AckNack(a) => a.flags(),
             _ => 0,
         }
     }
@@ -405,7 +406,7 @@ impl<'a> Submessage<'a> {
             }
             Submessage::Data(d) => d.emit(out),
             Submessage::Heartbeat(h) => h.emit(out),
-            Submessage::AckNack(a) => a.emit(out),
+            Submessage::AckNack(a) => a.emit(out, false),
             Submessage::Gap(g) => g.emit(out),
             Submessage::DataFrag(d) => d.emit(out),
             Submessage::NackFrag(n) => n.emit(out),
@@ -417,7 +418,7 @@ impl<'a> Submessage<'a> {
             Submessage::BatchSig(b) => b.emit(out),
             Submessage::Probe(p) => p.emit(out),
             Submessage::ProbeAck(p) => p.emit(out),
-            Submessage::Nack(n) => n.emit(out),
+            Submessage::Nack(n) => n.emit(out, true),
             Submessage::AuthTag(t) => {
                 t.emit(out);
                 Ok(())

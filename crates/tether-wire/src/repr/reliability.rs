@@ -30,6 +30,9 @@ pub const HEARTBEAT_FINAL: u8 = 0x01;
 /// writer: it acknowledges nothing, and asks for a heartbeat addressed to it.
 pub const ACKNACK_START_UNKNOWN: u8 = 0x01;
 
+/// The ACKNACK submessage flag of one that carries [`AckNackRepr::skipped`].
+pub const ACKNACK_SKIPPED: u8 = 0x02;
+
 /// A reader's acknowledgement: all below `base` received; bit `i` set = `base + i` missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckNackRepr {
@@ -49,6 +52,11 @@ pub struct AckNackRepr {
     /// heartbeat addressed to it): it acknowledges nothing (`base` and the bitmap say
     /// nothing) and asks the writer to tell it. Submessage flag [`ACKNACK_START_UNKNOWN`].
     pub start_unknown: bool,
+    /// How many sequence numbers of this writer below `base` the reader skipped (announced
+    /// gone by a GAP or a heartbeat before it had them), counted since it met the writer:
+    /// what lets the writer tell a sample received from one it let go of. Present (8 bytes
+    /// after the bitmap) with submessage flag [`ACKNACK_SKIPPED`].
+    pub skipped: Option<u64>,
 }
 
 impl AckNackRepr {
@@ -117,6 +125,11 @@ impl AckNackRepr {
         }
         let count = c.u32()?;
         let bitmap = c.bitmap(num_bits)?;
+        let skipped = if flags & ACKNACK_SKIPPED != 0 {
+            Some(c.u64()?)
+        } else {
+            None
+        };
         Ok(AckNackRepr {
             reader,
             writer,
@@ -125,11 +138,13 @@ impl AckNackRepr {
             bitmap,
             count,
             start_unknown: flags & ACKNACK_START_UNKNOWN != 0,
+            skipped,
         })
     }
 
-    /// Appends the body.
-    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+    /// Appends the body (as a NACK if `nack`: never with `skipped`, which only an ACKNACK
+    /// carries).
+    pub(crate) fn emit(&self, out: &mut Vec<u8>, nack: bool) -> Result<(), Error> {
         if self.num_bits > MAX_ACKNACK_BITS {
             return Err(Error::BadLength);
         }
@@ -139,7 +154,22 @@ impl AckNackRepr {
         out.extend_from_slice(&self.num_bits.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
         emit_bitmap(out, &self.bitmap, self.num_bits);
+        if let Some(n) = self.skipped.filter(|_| !nack) {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
         Ok(())
+    }
+
+    /// The submessage header's flags for this ACKNACK.
+    pub fn flags(&self) -> u8 {
+        let mut f = 0;
+        if self.start_unknown {
+            f |= ACKNACK_START_UNKNOWN;
+        }
+        if self.skipped.is_some() {
+            f |= ACKNACK_SKIPPED;
+        }
+        f
     }
 }
 
