@@ -12,7 +12,7 @@ use tether_core::{Participant, ParticipantId, Priority, Security};
 use tether_transport::{MulticastReceiver, Registry, UdpOptions, UdpTransport, interface_ipv4};
 
 use super::revocations::RevocationWatch;
-use super::router::Routers;
+use super::router::{EarlyLinks, LinkThread, Routers};
 use super::shared::{Inner, Shared};
 use super::threads::{GroupRx, RegistryInfo, discovery_loop, recv_loop, sender_loop};
 use super::{OpenError, Session};
@@ -23,6 +23,15 @@ impl Session {
     pub fn open(config: Config) -> Result<Session, OpenError> {
         let settings = EngineSettings::try_from(&config)?;
         let id = ParticipantId(random_id());
+        // The link thread makes its QUIC endpoint while the keys load: it dials as soon as
+        // they are (a few hundred microseconds sooner than after them).
+        let early = match &settings.security {
+            Some(_) if !config.routers.connect.is_empty() => Some(
+                LinkThread::spawn(Duration::from_millis(config.routers.idle_timeout_ms))
+                    .map_err(OpenError::Thread)?,
+            ),
+            _ => None,
+        };
         let realm = match &settings.security {
             Some(policy) => Some(load_realm(policy)?),
             None if !config.routers.connect.is_empty() => {
@@ -37,16 +46,15 @@ impl Session {
         // The router links are dialled first: their QUIC handshakes (a few round trips and
         // both credentials checked) run on the link thread while the rest of the session is
         // made, and the thread waits for the engine only once a link is up.
-        let routers = match (&settings.security, &realm) {
-            (Some(policy), Some((bundle, revocations))) if !config.routers.connect.is_empty() => {
-                Some(dial_routers(
-                    &config,
-                    policy,
-                    bundle,
-                    revocations.clone(),
-                    id,
-                )?)
-            }
+        let routers = match (&settings.security, &realm, early) {
+            (Some(policy), Some((bundle, revocations)), Some(early)) => Some(dial_routers(
+                &config,
+                policy,
+                bundle,
+                revocations.clone(),
+                id,
+                early,
+            )?),
             _ => None,
         };
         let (transport, multicast_if) = bind(&config)?;
@@ -172,15 +180,17 @@ fn load_realm(
     Ok((b, revocations))
 }
 
-/// Starts the router links of `config.routers`: the certificate made from the session's key
-/// bundle `b`, and the link thread, which dials at once. The engine declares each link (a
-/// route link, and its group as an announcement target) once it exists.
+/// Starts the router links of `config.routers` on `early`, the link thread: the
+/// certificate made from the session's key bundle `b`, with which it dials at once. The
+/// engine declares each link (a route link, and its group as an announcement target) once
+/// it exists.
 fn dial_routers(
     config: &Config,
     policy: &SecurityPolicy,
     b: &crate::keys::KeyBundle,
     revocations: Option<tether_crypto::RevocationList>,
     id: ParticipantId,
+    early: EarlyLinks,
 ) -> Result<Dialling, OpenError> {
     let targets = config
         .routers
@@ -203,20 +213,17 @@ fn dial_routers(
         &targets,
         id.0,
         config.domain,
-        std::time::Duration::from_millis(config.routers.idle_timeout_ms),
         identity,
         b.ca_public,
         revocations,
     );
-    let (engine, engine_rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("tether-routers".into())
-        .spawn(move || thread.run(engine_rx))
-        .map_err(OpenError::Thread)?;
+    // A thread that could not make its endpoint said so, and ended: the links stay down
+    // (what the engine sends them is counted as dropped).
+    let _ = early.setup.send(thread);
     Ok(Dialling {
         routers,
-        thread,
-        engine,
+        thread: early.thread,
+        engine: early.engine,
     })
 }
 

@@ -137,18 +137,16 @@ pub(super) struct LinkThread {
     routers: Arc<Routers>,
     receivers: Vec<mpsc::Receiver<Parts>>,
     endpoint_identity: LinkIdentity,
-    /// QUIC's idle timeout on the links (`routers.idle_timeout_ms`).
-    idle_timeout: Duration,
 }
 
 impl Routers {
     /// Router links for `targets` (`host:port` each, numbered from 1), for participant
-    /// `me` in `domain`, each taken as dead after `idle_timeout` without a word.
+    /// `me` in `domain`, and what the link thread runs for them
+    /// ([`LinkThread::spawn`], whose idle timeout the links take).
     pub(super) fn new(
         targets: &[String],
         me: u64,
         domain: u16,
-        idle_timeout: Duration,
         identity: LinkIdentity,
         ca_public: [u8; 32],
         revocations: Option<tether_crypto::RevocationList>,
@@ -190,7 +188,6 @@ impl Routers {
             routers: routers.clone(),
             receivers,
             endpoint_identity: identity,
-            idle_timeout,
         };
         (routers, thread)
     }
@@ -354,94 +351,125 @@ impl Routers {
 }
 
 impl LinkThread {
-    /// Runs the links until the session closes (on a thread of its own: a current-thread
-    /// tokio runtime, since QUIC needs one; the engine's threads never wait on it). It dials
-    /// at once, while the session is still being opened, and takes the engine from `engine`
-    /// (if that is dropped unsent, opening failed, and it ends).
-    pub(super) fn run(self, engine: oneshot::Receiver<Arc<Shared>>) {
-        let rt = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                tracing::error!("router links: cannot start their runtime: {e}");
-                return;
-            }
-        };
-        rt.block_on(self.run_async(engine));
-    }
-
-    async fn run_async(self, engine: oneshot::Receiver<Arc<Shared>>) {
-        let LinkThread {
-            routers,
-            receivers,
-            endpoint_identity,
-            idle_timeout,
-        } = self;
-        let policy = PeerPolicy::new(
-            routers.ca_public,
-            routers.revocations.clone(),
-            &[tether_crypto::Role::Router],
-        );
-        let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
-        let mut lc = LinkConfig::default();
-        // Engine datagrams are at most 64 KiB: a router sending more breaks the protocol.
-        lc.max_frame((64 << 10) + 128);
-        lc.idle_timeout(idle_timeout);
-        let endpoint = match QuicEndpoint::client(bind, &endpoint_identity, policy.clone(), &lc)
-            .or_else(|_| {
-                QuicEndpoint::client(
-                    "0.0.0.0:0".parse().expect("a literal address"),
-                    &endpoint_identity,
-                    policy,
-                    &lc,
-                )
-            }) {
-            Ok(e) => Arc::new(e),
-            Err(e) => {
-                tracing::error!("router links: cannot open a QUIC endpoint: {e}");
-                return;
-            }
-        };
-        let (engine_tx, engine_rx) = watch::channel(None);
-        let mut tasks = tokio::task::JoinSet::new();
-        for (i, rx) in receivers.into_iter().enumerate() {
-            tasks.spawn(link_task(
-                engine_rx.clone(),
-                routers.clone(),
-                endpoint.clone(),
-                i,
-                rx,
-            ));
-        }
-        let Ok(shared) = engine.await else {
-            // The session was not opened after all.
-            routers.close();
-            tasks.abort_all();
-            endpoint.close(0, "session not opened");
-            // The close reaches a router already linked: it need not wait out its timeout.
-            let _ = tokio::time::timeout(CLOSE_IDLE, endpoint.wait_idle()).await;
-            return;
-        };
-        let _ = engine_tx.send(Some(shared.clone()));
-        tasks.spawn(endpoints_task(shared, routers.clone()));
-        // Until the session closes; then a moment for the goodbyes already queued.
-        while !routers.closing.load(Ordering::SeqCst) {
-            let wait = routers.shutdown.notified();
-            if routers.closing.load(Ordering::SeqCst) {
-                break;
-            }
-            wait.await;
-        }
-        let _ = tokio::time::timeout(CLOSE_FLUSH, async {
-            while tasks.join_next().await.is_some() {}
+    /// Starts the link thread of a session being opened (a current-thread tokio runtime,
+    /// since QUIC needs one; the engine's threads never wait on it): it makes its QUIC
+    /// endpoint at once, while the session loads its keys, then takes the links to run from
+    /// the returned `setup` (made once the keys are loaded) and dials, and takes the engine
+    /// from `engine` once the session is open. If either sender is dropped unsent, opening
+    /// failed, and the thread ends.
+    pub(super) fn spawn(idle_timeout: Duration) -> std::io::Result<EarlyLinks> {
+        let (setup, setup_rx) = oneshot::channel();
+        let (engine, engine_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("tether-routers".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!("router links: cannot start their runtime: {e}");
+                        return;
+                    }
+                };
+                rt.block_on(run_links(setup_rx, engine_rx, idle_timeout));
+            })?;
+        Ok(EarlyLinks {
+            thread,
+            setup,
+            engine,
         })
-        .await;
-        tasks.abort_all();
-        endpoint.close(0, "session closed");
-        let _ = tokio::time::timeout(CLOSE_IDLE, endpoint.wait_idle()).await;
     }
+}
+
+/// The link thread of a session being opened, making its QUIC endpoint already
+/// ([`LinkThread::spawn`]).
+pub(super) struct EarlyLinks {
+    pub(super) thread: std::thread::JoinHandle<()>,
+    /// What it runs, once the session's keys are loaded.
+    pub(super) setup: oneshot::Sender<LinkThread>,
+    /// The engine, once the session is open.
+    pub(super) engine: oneshot::Sender<Arc<Shared>>,
+}
+
+/// The link thread's work: see [`LinkThread::spawn`].
+async fn run_links(
+    setup: oneshot::Receiver<LinkThread>,
+    engine: oneshot::Receiver<Arc<Shared>>,
+    idle_timeout: Duration,
+) {
+    let mut lc = LinkConfig::default();
+    // Engine datagrams are at most 64 KiB: a router sending more breaks the protocol.
+    lc.max_frame((64 << 10) + 128);
+    lc.idle_timeout(idle_timeout);
+    let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
+    let endpoint = QuicEndpoint::unconfigured_client(bind, &lc).or_else(|_| {
+        QuicEndpoint::unconfigured_client("0.0.0.0:0".parse().expect("a literal address"), &lc)
+    });
+    let mut endpoint = match endpoint {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!("router links: cannot open a QUIC endpoint: {e}");
+            return;
+        }
+    };
+    let Ok(LinkThread {
+        routers,
+        receivers,
+        endpoint_identity,
+    }) = setup.await
+    else {
+        // Opening failed before the keys were loaded.
+        return;
+    };
+    let policy = PeerPolicy::new(
+        routers.ca_public,
+        routers.revocations.clone(),
+        &[tether_crypto::Role::Router],
+    );
+    if let Err(e) = endpoint.set_client(&endpoint_identity, policy) {
+        tracing::error!("router links: cannot present the session's credential: {e}");
+        return;
+    }
+    let endpoint = Arc::new(endpoint);
+    let (engine_tx, engine_rx) = watch::channel(None);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, rx) in receivers.into_iter().enumerate() {
+        tasks.spawn(link_task(
+            engine_rx.clone(),
+            routers.clone(),
+            endpoint.clone(),
+            i,
+            rx,
+        ));
+    }
+    let Ok(shared) = engine.await else {
+        // The session was not opened after all.
+        routers.close();
+        tasks.abort_all();
+        endpoint.close(0, "session not opened");
+        // The close reaches a router already linked: it need not wait out its timeout.
+        let _ = tokio::time::timeout(CLOSE_IDLE, endpoint.wait_idle()).await;
+        return;
+    };
+    let _ = engine_tx.send(Some(shared.clone()));
+    tasks.spawn(endpoints_task(shared, routers.clone()));
+    // Until the session closes; then a moment for the goodbyes already queued.
+    while !routers.closing.load(Ordering::SeqCst) {
+        let wait = routers.shutdown.notified();
+        if routers.closing.load(Ordering::SeqCst) {
+            break;
+        }
+        wait.await;
+    }
+    let _ = tokio::time::timeout(CLOSE_FLUSH, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+    endpoint.close(0, "session closed");
+    let _ = tokio::time::timeout(CLOSE_IDLE, endpoint.wait_idle()).await;
 }
 
 /// Resolves `host:port` (IPv4 first, as static peers are).
