@@ -40,6 +40,11 @@ const TRAFFIC: &[&str] = &[
     "addresses_moved",
     "reannounced",
     "stalls",
+    "routers",
+    "routers_up",
+    "router_connects",
+    "router_frames_sent",
+    "router_frames_received",
 ];
 
 /// Counters of samples and of the reliability protocol.
@@ -177,6 +182,24 @@ mod tests {
              a_counter_not_yet_placed     1\n"
         );
         assert!(table(&[("lost", 0)]).contains("(all zero)"));
+    }
+
+    /// What went through the router links is traffic; what they dropped or refused is
+    /// among the drops. (Before, every router counter was listed among the drops.)
+    #[test]
+    fn router_link_counters_are_traffic_but_their_drops_are_drops() {
+        for n in [
+            "routers",
+            "routers_up",
+            "router_connects",
+            "router_frames_sent",
+            "router_frames_received",
+        ] {
+            assert_eq!(section(n), 0, "{n}");
+        }
+        for n in ["router_frames_dropped", "router_bad_frames"] {
+            assert_eq!(section(n), 3, "{n}");
+        }
     }
 
     #[test]
