@@ -272,7 +272,7 @@ pub struct Participant {
     /// The final ACKNACKs of readers deleted lately (when, and where they went), sent again
     /// in front of the PARTICIPANT_BYE: at most [`MAX_FAREWELLS`], none older than
     /// [`FAREWELL_KEEP`].
-    pub(crate) farewells: VecDeque<(Instant, SocketAddr, tether_wire::AckNackRepr)>,
+    pub(crate) farewells: VecDeque<(Instant, crate::reliability::Farewell)>,
     /// When credentials (peers' and our own) are next checked for expiry.
     pub(crate) expiry: crate::security::expiry::ExpiryTimer,
     /// The route key of every local endpoint (`route`), computed once at its creation:
@@ -513,11 +513,11 @@ impl Participant {
         self.say_goodbye(&Submessage::EndpointBye(id), &acks);
         // The PARTICIPANT_BYE of a host that shuts down next could overtake that datagram
         // too: it carries them again (see `farewells`; housekeeping forgets old ones).
-        for (a, an) in acks {
+        for f in acks {
             if self.farewells.len() >= MAX_FAREWELLS {
                 self.farewells.pop_front();
             }
-            self.farewells.push_back((now, a, an));
+            self.farewells.push_back((now, f));
         }
     }
 
@@ -528,7 +528,7 @@ impl Participant {
     /// same goodbye, with the same acknowledgements). Participants still answering our
     /// challenge get it too: they may know us already.
     pub fn close(&mut self) {
-        let acks: Vec<_> = self.farewells.iter().map(|(_, a, an)| (*a, *an)).collect();
+        let acks: Vec<_> = self.farewells.iter().map(|(_, f)| *f).collect();
         self.say_goodbye(&Submessage::ParticipantBye, &acks);
         self.say_goodbye_to_pending();
         self.closed = true;
@@ -778,6 +778,7 @@ impl Participant {
                 Submessage::Gap(g) => self.on_gap(now, pid, g),
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(now, pid, n),
+                Submessage::Skipped(x) => self.on_skipped(pid, x),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Probe(p) => self.on_probe(from, pid, p, datagram.len()),
                 Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, from, a),

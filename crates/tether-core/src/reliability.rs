@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_wire::{
     AckNackRepr, DataRepr, DatagramBuilder, EntityId, GapRepr, Header, HeartbeatRepr, NackFragRepr,
-    ParticipantId, Submessage,
+    ParticipantId, SkippedRepr, Submessage,
 };
 
 use crate::event::Shortfall;
@@ -23,6 +23,9 @@ use crate::security::protect::wire_form;
 use crate::transmit::{Tail, Transmit};
 use crate::writer::fanout_addrs;
 use crate::writer::packer::Packer;
+
+/// A reader's final ACKNACK as it leaves, where it goes, and the SKIPPED beside it.
+pub(crate) type Farewell = (SocketAddr, AckNackRepr, Option<SkippedRepr>);
 
 /// Heartbeat periods between heartbeats that ask every reader to acknowledge (the others are
 /// final: only readers that miss something answer them).
@@ -323,7 +326,7 @@ impl Participant {
         &mut self,
         id: EntityId,
         r: &mut crate::reader::state::Reader,
-    ) -> Vec<(SocketAddr, AckNackRepr)> {
+    ) -> Vec<Farewell> {
         let me = self.cfg.participant;
         let mut acks = Vec::new();
         for (g, wp) in r.writers.iter_mut() {
@@ -334,7 +337,8 @@ impl Participant {
             let Some(addr) = self.peers.remotes.get(&g.participant).map(|p| p.addr) else {
                 continue;
             };
-            acks.push((addr, wp.acknack(id, g.entity, None, &mut Vec::new())));
+            let an = wp.acknack(id, g.entity, None, &mut Vec::new());
+            acks.push((addr, an, wp.skipped_beside(&an)));
         }
         acks
     }
@@ -345,20 +349,48 @@ impl Participant {
     /// (Wi-Fi retries, several queues) could otherwise deliver the goodbye first: the writer
     /// would drop the reader, ignore the ACKNACK that follows, and count every sample the
     /// reader received but had not yet acknowledged as owed by a reader that left.
-    pub(crate) fn say_goodbye(&mut self, bye: &Submessage<'_>, acks: &[(SocketAddr, AckNackRepr)]) {
+    pub(crate) fn say_goodbye(&mut self, bye: &Submessage<'_>, acks: &[Farewell]) {
         let hdr = self.header();
         for dest in self.known_destinations() {
             let mut p = Packer::new(dest, hdr, self.datagram_size(dest));
-            for (_, an) in acks.iter().filter(|(a, _)| *a == dest) {
+            for (_, an, sk) in acks.iter().filter(|(a, _, _)| *a == dest) {
                 p.push(
                     &Submessage::AckNack(*an),
                     &mut self.transmits,
                     &mut self.stats,
                 );
+                if let Some(x) = sk {
+                    p.push(
+                        &Submessage::Skipped(*x),
+                        &mut self.transmits,
+                        &mut self.stats,
+                    );
+                }
                 self.stats.acknacks_sent += 1;
             }
             p.push(bye, &mut self.transmits, &mut self.stats);
             p.finish(&mut self.transmits, &mut self.stats);
+        }
+    }
+
+    /// A SKIPPED: what reader `x.reader` of participant `pid` skipped of our writer, below
+    /// the base of its ACKNACK numbered `x.count`, taken only if that is the last ACKNACK
+    /// of it we took (a SKIPPED of a stale, or not yet seen, ACKNACK says nothing).
+    pub(crate) fn on_skipped(&mut self, pid: ParticipantId, x: SkippedRepr) {
+        let rg = Guid {
+            participant: pid,
+            entity: x.reader,
+        };
+        let Some(rp) = self
+            .writers
+            .get_mut(&x.writer)
+            .and_then(|w| w.readers.get_mut(&rg))
+        else {
+            self.stats.unmatched_reader += 1;
+            return;
+        };
+        if rp.reliable && !rp.local && rp.last_count == Some(x.count) {
+            rp.skipped_heard = Some(x.skipped);
         }
     }
 
@@ -584,9 +616,9 @@ impl Participant {
         if acknowledges {
             let base = an.base.min(w.next_seq);
             rp.acked = rp.acked.max(base);
-            if an.skipped.is_some() {
-                rp.skipped_heard = an.skipped;
-            }
+            // Its SKIPPED comes right after, numbered as this ACKNACK: until it does (a
+            // reader of an earlier version sends none), nothing says what it skipped.
+            rp.skipped_heard = None;
             rp.prune_resent();
         }
         if let Some(e) = w.heard_from(rg, now) {
@@ -748,6 +780,7 @@ impl Participant {
                 .min(cap);
             let mut more = Vec::new();
             let an = wp.acknack(rid, g.entity, Some((now, wait)), &mut more);
+            let skipped = wp.skipped_beside(&an);
             // Samples in reassembly are repaired by fragment: the overtaken fragments, or all
             // missing ones once the sender has gone quiet on that sample.
             let mut nacks = Vec::new();
@@ -823,6 +856,13 @@ impl Participant {
                 &mut self.transmits,
                 &mut self.stats,
             );
+            if let Some(x) = skipped {
+                p.push(
+                    &Submessage::Skipped(x),
+                    &mut self.transmits,
+                    &mut self.stats,
+                );
+            }
             self.stats.acknacks_sent += 1;
             for n in more {
                 p.push(&Submessage::Nack(n), &mut self.transmits, &mut self.stats);

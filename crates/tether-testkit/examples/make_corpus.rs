@@ -70,7 +70,6 @@ fn conversation() -> Vec<Vec<u8>> {
         bitmap,
         count: 1,
         start_unknown: false,
-        skipped: None,
     });
     let gap = Submessage::Gap(GapRepr {
         writer: EntityId(1),

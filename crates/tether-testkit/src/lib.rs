@@ -259,6 +259,10 @@ pub struct Sim {
     pub other_site: u64,
     /// The router joining sites, if any ([`router`](crate::router)).
     pub router: Option<router::SimRouter>,
+    /// When `Some`, every datagram is passed through it as it reaches node `to` (`to`,
+    /// the datagram; what it returns is delivered): a peer of another version, or a
+    /// middlebox, in tests.
+    pub rewrite: Option<fn(usize, &Bytes) -> Bytes>,
 }
 
 impl Sim {
@@ -282,6 +286,7 @@ impl Sim {
             unrouted: BTreeMap::new(),
             other_site: 0,
             router: None,
+            rewrite: None,
         }
     }
 
@@ -591,14 +596,18 @@ impl Sim {
                 // A frame in flight on a router link that went down is lost with it.
                 let link_down =
                     tether_core::route::is_routed(&f.from) && !self.router_link_is_up(f.to);
+                let payload = match self.rewrite {
+                    Some(rw) => rw(f.to, &f.payload),
+                    None => f.payload.clone(),
+                };
                 if let Some(waiting) = self.nodes[f.to].stopped.as_mut() {
                     if !link_down {
-                        waiting.push((f.from, f.payload.clone()));
+                        waiting.push((f.from, payload));
                     }
                 } else if self.nodes[f.to].up && !self.nodes[f.to].unplugged && !link_down {
                     self.nodes[f.to]
                         .participant
-                        .handle_datagram(now, f.from, &f.payload);
+                        .handle_datagram(now, f.from, &payload);
                     self.pump(f.to);
                 }
                 true

@@ -196,7 +196,6 @@ fn forged_control_acknacks_under_the_readers_id_change_nothing() {
             bitmap: [0; 8],
             count: 1,
             start_unknown: false,
-            skipped: None,
         })],
     );
     inject(&mut sim, 0, raddr, &ack_all);

@@ -391,7 +391,6 @@ fn forged_control_huge_sequence_ranges_are_bounded() {
         bitmap: [u32::MAX; 8],
         count,
         start_unknown: false,
-        skipped: None,
     };
     let to_writer = [
         Submessage::AckNack(an(rb, wb, top - 256, 1 << 29)),

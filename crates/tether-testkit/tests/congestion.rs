@@ -306,7 +306,6 @@ fn forged_nacks_and_heartbeats_are_contained() {
                 bitmap: [u32::MAX; 8],
                 count: 1 << 30,
                 start_unknown: false,
-                skipped: None,
             }))
             .unwrap();
             let now = sim.now;

@@ -49,14 +49,14 @@ pub use keys::{
     topic_id_input,
 };
 pub use repr::{
-    ACKNACK_SKIPPED, ACKNACK_START_UNKNOWN, AUTH_TAG_LEN, AckNackRepr, AuthRepr, AuthTagRepr,
-    BATCH_ENTRY_OVERHEAD, BATCH_FIXED_LEN, BatchRepr, BatchSigRepr, ControlKeyRepr,
-    DATA_FRAG_FIXED_LEN, DataFragRepr, DataRepr, Durability, Encoding, EndpointKind, EndpointRepr,
-    GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr, Liveliness,
-    MAX_CREDENTIAL_LEN, NackFragRepr, PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr,
-    ProbeAckRepr, ProbeRepr, ProtectionMode, QosRepr, REFUSAL_LEN, RefusalReason, RefusalRepr,
-    Reliability, SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN, SealedBatchRepr,
-    SealedRepr, StrList, Submessage, SubmessageKind, UnknownEncoding, auth_signed_bytes,
+    ACKNACK_START_UNKNOWN, AUTH_TAG_LEN, AckNackRepr, AuthRepr, AuthTagRepr, BATCH_ENTRY_OVERHEAD,
+    BATCH_FIXED_LEN, BatchRepr, BatchSigRepr, ControlKeyRepr, DATA_FRAG_FIXED_LEN, DataFragRepr,
+    DataRepr, Durability, Encoding, EndpointKind, EndpointRepr, GapRepr, HEARTBEAT_FINAL,
+    HeartbeatRepr, HistoryKind, KeyRepr, KeyRequestRepr, Liveliness, MAX_CREDENTIAL_LEN,
+    NackFragRepr, PROBE_ACK_LEN, PROBE_FIXED_LEN, ParticipantRepr, ProbeAckRepr, ProbeRepr,
+    ProtectionMode, QosRepr, REFUSAL_LEN, RefusalReason, RefusalRepr, Reliability,
+    SEALED_BATCH_FIXED_LEN, SEALED_BATCH_TAG_AT, SEALED_FIXED_LEN, SealedBatchRepr, SealedRepr,
+    SkippedRepr, StrList, Submessage, SubmessageKind, UnknownEncoding, auth_signed_bytes,
     batch_entry_head, push_batch_entry, refusal_signed_bytes, sealed_batch_ciphertext,
 };
 pub use sample::{

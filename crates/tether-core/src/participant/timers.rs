@@ -112,7 +112,7 @@ impl Participant {
         }
         if now >= self.next_housekeeping {
             self.farewells
-                .retain(|(t, _, _)| now.saturating_duration_since(*t) < FAREWELL_KEEP);
+                .retain(|(t, _)| now.saturating_duration_since(*t) < FAREWELL_KEEP);
             self.housekeeping(now);
             self.check_inactive(now);
             self.reannounce_to_silent_readers(now);

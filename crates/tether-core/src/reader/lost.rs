@@ -238,6 +238,8 @@ pub(crate) fn settle(
     };
     let mut wp = WriterProxy::new(true, None, now, false);
     wp.expected = Some(l.next);
+    // What it skips now counts with what it skipped before: its ACKNACKs go on from both.
+    wp.skipped = l.skipped;
     wp.hb_last = top;
     wp.pending = std::mem::take(&mut l.held);
     wp.pending_bytes = wp.pending.values().map(|s| s.payload.len() as u64).sum();
@@ -250,6 +252,7 @@ pub(crate) fn settle(
     let delivered = wp.writer_left(&mut r.cache, now, input, l.writer, &mut losses);
     crate::reader::note_delivered(r, delivered, now, stats, events);
     l.next = wp.expected.unwrap_or(l.next).max(top.saturating_add(1));
+    l.skipped = wp.skipped;
 }
 
 impl crate::participant::Participant {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use tether_wire::{AckNackRepr, EntityId, MAX_ACKNACK_BITS};
+use tether_wire::{AckNackRepr, EntityId, MAX_ACKNACK_BITS, SkippedRepr};
 
 use crate::endpoint::EndpointInfo;
 use crate::event::{Guid, LossReason, Sample, Stats};
@@ -390,6 +390,18 @@ impl WriterProxy {
         delivered
     }
 
+    /// The SKIPPED that goes right after ACKNACK `an` (`docs/wire.md#skipped`): what this
+    /// reader skipped of the writer, below `an`'s base. None for one that acknowledges
+    /// nothing (it does not know where it starts).
+    pub(crate) fn skipped_beside(&self, an: &AckNackRepr) -> Option<SkippedRepr> {
+        (!an.start_unknown).then_some(SkippedRepr {
+            reader: an.reader,
+            writer: an.writer,
+            count: an.count,
+            skipped: self.skipped,
+        })
+    }
+
     /// The ACKNACK answering what this reader knows of the writer; one that asks where it
     /// starts if the writer has not told it yet. Missing samples beyond its 256 bits are
     /// requested by NACKs pushed to `nacks` (up to [`MAX_NACKS`] of them, each 256 bits from
@@ -412,14 +424,12 @@ impl WriterProxy {
             bitmap: [0; 8],
             count: self.acknack_count,
             start_unknown: true,
-            skipped: None,
         };
         let Some(base) = self.expected else {
             return an;
         };
         an.base = base;
         an.start_unknown = false;
-        an.skipped = Some(self.skipped);
         // What the writer announced, or what later samples that arrived prove it sent.
         let last = self
             .hb_last
@@ -489,7 +499,6 @@ impl WriterProxy {
                         bitmap: [0; 8],
                         count: self.acknack_count,
                         start_unknown: false,
-                        skipped: None,
                     }
                 });
                 let i = (seq - n.base) as u16;

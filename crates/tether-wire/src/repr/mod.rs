@@ -16,8 +16,8 @@ pub use data::{
 pub use discovery::{Encoding, EndpointRepr, ParticipantRepr, ProtectionMode, UnknownEncoding};
 pub use path::{PROBE_ACK_LEN, PROBE_FIXED_LEN, ProbeAckRepr, ProbeRepr};
 pub use reliability::{
-    ACKNACK_SKIPPED, ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr,
-    NackFragRepr,
+    ACKNACK_START_UNKNOWN, AckNackRepr, GapRepr, HEARTBEAT_FINAL, HeartbeatRepr, NackFragRepr,
+    SkippedRepr,
 };
 pub use secure::{
     AUTH_TAG_LEN, AuthRepr, AuthTagRepr, BatchSigRepr, ControlKeyRepr, KeyRepr, KeyRequestRepr,
@@ -78,6 +78,8 @@ pub enum SubmessageKind {
     /// A participant refused the addressee's credential, and says why, signed (secure
     /// realms).
     Refusal = 0x16,
+    /// What a reader skipped of a writer, beside one of its ACKNACKs.
+    Skipped = 0x17,
 }
 
 impl SubmessageKind {
@@ -106,6 +108,7 @@ impl SubmessageKind {
             0x14 => Self::AuthTag,
             0x15 => Self::SealedBatch,
             0x16 => Self::Refusal,
+            0x17 => Self::Skipped,
             _ => return None,
         })
     }
@@ -287,6 +290,8 @@ pub enum Submessage<'a> {
     SealedBatch(SealedBatchRepr<'a>),
     /// See [`RefusalRepr`].
     Refusal(RefusalRepr<'a>),
+    /// See [`SkippedRepr`].
+    Skipped(SkippedRepr),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -338,6 +343,7 @@ impl<'a> Submessage<'a> {
             Submessage::AuthTag(_) => SubmessageKind::AuthTag as u8,
             Submessage::SealedBatch(_) => SubmessageKind::SealedBatch as u8,
             Submessage::Refusal(_) => SubmessageKind::Refusal as u8,
+            Submessage::Skipped(_) => SubmessageKind::Skipped as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -346,7 +352,7 @@ impl<'a> Submessage<'a> {
     pub fn flags(&self) -> u8 {
         match self {
             Submessage::Heartbeat(h) if h.final_ => HEARTBEAT_FINAL,
-            Submessage::AckNack(a) => a.flags(),
+            Submessage::AckNack(a) if a.start_unknown => ACKNACK_START_UNKNOWN,
             _ => 0,
         }
     }
@@ -389,6 +395,7 @@ impl<'a> Submessage<'a> {
             SubmessageKind::AuthTag => Submessage::AuthTag(AuthTagRepr::parse(c)?),
             SubmessageKind::SealedBatch => Submessage::SealedBatch(SealedBatchRepr::parse(c)?),
             SubmessageKind::Refusal => Submessage::Refusal(RefusalRepr::parse(c)?),
+            SubmessageKind::Skipped => Submessage::Skipped(SkippedRepr::parse(c)?),
         };
         c.finish()?;
         Ok(msg)
@@ -406,7 +413,7 @@ impl<'a> Submessage<'a> {
             }
             Submessage::Data(d) => d.emit(out),
             Submessage::Heartbeat(h) => h.emit(out),
-            Submessage::AckNack(a) => a.emit(out, false),
+            Submessage::AckNack(a) => a.emit(out),
             Submessage::Gap(g) => g.emit(out),
             Submessage::DataFrag(d) => d.emit(out),
             Submessage::NackFrag(n) => n.emit(out),
@@ -418,13 +425,14 @@ impl<'a> Submessage<'a> {
             Submessage::BatchSig(b) => b.emit(out),
             Submessage::Probe(p) => p.emit(out),
             Submessage::ProbeAck(p) => p.emit(out),
-            Submessage::Nack(n) => n.emit(out, true),
+            Submessage::Nack(n) => n.emit(out),
             Submessage::AuthTag(t) => {
                 t.emit(out);
                 Ok(())
             }
             Submessage::SealedBatch(x) => x.emit(out),
             Submessage::Refusal(r) => r.emit(out),
+            Submessage::Skipped(x) => x.emit(out),
             Submessage::Unknown(_) => Ok(()),
         }
     }

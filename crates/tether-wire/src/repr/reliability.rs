@@ -30,9 +30,6 @@ pub const HEARTBEAT_FINAL: u8 = 0x01;
 /// writer: it acknowledges nothing, and asks for a heartbeat addressed to it.
 pub const ACKNACK_START_UNKNOWN: u8 = 0x01;
 
-/// The ACKNACK submessage flag of one that carries [`AckNackRepr::skipped`].
-pub const ACKNACK_SKIPPED: u8 = 0x02;
-
 /// A reader's acknowledgement: all below `base` received; bit `i` set = `base + i` missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckNackRepr {
@@ -52,17 +49,56 @@ pub struct AckNackRepr {
     /// heartbeat addressed to it): it acknowledges nothing (`base` and the bitmap say
     /// nothing) and asks the writer to tell it. Submessage flag [`ACKNACK_START_UNKNOWN`].
     pub start_unknown: bool,
-    /// How many sequence numbers of this writer below `base` the reader skipped (announced
-    /// gone by a GAP or a heartbeat before it had them), counted since it met the writer:
-    /// what lets the writer tell a sample received from one it let go of. Present (8 bytes
-    /// after the bitmap) with submessage flag [`ACKNACK_SKIPPED`].
-    pub skipped: Option<u64>,
 }
 
 impl AckNackRepr {
     /// Iterates the requested sequence numbers.
     pub fn missing(&self) -> impl Iterator<Item = u64> + '_ {
         set_bits(&self.bitmap, self.num_bits).map(|i| self.base + i as u64)
+    }
+}
+
+/// How many sequence numbers of a writer a reader skipped as gone (a GAP, or a heartbeat
+/// that no longer had them, came before they did), counted since it met the writer: sent
+/// right after each of its ACKNACKs, numbered as that ACKNACK, and counting what lies below
+/// its `base`. It lets a writer that let samples go for the reader tell those it received
+/// from those it lacks (`docs/wire.md#skipped`). A kind of its own, so that a receiver of an
+/// earlier version skips it and still takes the ACKNACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SkippedRepr {
+    /// The reader.
+    pub reader: EntityId,
+    /// The writer.
+    pub writer: EntityId,
+    /// The `count` of the ACKNACK it goes with.
+    pub count: u32,
+    /// Sequence numbers skipped below that ACKNACK's `base`.
+    pub skipped: u64,
+}
+
+impl SkippedRepr {
+    /// Parses the body's fields from `c` (the caller checks that they fill the body).
+    pub(crate) fn parse(c: &mut Cursor<'_>) -> Result<Self, Error> {
+        //= docs/wire.md#skipped
+        let reader = c.entity("reader")?;
+        let writer = c.entity("writer")?;
+        let count = c.u32()?;
+        let skipped = c.u64()?;
+        Ok(SkippedRepr {
+            reader,
+            writer,
+            count,
+            skipped,
+        })
+    }
+
+    /// Appends the body.
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+        out.extend_from_slice(&self.reader.0.to_le_bytes());
+        out.extend_from_slice(&self.writer.0.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.skipped.to_le_bytes());
+        Ok(())
     }
 }
 
@@ -125,11 +161,6 @@ impl AckNackRepr {
         }
         let count = c.u32()?;
         let bitmap = c.bitmap(num_bits)?;
-        let skipped = if flags & ACKNACK_SKIPPED != 0 {
-            Some(c.u64()?)
-        } else {
-            None
-        };
         Ok(AckNackRepr {
             reader,
             writer,
@@ -138,13 +169,11 @@ impl AckNackRepr {
             bitmap,
             count,
             start_unknown: flags & ACKNACK_START_UNKNOWN != 0,
-            skipped,
         })
     }
 
-    /// Appends the body (as a NACK if `nack`: never with `skipped`, which only an ACKNACK
-    /// carries).
-    pub(crate) fn emit(&self, out: &mut Vec<u8>, nack: bool) -> Result<(), Error> {
+    /// Appends the body.
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
         if self.num_bits > MAX_ACKNACK_BITS {
             return Err(Error::BadLength);
         }
@@ -154,22 +183,7 @@ impl AckNackRepr {
         out.extend_from_slice(&self.num_bits.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
         emit_bitmap(out, &self.bitmap, self.num_bits);
-        if let Some(n) = self.skipped.filter(|_| !nack) {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
         Ok(())
-    }
-
-    /// The submessage header's flags for this ACKNACK.
-    pub fn flags(&self) -> u8 {
-        let mut f = 0;
-        if self.start_unknown {
-            f |= ACKNACK_START_UNKNOWN;
-        }
-        if self.skipped.is_some() {
-            f |= ACKNACK_SKIPPED;
-        }
-        f
     }
 }
 
