@@ -217,13 +217,11 @@ fn dial_routers(
         b.ca_public,
         revocations,
     );
-    // A thread that could not make its endpoint said so, and ended: the links stay down
-    // (what the engine sends them is counted as dropped).
-    let _ = early.setup.send(thread);
+    let (thread, engine) = early.start(thread);
     Ok(Dialling {
         routers,
-        thread: early.thread,
-        engine: early.engine,
+        thread,
+        engine,
     })
 }
 

@@ -376,21 +376,52 @@ impl LinkThread {
                 rt.block_on(run_links(setup_rx, engine_rx, idle_timeout));
             })?;
         Ok(EarlyLinks {
-            thread,
-            setup,
-            engine,
+            parts: Some((thread, setup, engine)),
         })
     }
 }
 
 /// The link thread of a session being opened, making its QUIC endpoint already
-/// ([`LinkThread::spawn`]).
+/// ([`LinkThread::spawn`]). Dropped before [`start`](Self::start) (opening failed), it ends
+/// the thread and waits for it: a failed open leaves no thread behind.
 pub(super) struct EarlyLinks {
-    pub(super) thread: std::thread::JoinHandle<()>,
-    /// What it runs, once the session's keys are loaded.
-    pub(super) setup: oneshot::Sender<LinkThread>,
-    /// The engine, once the session is open.
-    pub(super) engine: oneshot::Sender<Arc<Shared>>,
+    /// The thread, the sender of what it runs (once the session's keys are loaded), and the
+    /// sender of the engine (once the session is open).
+    parts: Option<EarlyParts>,
+}
+
+/// The parts of [`EarlyLinks`].
+type EarlyParts = (
+    std::thread::JoinHandle<()>,
+    oneshot::Sender<LinkThread>,
+    oneshot::Sender<Arc<Shared>>,
+);
+
+impl EarlyLinks {
+    /// Hands the thread the links to run (it dials at once); returns the thread and the
+    /// sender of the engine.
+    pub(super) fn start(
+        mut self,
+        links: LinkThread,
+    ) -> (std::thread::JoinHandle<()>, oneshot::Sender<Arc<Shared>>) {
+        let Some((thread, setup, engine)) = self.parts.take() else {
+            unreachable!("made with its parts, which only `start` takes, by value");
+        };
+        // A thread that could not make its endpoint said so, and ended: the links stay
+        // down (what the engine sends them is counted as dropped).
+        let _ = setup.send(links);
+        (thread, engine)
+    }
+}
+
+impl Drop for EarlyLinks {
+    fn drop(&mut self) {
+        if let Some((thread, setup, engine)) = self.parts.take() {
+            // Without its setup or its engine the thread closes its endpoint and ends.
+            drop((setup, engine));
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The link thread's work: see [`LinkThread::spawn`].
