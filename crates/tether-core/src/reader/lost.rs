@@ -209,8 +209,9 @@ pub(crate) struct Left {
     /// The samples the reader held past a hole when that writer's lease ran out.
     pub(crate) held: BTreeMap<u64, Sample>,
     /// The last ACKNACK and NACK_FRAG counts the reader sent it: met again, it numbers on
-    /// from them. And the samples of it the reader skipped (its ACKNACKs say so).
+    /// from them.
     pub(crate) counts: (u32, u32),
+    /// The sequence numbers of it the reader skipped (its SKIPPEDs go on from them).
     pub(crate) skipped: u64,
     /// `owed`'s deadline was put off once already for a stall of this participant (it is
     /// not put off again).

@@ -117,8 +117,9 @@ pub(crate) struct WriterProxy {
     pub(crate) arrivals: u64,
     progress_at: u64,
     /// Sequence numbers of this writer skipped as gone (a GAP, or a heartbeat that no
-    /// longer has them, before they came), since the reader met it: sent with every
-    /// ACKNACK, so the writer can tell what it let go of from what the reader lacks.
+    /// longer has them, before they came), since the reader met it: sent in a SKIPPED
+    /// after every ACKNACK, so the writer can tell what it let go of from what the reader
+    /// lacks.
     pub(crate) skipped: u64,
 }
 
