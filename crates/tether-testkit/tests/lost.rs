@@ -107,6 +107,20 @@ fn writer_events(sim: &Sim, w: usize, f: impl Fn(&Event) -> bool) -> Vec<Event> 
         .collect()
 }
 
+/// The one reader node 0's writer raised active again, and the samples it let go of for
+/// it; panics if there was not exactly one such event.
+fn reader_active_once(sim: &Sim) -> (Guid, u64) {
+    let back = writer_events(sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
+    match back[..] {
+        [
+            Event::ReaderActive {
+                reader, released, ..
+            },
+        ] => (reader, released),
+        _ => panic!("{back:?}"),
+    }
+}
+
 /// A keep-last reader whose application does not take: every sample its cache replaced is
 /// lost, counted and reported (before, 15 samples overwritten in a row left `lost` at 0).
 #[test]
@@ -426,15 +440,7 @@ fn a_stalled_reader_does_not_stall_the_others() {
     assert!(sim.run_until(Duration::from_secs(5), |s| {
         s.nodes[0].participant.all_acked(wid)
     }));
-    let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
-    let [
-        Event::ReaderActive {
-            reader, released, ..
-        },
-    ] = back[..]
-    else {
-        panic!("{back:?}");
-    };
+    let (reader, released) = reader_active_once(&sim);
     assert_eq!(reader, stalled);
     // The writer let go of at least what the reader lost (it may have had a few more it
     // had not acknowledged yet when it stopped).
@@ -478,15 +484,7 @@ fn a_stopped_reader_that_lacks_nothing_is_owed_nothing() {
     }));
     assert_eq!(sim.seqs(3, rids[2]), (1..=400).collect::<Vec<_>>());
     assert_eq!(sim.nodes[3].participant.reader_lost(rids[2]), 0);
-    let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
-    let [
-        Event::ReaderActive {
-            reader, released, ..
-        },
-    ] = back[..]
-    else {
-        panic!("{back:?}");
-    };
+    let (reader, released) = reader_active_once(&sim);
     assert_eq!(reader, stopped);
     assert!(released >= 400 - 50 - 16, "{released}");
     let owed = sim.p(0).unacknowledged(wid);
@@ -1156,10 +1154,7 @@ fn without_skipped_counts_the_writer_owes_what_it_let_go_of() {
         s.seqs(3, rids[2]).len() == 400 && s.nodes[0].participant.all_acked(wid)
     }));
     assert_eq!(sim.nodes[3].participant.reader_lost(rids[2]), 0);
-    let back = writer_events(&sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
-    let [Event::ReaderActive { released, .. }] = back[..] else {
-        panic!("{back:?}");
-    };
+    let (_, released) = reader_active_once(&sim);
     let owed = sim.p(0).unacknowledged(wid);
     assert!(
         owed.len() == 1 && owed[0].samples == released && released > 0,
