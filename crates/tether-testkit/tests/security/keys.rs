@@ -36,10 +36,15 @@ fn epoch_of(dg: &[u8], len: usize) -> Option<u32> {
         .ok()?;
         return (x.ciphertext.len() == tether_wire::BATCH_ENTRY_OVERHEAD + len).then_some(x.epoch);
     }
-    // A sealed DATA, before the datagram's AUTH_TAG.
-    let dg = tether_wire::AuthTagRepr::split(dg).map_or(dg, |(_, covered)| covered);
-    let at = dg.len().checked_sub(4 + len + 16)?;
-    Some(u32::from_le_bytes(dg[at..at + 4].try_into().ok()?))
+    // A sealed DATA: its payload ends with the epoch, the ciphertext and the tag.
+    let d = tether_wire::Datagram::parse(dg).ok()?;
+    d.submessages().find_map(|m| match m {
+        Ok(tether_wire::Submessage::Data(x)) => {
+            let at = x.payload.len().checked_sub(4 + len + 16)?;
+            Some(u32::from_le_bytes(x.payload[at..at + 4].try_into().ok()?))
+        }
+        _ => None,
+    })
 }
 
 /// A writer ("robot", serial 1) on /t and `n` readers (serials 2, 3, …), each on its own
