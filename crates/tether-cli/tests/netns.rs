@@ -866,3 +866,144 @@ fn lan_a_stopped_pub_with_a_dead_subscriber_serves_the_live_one() {
     // The dead subscriber never acknowledged what came after its death: said, status 1.
     assert_eq!(pub_rc, Some(1), "{err}");
 }
+
+/// Drops every frame arriving at `host` while it lives (a table of its own, so the two
+/// sides can be cut and mended apart).
+struct CutIn<'a>(&'a Host, &'static str);
+
+impl<'a> CutIn<'a> {
+    fn new(host: &'a Host, table: &'static str) -> CutIn<'a> {
+        host.ns()
+            .nft(&format!(
+                "table netdev {table} {{\n  chain in {{\n    type filter hook ingress device \"{}\" priority 0;\n    counter drop\n  }}\n}}\n",
+                host.dev()
+            ))
+            .expect("cutting the link");
+        CutIn(host, table)
+    }
+}
+
+impl Drop for CutIn<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .ns()
+            .nft(&format!("delete table netdev {}\n", self.1));
+    }
+}
+
+/// A keep-all `pub` whose process is stopped longer than twice its lease while its
+/// subscriber has a hole: the subscriber gives the hole up (the writer's lease ran out, then
+/// its time to come back) and, when they meet again, acknowledges past it. The hole is made
+/// on purpose: both ingresses are cut for 300 ms, then only the subscriber's is mended, so
+/// it gets what follows but its requests for the hole never reach the publisher; then the
+/// publisher is stopped for 8 s (lease 2 s). `pub` must say the subscriber lacks exactly
+/// what `echo` says it lost, and exit 1. (Before: `pub` exited 0, every sample
+/// "acknowledged", while `echo` said "lost 14": the lossy review.)
+#[test]
+fn lan_a_hole_given_up_while_the_publisher_was_stopped_is_owned_up_to() {
+    const TEST: &str = "lan_a_hole_given_up_while_the_publisher_was_stopped_is_owned_up_to";
+    let lan = match lan("gu") {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipping {TEST}: {why}");
+            return;
+        }
+    };
+    if !netns::have_nft() {
+        eprintln!("skipping {TEST}: nft is not installed");
+        return;
+    }
+    let short = |dev: &str| {
+        let p = lan.dir.path().join(format!("{dev}-lease.toml"));
+        let base = std::fs::read_to_string(lan.cfg(dev)).unwrap();
+        std::fs::write(
+            &p,
+            format!(
+                "name = \"{dev}\"\n{}",
+                base.replace("[discovery]\n", "[discovery]\nlease_ms = 2000\n")
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let (ca, cb) = (short("vta"), short("vtb"));
+    let n = 600u64;
+    let live = |host: &Host, cfg: &Path, args: &[&str]| {
+        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
+        c.arg("--config")
+            .arg(cfg)
+            .args(args)
+            .env_remove("TETHER_CONFIG");
+        Live::spawn(c)
+    };
+    let mut echo = live(
+        lan.a(),
+        &ca,
+        &["echo", "/gu", "--keep-all", "--timeout", "25", "--stats"],
+    );
+    let mut publisher = live(
+        lan.b(),
+        &cb,
+        &[
+            "pub",
+            "/gu",
+            "x",
+            "--numbered",
+            "--keep-all",
+            "--count",
+            &n.to_string(),
+            "--rate",
+            "200",
+            "--wait-matched",
+            "1",
+            "--linger",
+            "15",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || echo.lines() >= 100),
+        "{}",
+        publisher.stderr()
+    );
+    let deaf = CutIn::new(lan.b(), "deaf");
+    {
+        let _blind = CutIn::new(lan.a(), "blind");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    publisher.signal("STOP");
+    drop(deaf);
+    std::thread::sleep(Duration::from_secs(8));
+    publisher.signal("CONT");
+    let code = publisher.wait(Duration::from_secs(40));
+    let perr = publisher.stderr();
+    assert_eq!(
+        echo.wait(Duration::from_secs(40)),
+        Some(0),
+        "{}",
+        echo.stderr()
+    );
+    let err = echo.stderr();
+    let got = numbers(&echo.out.lock().unwrap());
+    assert!(got.windows(2).all(|p| p[0] < p[1]), "out of order or twice");
+    let lost = n - got.len() as u64;
+    assert!(
+        err.contains(&format!("received {} samples, lost {lost}", got.len())),
+        "{err}"
+    );
+    assert!(lost > 0, "no hole was made: {err}\npub: {perr}");
+    assert!(
+        err.contains("the writer left before it repaired them"),
+        "{err}"
+    );
+    let tail = format!(" of {n} samples");
+    let owed: Option<u64> = perr
+        .lines()
+        .find(|l| l.contains("of vta ") && l.ends_with(&tail))
+        .and_then(|l| l.strip_suffix(&tail))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|x| x.parse().ok());
+    assert_eq!(owed, Some(lost), "pub: {perr}\necho: {err}");
+    assert_eq!(code, Some(1), "{perr}");
+}

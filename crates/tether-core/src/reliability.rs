@@ -390,7 +390,10 @@ impl Participant {
             return;
         };
         if rp.reliable && !rp.local && rp.last_count == Some(x.count) {
-            rp.skipped_heard = Some(x.skipped);
+            rp.heard_skips(crate::writer::state::Skips {
+                skipped: x.skipped,
+                abandoned: x.abandoned,
+            });
         }
     }
 

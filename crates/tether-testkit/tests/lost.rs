@@ -1161,3 +1161,63 @@ fn without_skipped_counts_the_writer_owes_what_it_let_go_of() {
         "{owed:?}, released {released}"
     );
 }
+
+/// A writer stopped (SIGSTOP) longer than twice its lease while its reader had a hole: the
+/// reader gives the hole up (its memory of the writer ran out) and, when they meet again,
+/// acknowledges past it. The writer must still count that sample as owed: the reader says
+/// in its SKIPPED how many it gave up on its own. (Before: the writer took the sample as
+/// received, so `pub` exited 0 while `echo` said "lost 1".)
+#[test]
+fn a_hole_given_up_while_the_writer_was_stopped_is_still_owed() {
+    let mut sim = Sim::new(7, Link::perfect());
+    let w = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(2);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let r = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(120);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_all()))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+    }));
+    for k in 1..=10 {
+        write_now(&mut sim, w, wid, k);
+        sim.run_for(Duration::from_millis(10));
+    }
+    sim.run_for(Duration::from_millis(500));
+    assert_eq!(sim.seqs(r, rid).len(), 10);
+    sim.nodes[w].unplugged = true;
+    write_now(&mut sim, w, wid, 11);
+    sim.nodes[w].unplugged = false;
+    for k in 12..=14 {
+        write_now(&mut sim, w, wid, k);
+    }
+    sim.stop(w);
+    sim.run_for(Duration::from_secs(10));
+    assert_eq!(sim.nodes[r].participant.reader_lost(rid), 1, "given up");
+    sim.resume(w);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+            && s.nodes[w].participant.acknowledged(wid) == 14
+    }));
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(
+        sim.seqs(r, rid),
+        [(1..=10).collect::<Vec<u64>>(), vec![12, 13, 14]].concat()
+    );
+    let lost = sim.nodes[r].participant.reader_lost(rid);
+    assert_eq!(lost, 1);
+    let owed: u64 = sim.p(w).unacknowledged(wid).iter().map(|s| s.samples).sum();
+    assert_eq!(owed, lost, "the writer owes {owed}, the reader lost {lost}");
+}

@@ -112,10 +112,10 @@ proptest! {
     }
 
     #[test]
-    fn skipped_roundtrip(r in 1u32.., w in 1u32.., count in any::<u32>(), skipped in any::<u64>(), base in 1u64..1_000_000) {
+    fn skipped_roundtrip(r in 1u32.., w in 1u32.., count in any::<u32>(), skipped in any::<u64>(), abandoned in any::<u64>(), base in 1u64..1_000_000) {
         // Beside the ACKNACK it goes with, in one datagram.
         let an = AckNackRepr { reader: EntityId(r), writer: EntityId(w), base, num_bits: 0, bitmap: [0; 8], count, start_unknown: false };
-        let x = SkippedRepr { reader: EntityId(r), writer: EntityId(w), count, skipped };
+        let x = SkippedRepr { reader: EntityId(r), writer: EntityId(w), count, skipped, abandoned };
         roundtrip(&[Submessage::AckNack(an), Submessage::Skipped(x)]);
     }
 

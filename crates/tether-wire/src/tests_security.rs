@@ -216,6 +216,7 @@ fn skipped_layout() {
         writer: EntityId(1),
         count: 7,
         skipped: 0x0102_0304_0506_0708,
+        abandoned: 0x0a0b,
     };
     let mut buf = Vec::new();
     DatagramBuilder::new(&mut buf, header())
@@ -223,17 +224,20 @@ fn skipped_layout() {
         .unwrap();
     assert_eq!(buf[HEADER_LEN], 0x17);
     assert_eq!(buf[HEADER_LEN + 1], 0);
-    assert_eq!(buf.len() - HEADER_LEN - SUBMESSAGE_HEADER_LEN, 20);
+    assert_eq!(buf.len() - HEADER_LEN - SUBMESSAGE_HEADER_LEN, 28);
     assert_eq!(
         buf[HEADER_LEN + SUBMESSAGE_HEADER_LEN..],
-        [2, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]
+        [
+            2, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1, 0x0b, 0x0a, 0, 0, 0, 0, 0,
+            0
+        ]
     );
     let body = &buf[HEADER_LEN + SUBMESSAGE_HEADER_LEN..];
     assert_eq!(
         Submessage::parse(0x17, body).unwrap(),
         Submessage::Skipped(x)
     );
-    assert!(Submessage::parse(0x17, &body[..19]).is_err());
+    assert!(Submessage::parse(0x17, &body[..27]).is_err());
     let mut long = body.to_vec();
     long.push(0);
     assert!(Submessage::parse(0x17, &long).is_err());

@@ -120,6 +120,7 @@ impl Reader {
             held,
             counts: (wp.acknack_count, wp.nackfrag_count),
             skipped: wp.skipped,
+            abandoned: wp.abandoned,
             lease,
             extended: false,
             owner,
@@ -188,6 +189,7 @@ impl Reader {
         }
         (wp.acknack_count, wp.nackfrag_count) = l.counts;
         wp.skipped = l.skipped;
+        wp.abandoned = l.abandoned;
         if wp.reliable {
             wp.pending_bytes = l.held.values().map(|s| s.payload.len() as u64).sum();
             wp.pending = l.held;
@@ -211,8 +213,10 @@ pub(crate) struct Left {
     /// The last ACKNACK and NACK_FRAG counts the reader sent it: met again, it numbers on
     /// from them.
     pub(crate) counts: (u32, u32),
-    /// The sequence numbers of it the reader skipped (its SKIPPEDs go on from them).
+    /// The sequence numbers of it the reader skipped, and of those the ones it gave up on
+    /// by itself (its SKIPPEDs go on from them).
     pub(crate) skipped: u64,
+    pub(crate) abandoned: u64,
     /// `owed`'s deadline was put off once already for a stall of this participant (it is
     /// not put off again).
     pub(crate) extended: bool,
@@ -241,6 +245,7 @@ pub(crate) fn settle(
     wp.expected = Some(l.next);
     // What it skips now counts with what it skipped before: its ACKNACKs go on from both.
     wp.skipped = l.skipped;
+    wp.abandoned = l.abandoned;
     wp.hb_last = top;
     wp.pending = std::mem::take(&mut l.held);
     wp.pending_bytes = wp.pending.values().map(|s| s.payload.len() as u64).sum();
@@ -254,6 +259,7 @@ pub(crate) fn settle(
     crate::reader::note_delivered(r, delivered, now, stats, events);
     l.next = wp.expected.unwrap_or(l.next).max(top.saturating_add(1));
     l.skipped = wp.skipped;
+    l.abandoned = wp.abandoned;
 }
 
 impl crate::participant::Participant {

@@ -121,6 +121,11 @@ pub(crate) struct WriterProxy {
     /// after every ACKNACK, so the writer can tell what it let go of from what the reader
     /// lacks.
     pub(crate) skipped: u64,
+    /// Of `skipped`, those this reader gave up on by itself ([`LossReason::WriterLeft`]:
+    /// the writer's lease ran out, or it said goodbye, before it repaired them). The writer
+    /// never said they were gone; met again, it learns from this that an acknowledgement
+    /// past them does not mean they arrived.
+    pub(crate) abandoned: u64,
 }
 
 /// Most requests in a row counted that brought nothing: the repair wait doubles for each
@@ -214,6 +219,7 @@ impl WriterProxy {
             arrivals: 0,
             progress_at: 0,
             skipped: 0,
+            abandoned: 0,
         }
     }
 
@@ -342,6 +348,9 @@ impl WriterProxy {
                 let next = end.min(next_pending.unwrap_or(u64::MAX));
                 losses.report(writer, e, next - 1, why);
                 self.skipped = self.skipped.saturating_add(next - e);
+                if why == LossReason::WriterLeft {
+                    self.abandoned = self.abandoned.saturating_add(next - e);
+                }
                 e = next;
                 continue;
             }
@@ -381,7 +390,9 @@ impl WriterProxy {
         if let (Some(e), Some((&last, _))) = (self.expected, self.pending.last_key_value()) {
             losses.report(writer, e, last, LossReason::WriterLeft);
             if last >= e {
-                self.skipped = self.skipped.saturating_add((last - e).saturating_add(1));
+                let n = (last - e).saturating_add(1);
+                self.skipped = self.skipped.saturating_add(n);
+                self.abandoned = self.abandoned.saturating_add(n);
             }
             self.expected = Some(last.saturating_add(1));
         }
@@ -400,6 +411,7 @@ impl WriterProxy {
             writer: an.writer,
             count: an.count,
             skipped: self.skipped,
+            abandoned: self.abandoned,
         })
     }
 

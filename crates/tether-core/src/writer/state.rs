@@ -54,12 +54,16 @@ pub(crate) struct ReaderProxy {
     /// Every sample below this one was acknowledged by this reader or counted in
     /// `released`.
     pub(crate) released_below: u64,
-    /// How many samples of this writer the reader says it skipped as gone, in its last
-    /// ACKNACK that said (`None`: none did).
-    pub(crate) skipped_heard: Option<u64>,
-    /// `skipped_heard` when the writer first let a sample go for this reader: what it
-    /// skipped since is at least what it lacks of those let go of.
-    pub(crate) skipped_at_release: Option<u64>,
+    /// What the SKIPPED beside the reader's last ACKNACK said (`None`: none came with it).
+    pub(crate) skipped_heard: Option<Skips>,
+    /// `skipped_heard` when the writer first let a sample go for this reader: what the
+    /// writer made it skip since is at least what it lacks of those let go of.
+    pub(crate) skipped_at_release: Option<Skips>,
+    /// The samples the reader said it had given up on by itself, in the first SKIPPED this
+    /// proxy heard (`None`: none yet), and the most it said since: those given up on in
+    /// between it lacks though it acknowledged past them (`docs/wire.md#skipped`).
+    pub(crate) abandoned_base: Option<u64>,
+    pub(crate) abandoned_top: u64,
     /// Samples re-sent to it and when: a request repeated before the repair could have
     /// arrived (it may still wait in the path's queue) is not answered twice. Pruned as
     /// acknowledgements come; at most [`MAX_RESENT`] entries.
@@ -91,6 +95,8 @@ impl ReaderProxy {
             released_below: 0,
             skipped_heard: None,
             skipped_at_release: None,
+            abandoned_base: None,
+            abandoned_top: 0,
             resent: BTreeMap::new(),
             answered: false,
             reannounced: 0,
@@ -133,20 +139,38 @@ impl ReaderProxy {
 
     /// Of the samples the writer let go of before this reader acknowledged them, those it
     /// received all the same (they were on their way, or waiting in its socket while its
-    /// process was stopped): once it has acknowledged past them all, each it did not skip
-    /// as gone. Its ACKNACKs count what it skipped; the skips since the first sample was
-    /// let go of include every one of those it lacks (and any other, which only makes this
-    /// smaller). 0 without such counts (a reader that never sent one before).
+    /// process was stopped): once it has acknowledged past them all, each it was not told
+    /// were gone. Its SKIPPEDs count what it skipped; what the writer made it skip (its GAPs
+    /// and heartbeats) since the first sample was let go of includes every one of those it
+    /// lacks and was told of (and maybe others, which only makes this smaller; those it
+    /// gave up on by itself are counted in [`abandoned`](Self::abandoned)). 0 without such
+    /// counts (a reader that never sent one before).
     pub(crate) fn received_released(&self) -> u64 {
         if self.released == 0 || self.acked < self.released_below {
             return 0;
         }
         match (self.skipped_at_release, self.skipped_heard) {
-            (Some(before), Some(now)) if now >= before => {
-                self.released - self.released.min(now - before)
+            (Some(before), Some(now)) if now.told() >= before.told() => {
+                self.released - self.released.min(now.told() - before.told())
             }
             _ => 0,
         }
+    }
+
+    /// Samples the reader gave up on by itself (their writer's lease ran out before it
+    /// repaired them: this writer's process was stopped, or the path was down) since this
+    /// proxy first heard from it: it acknowledges past them when they meet again, but does
+    /// not have them.
+    pub(crate) fn abandoned(&self) -> u64 {
+        self.abandoned_base
+            .map_or(0, |b| self.abandoned_top.saturating_sub(b))
+    }
+
+    /// Takes what a SKIPPED said beside the last ACKNACK taken.
+    pub(crate) fn heard_skips(&mut self, skips: Skips) {
+        self.skipped_heard = Some(skips);
+        self.abandoned_base.get_or_insert(skips.abandoned);
+        self.abandoned_top = self.abandoned_top.max(skips.abandoned);
     }
 
     /// Samples of `[start, next_seq)` this reader has not acknowledged, or has acknowledged
@@ -159,6 +183,23 @@ impl ReaderProxy {
         next_seq
             .saturating_sub(self.settled())
             .saturating_add(self.released - self.received_released())
+            .saturating_add(self.abandoned())
+    }
+}
+
+/// A reader's count of the sequence numbers of a writer it skipped, as its SKIPPED said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Skips {
+    /// Every one skipped as gone.
+    pub(crate) skipped: u64,
+    /// Of those, the ones it gave up on by itself.
+    pub(crate) abandoned: u64,
+}
+
+impl Skips {
+    /// Those the writer told it were gone (GAPs, heartbeats).
+    fn told(self) -> u64 {
+        self.skipped.saturating_sub(self.abandoned)
     }
 }
 
@@ -705,5 +746,56 @@ pub(crate) fn next_heartbeat(
         last,
         count: *hb_count,
         final_: !ask,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skips(skipped: u64, abandoned: u64) -> Skips {
+        Skips { skipped, abandoned }
+    }
+
+    /// What a reader gave up on by itself before this proxy first heard from it (a match
+    /// made again, where the rest was settled with the old proxy) is not owed to this one;
+    /// what it gives up on afterwards is, though it acknowledges past it.
+    #[test]
+    fn only_what_is_given_up_on_after_the_first_skipped_is_owed() {
+        let now = Instant::now();
+        let mut rp = ReaderProxy::new(true, 1, false, now);
+        rp.acked = 11;
+        rp.heard_skips(skips(5, 5));
+        assert_eq!(rp.unacknowledged(11), 0);
+        rp.acked = 21;
+        rp.heard_skips(skips(9, 8));
+        assert_eq!(rp.abandoned(), 3);
+        assert_eq!(rp.unacknowledged(21), 3);
+        // A SKIPPED that says less (forged, or a reader that forgot us) takes nothing back.
+        rp.heard_skips(skips(9, 6));
+        assert_eq!(rp.unacknowledged(21), 3);
+        // Best-effort and local readers owe nothing.
+        rp.reliable = false;
+        assert_eq!(rp.unacknowledged(21), 0);
+    }
+
+    /// Samples let go of and then given up on by the reader are owed once: what the writer
+    /// told it was gone (GAPs) counts against what was let go of, what it gave up on by
+    /// itself counts apart.
+    #[test]
+    fn what_was_let_go_of_and_given_up_on_is_owed_once() {
+        let now = Instant::now();
+        let mut rp = ReaderProxy::new(true, 1, false, now);
+        rp.acked = 11;
+        rp.heard_skips(skips(0, 0));
+        // Ten let go of while it was inactive.
+        rp.released = 10;
+        rp.released_below = 21;
+        rp.skipped_at_release = rp.skipped_heard;
+        // It got 6 of them, was told 1 was gone and gave 3 up on by itself.
+        rp.acked = 21;
+        rp.heard_skips(skips(4, 3));
+        assert_eq!(rp.received_released(), 9);
+        assert_eq!(rp.unacknowledged(21), 4);
     }
 }

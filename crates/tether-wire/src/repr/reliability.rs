@@ -74,6 +74,10 @@ pub struct SkippedRepr {
     pub count: u32,
     /// Sequence numbers skipped below that ACKNACK's `base`.
     pub skipped: u64,
+    /// Of those, the ones the reader gave up on by itself: the writer's lease ran out
+    /// (or it said goodbye) before it repaired them. The writer never said they were gone,
+    /// so an acknowledgement past them does not mean the reader has them.
+    pub abandoned: u64,
 }
 
 impl SkippedRepr {
@@ -84,11 +88,13 @@ impl SkippedRepr {
         let writer = c.entity("writer")?;
         let count = c.u32()?;
         let skipped = c.u64()?;
+        let abandoned = c.u64()?;
         Ok(SkippedRepr {
             reader,
             writer,
             count,
             skipped,
+            abandoned,
         })
     }
 
@@ -98,6 +104,7 @@ impl SkippedRepr {
         out.extend_from_slice(&self.writer.0.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
         out.extend_from_slice(&self.skipped.to_le_bytes());
+        out.extend_from_slice(&self.abandoned.to_le_bytes());
         Ok(())
     }
 }
