@@ -293,7 +293,10 @@ impl Cli {
 fn main() -> ExitCode {
     why::init_logging();
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    // Reports held back by the rate at the end of the run are said, not left out.
+    why::say_suppressed();
+    match result {
         Ok(code) => code,
         // The reader of our output went away: the end it asked for (`| head -3`).
         Err(e) if out::is_closed(&e) => ExitCode::SUCCESS,

@@ -28,7 +28,6 @@ struct Printed {
     lines: HashSet<String>,
     tokens: f64,
     last: Instant,
-    suppressed: u64,
 }
 
 impl Printed {
@@ -78,7 +77,6 @@ pub(crate) fn report(session: &Session, scope: Scope) {
         lines: HashSet::new(),
         tokens: BURST,
         last: Instant::now(),
-        suppressed: 0,
     }));
     session.on_event(move |e| {
         let Some(line) = line(e, scope) else {
@@ -94,22 +92,36 @@ pub(crate) fn report(session: &Session, scope: Scope) {
         }
         REPORTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !p.take(Instant::now()) {
-            p.suppressed += 1;
+            SUPPRESSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         if p.lines.len() < REMEMBERED {
             p.lines.insert(line.clone());
         }
-        let suppressed = std::mem::take(&mut p.suppressed);
         drop(p);
-        if suppressed > 0 {
-            eprintln!(
-                "warning: {suppressed} more reports not shown (at most {BURST} at once, then one a \
-                 second; --stats counts every refusal)"
-            );
-        }
+        say_suppressed();
         eprintln!("{}", printable(&line));
     });
+}
+
+/// Reports held back by the rate and not yet said.
+static SUPPRESSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Says how many reports were held back since this was last said, if any: before the next
+/// line printed, and when the command ends (so that losses held back at the end of a run
+/// are not left unsaid).
+pub(crate) fn say_suppressed() {
+    let n = SUPPRESSED.swap(0, std::sync::atomic::Ordering::Relaxed);
+    if n > 0 {
+        eprintln!("{}", suppressed_line(n));
+    }
+}
+
+fn suppressed_line(n: u64) -> String {
+    format!(
+        "warning: {n} more reports not shown (at most {BURST} at once, then one a second; \
+         --stats counts every refusal and loss)"
+    )
 }
 
 /// The line printed for `e`, if `scope` prints it.
@@ -328,7 +340,6 @@ mod tests {
             lines: HashSet::new(),
             tokens: BURST,
             last: t0,
-            suppressed: 0,
         };
         let printed = (0..10_000).filter(|_| p.take(t0)).count();
         assert_eq!(printed, 20);

@@ -492,3 +492,62 @@ fn stats_are_a_table_or_json() {
     assert!(o.len() > 80, "every counter: {}", o.len());
     assert!(o.values().all(|v| v.is_u64()));
 }
+
+/// A burst of losses past the report rate at the very end of a run: `echo` says how many
+/// reports it held back when it ends, not only before a later line (none came here). The
+/// subscriber keeps the last sample only and its output is not read for 2 s, so its cache
+/// replaces thousands of samples in well under a second. (Before: the last notice was
+/// never printed; the lossy review.)
+#[test]
+fn reports_held_back_at_the_end_are_said() {
+    let t = tempfile::tempdir().unwrap();
+    let reg = t.path().join("reg");
+    let mut e = tether(&reg);
+    e.args([
+        "echo",
+        "/burst",
+        "--keep-last",
+        "1",
+        "--reliable",
+        "--volatile",
+        "--timeout",
+        "5",
+        "--stats",
+    ]);
+    let mut echo = spawn(e);
+    std::thread::sleep(Duration::from_millis(300));
+    let payload = "x".repeat(900);
+    let mut p = tether(&reg);
+    p.args([
+        "pub", "/burst", &payload, "-r", "0", "-n", "3000", "-q", "--linger", "5",
+    ]);
+    let publisher = spawn(p);
+    std::thread::sleep(Duration::from_secs(2));
+    // Only now is the subscriber's output read.
+    let out = echo.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut { out }, &mut s);
+        s
+    });
+    let p = finish(publisher, Duration::from_secs(60));
+    assert_eq!(p.status.code(), Some(0), "{}", text(&p.stderr));
+    let e = finish(echo, Duration::from_secs(60));
+    let _ = reader.join();
+    let err = text(&e.stderr);
+    let lost_lines = lines_with(&err, &["warning: lost "]);
+    assert!(lost_lines >= 20, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let notice = lines
+        .iter()
+        .rposition(|l| l.contains("more reports not shown"))
+        .unwrap_or_else(|| panic!("no notice of the reports held back: {err}"));
+    let last_lost = err
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("warning: lost "))
+        .map(|(i, _)| i)
+        .max()
+        .unwrap();
+    assert!(notice > last_lost, "{err}");
+}
