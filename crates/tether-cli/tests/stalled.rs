@@ -271,3 +271,74 @@ fn a_stopped_reader_with_everything_in_its_socket_is_owed_nothing() {
     assert!(perr.contains("answers again"), "{perr}");
     assert_eq!(code, Some(0), "{perr}");
 }
+
+/// A `put` blocked by a stopped reader (`--inactive-after strict`, blocking time 4 s; a
+/// bounded run keeps 10 samples, so the put blocks at once) when
+/// the publisher's own process is stopped for 6 s: the reader is continued first, and the
+/// publisher, continued, goes on waiting for the rest of its blocking time, hears the
+/// reader and finishes. The time its process did not run is not held against the put.
+/// (Before: the put failed at once on SIGCONT, "put timed out", status 2: the lossy
+/// review's 5.)
+#[test]
+fn a_put_does_not_count_its_own_stop_as_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = dir.path().join("reg");
+    let cfg = dir.path().join("pub.toml");
+    std::fs::write(&cfg, "[reliability]\nmax_blocking_time_ms = 4000\n").unwrap();
+    let n = 3000u64;
+    let mut echo = tether(&reg);
+    echo.args([
+        "echo",
+        "/own_stop",
+        "--keep-all",
+        "--count",
+        &n.to_string(),
+        "--timeout",
+        "60",
+    ]);
+    let mut echo = Live::spawn(echo);
+    let mut p = tether(&reg);
+    p.arg("--config").arg(&cfg).args([
+        "pub",
+        "/own_stop",
+        "x",
+        "--numbered",
+        "--count",
+        &n.to_string(),
+        "--rate",
+        "0",
+        "--inactive-after",
+        "strict",
+        "--wait-matched",
+        "1",
+        "--linger",
+        "30",
+        "-q",
+    ]);
+    let mut publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(30), || echo.lines() >= 1),
+        "{}",
+        echo.stderr()
+    );
+    echo.signal("STOP");
+    // The history fills within milliseconds; the put then blocks.
+    std::thread::sleep(Duration::from_millis(1500));
+    publisher.signal("STOP");
+    std::thread::sleep(Duration::from_secs(6));
+    echo.signal("CONT");
+    std::thread::sleep(Duration::from_millis(300));
+    publisher.signal("CONT");
+    let code = publisher.wait(Duration::from_secs(60));
+    let perr = publisher.stderr();
+    assert!(!perr.contains("put timed out"), "{perr}");
+    assert_eq!(code, Some(0), "{perr}");
+    assert_eq!(
+        echo.wait(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        echo.stderr()
+    );
+    let got = numbers(&echo.out.lock().unwrap());
+    assert_eq!(got, (1..=n).collect::<Vec<_>>(), "{}", echo.stderr());
+}

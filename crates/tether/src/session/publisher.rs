@@ -30,7 +30,8 @@ impl Publisher {
     /// Publishes one sample, stamped with the current time. Returns its sequence number.
     ///
     /// A reliable keep-all publisher whose history is full of unacknowledged samples waits
-    /// up to `reliability.max_blocking_time_ms` for room, then fails with
+    /// up to `reliability.max_blocking_time_ms` for room (time its process did not run,
+    /// stopped or suspended, does not count), then fails with
     /// [`PutError::Timeout`], handing the payload back. If by then only readers that have
     /// gone silent hold the room, it waits on until they are marked inactive
     /// (`reliability.inactive_reader_ms`, [`Qos::inactive_after`](crate::Qos::inactive_after))
@@ -67,7 +68,9 @@ impl Publisher {
         stop: &dyn Fn() -> bool,
     ) -> Result<u64, PutError> {
         let mut payload = payload;
-        let start = Instant::now();
+        // When the wait began, moved on by any time this process did not run (stopped,
+        // suspended): only time it could have heard its readers counts as blocking.
+        let mut start = Instant::now();
         let mut now = start;
         // This thread's spare buffers: no allocation for the datagrams in steady state.
         let mut deferred = Deferred::spare();
@@ -116,14 +119,18 @@ impl Publisher {
                         return Err(PutError::Stopped { payload, waited });
                     }
                     let g2 = self.shared.lock();
-                    let left = until.saturating_duration_since(Instant::now());
+                    let before = Instant::now();
+                    let slice = until
+                        .saturating_duration_since(before)
+                        .min(Duration::from_millis(20));
                     let (g3, _) = self
                         .shared
                         .writer_cv
-                        .wait_timeout(g2, left.min(Duration::from_millis(20)))
+                        .wait_timeout(g2, slice)
                         .unwrap_or_else(|p| p.into_inner());
                     g = g3;
                     now = Instant::now();
+                    start += not_running(now.saturating_duration_since(before), slice);
                 }
                 Err(WriteError::TooLarge { payload, max }) => {
                     break Err(PutError::TooLarge { payload, max });
@@ -227,4 +234,16 @@ impl Drop for Publisher {
         self.shared
             .with_core(|i, now| i.core.delete_endpoint(now, self.id));
     }
+}
+
+/// How late a thread may wake before it is taken that its process did not run meanwhile
+/// (as the engine takes a timer over a second late: `Stats::stalls`).
+const STALL: Duration = Duration::from_secs(1);
+
+/// Of a wait of `slept` that was asked to last `asked`, the time the process did not run:
+/// all past `asked` when it overran by more than [`STALL`] (a SIGSTOP, a suspended host),
+/// else none (being scheduled late is part of waiting).
+fn not_running(slept: Duration, asked: Duration) -> Duration {
+    let over = slept.saturating_sub(asked);
+    if over > STALL { over } else { Duration::ZERO }
 }
