@@ -337,9 +337,15 @@ impl Participant {
         rinfo: &EndpointInfo,
         reliable: bool,
     ) {
-        let Some(addr) = self.peers.remotes.get(&reader.participant).map(|p| p.addr) else {
+        let Some(remote) = self.peers.remotes.get(&reader.participant) else {
             return;
         };
+        let addr = remote.addr;
+        let owner = remote
+            .auth
+            .as_ref()
+            .and_then(|a| a.credential.as_ref())
+            .map(|c| c.serial);
         let hdr = self.header();
         let max_dg = self.datagram_size(addr);
         let Some(w) = self.writers.get_mut(&writer) else {
@@ -348,17 +354,33 @@ impl Participant {
         if w.readers.contains_key(&reader) {
             return;
         }
-        let transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
-        let start = if transient {
-            w.first_available()
-        } else if w.asyncw.is_some() {
-            // Samples still waiting for the sender go to the new reader too.
-            w.last_sent() + 1
-        } else {
-            w.next_seq
+
+        let mut transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
+        // A reader whose lease ran out while it owed acknowledgements, met again (it was
+        // out of reach, or its process stopped): it goes on where it stood, and asks for
+        // what it lacks. The first sample the writer still has is where the heartbeat
+        // starts: what it let go of meanwhile is gone for it.
+        let first = match take_up_lapsed(w, reader, owner, reliable, now) {
+            Some(rp) => {
+                transient = false;
+                let first = w.first_available().max(rp.start);
+                w.readers.insert(reader, rp);
+                first
+            }
+            None => {
+                let start = if transient {
+                    w.first_available()
+                } else if w.asyncw.is_some() {
+                    // Samples still waiting for the sender go to the new reader too.
+                    w.last_sent() + 1
+                } else {
+                    w.next_seq
+                };
+                w.readers
+                    .insert(reader, ReaderProxy::new(reliable, start, false, now));
+                start
+            }
         };
-        w.readers
-            .insert(reader, ReaderProxy::new(reliable, start, false, now));
         w.rebuild_dests();
         let secure = w.key.is_some();
         let single = crate::writer::single_payload(max_dg);
@@ -394,9 +416,9 @@ impl Participant {
                 &Submessage::Heartbeat(HeartbeatRepr {
                     writer,
                     reader: reader.entity,
-                    first: start,
+                    first,
                     // Nothing before its start is for it (a batch may hold what precedes).
-                    last: w.last_sent().max(start - 1),
+                    last: w.last_sent().max(first - 1),
                     count: w.hb_count,
                     final_: false,
                 }),
@@ -502,5 +524,92 @@ impl Participant {
                 }
             }
         }
+    }
+}
+
+/// The proxy of `reader` that writer `w` kept when its lease ran out, taken up again at
+/// `now` if it is the same member's (`owner`) and reliable, with the count of it as a
+/// reader that left withdrawn: from here its acknowledgements settle that count. Only a
+/// reader the writer still names among those that left (not one summed with others).
+fn take_up_lapsed(
+    w: &mut crate::writer::state::Writer,
+    reader: Guid,
+    owner: Option<u64>,
+    reliable: bool,
+    now: Instant,
+) -> Option<ReaderProxy> {
+    let i = w.lapsed.iter().position(|l| l.reader == reader)?;
+    let l = w.lapsed.swap_remove(i);
+    if !reliable || !l.proxy.reliable || l.owner != owner {
+        return None;
+    }
+    let j = w
+        .departed
+        .iter()
+        .position(|s| s.departed && s.reader == reader)?;
+    w.departed.remove(j);
+    // What was written while it was gone is its, not nobody's.
+    w.unheard = w.unheard.min(l.unheard);
+    Some(l.proxy.resumed(w.first_available(), now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::state::{Lapsed, Writer};
+    use tether_wire::ParticipantId;
+
+    fn lapsed_writer(owner: Option<u64>) -> (Writer, Guid) {
+        let info = EndpointInfo {
+            topic: "/t".into(),
+            type_name: "t".into(),
+            partitions: vec![],
+            qos: crate::Qos::new().keep_all(),
+        };
+        let mut w = Writer::new(EntityId(1), info);
+        w.next_seq = 21;
+        let reader = Guid {
+            participant: ParticipantId(7),
+            entity: EntityId(2),
+        };
+        let mut proxy = ReaderProxy::new(true, 1, false, Instant::now());
+        proxy.acked = 6;
+        w.departed.push(crate::event::Shortfall {
+            reader,
+            name: String::new(),
+            samples: 15,
+            departed: true,
+            inactive: false,
+            why: Some(crate::event::Departure::LeaseExpired),
+            certified_name: None,
+        });
+        w.lapsed.push(Lapsed {
+            reader,
+            owner,
+            proxy,
+            unheard: 0,
+        });
+        (w, reader)
+    }
+
+    /// Only the member that held the proxy takes it up (another credential under the same
+    /// participant id starts afresh, and the count of the one that left stands), and only
+    /// once; taken up, what the writer let go of counts as let go of for it.
+    #[test]
+    fn a_lapsed_proxy_is_taken_up_by_its_own_member_once() {
+        let now = Instant::now();
+        let (mut w, reader) = lapsed_writer(Some(3));
+        assert!(take_up_lapsed(&mut w, reader, Some(4), true, now).is_none());
+        assert_eq!(w.departed.len(), 1, "another member's count stands");
+        assert!(w.lapsed.is_empty());
+        let (mut w, reader) = lapsed_writer(Some(3));
+        assert!(take_up_lapsed(&mut w, reader, Some(3), false, now).is_none());
+        let (mut w, reader) = lapsed_writer(Some(3));
+        let rp = take_up_lapsed(&mut w, reader, Some(3), true, now).unwrap();
+        assert!(w.departed.is_empty() && w.lapsed.is_empty());
+        // Nothing in the history: all 15 it had not settled were let go of.
+        assert_eq!((rp.released, rp.released_below), (15, 21));
+        assert_eq!(rp.unacknowledged(21), 15);
+        assert!(take_up_lapsed(&mut w, reader, Some(3), true, now).is_none());
     }
 }

@@ -65,6 +65,14 @@ impl Participant {
                         // What it never acknowledged will never be: the writer says so.
                         let samples = proxy.unacknowledged(w.next_seq);
                         if samples > 0 && w.departed.len() < MAX_DEPARTED {
+                            if why == Departure::LeaseExpired {
+                                w.lapsed.push(crate::writer::state::Lapsed {
+                                    reader: g,
+                                    owner,
+                                    proxy: proxy.clone(),
+                                    unheard: w.unheard,
+                                });
+                            }
                             w.departed.push(Shortfall {
                                 reader: g,
                                 name: name.clone(),

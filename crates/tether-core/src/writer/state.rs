@@ -206,6 +206,43 @@ impl Skips {
 /// Departed readers a writer remembers by name; the samples of any more are summed.
 pub(crate) const MAX_DEPARTED: usize = 64;
 
+/// A reader whose lease ran out while it owed acknowledgements, as the writer knew it then.
+#[derive(Debug, Clone)]
+pub(crate) struct Lapsed {
+    pub(crate) reader: Guid,
+    /// The serial of the credential its participant authenticated with (secure realms):
+    /// only the same member takes up the proxy.
+    pub(crate) owner: Option<u64>,
+    pub(crate) proxy: ReaderProxy,
+    /// The writer's `unheard` then.
+    pub(crate) unheard: u64,
+}
+
+impl ReaderProxy {
+    /// This proxy, lapsed (its reader's lease ran out), taken up again at `now` when the
+    /// reader is met again: what the writer let go of meanwhile (everything below
+    /// `first_available` it had not settled) counts as let go of while the reader was
+    /// inactive, so its acknowledgements and SKIPPEDs tell what it received of that from
+    /// what it lacks, as for a reader let go of for inactivity.
+    pub(crate) fn resumed(mut self, first_available: u64, now: Instant) -> ReaderProxy {
+        let settled = self.settled();
+        if first_available > settled {
+            if self.released == 0 {
+                self.skipped_at_release = self.skipped_heard;
+            }
+            self.released += first_available - settled;
+            self.released_below = first_available;
+        }
+        self.heard = now;
+        self.inactive = false;
+        // Keys moved to a new epoch when it left; they are wrapped for it again.
+        self.wrapped = None;
+        self.resent.clear();
+        self.reannounced = 0;
+        self
+    }
+}
+
 /// A local writer.
 #[derive(Debug)]
 pub(crate) struct Writer {
@@ -220,6 +257,9 @@ pub(crate) struct Writer {
     /// `departed_more`).
     pub(crate) departed: Vec<Shortfall>,
     pub(crate) departed_more: u64,
+    /// Of `departed`, those whose lease ran out (they may only have been out of reach, or
+    /// their process stopped): met again, such a reader takes up its proxy.
+    pub(crate) lapsed: Vec<Lapsed>,
     /// Samples written while no reader was matched: nobody received them.
     pub(crate) unheard: u64,
     /// Remote participants with at least one matched reader, for fan-out.
@@ -316,6 +356,7 @@ impl Writer {
             readers: BTreeMap::new(),
             departed: Vec::new(),
             departed_more: 0,
+            lapsed: Vec::new(),
             unheard: 0,
             dests: Vec::new(),
             reliable_dests: Vec::new(),
