@@ -481,7 +481,7 @@ impl Tally {
                     .iter()
                     .filter(|s| s.reader == r.guid)
                     .map(|s| s.samples)
-                    .sum();
+                    .fold(0, u64::saturating_add);
                 r.state = State::Failed(why(n));
             }
         }
@@ -498,7 +498,7 @@ impl Tally {
                     .any(|r| r.guid == s.reader && r.state == State::Pending)
             })
             .map(|s| s.samples)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// One line per receiver that did not confirm `size` bytes with SHA-256 `sum` (empty if

@@ -568,6 +568,9 @@ pub struct Stats {
     pub unmatched_writer: u64,
     /// ACKNACKs naming writers or readers that are not matched.
     pub unmatched_reader: u64,
+    /// SKIPPEDs not taken: not numbered as the reader's last ACKNACK taken, or a second
+    /// one for it (`docs/wire.md#skipped`).
+    pub skipped_ignored: u64,
     /// Submessage kinds this version does not know (skipped).
     pub unknown_kind: u64,
     /// Path-MTU probes sent ([`path`](crate::path)).
@@ -830,6 +833,7 @@ impl Stats {
             unknown_sender,
             unmatched_writer,
             unmatched_reader,
+            skipped_ignored,
             unknown_kind,
             probes_sent,
             probes_answered,

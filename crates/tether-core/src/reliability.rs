@@ -389,11 +389,15 @@ impl Participant {
             self.stats.unmatched_reader += 1;
             return;
         };
-        if rp.reliable && !rp.local && rp.last_count == Some(x.count) {
-            rp.heard_skips(crate::writer::state::Skips {
+        let taken = rp.reliable
+            && !rp.local
+            && rp.last_count == Some(x.count)
+            && rp.heard_skips(crate::writer::state::Skips {
                 skipped: x.skipped,
                 abandoned: x.abandoned,
             });
+        if !taken {
+            self.stats.skipped_ignored += 1;
         }
     }
 

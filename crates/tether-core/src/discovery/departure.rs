@@ -83,7 +83,7 @@ impl Participant {
                                 certified_name: certified.clone(),
                             });
                         } else {
-                            w.departed_more += samples;
+                            w.departed_more = w.departed_more.saturating_add(samples);
                         }
                         w.rebuild_dests();
                         w.release_acked();
