@@ -102,8 +102,15 @@ impl Reader {
             _ => None,
         };
         self.left.retain(|l| l.writer != g);
+        // The oldest of those that said goodbye goes first: a writer whose lease ran out
+        // may come back (a process stopped, a link down) and must find where this reader
+        // stood, or it is read again from where the writer thinks it stands (duplicates)
+        // and what was given up on is delivered after all.
         let forgotten = if self.left.len() >= MAX_REMEMBERED {
-            self.left.pop_front()
+            match self.left.iter().position(|l| !l.may_return) {
+                Some(i) => self.left.remove(i),
+                None => self.left.pop_front(),
+            }
         } else {
             None
         };
@@ -121,6 +128,7 @@ impl Reader {
             counts: (wp.acknack_count, wp.nackfrag_count),
             skipped: wp.skipped,
             abandoned: wp.abandoned,
+            may_return: owed_until.is_some(),
             lease,
             extended: false,
             owner,
@@ -217,6 +225,8 @@ pub(crate) struct Left {
     /// by itself (its SKIPPEDs go on from them).
     pub(crate) skipped: u64,
     pub(crate) abandoned: u64,
+    /// Its lease ran out (it did not say goodbye): it may come back.
+    pub(crate) may_return: bool,
     /// `owed`'s deadline was put off once already for a stall of this participant (it is
     /// not put off again).
     pub(crate) extended: bool,
