@@ -355,38 +355,29 @@ impl Participant {
             return;
         }
 
-        let mut transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
-        // A reader whose lease ran out while it owed acknowledgements, met again (it was
-        // out of reach, or its process stopped): it goes on where it stood, and asks for
-        // what it lacks. The first sample the writer still has is where the heartbeat
-        // starts: what it let go of meanwhile is gone for it.
-        let first = match take_up_lapsed(w, reader, owner, reliable, now) {
-            Some(rp) => {
-                transient = false;
-                let first = w.first_available().max(rp.start);
-                w.readers.insert(reader, rp);
-                first
-            }
-            None => {
-                let start = if transient {
-                    w.first_available()
-                } else if w.asyncw.is_some() {
-                    // Samples still waiting for the sender go to the new reader too.
-                    w.last_sent() + 1
-                } else {
-                    w.next_seq
-                };
-                w.readers
-                    .insert(reader, ReaderProxy::new(reliable, start, false, now));
-                start
-            }
+        let transient = rinfo.qos.durability_kind() == tether_wire::Durability::TransientLocal;
+        let start = if transient {
+            w.first_available()
+        } else if w.asyncw.is_some() {
+            // Samples still waiting for the sender go to the new reader too.
+            w.last_sent() + 1
+        } else {
+            w.next_seq
         };
+        let mut rp = ReaderProxy::new(reliable, start, false, now);
+        // A reader whose lease ran out while it owed acknowledgements, met again (it was
+        // out of reach, or its process stopped): whether it goes on where it stood or starts
+        // here is decided at its first ACKNACK (`confirm_lapsed`), so it is not told where
+        // it starts yet: a heartbeat to all its writer's readers makes it ask.
+        rp.lapsed = pending_lapsed(w, reader, owner, reliable);
+        let pending = rp.lapsed.is_some();
+        w.readers.insert(reader, rp);
         w.rebuild_dests();
         let secure = w.key.is_some();
         let single = crate::writer::single_payload(max_dg);
         let mut big: Vec<(u64, u64, Bytes)> = Vec::new();
         let mut p = Packer::for_writer(addr, hdr, max_dg, writer);
-        if transient {
+        if transient && !pending {
             for c in w.history.iter() {
                 let Some(payload) =
                     wire_form(&self.cfg, &mut self.stats, writer, w.key.as_deref(), c)
@@ -412,10 +403,15 @@ impl Participant {
         }
         if reliable {
             w.hb_count = w.hb_count.wrapping_add(1);
+            let (to, first) = if pending {
+                (EntityId::ALL, w.first_available())
+            } else {
+                (reader.entity, start)
+            };
             p.push(
                 &Submessage::Heartbeat(HeartbeatRepr {
                     writer,
-                    reader: reader.entity,
+                    reader: to,
                     first,
                     // Nothing before its start is for it (a batch may hold what precedes).
                     last: w.last_sent().max(first - 1),
@@ -527,30 +523,56 @@ impl Participant {
     }
 }
 
-/// The proxy of `reader` that writer `w` kept when its lease ran out, taken up again at
-/// `now` if it is the same member's (`owner`) and reliable, with the count of it as a
-/// reader that left withdrawn: from here its acknowledgements settle that count. Only a
-/// reader the writer still names among those that left (not one summed with others).
-fn take_up_lapsed(
+/// The proxy of `reader` that writer `w` kept when its lease ran out, if it was the same
+/// member's (`owner`), reliable, and had acknowledged something (a reader whose ACKNACK
+/// numbering goes on from it can be told from one that starts again): taken out of the
+/// list, to be taken up at the reader's first ACKNACK. Another member's record stays for
+/// its own reader.
+fn pending_lapsed(
     w: &mut crate::writer::state::Writer,
     reader: Guid,
     owner: Option<u64>,
     reliable: bool,
-    now: Instant,
-) -> Option<ReaderProxy> {
-    let i = w.lapsed.iter().position(|l| l.reader == reader)?;
+) -> Option<Box<crate::writer::state::Lapsed>> {
+    let i = w.lapsed.iter().position(|l| {
+        l.reader == reader && l.owner == owner && l.proxy.reliable && l.proxy.last_count.is_some()
+    })?;
     let l = w.lapsed.swap_remove(i);
-    if !reliable || !l.proxy.reliable || l.owner != owner {
-        return None;
+    reliable.then(|| Box::new(l))
+}
+
+/// The first ACKNACK (numbered `count`) of reader `rg` of writer `w`, matched again after
+/// its lease ran out: if its numbering goes on from the last the writer took, it remembers
+/// where it stood, and the proxy kept is taken up at `now` with the count of it as a reader
+/// that left withdrawn; from here its acknowledgements settle that count. Numbered anew,
+/// it forgot this writer (its memory of departed writers is bounded): it stays a new
+/// reader, and the count stands.
+pub(crate) fn confirm_lapsed(
+    w: &mut crate::writer::state::Writer,
+    rg: Guid,
+    count: u32,
+    now: Instant,
+) {
+    let first = w.first_available();
+    let Some(l) = w.readers.get_mut(&rg).and_then(|rp| rp.lapsed.take()) else {
+        return;
+    };
+    let mut last = l.proxy.last_count;
+    if !crate::reliability::newer(&mut last, count) {
+        return;
     }
-    let j = w
-        .departed
-        .iter()
-        .position(|s| s.departed && s.reader == reader)?;
+    let Some(j) = w.departed.iter().rposition(|s| {
+        s.departed
+            && s.reader == rg
+            && s.why == Some(crate::event::Departure::LeaseExpired)
+            && s.samples == l.samples
+    }) else {
+        return;
+    };
     w.departed.remove(j);
     // What was written while it was gone is its, not nobody's.
     w.unheard = w.unheard.min(l.unheard);
-    Some(l.proxy.resumed(w.first_available(), now))
+    w.readers.insert(rg, l.proxy.resumed(first, now));
 }
 
 #[cfg(test)]
@@ -574,6 +596,17 @@ mod tests {
         };
         let mut proxy = ReaderProxy::new(true, 1, false, Instant::now());
         proxy.acked = 6;
+        proxy.last_count = Some(40);
+        // An entry of an earlier reader under the same id, which left for good.
+        w.departed.push(crate::event::Shortfall {
+            reader,
+            name: String::new(),
+            samples: 10,
+            departed: true,
+            inactive: false,
+            why: Some(crate::event::Departure::Left),
+            certified_name: None,
+        });
         w.departed.push(crate::event::Shortfall {
             reader,
             name: String::new(),
@@ -588,28 +621,52 @@ mod tests {
             owner,
             proxy,
             unheard: 0,
+            samples: 15,
         });
         (w, reader)
     }
 
-    /// Only the member that held the proxy takes it up (another credential under the same
-    /// participant id starts afresh, and the count of the one that left stands), and only
-    /// once; taken up, what the writer let go of counts as let go of for it.
+    /// Matched again (`pending_lapsed` at the match, then the reader's first ACKNACK):
+    /// only the member that held the proxy gets it back, another member's record stays for
+    /// it; a reader whose numbering goes on takes the proxy up, the count of it as a
+    /// reader that left (the right one) withdrawn and what the writer let go of counted as
+    /// let go of for it; a reader numbered anew forgot the writer, and the count stands.
     #[test]
-    fn a_lapsed_proxy_is_taken_up_by_its_own_member_once() {
+    fn a_lapsed_proxy_is_taken_up_only_by_a_reader_that_remembers() {
         let now = Instant::now();
         let (mut w, reader) = lapsed_writer(Some(3));
-        assert!(take_up_lapsed(&mut w, reader, Some(4), true, now).is_none());
-        assert_eq!(w.departed.len(), 1, "another member's count stands");
-        assert!(w.lapsed.is_empty());
+        assert!(pending_lapsed(&mut w, reader, Some(4), true).is_none());
+        assert_eq!(
+            w.lapsed.len(),
+            1,
+            "another member's match leaves the record"
+        );
+        assert!(pending_lapsed(&mut w, reader, Some(3), false).is_none());
         let (mut w, reader) = lapsed_writer(Some(3));
-        assert!(take_up_lapsed(&mut w, reader, Some(3), false, now).is_none());
-        let (mut w, reader) = lapsed_writer(Some(3));
-        let rp = take_up_lapsed(&mut w, reader, Some(3), true, now).unwrap();
-        assert!(w.departed.is_empty() && w.lapsed.is_empty());
+        let l = pending_lapsed(&mut w, reader, Some(3), true);
+        let mut rp = ReaderProxy::new(true, 21, false, now);
+        rp.lapsed = l;
+        w.readers.insert(reader, rp);
+        confirm_lapsed(&mut w, reader, 41, now);
+        let rp = &w.readers[&reader];
+        assert!(rp.lapsed.is_none());
+        assert_eq!(w.departed.len(), 1);
+        assert_eq!(
+            w.departed[0].samples, 10,
+            "the entry of the one that left stays"
+        );
         // Nothing in the history: all 15 it had not settled were let go of.
-        assert_eq!((rp.released, rp.released_below), (15, 21));
+        assert_eq!((rp.start, rp.released, rp.released_below), (1, 15, 21));
         assert_eq!(rp.unacknowledged(21), 15);
-        assert!(take_up_lapsed(&mut w, reader, Some(3), true, now).is_none());
+        // Numbered anew: a new reader, and both counts stand.
+        let (mut w, reader) = lapsed_writer(Some(3));
+        let l = pending_lapsed(&mut w, reader, Some(3), true);
+        let mut rp = ReaderProxy::new(true, 21, false, now);
+        rp.lapsed = l;
+        w.readers.insert(reader, rp);
+        confirm_lapsed(&mut w, reader, 1, now);
+        assert_eq!(w.departed.len(), 2);
+        assert_eq!(w.readers[&reader].start, 21);
+        assert!(w.readers[&reader].lapsed.is_none());
     }
 }

@@ -587,6 +587,9 @@ impl Participant {
             self.stats.unmatched_reader += 1;
             return;
         };
+        if acknowledges {
+            crate::matching::confirm_lapsed(w, rg, an.count, now);
+        }
         let Some(rp) = w.readers.get_mut(&rg) else {
             self.stats.unmatched_reader += 1;
             return;

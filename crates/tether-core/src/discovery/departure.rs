@@ -71,6 +71,7 @@ impl Participant {
                                     owner,
                                     proxy: proxy.clone(),
                                     unheard: w.unheard,
+                                    samples,
                                 });
                             }
                             w.departed.push(Shortfall {

@@ -70,6 +70,9 @@ pub(crate) struct ReaderProxy {
     pub(crate) resent: BTreeMap<u64, Instant>,
     /// It has sent this writer something (an ACKNACK or a NACK_FRAG): it knows the writer.
     pub(crate) answered: bool,
+    /// Matched again after its lease ran out: the proxy kept then, taken up at its first
+    /// ACKNACK if that shows it remembers this writer (`matching.rs`, `confirm_lapsed`).
+    pub(crate) lapsed: Option<Box<Lapsed>>,
     /// Times the writer's ENDPOINT was announced again to its participant because it had
     /// not answered (`discovery.rs`, `reannounce_to_silent_readers`).
     pub(crate) reannounced: u8,
@@ -100,6 +103,7 @@ impl ReaderProxy {
             resent: BTreeMap::new(),
             answered: false,
             reannounced: 0,
+            lapsed: None,
         }
     }
 
@@ -232,6 +236,8 @@ pub(crate) struct Lapsed {
     pub(crate) proxy: ReaderProxy,
     /// The writer's `unheard` then.
     pub(crate) unheard: u64,
+    /// What it was counted to owe as a reader that left (its entry in `departed`).
+    pub(crate) samples: u64,
 }
 
 impl ReaderProxy {
@@ -723,7 +729,9 @@ impl Writer {
     pub(crate) fn addressed_heartbeat(&mut self, g: Guid) -> Option<tether_wire::HeartbeatRepr> {
         let last = self.last_sent();
         let rp = self.readers.get(&g)?;
-        let first = rp.acked.max(rp.start);
+        // Not before what it let go of for this reader: a reader taken back after its lease
+        // ran out learns that what was written meanwhile is gone for it.
+        let first = rp.settled();
         self.hb_count = self.hb_count.wrapping_add(1);
         Some(tether_wire::HeartbeatRepr {
             writer: self.id,
