@@ -554,6 +554,7 @@ pub(crate) fn confirm_lapsed(
     now: Instant,
 ) {
     let first = w.first_available();
+    let keep_all = w.info.qos.history() == crate::qos::History::KeepAll;
     let Some(l) = w.readers.get_mut(&rg).and_then(|rp| rp.lapsed.take()) else {
         return;
     };
@@ -572,7 +573,7 @@ pub(crate) fn confirm_lapsed(
     w.departed.remove(j);
     // What was written while it was gone is its, not nobody's.
     w.unheard = w.unheard.min(l.unheard);
-    w.readers.insert(rg, l.proxy.resumed(first, now));
+    w.readers.insert(rg, l.proxy.resumed(first, keep_all, now));
 }
 
 #[cfg(test)]

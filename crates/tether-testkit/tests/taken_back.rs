@@ -599,3 +599,70 @@ fn a_stranger_under_a_dead_readers_id_does_not_erase_its_count() {
     );
     assert_eq!(owed(&mut sim, w, wid), 15, "R never received 6..=20");
 }
+
+/// A keep-last(5) writer writes 5 samples into its reader's socket, the reader's process
+/// stopped, then 25 more after its lease ran out; the reader comes back remembering where
+/// it stood and is taken back. What the
+/// history replaced meanwhile is gone by the QoS asked for: the reader counts it lost,
+/// and the writer does not count it owed, as after a stop shorter than the lease.
+#[test]
+fn a_keep_last_writer_taking_a_reader_back_does_not_owe_what_its_history_replaced() {
+    let mut sim = Sim::new(3, Link::perfect());
+    let w = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(120);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let r = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(2);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_last(5)))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+    }));
+    for k in 1..=5 {
+        write_now(&mut sim, w, wid, k);
+        sim.run_for(Duration::from_millis(10));
+    }
+    sim.run_for(Duration::from_millis(500));
+    sim.stop(r);
+    // Into its socket, not acknowledged: it owes them when its lease runs out.
+    for k in 6..=10 {
+        write_now(&mut sim, w, wid, k);
+        sim.run_for(Duration::from_millis(10));
+    }
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.p(w).matched_count(wid), 0, "its lease ran out");
+    let owed: u64 = sim.p(w).unacknowledged(wid).iter().map(|s| s.samples).sum();
+    assert_eq!(owed, 5);
+    for k in 11..=35 {
+        write_now(&mut sim, w, wid, k);
+        sim.run_for(Duration::from_millis(10));
+    }
+    sim.resume(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1 && s.nodes[w].participant.all_acked(wid)
+    }));
+    sim.run_for(Duration::from_secs(1));
+    let got = sim.seqs(r, rid);
+    assert!(got.windows(2).all(|p| p[0] < p[1]), "twice: {got:?}");
+    let lost = sim.p(r).reader_lost(rid);
+    assert_eq!(got.len() as u64 + lost, 35);
+    assert_eq!(
+        got,
+        [(1..=10).collect::<Vec<u64>>(), (31..=35).collect()].concat()
+    );
+    assert_eq!(lost, 20);
+    assert!(
+        sim.p(w).unacknowledged(wid).is_empty(),
+        "{:?}",
+        sim.p(w).unacknowledged(wid)
+    );
+}

@@ -246,9 +246,18 @@ impl ReaderProxy {
     /// `first_available` it had not settled) counts as let go of while the reader was
     /// inactive, so its acknowledgements and SKIPPEDs tell what it received of that from
     /// what it lacks, as for a reader let go of for inactivity.
-    pub(crate) fn resumed(mut self, first_available: u64, now: Instant) -> ReaderProxy {
+    ///
+    /// A keep-last writer's history replaces samples by the QoS asked for, not for this
+    /// reader: those are not counted (the reader acknowledges past them, as it would have
+    /// had it stayed).
+    pub(crate) fn resumed(
+        mut self,
+        first_available: u64,
+        keep_all: bool,
+        now: Instant,
+    ) -> ReaderProxy {
         let settled = self.settled();
-        if first_available > settled {
+        if keep_all && first_available > settled {
             if self.released == 0 {
                 self.skipped_at_release = self.skipped_heard;
             }
