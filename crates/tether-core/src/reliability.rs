@@ -354,17 +354,17 @@ impl Participant {
         for dest in self.known_destinations() {
             let mut p = Packer::new(dest, hdr, self.datagram_size(dest));
             for (_, an, sk) in acks.iter().filter(|(a, _, _)| *a == dest) {
-                p.push(
-                    &Submessage::AckNack(*an),
-                    &mut self.transmits,
-                    &mut self.stats,
-                );
-                if let Some(x) = sk {
-                    p.push(
-                        &Submessage::Skipped(*x),
+                match sk {
+                    Some(x) => p.push_together(
+                        &[Submessage::AckNack(*an), Submessage::Skipped(*x)],
                         &mut self.transmits,
                         &mut self.stats,
-                    );
+                    ),
+                    None => p.push(
+                        &Submessage::AckNack(*an),
+                        &mut self.transmits,
+                        &mut self.stats,
+                    ),
                 }
                 self.stats.acknacks_sent += 1;
             }

@@ -64,6 +64,28 @@ impl Packer {
         self.buf.extend_from_slice(&self.tmp[HEADER_LEN..]);
     }
 
+    /// Pushes `ms` into one datagram: the current one if they all fit, else the next (an
+    /// ACKNACK and the SKIPPED that qualifies it must not be parted: one could be lost
+    /// without the other).
+    pub(crate) fn push_together(
+        &mut self,
+        ms: &[Submessage<'_>],
+        out: &mut VecDeque<Transmit>,
+        stats: &mut Stats,
+    ) {
+        let mut b = DatagramBuilder::new(&mut self.tmp, self.hdr);
+        for m in ms {
+            if b.push(m).is_err() {
+                return;
+            }
+        }
+        let body_len = self.tmp.len() - HEADER_LEN;
+        if self.buf.len() + body_len > self.max && self.buf.len() > HEADER_LEN {
+            self.flush(out, stats);
+        }
+        self.buf.extend_from_slice(&self.tmp[HEADER_LEN..]);
+    }
+
     pub(crate) fn flush(&mut self, out: &mut VecDeque<Transmit>, stats: &mut Stats) {
         if self.buf.len() <= HEADER_LEN {
             return;
@@ -161,5 +183,66 @@ impl Outgoing<'_> {
             writer: Some(self.writer),
             announces: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_wire::{AckNackRepr, Datagram, ParticipantId, SkippedRepr};
+
+    /// Farewell ACKNACKs with their SKIPPEDs, more than a datagram holds: each SKIPPED is in
+    /// the datagram of its ACKNACK, right after it.
+    #[test]
+    fn an_acknack_and_its_skipped_are_never_parted() {
+        let hdr = Header {
+            domain: 0,
+            participant: ParticipantId(1),
+        };
+        let dest: SocketAddr = "127.0.0.1:7400".parse().unwrap();
+        let mut p = Packer::new(dest, hdr, 300);
+        let (mut out, mut stats) = (VecDeque::new(), Stats::default());
+        for i in 1..=20u32 {
+            let an = AckNackRepr {
+                reader: EntityId(i),
+                writer: EntityId(1),
+                base: 5,
+                num_bits: 0,
+                bitmap: [0; 8],
+                count: i,
+                start_unknown: false,
+            };
+            let sk = SkippedRepr {
+                reader: EntityId(i),
+                writer: EntityId(1),
+                count: i,
+                skipped: 0,
+                abandoned: 0,
+            };
+            p.push_together(
+                &[Submessage::AckNack(an), Submessage::Skipped(sk)],
+                &mut out,
+                &mut stats,
+            );
+        }
+        p.finish(&mut out, &mut stats);
+        assert!(out.len() > 1);
+        let mut pairs = 0;
+        for t in &out {
+            let bytes = t.contiguous();
+            assert!(bytes.len() <= 300);
+            let d = Datagram::parse(&bytes).unwrap();
+            let ms: Vec<_> = d.submessages().map(Result::unwrap).collect();
+            assert_eq!(ms.len() % 2, 0);
+            for m in ms.chunks(2) {
+                match (&m[0], &m[1]) {
+                    (Submessage::AckNack(a), Submessage::Skipped(s)) if a.count == s.count => {
+                        pairs += 1
+                    }
+                    other => panic!("parted: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(pairs, 20);
     }
 }
