@@ -1615,3 +1615,56 @@ fn met_again_after_an_outage_the_reader_gave_up() {
 fn met_again_after_an_outage_keep_last() {
     met_again_after_an_outage(Duration::from_secs(6), true);
 }
+
+/// A reader whose process is stopped as soon as it matched, before the writer took any of
+/// its acknowledgements, past the writer's inactivity time: every sample waits in its
+/// socket. The writer lets them go for it without a SKIPPED heard to compare with; what
+/// the reader skipped since it met the writer is at least what it skipped since, so that
+/// count (none here) stands for it. (Before: all let go of were counted unreceived, a
+/// false exit 1: the outsider review's F7.)
+#[test]
+fn a_reader_stopped_before_its_first_acknowledgement_is_owed_what_it_lacks() {
+    let mut sim = Sim::new(5, Link::perfect());
+    let long = |c: &mut Config| {
+        c.lease = Duration::from_secs(120);
+        c.announce_period = Duration::from_millis(500);
+    };
+    let w = sim.add_node_with(long);
+    let r = sim.add_node_with(long);
+    let now = sim.now;
+    let wid = sim
+        .p(w)
+        .create_writer(now, info(Qos::new().keep_all().max_samples(16)))
+        .unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+    }));
+    sim.stop(r);
+    let mut k = 0;
+    while k < 100 {
+        let now = sim.now;
+        if sim.p(w).write(now, wid, k + 1, payload(k + 1)).is_ok() {
+            k += 1;
+        }
+        sim.pump(w);
+        sim.run_for(Duration::from_millis(50));
+    }
+    assert!(
+        sim.nodes[w]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::ReaderInactive { .. })),
+        "the writer let it go"
+    );
+    sim.resume(r);
+    assert!(sim.run_until(Duration::from_secs(30), |s| {
+        s.seqs(r, rid).len() == 100 && s.nodes[w].participant.all_acked(wid)
+    }));
+    assert_eq!(sim.p(r).reader_lost(rid), 0);
+    let owed = sim.p(w).unacknowledged(wid);
+    assert!(owed.is_empty(), "{owed:?}");
+}

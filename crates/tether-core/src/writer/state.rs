@@ -147,14 +147,21 @@ impl ReaderProxy {
     /// were gone. Its SKIPPEDs count what it skipped; what the writer made it skip (its GAPs
     /// and heartbeats) since the first sample was let go of includes every one of those it
     /// lacks and was told of (and maybe others, which only makes this smaller; those it
-    /// gave up on by itself are counted in [`abandoned`](Self::abandoned)). 0 without such
-    /// counts (a reader that never sent one before).
+    /// gave up on by itself are counted in [`abandoned`](Self::abandoned)). 0 without a
+    /// count now (a reader of an earlier version sends none).
     pub(crate) fn received_released(&self) -> u64 {
         if self.released == 0 || self.acked < self.released_below {
             return 0;
         }
-        match (self.skipped_at_release, self.skipped_heard) {
-            (Some(before), Some(now)) if now.told() >= before.told() => {
+        // No SKIPPED heard before the first was let go of (the reader stopped before the
+        // writer took any acknowledgement): all it was told since it met the writer stands
+        // for what it was told since, which can only be more.
+        let before = self.skipped_at_release.unwrap_or(Skips {
+            skipped: 0,
+            abandoned: 0,
+        });
+        match self.skipped_heard {
+            Some(now) if now.told() >= before.told() => {
                 self.released - self.released.min(now.told() - before.told())
             }
             _ => 0,
