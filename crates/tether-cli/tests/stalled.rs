@@ -342,3 +342,71 @@ fn a_put_does_not_count_its_own_stop_as_blocking() {
     let got = numbers(&echo.out.lock().unwrap());
     assert_eq!(got, (1..=n).collect::<Vec<_>>(), "{}", echo.stderr());
 }
+
+/// A subscriber's process stopped longer than its lease (2 s) while `pub` writes into its
+/// socket: the publisher's lease of it runs out. `pub` waits (within `--linger`) one more
+/// lease for it; continued, it takes every sample from its socket, is taken back by the
+/// publisher as the same reader, and acknowledges them all: `pub` exits 0, `echo` lost 0.
+/// (Before: `pub` exited 1 at once saying the reader "left before acknowledging" what it
+/// then received: the lossy review.)
+#[test]
+fn a_reader_stopped_past_its_lease_is_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = dir.path().join("reg");
+    let cfg = dir.path().join("short.toml");
+    std::fs::write(
+        &cfg,
+        "[discovery]\nlease_ms = 2000\nannounce_period_ms = 200\n",
+    )
+    .unwrap();
+    let n = 60u64;
+    let mut echo = tether(&reg);
+    echo.arg("--config").arg(&cfg).args([
+        "echo",
+        "/lapsed",
+        "--keep-all",
+        "--count",
+        &n.to_string(),
+        "--timeout",
+        "60",
+    ]);
+    let mut echo = Live::spawn(echo);
+    let mut p = tether(&reg);
+    p.arg("--config").arg(&cfg).args([
+        "pub",
+        "/lapsed",
+        "x",
+        "--numbered",
+        "--keep-all",
+        "--count",
+        &n.to_string(),
+        "--rate",
+        "20",
+        "--inactive-after",
+        "strict",
+        "--wait-matched",
+        "1",
+        "--linger",
+        "30",
+    ]);
+    let mut publisher = Live::spawn(p);
+    assert!(
+        wait_until(Duration::from_secs(30), || echo.lines() >= 5),
+        "{}",
+        echo.stderr()
+    );
+    echo.signal("STOP");
+    std::thread::sleep(Duration::from_secs(4));
+    echo.signal("CONT");
+    assert_eq!(
+        echo.wait(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        echo.stderr()
+    );
+    let got = numbers(&echo.out.lock().unwrap());
+    assert_eq!(got, (1..=n).collect::<Vec<_>>(), "{}", echo.stderr());
+    let code = publisher.wait(Duration::from_secs(60));
+    let perr = publisher.stderr();
+    assert_eq!(code, Some(0), "{perr}");
+}

@@ -623,6 +623,7 @@ mod tests {
             proxy,
             unheard: 0,
             samples: 15,
+            awaited_until: Instant::now(),
         });
         (w, reader)
     }

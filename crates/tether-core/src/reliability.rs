@@ -255,9 +255,14 @@ impl Participant {
         self.writers.get(&writer).and_then(|w| w.next_hb)
     }
 
-    /// True when every matched reliable reader has acknowledged every sample of `writer`.
+    /// True when every matched reliable reader has acknowledged every sample of `writer`,
+    /// and no reader whose lease ran out while it owed some may still come back (for one
+    /// more of its lease: a reader whose process was stopped comes back with what it owes
+    /// in its socket, and is taken back).
     pub fn all_acked(&self, writer: EntityId) -> bool {
-        self.writers.get(&writer).is_none_or(|w| !w.has_unacked())
+        self.writers.get(&writer).is_none_or(|w| {
+            !w.has_unacked() && !w.lapsed.iter().any(|l| l.awaited_until > self.clock)
+        })
     }
 
     /// The highest sequence number of `writer` that every matched remote reliable reader has

@@ -666,3 +666,60 @@ fn a_keep_last_writer_taking_a_reader_back_does_not_owe_what_its_history_replace
         sim.p(w).unacknowledged(wid)
     );
 }
+
+/// A writer that has written everything waits for a reader whose lease ran out while it
+/// owed acknowledgements, for one more of its lease: stopped with what it owes in its
+/// socket, the reader comes back within it, is taken back and acknowledges everything.
+/// One that does not come back is waited for no longer than that.
+#[test]
+fn a_reader_whose_lease_ran_out_is_waited_for_one_more_lease() {
+    for back in [true, false] {
+        let mut sim = Sim::new(3, Link::perfect());
+        let w = sim.add_node_with(|c| {
+            c.lease = Duration::from_secs(120);
+            c.announce_period = Duration::from_millis(500);
+        });
+        let r = sim.add_node_with(|c| {
+            c.lease = Duration::from_secs(2);
+            c.announce_period = Duration::from_millis(500);
+        });
+        let now = sim.now;
+        let wid = sim
+            .p(w)
+            .create_writer(now, info(Qos::new().keep_all()))
+            .unwrap();
+        let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+        sim.pump(w);
+        sim.pump(r);
+        assert!(sim.run_until(Duration::from_secs(10), |s| {
+            s.nodes[w].participant.matched_count(wid) == 1
+        }));
+        for k in 1..=5 {
+            write_now(&mut sim, w, wid, k);
+            sim.run_for(Duration::from_millis(10));
+        }
+        sim.run_for(Duration::from_millis(500));
+        sim.stop(r);
+        for k in 6..=20 {
+            write_now(&mut sim, w, wid, k);
+            sim.run_for(Duration::from_millis(10));
+        }
+        sim.run_for(Duration::from_secs(3));
+        assert_eq!(sim.p(w).matched_count(wid), 0, "its lease ran out");
+        assert!(!sim.p(w).all_acked(wid), "it may come back");
+        if back {
+            sim.resume(r);
+            assert!(sim.run_until(Duration::from_secs(1), |s| {
+                s.nodes[w].participant.all_acked(wid)
+            }));
+            assert_eq!(sim.seqs(r, rid), (1..=20).collect::<Vec<u64>>());
+            assert!(sim.p(w).unacknowledged(wid).is_empty());
+        } else {
+            assert!(sim.run_until(Duration::from_secs(3), |s| {
+                s.nodes[w].participant.all_acked(wid)
+            }));
+            let owed: u64 = sim.p(w).unacknowledged(wid).iter().map(|s| s.samples).sum();
+            assert_eq!(owed, 15, "it left owing them");
+        }
+    }
+}

@@ -72,6 +72,7 @@ impl Participant {
                                     proxy: proxy.clone(),
                                     unheard: w.unheard,
                                     samples,
+                                    awaited_until: after(self.clock, lease),
                                 });
                             }
                             w.departed.push(Shortfall {

@@ -245,6 +245,10 @@ pub(crate) struct Lapsed {
     pub(crate) unheard: u64,
     /// What it was counted to owe as a reader that left (its entry in `departed`).
     pub(crate) samples: u64,
+    /// One more of its lease after it ran out: until then someone waiting for
+    /// acknowledgements waits for it too (a process stopped that long, with what it owes
+    /// in its socket, comes back and acknowledges it).
+    pub(crate) awaited_until: Instant,
 }
 
 impl ReaderProxy {
