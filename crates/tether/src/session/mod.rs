@@ -180,7 +180,8 @@ impl DiscoveredEndpoint {
 pub struct SessionStats {
     /// The engine's counters (drops of malformed input included).
     pub core: Stats,
-    /// Datagrams the socket refused to send ([`too_large`](Self::too_large) included).
+    /// Datagrams the socket refused to send, other than those refused for their size
+    /// ([`too_large`](Self::too_large): a path probe larger than the interface is, by design).
     pub send_errors: u64,
     /// Datagrams refused as larger than the path allows (`EMSGSIZE` with
     /// `transport.dont_fragment`: larger than the interface's MTU); each is also logged

@@ -338,9 +338,11 @@ impl Shared {
 
     fn send_udp<T: Outgoing>(&self, ts: &[T]) {
         let r = self.transport.send_batch(ts);
-        if r.failed > 0 {
-            self.send_errors
-                .fetch_add(r.failed as u64, Ordering::Relaxed);
+        // Those refused as too large are counted apart (`too_large`): a path probe larger
+        // than the interface fails so by design, and is no error.
+        let errors = r.failed.saturating_sub(r.too_large.len());
+        if errors > 0 {
+            self.send_errors.fetch_add(errors as u64, Ordering::Relaxed);
         }
         if !r.too_large.is_empty() {
             self.refused_too_large(&r.too_large);
