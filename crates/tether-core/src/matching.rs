@@ -541,16 +541,18 @@ fn pending_lapsed(
     reliable.then(|| Box::new(l))
 }
 
-/// The first ACKNACK (numbered `count`) of reader `rg` of writer `w`, matched again after
-/// its lease ran out: if its numbering goes on from the last the writer took, it remembers
-/// where it stood, and the proxy kept is taken up at `now` with the count of it as a reader
-/// that left withdrawn; from here its acknowledgements settle that count. Numbered anew,
-/// it forgot this writer (its memory of departed writers is bounded): it stays a new
-/// reader, and the count stands.
+/// The first ACKNACK `an` of reader `rg` of writer `w`, matched again after its lease ran
+/// out: if it says the reader stood at least where the writer last knew it to stand (its
+/// `base`, or where it stood when it does not know its start yet: a reader that forgot the
+/// writer, its memory of departed writers being bounded, says 1) and its numbering goes on
+/// from the last the writer took, it remembers where it stood, and the proxy kept is taken
+/// up at `now` with the count of it as a reader that left withdrawn; from here its
+/// acknowledgements settle that count. Otherwise it stays a new reader, and the count
+/// stands.
 pub(crate) fn confirm_lapsed(
     w: &mut crate::writer::state::Writer,
     rg: Guid,
-    count: u32,
+    an: &tether_wire::AckNackRepr,
     now: Instant,
 ) {
     let first = w.first_available();
@@ -558,8 +560,12 @@ pub(crate) fn confirm_lapsed(
     let Some(l) = w.readers.get_mut(&rg).and_then(|rp| rp.lapsed.take()) else {
         return;
     };
+    let stood = l.proxy.acked.max(l.proxy.start);
+    if an.base <= 1 || an.base < stood {
+        return;
+    }
     let mut last = l.proxy.last_count;
-    if !crate::reliability::newer(&mut last, count) {
+    if !crate::reliability::newer(&mut last, an.count) {
         return;
     }
     let Some(j) = w.departed.iter().rposition(|s| {
@@ -581,6 +587,18 @@ mod tests {
     use super::*;
     use crate::writer::state::{Lapsed, Writer};
     use tether_wire::ParticipantId;
+
+    fn acknack(count: u32, base: u64, start_unknown: bool) -> tether_wire::AckNackRepr {
+        tether_wire::AckNackRepr {
+            reader: EntityId(2),
+            writer: EntityId(1),
+            base,
+            num_bits: 0,
+            bitmap: [0; 8],
+            count,
+            start_unknown,
+        }
+    }
 
     fn lapsed_writer(owner: Option<u64>) -> (Writer, Guid) {
         let info = EndpointInfo {
@@ -649,7 +667,7 @@ mod tests {
         let mut rp = ReaderProxy::new(true, 21, false, now);
         rp.lapsed = l;
         w.readers.insert(reader, rp);
-        confirm_lapsed(&mut w, reader, 41, now);
+        confirm_lapsed(&mut w, reader, &acknack(41, 6, true), now);
         let rp = &w.readers[&reader];
         assert!(rp.lapsed.is_none());
         assert_eq!(w.departed.len(), 1);
@@ -660,13 +678,25 @@ mod tests {
         // Nothing in the history: all 15 it had not settled were let go of.
         assert_eq!((rp.start, rp.released, rp.released_below), (1, 15, 21));
         assert_eq!(rp.unacknowledged(21), 15);
+        // Numbered on, but not knowing where it stood (it forgot the writer, and its first
+        // ACKNACKs were lost), or standing before where the writer knew it: not taken back.
+        for an in [acknack(41, 1, true), acknack(41, 5, false)] {
+            let (mut w, reader) = lapsed_writer(Some(3));
+            let l = pending_lapsed(&mut w, reader, Some(3), true);
+            let mut rp = ReaderProxy::new(true, 21, false, now);
+            rp.lapsed = l;
+            w.readers.insert(reader, rp);
+            confirm_lapsed(&mut w, reader, &an, now);
+            assert_eq!(w.departed.len(), 2, "{an:?}");
+            assert_eq!(w.readers[&reader].start, 21);
+        }
         // Numbered anew: a new reader, and both counts stand.
         let (mut w, reader) = lapsed_writer(Some(3));
         let l = pending_lapsed(&mut w, reader, Some(3), true);
         let mut rp = ReaderProxy::new(true, 21, false, now);
         rp.lapsed = l;
         w.readers.insert(reader, rp);
-        confirm_lapsed(&mut w, reader, 1, now);
+        confirm_lapsed(&mut w, reader, &acknack(1, 1, true), now);
         assert_eq!(w.departed.len(), 2);
         assert_eq!(w.readers[&reader].start, 21);
         assert!(w.readers[&reader].lapsed.is_none());

@@ -593,7 +593,7 @@ impl Participant {
             return;
         };
         if acknowledges {
-            crate::matching::confirm_lapsed(w, rg, an.count, now);
+            crate::matching::confirm_lapsed(w, rg, &an, now);
         }
         let Some(rp) = w.readers.get_mut(&rg) else {
             self.stats.unmatched_reader += 1;

@@ -439,6 +439,9 @@ impl WriterProxy {
             start_unknown: true,
         };
         let Some(base) = self.expected else {
+            // One that met the writer before says where it stood: a writer that kept its
+            // place while it was out of reach takes it back only then (`confirm_lapsed`).
+            an.base = self.resume.unwrap_or(1);
             return an;
         };
         an.base = base;
