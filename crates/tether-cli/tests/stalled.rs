@@ -177,7 +177,9 @@ fn a_strict_publisher_waits_for_a_stopped_reader() {
         echoes[2].stderr()
     );
     echoes[2].signal("STOP");
-    let code = publisher.wait(Duration::from_secs(60));
+    // After the failed put it waits for acknowledgements: until the stopped reader's lease
+    // (30 s) and one more have run out, or its --linger (60 s).
+    let code = publisher.wait(Duration::from_secs(100));
     let perr = publisher.stderr();
     assert_eq!(code, Some(2), "{perr}");
     assert!(perr.contains("put timed out"), "{perr}");
@@ -343,7 +345,7 @@ fn a_put_does_not_count_its_own_stop_as_blocking() {
     assert_eq!(got, (1..=n).collect::<Vec<_>>(), "{}", echo.stderr());
 }
 
-/// A subscriber's process stopped longer than its lease (2 s) while `pub` writes into its
+/// A subscriber's process stopped longer than its lease (3 s) while `pub` writes into its
 /// socket: the publisher's lease of it runs out. `pub` waits (within `--linger`) one more
 /// lease for it; continued, it takes every sample from its socket, is taken back by the
 /// publisher as the same reader, and acknowledges them all: `pub` exits 0, `echo` lost 0.
@@ -356,7 +358,7 @@ fn a_reader_stopped_past_its_lease_is_taken_back() {
     let cfg = dir.path().join("short.toml");
     std::fs::write(
         &cfg,
-        "[discovery]\nlease_ms = 2000\nannounce_period_ms = 200\n",
+        "[discovery]\nlease_ms = 3000\nannounce_period_ms = 200\n",
     )
     .unwrap();
     let n = 60u64;
@@ -396,7 +398,8 @@ fn a_reader_stopped_past_its_lease_is_taken_back() {
         echo.stderr()
     );
     echo.signal("STOP");
-    std::thread::sleep(Duration::from_secs(4));
+    // Past its lease (3 s), 1.5 s within the one more lease the publisher waits.
+    std::thread::sleep(Duration::from_millis(4500));
     echo.signal("CONT");
     assert_eq!(
         echo.wait(Duration::from_secs(60)),
