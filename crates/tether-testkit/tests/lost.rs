@@ -108,6 +108,46 @@ fn writer_events(sim: &Sim, w: usize, f: impl Fn(&Event) -> bool) -> Vec<Event> 
 }
 
 /// The one reader node 0's writer raised active again, and the samples it let go of for
+/// A writer (lease `leases.0` s) and a keep-all reader (lease `leases.1` s), each on a
+/// node of its own announcing every 500 ms, matched; the writer's QoS `wq`.
+fn matched_pair(sim: &mut Sim, leases: (u64, u64), wq: Qos) -> (usize, EntityId, usize, EntityId) {
+    let w = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(leases.0);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let r = sim.add_node_with(|c| {
+        c.lease = Duration::from_secs(leases.1);
+        c.announce_period = Duration::from_millis(500);
+    });
+    let now = sim.now;
+    let wid = sim.p(w).create_writer(now, info(wq)).unwrap();
+    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
+    sim.pump(w);
+    sim.pump(r);
+    assert!(sim.run_until(Duration::from_secs(10), |s| {
+        s.nodes[w].participant.matched_count(wid) == 1
+            && s.nodes[r].participant.matched_count(rid) == 1
+    }));
+    (w, wid, r, rid)
+}
+
+/// Samples 1 to 10 delivered, then 11 lost on the way and 12 to 14 sent at once: the
+/// reader holds 12 to 14 past a hole at 11, not yet repaired.
+fn hole_at_11(sim: &mut Sim, (w, wid): (usize, EntityId), (r, rid): (usize, EntityId)) {
+    for k in 1..=10 {
+        write_now(sim, w, wid, k);
+        sim.run_for(Duration::from_millis(10));
+    }
+    sim.run_for(Duration::from_millis(500));
+    assert_eq!(sim.seqs(r, rid).len(), 10);
+    sim.nodes[w].unplugged = true;
+    write_now(sim, w, wid, 11);
+    sim.nodes[w].unplugged = false;
+    for k in 12..=14 {
+        write_now(sim, w, wid, k);
+    }
+}
+
 /// it; panics if there was not exactly one such event.
 fn reader_active_once(sim: &Sim) -> (Guid, u64) {
     let back = writer_events(sim, 0, |e| matches!(e, Event::ReaderActive { .. }));
@@ -1066,38 +1106,8 @@ fn a_stall_puts_off_what_is_owed_by_the_writers_lease() {
 #[test]
 fn a_hole_settled_while_apart_is_still_owed_when_met_again() {
     let mut sim = Sim::new(7, Link::perfect());
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all().max_samples(16)))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(10), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-            && s.nodes[r].participant.matched_count(rid) == 1
-    }));
-    for k in 1..=10 {
-        write_now(&mut sim, w, wid, k);
-        sim.run_for(Duration::from_millis(10));
-    }
-    sim.run_for(Duration::from_millis(500));
-    assert_eq!(sim.seqs(r, rid).len(), 10);
-    sim.nodes[w].unplugged = true;
-    write_now(&mut sim, w, wid, 11);
-    sim.nodes[w].unplugged = false;
-    for k in 12..=14 {
-        write_now(&mut sim, w, wid, k);
-    }
+    let (w, wid, r, rid) = matched_pair(&mut sim, (2, 120), Qos::new().keep_all().max_samples(16));
+    hole_at_11(&mut sim, (w, wid), (r, rid));
     sim.run_for(Duration::from_micros(1500));
     assert_eq!(sim.seqs(r, rid).len(), 10);
     sim.nodes[r].unplugged = true;
@@ -1179,38 +1189,8 @@ fn without_skipped_counts_the_writer_owes_what_it_let_go_of() {
 #[test]
 fn a_hole_given_up_while_the_writer_was_stopped_is_still_owed() {
     let mut sim = Sim::new(7, Link::perfect());
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all()))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(10), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-            && s.nodes[r].participant.matched_count(rid) == 1
-    }));
-    for k in 1..=10 {
-        write_now(&mut sim, w, wid, k);
-        sim.run_for(Duration::from_millis(10));
-    }
-    sim.run_for(Duration::from_millis(500));
-    assert_eq!(sim.seqs(r, rid).len(), 10);
-    sim.nodes[w].unplugged = true;
-    write_now(&mut sim, w, wid, 11);
-    sim.nodes[w].unplugged = false;
-    for k in 12..=14 {
-        write_now(&mut sim, w, wid, k);
-    }
+    let (w, wid, r, rid) = matched_pair(&mut sim, (2, 120), Qos::new().keep_all());
+    hole_at_11(&mut sim, (w, wid), (r, rid));
     sim.stop(w);
     sim.run_for(Duration::from_secs(10));
     assert_eq!(sim.nodes[r].participant.reader_lost(rid), 1, "given up");
@@ -1241,26 +1221,7 @@ fn a_hole_given_up_while_the_writer_was_stopped_is_still_owed() {
 #[test]
 fn a_reader_back_after_its_lease_ran_out_settles_what_it_owed() {
     let mut sim = Sim::new(7, Link::perfect());
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all()))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(10), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-            && s.nodes[r].participant.matched_count(rid) == 1
-    }));
+    let (w, wid, r, rid) = matched_pair(&mut sim, (120, 2), Qos::new().keep_all());
     for k in 1..=5 {
         write_now(&mut sim, w, wid, k);
         sim.run_for(Duration::from_millis(10));
@@ -1324,38 +1285,8 @@ fn a_hole_given_up_before_the_writer_heard_any_acknowledgement_is_owed() {
     let mut sim = Sim::new(7, Link::perfect());
     sim.rewrite = Some(acks_lost_to_0);
     ACKS_LOST.store(true, std::sync::atomic::Ordering::SeqCst);
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let now = sim.now;
-    let wid = sim
-        .p(w)
-        .create_writer(now, info(Qos::new().keep_all()))
-        .unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
-    assert!(sim.run_until(Duration::from_secs(10), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-            && s.nodes[r].participant.matched_count(rid) == 1
-    }));
-    for k in 1..=10 {
-        write_now(&mut sim, w, wid, k);
-        sim.run_for(Duration::from_millis(10));
-    }
-    sim.run_for(Duration::from_millis(500));
-    assert_eq!(sim.seqs(r, rid).len(), 10);
-    sim.nodes[w].unplugged = true;
-    write_now(&mut sim, w, wid, 11);
-    sim.nodes[w].unplugged = false;
-    for k in 12..=14 {
-        write_now(&mut sim, w, wid, k);
-    }
+    let (w, wid, r, rid) = matched_pair(&mut sim, (2, 120), Qos::new().keep_all());
+    hole_at_11(&mut sim, (w, wid), (r, rid));
     sim.stop(w);
     sim.run_for(Duration::from_secs(10));
     assert_eq!(sim.nodes[r].participant.reader_lost(rid), 1, "given up");
@@ -1480,18 +1411,7 @@ fn forgotten_among_goodbyes(settle_first: bool) {
         s.nodes[w].participant.matched_count(wid) == 1
             && s.nodes[r].participant.matched_count(rid) == 65
     }));
-    for k in 1..=10 {
-        write_now(&mut sim, w, wid, k);
-        sim.run_for(Duration::from_millis(10));
-    }
-    sim.run_for(Duration::from_millis(500));
-    assert_eq!(sim.seqs(r, rid).len(), 10);
-    sim.nodes[w].unplugged = true;
-    write_now(&mut sim, w, wid, 11);
-    sim.nodes[w].unplugged = false;
-    for k in 12..=14 {
-        write_now(&mut sim, w, wid, k);
-    }
+    hole_at_11(&mut sim, (w, wid), (r, rid));
     sim.stop(w);
     sim.run_for(Duration::from_secs(if settle_first { 10 } else { 3 }));
     for &o in &others {

@@ -53,15 +53,7 @@ impl Packer {
         out: &mut VecDeque<Transmit>,
         stats: &mut Stats,
     ) {
-        let mut b = DatagramBuilder::new(&mut self.tmp, self.hdr);
-        if b.push(m).is_err() {
-            return;
-        }
-        let body_len = self.tmp.len() - HEADER_LEN;
-        if self.buf.len() + body_len > self.max && self.buf.len() > HEADER_LEN {
-            self.flush(out, stats);
-        }
-        self.buf.extend_from_slice(&self.tmp[HEADER_LEN..]);
+        self.push_together(std::slice::from_ref(m), out, stats);
     }
 
     /// Pushes `ms` into one datagram: the current one if they all fit, else the next (an
