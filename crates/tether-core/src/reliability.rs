@@ -592,13 +592,19 @@ impl Participant {
             self.stats.unmatched_reader += 1;
             return;
         };
-        if acknowledges {
-            crate::matching::confirm_lapsed(w, rg, &an, now);
-        }
-        let Some(rp) = w.readers.get_mut(&rg) else {
+        let Some(mut rp) = w.readers.get_mut(&rg) else {
             self.stats.unmatched_reader += 1;
             return;
         };
+        if acknowledges && rp.lapsed.is_some() {
+            // Matched again after its lease ran out: this first ACKNACK decides whether the
+            // proxy kept then is taken up (rarely: one more lookup then, none otherwise).
+            crate::matching::confirm_lapsed(w, rg, &an, now);
+            let Some(taken) = w.readers.get_mut(&rg) else {
+                return;
+            };
+            rp = taken;
+        }
         if rp.local || !rp.reliable {
             return;
         }
