@@ -333,6 +333,15 @@ impl Sim {
         (wid, rid)
     }
 
+    /// Adds a host whose participant announces a lease of `lease` and announces itself
+    /// every 500 ms (a lease of 2 s runs out in a few seconds of virtual time).
+    pub fn add_node_leased(&mut self, lease: Duration) -> usize {
+        self.add_node_with(|c| {
+            c.lease = lease;
+            c.announce_period = Duration::from_millis(500);
+        })
+    }
+
     /// Adds a host, letting `tune` adjust its engine settings.
     pub fn add_node_with(&mut self, tune: impl FnOnce(&mut Config)) -> usize {
         let i = self.add_node_alone(tune);

@@ -111,22 +111,11 @@ fn writer_events(sim: &Sim, w: usize, f: impl Fn(&Event) -> bool) -> Vec<Event> 
 /// A writer (lease `leases.0` s) and a keep-all reader (lease `leases.1` s), each on a
 /// node of its own announcing every 500 ms, matched; the writer's QoS `wq`.
 fn matched_pair(sim: &mut Sim, leases: (u64, u64), wq: Qos) -> (usize, EntityId, usize, EntityId) {
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(leases.0);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(leases.1);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let now = sim.now;
-    let wid = sim.p(w).create_writer(now, info(wq)).unwrap();
-    let rid = sim.p(r).create_reader(now, info(Qos::new().keep_all()));
-    sim.pump(w);
-    sim.pump(r);
+    let w = sim.add_node_leased(Duration::from_secs(leases.0));
+    let r = sim.add_node_leased(Duration::from_secs(leases.1));
+    let (wid, rid) = sim.writer_and_reader_on(w, r, info(wq), info(Qos::new().keep_all()));
     assert!(sim.run_until(Duration::from_secs(10), |s| {
-        s.nodes[w].participant.matched_count(wid) == 1
-            && s.nodes[r].participant.matched_count(rid) == 1
+        s.nodes[r].participant.matched_count(rid) == 1
     }));
     (w, wid, r, rid)
 }
@@ -1381,10 +1370,7 @@ fn forged_skipped_counts_make_no_lasting_loss() {
 /// and 11 delivered though counted lost.)
 fn forgotten_among_goodbyes(settle_first: bool) {
     let mut sim = Sim::new(41, Link::perfect());
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(2));
     let long = |c: &mut Config| {
         c.lease = Duration::from_secs(120);
         c.announce_period = Duration::from_millis(500);

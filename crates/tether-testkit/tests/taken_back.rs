@@ -47,10 +47,7 @@ fn evicted(n_others: usize, keep_last: bool) {
     };
     let w = sim.add_node_with(tune);
     let r = sim.add_node_with(tune);
-    let x = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(3);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let x = sim.add_node_leased(Duration::from_secs(3));
     let now = sim.now;
     let q = if keep_last {
         Qos::new().keep_last(100)
@@ -155,10 +152,7 @@ fn a_reader_that_remembers_its_writer_is_taken_back() {
 #[test]
 fn the_count_withdrawn_is_the_lapsed_readers() {
     let mut sim = Sim::new(9, Link::perfect());
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(120));
     let pid = tether_core::ParticipantId(0x4242);
     let short = move |c: &mut Config| {
         c.participant = pid;
@@ -495,10 +489,7 @@ fn rev_squatter_uses_up_the_lapsed_proxy() {
 fn rev_plain_squatter_erases_a_dead_readers_shortfall() {
     let mut sim = Sim::new(7, Link::perfect());
     let pid = tether_core::ParticipantId(0x4343);
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(120));
     let short = move |c: &mut Config| {
         c.participant = pid;
         c.lease = Duration::from_secs(2);
@@ -555,10 +546,7 @@ fn another_member_under_a_lapsed_readers_id_leaves_its_proxy_alone() {
 fn a_stranger_under_a_dead_readers_id_does_not_erase_its_count() {
     let mut sim = Sim::new(7, Link::perfect());
     let pid = tether_core::ParticipantId(0x4343);
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(120));
     let short = move |c: &mut Config| {
         c.participant = pid;
         c.lease = Duration::from_secs(2);
@@ -608,14 +596,8 @@ fn a_stranger_under_a_dead_readers_id_does_not_erase_its_count() {
 #[test]
 fn a_keep_last_writer_taking_a_reader_back_does_not_owe_what_its_history_replaced() {
     let mut sim = Sim::new(3, Link::perfect());
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(120));
+    let r = sim.add_node_leased(Duration::from_secs(2));
     let now = sim.now;
     let wid = sim
         .p(w)
@@ -675,14 +657,8 @@ fn a_keep_last_writer_taking_a_reader_back_does_not_owe_what_its_history_replace
 fn a_reader_whose_lease_ran_out_is_waited_for_one_more_lease() {
     for back in [true, false] {
         let mut sim = Sim::new(3, Link::perfect());
-        let w = sim.add_node_with(|c| {
-            c.lease = Duration::from_secs(120);
-            c.announce_period = Duration::from_millis(500);
-        });
-        let r = sim.add_node_with(|c| {
-            c.lease = Duration::from_secs(2);
-            c.announce_period = Duration::from_millis(500);
-        });
+        let w = sim.add_node_leased(Duration::from_secs(120));
+        let r = sim.add_node_leased(Duration::from_secs(2));
         let now = sim.now;
         let wid = sim
             .p(w)

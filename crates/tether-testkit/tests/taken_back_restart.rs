@@ -101,10 +101,7 @@ fn restarted(mode: u8) -> (u64, Vec<u64>, u64) {
     ON.store(false, SeqCst);
     let mut sim = Sim::new(11, Link::perfect());
     sim.rewrite = Some(watch);
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(120));
     assert_eq!(w, 0);
     let pid = tether_core::ParticipantId(0x4242);
     let short = move |c: &mut Config| {
@@ -225,14 +222,8 @@ fn all_acked_waits_for_a_reader_matched_again_until_it_is_heard() {
     ON.store(false, SeqCst);
     let mut sim = Sim::new(3, Link::perfect());
     sim.rewrite = Some(watch);
-    let w = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(120);
-        c.announce_period = Duration::from_millis(500);
-    });
-    let r = sim.add_node_with(|c| {
-        c.lease = Duration::from_secs(2);
-        c.announce_period = Duration::from_millis(500);
-    });
+    let w = sim.add_node_leased(Duration::from_secs(120));
+    let r = sim.add_node_leased(Duration::from_secs(2));
     let now = sim.now;
     let wid = sim
         .p(w)
