@@ -109,6 +109,35 @@ impl Lan {
             .expect("spawn tether in namespace")
     }
 
+    /// `dev`'s configuration with a lease of `lease_ms`, named by its device (so the
+    /// publisher's report can name it: sessions announce no name by default).
+    fn cfg_leased(&self, dev: &str, lease_ms: u64) -> PathBuf {
+        let p = self.dir.path().join(format!("{dev}-lease.toml"));
+        let base = std::fs::read_to_string(self.cfg(dev)).unwrap();
+        std::fs::write(
+            &p,
+            format!(
+                "name = \"{dev}\"\n{}",
+                base.replace(
+                    "[discovery]\n",
+                    &format!("[discovery]\nlease_ms = {lease_ms}\n")
+                )
+            ),
+        )
+        .unwrap();
+        p
+    }
+
+    /// `tether --config CFG ARGS…` on `host`, its output followed as it comes.
+    fn live(&self, host: &Host, cfg: &Path, args: &[&str]) -> Live {
+        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
+        c.arg("--config")
+            .arg(cfg)
+            .args(args)
+            .env_remove("TETHER_CONFIG");
+        Live::spawn(c)
+    }
+
     fn tether(&self, host: &Host, cfg: &Path, args: &[&str]) -> Child {
         host.command(env!("CARGO_BIN_EXE_tether"))
             .arg("--config")
@@ -700,37 +729,14 @@ fn lan_link_down_longer_than_the_lease() {
         eprintln!("skipping lan_link_down_longer_than_the_lease: nft is not installed");
         return;
     }
-    let short = |dev: &str| {
-        let p = lan.dir.path().join(format!("{dev}-lease.toml"));
-        let base = std::fs::read_to_string(lan.cfg(dev)).unwrap();
-        // Named by its device, so the publisher's report can name it (sessions announce no
-        // name by default).
-        std::fs::write(
-            &p,
-            format!(
-                "name = \"{dev}\"\n{}",
-                base.replace("[discovery]\n", "[discovery]\nlease_ms = 3000\n")
-            ),
-        )
-        .unwrap();
-        p
-    };
-    let (ca, cb) = (short("vta"), short("vtb"));
+    let (ca, cb) = (lan.cfg_leased("vta", 3000), lan.cfg_leased("vtb", 3000));
     let n = 1500u64;
-    let live = |host: &Host, cfg: &Path, args: &[&str]| {
-        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
-        c.arg("--config")
-            .arg(cfg)
-            .args(args)
-            .env_remove("TETHER_CONFIG");
-        Live::spawn(c)
-    };
-    let mut echo = live(
+    let mut echo = lan.live(
         lan.a(),
         &ca,
         &["echo", "/lease", "--keep-all", "--timeout", "30", "--stats"],
     );
-    let mut publisher = live(
+    let mut publisher = lan.live(
         lan.b(),
         &cb,
         &[
@@ -927,35 +933,14 @@ fn lan_a_hole_given_up_while_the_publisher_was_stopped_is_owned_up_to() {
         eprintln!("skipping {TEST}: nft is not installed");
         return;
     }
-    let short = |dev: &str| {
-        let p = lan.dir.path().join(format!("{dev}-lease.toml"));
-        let base = std::fs::read_to_string(lan.cfg(dev)).unwrap();
-        std::fs::write(
-            &p,
-            format!(
-                "name = \"{dev}\"\n{}",
-                base.replace("[discovery]\n", "[discovery]\nlease_ms = 2000\n")
-            ),
-        )
-        .unwrap();
-        p
-    };
-    let (ca, cb) = (short("vta"), short("vtb"));
+    let (ca, cb) = (lan.cfg_leased("vta", 2000), lan.cfg_leased("vtb", 2000));
     let n = 600u64;
-    let live = |host: &Host, cfg: &Path, args: &[&str]| {
-        let mut c = host.command(env!("CARGO_BIN_EXE_tether"));
-        c.arg("--config")
-            .arg(cfg)
-            .args(args)
-            .env_remove("TETHER_CONFIG");
-        Live::spawn(c)
-    };
-    let mut echo = live(
+    let mut echo = lan.live(
         lan.a(),
         &ca,
         &["echo", "/gu", "--keep-all", "--timeout", "25", "--stats"],
     );
-    let mut publisher = live(
+    let mut publisher = lan.live(
         lan.b(),
         &cb,
         &[
