@@ -126,6 +126,60 @@ fn keep_all_put_blocks_then_times_out() {
     assert_eq!(&s.payload[..], b"after");
 }
 
+/// Time a blocked put's thread spends away from its wait by more than a second (its
+/// process stopped or not scheduled at that point, here a `stop` check that takes 3 s) is
+/// not blocking time: with 2 s to wait for room, the put still gets the room a reader
+/// makes 0.5 s after the thread is back. (Before: `Timeout` after 3 s, since only a stop
+/// that fell inside the condvar wait was discounted; CI caught a SIGSTOP elsewhere.)
+#[test]
+fn time_away_from_a_blocked_put_is_not_blocking_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = local_cfg(dir.path());
+    c.reliability.max_blocking_time_ms = 2000;
+    let a = Session::open(c.clone()).unwrap();
+    let b = Session::open(c).unwrap();
+    let q = Qos::default().keep_all().max_samples(16);
+    let sub = b.subscriber("/away", q).unwrap();
+    let p = a.publisher("/away", q).unwrap();
+    assert!(wait_for(Duration::from_secs(10), || p.matched() == 1));
+    let mut accepted = 0u64;
+    let away = std::sync::atomic::AtomicBool::new(false);
+    let back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drain = {
+        let back = back.clone();
+        std::thread::spawn(move || {
+            while !back.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            let mut got = 0u64;
+            while sub.recv_timeout(Duration::from_secs(2)).is_ok() {
+                got += 1;
+            }
+            got
+        })
+    };
+    // Fill both histories until a put has waited its whole time.
+    let first = loop {
+        match p.put(Bytes::from(accepted.to_le_bytes().to_vec())) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 1000, "put never blocked");
+    };
+    assert!(matches!(first, PutError::Timeout { .. }), "{first}");
+    let r = p.put_unless(Bytes::from(accepted.to_le_bytes().to_vec()), || {
+        if !away.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_secs(3));
+            back.store(true, Ordering::SeqCst);
+        }
+        false
+    });
+    back.store(true, Ordering::SeqCst);
+    assert!(r.is_ok(), "{:?}", r.err().map(|e| e.to_string()));
+    assert_eq!(drain.join().unwrap(), accepted + 1);
+}
+
 #[test]
 fn incompatible_qos_raises_events_on_both_sides() {
     let dir = tempfile::tempdir().unwrap();

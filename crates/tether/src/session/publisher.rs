@@ -30,8 +30,9 @@ impl Publisher {
     /// Publishes one sample, stamped with the current time. Returns its sequence number.
     ///
     /// A reliable keep-all publisher whose history is full of unacknowledged samples waits
-    /// up to `reliability.max_blocking_time_ms` for room (time its process did not run,
-    /// stopped or suspended, does not count), then fails with
+    /// up to `reliability.max_blocking_time_ms` for room (time its thread was away from
+    /// the wait by more than a second, its process stopped or suspended, does not count),
+    /// then fails with
     /// [`PutError::Timeout`], handing the payload back. If by then only readers that have
     /// gone silent hold the room, it waits on until they are marked inactive
     /// (`reliability.inactive_reader_ms`, [`Qos::inactive_after`](crate::Qos::inactive_after))
@@ -72,6 +73,11 @@ impl Publisher {
         // suspended): only time it could have heard its readers counts as blocking.
         let mut start = Instant::now();
         let mut now = start;
+        // The clock as this thread last read it while blocked, and how long it meant to
+        // wait from there: a process may be stopped anywhere in the loop (writing, sending,
+        // waiting for the lock), not only while it waits, so the whole gap is judged.
+        let mut mark = start;
+        let mut asked = Duration::ZERO;
         // This thread's spare buffers: no allocation for the datagrams in steady state.
         let mut deferred = Deferred::spare();
         let mut g = self.shared.lock();
@@ -95,7 +101,10 @@ impl Publisher {
             match r {
                 Ok(seq) => break Ok(seq),
                 Err(WriteError::WouldBlock(p)) => {
-                    let waited = start.elapsed();
+                    let seen = Instant::now();
+                    start += not_running(seen.saturating_duration_since(mark), asked);
+                    mark = seen;
+                    let waited = seen.saturating_duration_since(start);
                     let mut until = start + self.shared.max_blocking;
                     if waited >= self.shared.max_blocking {
                         // Readers that went silent are let go of soon: wait for that.
@@ -119,10 +128,10 @@ impl Publisher {
                         return Err(PutError::Stopped { payload, waited });
                     }
                     let g2 = self.shared.lock();
-                    let before = Instant::now();
                     let slice = until
-                        .saturating_duration_since(before)
+                        .saturating_duration_since(Instant::now())
                         .min(Duration::from_millis(20));
+                    asked = slice;
                     let (g3, _) = self
                         .shared
                         .writer_cv
@@ -130,7 +139,6 @@ impl Publisher {
                         .unwrap_or_else(|p| p.into_inner());
                     g = g3;
                     now = Instant::now();
-                    start += not_running(now.saturating_duration_since(before), slice);
                 }
                 Err(WriteError::TooLarge { payload, max }) => {
                     break Err(PutError::TooLarge { payload, max });
