@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tether::{Config, Qos, Topic};
 
 mod adapt;
@@ -292,8 +292,9 @@ impl Cli {
 
 fn main() -> ExitCode {
     why::init_logging();
-    let cli = Cli::parse();
-    let result = run(cli);
+    let m = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    let result = refuse_session_flags(&cli.cmd, &m).and_then(|()| run(cli));
     // Reports held back by the rate at the end of the run are said, not left out.
     why::say_suppressed();
     match result {
@@ -305,6 +306,51 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The global flags that shape a session, by their ids: a command that opens none (`keys`,
+/// `router`) refuses them when given on its command line rather than ignore them. (Their
+/// environment variables, TETHER_KEYS and the like, may stay set for other commands.)
+const SESSION_FLAGS: [&str; 9] = [
+    "domain",
+    "discovery",
+    "peer",
+    "router",
+    "listen",
+    "registry_dir",
+    "keys",
+    "revocations",
+    "json",
+];
+
+/// Refuses the session flags given to a command that opens no session: `tether router
+/// --domain 5` said "ok" and listened in domain 0.
+fn refuse_session_flags(cmd: &Cmd, m: &clap::ArgMatches) -> anyhow::Result<()> {
+    let (name, config_too, hint) = match cmd {
+        Cmd::Router(_) => (
+            "router",
+            false,
+            "a router takes its settings from its --config file (router.toml: docs/routing.md)",
+        ),
+        Cmd::Keys(_) => (
+            "keys",
+            true,
+            "key management opens no session: give the realm's directory and the command's own flags (tether keys --help)",
+        ),
+        _ => return Ok(()),
+    };
+    let given = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let mut flags: Vec<String> = SESSION_FLAGS
+        .iter()
+        .chain(config_too.then_some(&"config"))
+        .filter(|id| given(id))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect();
+    flags.sort();
+    if flags.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!("tether {name} does not take {}: {hint}", flags.join(", "))
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

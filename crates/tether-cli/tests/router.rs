@@ -549,6 +549,54 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
     );
 }
 
+/// A router opens no session: the session flags its `--help` lists with the global ones
+/// are refused on its command line, not dropped (`--domain 5 --check` said "ok" for
+/// domain 0), and so are they with `keys`; their variables (TETHER_KEYS) may stay set.
+#[test]
+fn commands_without_a_session_refuse_session_flags() {
+    let realm = Realm::new(&["a"]);
+    let cfg = realm.path("r.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:7447\"\nkeys = \"realm/cloud.key\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .env_remove("TETHER_CONFIG")
+            .env("TETHER_KEYS", realm.path("realm/a.key"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let c = cfg.to_str().unwrap();
+    let o = run(&["router", "--check", "--config", c]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for flags in [
+        &["--domain", "5"][..],
+        &["--listen", "127.0.0.1:7450"],
+        &["--router", "quic/127.0.0.1:7447"],
+        &["--discovery", "off"],
+    ] {
+        let mut args = vec!["router", "--check", "--config", c];
+        args.extend_from_slice(flags);
+        let o = run(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(
+            err.contains(&format!("does not take {}", flags[0])) && err.contains("router.toml"),
+            "{err}"
+        );
+    }
+    let o = run(&["keys", "--domain", "3", "topic-id", "realm", "/t"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("does not take --domain"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// `--router` without keys is an error that says what to give, not a session that ignores
 /// it; a router that cannot be reached is said, not left to a time-out's guess.
 #[test]

@@ -228,7 +228,7 @@ impl RouterConfig {
     pub fn parse(text: &str, path: &Path) -> Result<RouterConfig, ConfigError> {
         let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.message().to_string(),
+            message: e.to_string(),
         })?;
         let invalid = |field: &str, reason: String| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -433,6 +433,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("lisen"), "{e}");
+        // Where in the file, as the session's configuration says it.
+        let e = parse("keys = \"k\"\nlisten = \"0.0.0.0:1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2, column"), "{e}");
+        let e = parse("keys = \"k\"\nlisten = 7447")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("listen"), "{e}");
         let e = parse(
             "keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[[export]]\nkey = \"/camera\"\ndirection = \"out\"",
         )
