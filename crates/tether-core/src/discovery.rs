@@ -506,6 +506,40 @@ impl Participant {
             if !self.peers.pending.unannounced.is_empty() {
                 self.peers.pending.unannounced.remove(&pid);
             }
+            //= docs/wire.md#validation
+            //# an id that only a cookie validated at a direct address, not yet
+            //# authenticated, moves at once to the same id announced through a router link
+            if crate::route::is_routed(&from)
+                && !crate::route::is_routed(&rp.addr)
+                && self.cfg.security.is_some()
+                && !rp.auth.as_ref().is_some_and(|a| a.verified)
+            {
+                // Anyone on a LAN may claim an id at an address of its own (it answers the
+                // cookie sent there); only members and routers hold router links, and a
+                // router forwards a session's frames only under the ids it registered. The
+                // claim held our AUTH at its address, where the member behind the router
+                // never got it: it goes again, the member's way (the outsider review's F1).
+                self.stats.unverified_claims_moved += 1;
+                self.move_peer(now, pid, from);
+                if !self.peers.pending.promoted.contains(&pid) {
+                    self.peers.pending.promoted.push(pid);
+                }
+            } else if rp.addr != from
+                && !crate::route::is_routed(&from)
+                && !crate::route::is_routed(&rp.addr)
+                && self.cfg.security.is_some()
+                && !rp.auth.as_ref().is_some_and(|a| a.verified)
+            {
+                //= docs/wire.md#validation
+                //# an id not yet authenticated that is announced from another address has
+                //# that address challenged, and follows it there once it answers
+                // The same on a LAN: a claim at an outsider's address must not hold our
+                // AUTH there while the member announces itself from its own.
+                self.challenge_new_address(now, pid, from);
+            }
+            let Some(rp) = self.peers.remotes.get_mut(&pid) else {
+                return false;
+            };
             // After a PROBE in the same datagram, this is a challenge: it does not know us
             // (`discovery/pending.rs`). After our answer, it gets what a newly validated
             // participant gets: our announcement (and AUTH).

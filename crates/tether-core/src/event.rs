@@ -811,6 +811,10 @@ pub struct Stats {
     /// Datagrams of a peer known at a direct address that came through a router while that
     /// address was still heard: taken, but the peer stays at its direct address.
     pub routed_not_followed: u64,
+    /// Secure realm: participant ids validated only by a cookie at a direct address, not
+    /// yet authenticated, that moved to the same id announced through a router link (a
+    /// claim on the LAN gives way to a member's link).
+    pub unverified_claims_moved: u64,
 }
 
 impl Stats {
@@ -922,6 +926,7 @@ impl Stats {
             refusals_checked,
             routed_mismatched,
             routed_not_followed,
+            unverified_claims_moved,
         )
     }
 }

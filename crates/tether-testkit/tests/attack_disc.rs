@@ -599,3 +599,105 @@ fn identity_takeover_sniffer_validates_ids_at_an_authenticated_peers_address() {
         );
     }
 }
+
+/// An outsider that claims the publisher's participant id at the subscriber from an address
+/// of its own, without pause (it announces the id every 2 ms and answers every cookie sent
+/// there), before and while the two meet on the LAN, does not keep them apart: an id not
+/// yet authenticated that announces itself from another address has that address
+/// challenged, and follows it there once it answers, so the subscriber's AUTH reaches the
+/// publisher. (Before: the subscriber held the id at the outsider's address and sent its
+/// AUTH there for good; the two never matched in 30 s: the outsider review's F1, on a LAN.)
+#[test]
+fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
+    for seed in [71u64, 72, 73] {
+        let mut sim = Sim::new(seed, Link::lossy(0.05));
+        let ca = CaKey::generate();
+        let p = node(&mut sim, Some(&ca), 1, |_| {});
+        let s = node(&mut sim, Some(&ca), 2, |_| {});
+        let outsider: SocketAddr = "10.9.9.9:7400".parse().unwrap();
+        let pid = sim.nodes[p].participant.id().0;
+        let claim = announce(pid);
+        let (pa, sa) = (sim.nodes[p].addr, sim.nodes[s].addr);
+        sim.sniffed = Some(Vec::new());
+        let mut claims_validated = 0;
+        let t0 = sim.now;
+        let mut wid = None;
+        let mut rid = None;
+        let mut matched = None;
+        while sim.now - t0 < Duration::from_secs(10) {
+            inject(&mut sim, s, outsider, &claim);
+            // Every cookie sent to the outsider's address, answered under the claimed id.
+            for d in sim.sniffed.replace(Vec::new()).unwrap() {
+                if d.to != outsider {
+                    continue;
+                }
+                let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
+                    continue;
+                };
+                let probes: Vec<u64> = dg
+                    .submessages()
+                    .flatten()
+                    .filter_map(|m| match m {
+                        Submessage::Probe(x) => Some(x.id),
+                        _ => None,
+                    })
+                    .collect();
+                for id in probes {
+                    let ack = forged(
+                        pid,
+                        &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
+                            id,
+                            size: d.payload.len() as u32,
+                            received: None,
+                        })],
+                    );
+                    claims_validated += 1;
+                    inject(&mut sim, s, outsider, &ack);
+                }
+            }
+            // The claim is in first; then the two start to meet.
+            if wid.is_none() && sim.now - t0 >= Duration::from_millis(5) {
+                let now = sim.now;
+                wid = Some(sim.p(p).create_writer(now, info("/claimed")).unwrap());
+                rid = Some(sim.p(s).create_reader(now, info("/claimed")));
+                sim.p(p).add_target(sa);
+                sim.p(s).add_target(pa);
+                sim.pump(p);
+                sim.pump(s);
+            }
+            if let (Some(w), Some(r)) = (wid, rid) {
+                if sim.nodes[p].participant.matched_count(w) == 1
+                    && sim.nodes[s].participant.matched_count(r) == 1
+                {
+                    matched = Some(sim.now - t0);
+                    break;
+                }
+            }
+            sim.run_for(Duration::from_millis(2));
+        }
+        assert!(
+            claims_validated > 0,
+            "seed {seed}: the claim was challenged"
+        );
+        assert!(
+            matched.is_some_and(|t| t < Duration::from_secs(2)),
+            "seed {seed}: matched at {matched:?}"
+        );
+        let (w, r) = (wid.unwrap(), rid.unwrap());
+        for k in 0..10u64 {
+            let now = sim.now;
+            sim.p(p)
+                .write(now, w, k, Bytes::from(k.to_le_bytes().to_vec()))
+                .unwrap();
+            sim.pump(p);
+            inject(&mut sim, s, outsider, &claim);
+            sim.run_for(Duration::from_millis(2));
+        }
+        sim.run_for(Duration::from_secs(3));
+        assert_eq!(
+            sim.seqs(s, r),
+            (1..=10).collect::<Vec<u64>>(),
+            "seed {seed}: delivered"
+        );
+    }
+}

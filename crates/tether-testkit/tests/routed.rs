@@ -740,3 +740,100 @@ fn a_routed_peer_whose_auth_is_late_is_not_said_to_have_no_keys() {
         .count();
     assert_eq!(no_keys, 0, "{:?}", sim.nodes[a].events);
 }
+
+/// An outsider on the subscriber's LAN, with no keys, that claims the publisher's
+/// participant id at an address of its own (it announces the id and answers the cookie,
+/// sooner than the publisher's announcement crosses the router) does not keep the two
+/// apart: an id that only a cookie validated gives way to the same id coming through a
+/// router link, which only members and routers of the realm hold. (Before: the subscriber
+/// kept the id at the outsider's address and sent its AUTH there, the publisher's own
+/// through the router could not complete, and they met only once the unauthenticated
+/// entry was forgotten 10 s later: the outsider review's F1, on real processes.)
+#[test]
+fn an_outsider_claiming_a_routed_peers_id_on_the_lan_does_not_keep_it_out() {
+    use tether_testkit::realm::{forged, inject};
+    use tether_wire::{ParticipantRepr, ProbeAckRepr, Submessage};
+    for seed in [61u64, 62, 63] {
+        let realm = Realm::new();
+        let mut path = Link::perfect();
+        path.delay = Duration::from_millis(1);
+        let mut sim = sim_with_router(seed, path);
+        let a = node(&mut sim, Some(&realm), 1, 0);
+        let b = node(&mut sim, Some(&realm), 2, 1);
+        let outsider: std::net::SocketAddr = "10.9.9.9:7400".parse().unwrap();
+        let pa = sim.nodes[a].participant.id();
+        sim.sniffed = Some(Vec::new());
+        let claim = forged(
+            pa,
+            &[Submessage::Participant(ParticipantRepr {
+                lease_ms: 30_000,
+                name: "x",
+                data_group: None,
+            })],
+        );
+        inject(&mut sim, b, outsider, &claim);
+        // The cookie b sends the outsider's address, answered under a's id.
+        let probes: Vec<(u64, usize)> = sim
+            .sniffed
+            .take()
+            .unwrap()
+            .into_iter()
+            .filter(|d| d.to == outsider)
+            .filter_map(|d| {
+                let dg = tether_wire::Datagram::parse(&d.payload).ok()?;
+                let id = dg.submessages().flatten().find_map(|m| match m {
+                    Submessage::Probe(p) => Some(p.id),
+                    _ => None,
+                })?;
+                Some((id, d.payload.len()))
+            })
+            .collect();
+        assert!(!probes.is_empty(), "seed {seed}: b challenged the claim");
+        for (id, size) in probes {
+            let ack = forged(
+                pa,
+                &[Submessage::ProbeAck(ProbeAckRepr {
+                    id,
+                    size: size as u32,
+                    received: None,
+                })],
+            );
+            inject(&mut sim, b, outsider, &ack);
+        }
+        assert_eq!(
+            addr_of(&sim, b, a),
+            Some(outsider),
+            "seed {seed}: the claim took"
+        );
+        // Now the members link to the router and meet through it.
+        sim.attach(a, 3);
+        sim.attach(b, 9);
+        let now = sim.now;
+        let wid = sim
+            .p(a)
+            .create_writer(now, info("/claimed", keep_all()))
+            .unwrap();
+        let rid = sim.p(b).create_reader(now, info("/claimed", keep_all()));
+        sim.pump(a);
+        sim.pump(b);
+        let t0 = sim.now;
+        assert!(
+            sim.run_until(Duration::from_secs(20), |s| {
+                s.nodes[a].participant.matched_count(wid) == 1
+                    && s.nodes[b].participant.matched_count(rid) == 1
+            }),
+            "seed {seed}: never matched"
+        );
+        let took = sim.now - t0;
+        assert!(
+            took < Duration::from_secs(1),
+            "seed {seed}: matched {took:?} after linking (b holds a at {:?})",
+            addr_of(&sim, b, a)
+        );
+        assert!(addr_of(&sim, b, a).is_some_and(|x| route::is_routed(&x)));
+        assert!(sim.nodes[b].participant.stats().unverified_claims_moved >= 1);
+        write_n(&mut sim, a, wid, 0, 10);
+        sim.run_for(Duration::from_secs(2));
+        assert_all_in_order(&sim, b, rid, 10);
+    }
+}
