@@ -128,8 +128,14 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
                      open them)"
                 );
             }
-            // Topic names are taken from the root (`chatter` is `/chatter`): so are grants.
-            let (publish, subscribe) = (rooted(publish), rooted(subscribe));
+            // Topic names are taken from the root (`chatter` is `/chatter`): so are grants,
+            // and they follow the names' rules (a grant no name can match grants nothing).
+            let patterns = |v: Vec<String>| -> anyhow::Result<Vec<String>> {
+                v.iter()
+                    .map(|p| crate::names::pattern(p).map_err(anyhow::Error::msg))
+                    .collect()
+            };
+            let (publish, subscribe) = (patterns(publish)?, patterns(subscribe)?);
             let r = Realm::open(&dir)?;
             // What a replacement given grants no longer grants, to say so: the grants given
             // are all it gets (a hint to add one grant must not silently take the others).
@@ -235,20 +241,6 @@ pub(crate) fn run(a: KeysArgs) -> anyhow::Result<ExitCode> {
         KeysCmd::Show { file } => crate::out::print(&describe(&file)?)?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Grant patterns with the leading `/` that topic names get (`robot1/**` → `/robot1/**`).
-fn rooted(patterns: Vec<String>) -> Vec<String> {
-    patterns
-        .into_iter()
-        .map(|p| {
-            if p.starts_with('/') {
-                p
-            } else {
-                format!("/{p}")
-            }
-        })
-        .collect()
 }
 
 /// `1, 2, 3`.

@@ -36,6 +36,36 @@ pub(crate) fn topic_or_id(given: &str) -> Result<String, String> {
     topic(given)
 }
 
+/// A grant pattern (`tether keys issue --pub/--sub`), rooted as topic names are: the
+/// topic-name rules, with `*` (one level) and `**` (any depth) as whole levels. A pattern
+/// no valid name can match (`bad topic`) would be a grant that never grants.
+pub(crate) fn pattern(given: &str) -> Result<String, String> {
+    let fail = |why: String| {
+        format!(
+            "'{given}' is not a grant pattern: {why} (topic names with '*' for one level and \
+             '**' for any depth, each a whole level; docs/cli.md#topic-names)"
+        )
+    };
+    // Each wildcard level stands in for a name level: the rest must make a topic name.
+    let name: Vec<&str> = given
+        .split('/')
+        .map(|l| if l == "*" || l == "**" { "x" } else { l })
+        .collect();
+    let name = name.join("/");
+    if let Some(l) = given
+        .split('/')
+        .find(|l| l.contains('*') && *l != "*" && *l != "**")
+    {
+        return Err(fail(format!("the level '{l}' has '*' within it")));
+    }
+    check(&name).map_err(fail)?;
+    Ok(if given.starts_with('/') {
+        given.to_string()
+    } else {
+        format!("/{given}")
+    })
+}
+
 /// `given` normalised, or why it is not a name.
 fn check(given: &str) -> Result<String, String> {
     if given.is_empty() {
@@ -129,6 +159,18 @@ fn suggest(given: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grant_patterns_follow_the_topic_name_rules() {
+        assert_eq!(pattern("robot1/**").unwrap(), "/robot1/**");
+        assert_eq!(pattern("/a/*/b").unwrap(), "/a/*/b");
+        assert_eq!(pattern("**").unwrap(), "/**");
+        for bad in ["bad topic", "/a/b*", "/a//b", "/1a", "", "/a/", "/a__b/*"] {
+            let e = pattern(bad).unwrap_err();
+            assert!(e.contains("is not a grant pattern"), "{bad}: {e}");
+        }
+        assert!(pattern("bad topic").unwrap_err().contains("space"));
+    }
 
     #[test]
     fn relative_names_are_taken_from_the_root() {

@@ -173,7 +173,16 @@ fn clear_errors() {
     for (args, says) in [
         (
             vec!["issue", "DIR", "a", "--pub", "/x*"],
-            "publish pattern '/x*'",
+            "'/x*' is not a grant pattern: the level 'x*' has '*' within it",
+        ),
+        // A grant no topic name can match would grant nothing: refused as names are.
+        (
+            vec!["issue", "DIR", "a", "--pub", "bad topic"],
+            "'bad topic' is not a grant pattern: it contains a space",
+        ),
+        (
+            vec!["issue", "DIR", "a", "--sub", "/a/1b"],
+            "the level '1b' starts with a digit",
         ),
         (
             vec!["issue", "DIR", "../evil", "--pub", "/x"],
