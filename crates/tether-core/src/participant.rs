@@ -856,10 +856,22 @@ impl Participant {
         s.into_iter().collect()
     }
 
-    /// Discovery targets plus every known participant, without duplicates.
+    /// Discovery targets plus every known participant that may hear our endpoints, without
+    /// duplicates.
     pub(crate) fn all_destinations(&self) -> Vec<SocketAddr> {
         let mut s: BTreeSet<SocketAddr> = self.peers.targets.clone();
-        s.extend(self.peers.remotes.values().map(|p| p.addr));
+        // In a secure realm a participant we have not verified takes nothing but PARTICIPANT
+        // and AUTH from us (its AUTH datagrams carry our PARTICIPANT): our endpoints (topic
+        // ids, QoS, partitions) go to it once it authenticated, not to anyone who answered a
+        // cookie (the outsider review's F3).
+        let secure = self.cfg.security.is_some();
+        s.extend(
+            self.peers
+                .remotes
+                .values()
+                .filter(|p| !secure || p.auth.as_ref().is_some_and(|a| a.verified))
+                .map(|p| p.addr),
+        );
         s.into_iter().collect()
     }
 }

@@ -701,3 +701,81 @@ fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
         );
     }
 }
+
+/// An outsider that validated an invented id at a member's (answering the cookie sent to
+/// its own address) gets no ENDPOINT from it, for as long as it stays: a participant not
+/// authenticated takes PARTICIPANT and AUTH only. (Before: the periodic announcement went to
+/// every validated participant, so any host that could reach a session's port read its
+/// topic ids, QoS and partition names once a second, even with discovery off: the
+/// outsider review's F3.) The members still meet and match.
+#[test]
+fn an_unauthenticated_participant_hears_no_endpoints() {
+    let mut sim = Sim::new(81, Link::perfect());
+    let ca = CaKey::generate();
+    let p = node(&mut sim, Some(&ca), 1, |_| {});
+    let s = node(&mut sim, Some(&ca), 2, |_| {});
+    let now = sim.now;
+    let wid = sim.p(p).create_writer(now, info("/hidden")).unwrap();
+    let rid = sim.p(s).create_reader(now, info("/hidden"));
+    let outsider: SocketAddr = "10.9.9.9:7400".parse().unwrap();
+    let invented = 0x0bad_cafe_u64;
+    sim.sniffed = Some(Vec::new());
+    inject(&mut sim, p, outsider, &announce(invented));
+    let mut validated = false;
+    let mut endpoints = 0;
+    let mut to_outsider = 0;
+    let t0 = sim.now;
+    while sim.now - t0 < Duration::from_secs(5) {
+        for d in sim.sniffed.replace(Vec::new()).unwrap() {
+            if d.to != outsider {
+                continue;
+            }
+            to_outsider += 1;
+            let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
+                continue;
+            };
+            for m in dg.submessages().flatten() {
+                match m {
+                    Submessage::Probe(x) => {
+                        let ack = forged(
+                            invented,
+                            &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
+                                id: x.id,
+                                size: d.payload.len() as u32,
+                                received: None,
+                            })],
+                        );
+                        validated = true;
+                        inject(&mut sim, p, outsider, &ack);
+                    }
+                    Submessage::Endpoint(_) => endpoints += 1,
+                    _ => {}
+                }
+            }
+        }
+        // It keeps itself known (within the 10 s an unauthenticated one is kept).
+        if (sim.now - t0).as_millis() % 500 == 0 {
+            inject(&mut sim, p, outsider, &announce(invented));
+        }
+        sim.run_for(Duration::from_millis(10));
+    }
+    assert!(validated, "the invented id answered a cookie");
+    assert!(
+        sim.nodes[p]
+            .participant
+            .remote_participants()
+            .iter()
+            .any(|(id, _, a)| id.0 == invented && *a == outsider),
+        "the invented id is known there"
+    );
+    assert!(
+        to_outsider > 2,
+        "it was told things ({to_outsider} datagrams)"
+    );
+    assert_eq!(
+        endpoints, 0,
+        "ENDPOINTs sent to an unauthenticated participant"
+    );
+    assert_eq!(sim.nodes[p].participant.matched_count(wid), 1);
+    assert_eq!(sim.nodes[s].participant.matched_count(rid), 1);
+}
