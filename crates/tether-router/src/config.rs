@@ -19,7 +19,8 @@
 //! link_rate_bytes_per_sec = 0          # per link token bucket; 0: the link's own pace
 //! announce_bytes_per_sec = 2097152    # what one session may flood to all; more is dropped
 //! handshakes_before_retry = 8         # then clients prove their address (QUIC Retry)
-//! max_handshakes = 64                  # at once; a newcomer ends the oldest, counted
+//! max_handshakes = 64                  # at once; a newcomer ends the oldest of the busiest
+//!                                      # network (/24, /64), counted
 //! max_handshakes_per_address = 16      # from one IP address (a NAT's robots share one)
 //! handshake_timeout_ms = 3000          # to finish a handshake
 //! link_idle_timeout_ms = 4000          # a link hearing nothing this long is dead (the
@@ -130,7 +131,8 @@ pub struct Limits {
     /// a stateless QUIC Retry first (0: every client proves its address).
     pub handshakes_before_retry: usize,
     /// Handshakes in progress at most; a client knocking beyond takes the place of the
-    /// oldest still in progress, which ends (counted).
+    /// oldest still in progress of its own network (/24, IPv6 /64) if that holds half of
+    /// them, else of the network holding the most; it ends (counted).
     pub max_handshakes: usize,
     /// Handshakes in progress from one IP address at most; beyond, a newcomer from it takes
     /// the place of its oldest.

@@ -9,9 +9,10 @@
 //!   idle timeout.
 //! - Places are bounded (`limits.max_handshakes` in all, `limits.max_handshakes_per_address`
 //!   from one IP address), and a newcomer takes the place of the oldest handshake still in
-//!   progress (of its own address first) rather than being refused: a legitimate client
-//!   finishes in a few round trips, so to push it out before then a flood must start
-//!   `max_handshakes` handshakes within them, each after a Retry's round trip.
+//!   progress rather than being refused: of its own address first, then (all places taken)
+//!   of its own network or of the busiest ([`victim`]). A legitimate client finishes in a
+//!   few round trips; a flood from one network, answering every Retry, ends only its own
+//!   handshakes.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
@@ -98,18 +99,10 @@ impl Handshakes {
         })
     }
 
-    /// Ends the oldest handshake of `ip` if it holds its share, else the oldest of all if
-    /// every place is taken.
+    /// Ends the handshake [`victim`] names, if any, to make room for one from `ip`.
     fn make_room(t: &mut Table, limits: &Limits, ip: IpAddr, evicted: &AtomicU64) {
-        let mine = t.open.iter().filter(|h| h.ip == ip).count();
-        let victim = if mine >= limits.max_handshakes_per_address.max(1) {
-            t.open.iter().position(|h| h.ip == ip)
-        } else if t.open.len() >= limits.max_handshakes.max(1) {
-            Some(0)
-        } else {
-            None
-        };
-        if let Some(h) = victim.and_then(|i| t.open.remove(i)) {
+        let ips: Vec<IpAddr> = t.open.iter().map(|h| h.ip).collect();
+        if let Some(h) = victim(&ips, limits, ip).and_then(|i| t.open.remove(i)) {
             h.task.abort();
             evicted.fetch_add(1, Ordering::Relaxed);
         }
@@ -139,5 +132,119 @@ impl Handshakes {
                 t.ended.retain(|&e| e >= old);
             }
         }
+    }
+}
+
+/// The network an address is in, for sharing places: its /24 (IPv4) or /64 (IPv6). A host
+/// on a LAN can take as many addresses of its subnet as it likes, and answer the Retry sent
+/// to each.
+fn network(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            IpAddr::from([o[0], o[1], o[2], 0])
+        }
+        IpAddr::V6(a) => {
+            let s = a.segments();
+            IpAddr::from([s[0], s[1], s[2], s[3], 0, 0, 0, 0])
+        }
+    }
+}
+
+/// Which handshake in progress (by its place in `open`, oldest first, their addresses)
+/// ends so that one from `ip` may start, if one must:
+/// - the oldest of `ip`'s own when it holds its share (`max_handshakes_per_address`);
+/// - else, every place taken: the oldest of `ip`'s network when that holds half the places
+///   or more, else the oldest of the network holding the most.
+///
+/// So a flood from one network, however many of its addresses it uses, ends only its own
+/// handshakes once the table is full: a member dialling from elsewhere keeps its place
+/// while it finishes. (Before, the oldest of all went: the outsider review
+/// flooded from 32 addresses of the router's LAN, answering each Retry, and a member 200 ms
+/// away was pushed out of every handshake it began for 10 s.)
+fn victim(open: &[IpAddr], limits: &Limits, ip: IpAddr) -> Option<usize> {
+    let max = limits.max_handshakes.max(1);
+    if open.iter().filter(|&&h| h == ip).count() >= limits.max_handshakes_per_address.max(1) {
+        return open.iter().position(|&h| h == ip);
+    }
+    if open.len() < max {
+        return None;
+    }
+    let net = network(ip);
+    let in_net = |n: IpAddr| open.iter().filter(|&&h| network(h) == n).count();
+    if in_net(net) >= (max / 2).max(1) {
+        return open.iter().position(|&h| network(h) == net);
+    }
+    // The oldest of the networks holding the most (O(n²) for at most `max_handshakes`).
+    let most = open.iter().map(|&h| in_net(network(h))).max()?;
+    open.iter().position(|&h| in_net(network(h)) == most)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max: usize, per_address: usize) -> Limits {
+        Limits {
+            max_handshakes: max,
+            max_handshakes_per_address: per_address,
+            ..Limits::default()
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// Admits one from `ip` into `open` as `Handshakes::admit` does.
+    fn admit(open: &mut Vec<IpAddr>, l: &Limits, from: &str) {
+        if let Some(i) = victim(open, l, ip(from)) {
+            open.remove(i);
+        }
+        open.push(ip(from));
+    }
+
+    #[test]
+    fn a_flood_from_one_network_ends_only_its_own_handshakes() {
+        let l = limits(8, 4);
+        let mut open = Vec::new();
+        // Two members dialling from elsewhere, then a flood from 32 addresses of one /24.
+        admit(&mut open, &l, "192.0.2.10");
+        admit(&mut open, &l, "2001:db8:1::7");
+        for round in 0..10 {
+            for k in 1..=32 {
+                admit(&mut open, &l, &format!("10.0.0.{k}"));
+            }
+            assert!(open.contains(&ip("192.0.2.10")), "round {round}: {open:?}");
+            assert!(open.contains(&ip("2001:db8:1::7")), "round {round}");
+            let flood = open
+                .iter()
+                .filter(|h| network(**h) == ip("10.0.0.0"))
+                .count();
+            assert_eq!(flood, 6, "the rest of the places");
+        }
+        // Room is still there for a third member.
+        admit(&mut open, &l, "198.51.100.1");
+        assert!(open.contains(&ip("198.51.100.1")));
+        assert!(open.contains(&ip("192.0.2.10")));
+    }
+
+    #[test]
+    fn one_address_and_a_full_table_end_the_oldest_as_before() {
+        let l = limits(4, 2);
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            admit(&mut open, &l, "192.0.2.1");
+        }
+        assert_eq!(open, [ip("192.0.2.1"); 2], "an address's share");
+        // Four networks, one place each: the table is full, the busiest (a tie) gives up
+        // its oldest.
+        let mut open = Vec::new();
+        for a in ["192.0.2.1", "198.51.100.1", "203.0.113.1", "10.1.1.1"] {
+            admit(&mut open, &l, a);
+        }
+        admit(&mut open, &l, "172.16.0.1");
+        assert_eq!(open.len(), 4);
+        assert!(!open.contains(&ip("192.0.2.1")), "{open:?}");
     }
 }
