@@ -291,9 +291,9 @@ impl Cli {
 }
 
 fn main() -> ExitCode {
-    why::init_logging();
     let m = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    why::init_logging(matches!(cli.cmd, Cmd::Router(_)));
     let result = refuse_session_flags(&cli.cmd, &m).and_then(|()| run(cli));
     // Reports held back by the rate at the end of the run are said, not left out.
     why::say_suppressed();

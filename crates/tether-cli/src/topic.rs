@@ -320,7 +320,8 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
                         eprintln!(
                             "error: {who} matched on {} within {} s (--linger): nothing was \
                              published; no router link is up (of {} dialled: is the router \
-                             running and reachable? the link's warnings say why)",
+                             running and reachable? a dial that fails is said as a warning, \
+                             once it has waited 4 s for an answer)",
                             a.topic, a.linger, st.routers
                         );
                     } else if st.routers > 0 && !crate::why::anything_reported() {

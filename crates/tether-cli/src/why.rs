@@ -236,7 +236,13 @@ fn advice(reason: &RefusalReason) -> &'static str {
 /// `tracing_subscriber`'s `EnvFilter` reads them: `debug`, `tether=debug,warn`); only
 /// errors without either. Logs go to stderr. A filter that does not parse is said, and
 /// errors only are logged.
-pub(crate) fn init_logging() {
+///
+/// A daemon (`daemon`: `tether router`) logs with time, level and source. The other
+/// commands, left to the default filter, say their few lines (a router link lost or not
+/// made) as the rest of their output does: `warning: router …: …; dialling again`, and
+/// `note: …` for the news that clears one (a link made again). With a filter given, the
+/// full form: whoever asked for `debug` wants to know where each line comes from.
+pub(crate) fn init_logging(daemon: bool) {
     use tracing_subscriber::EnvFilter;
     let given = ["TETHER_LOG", "RUST_LOG"].into_iter().find_map(|var| {
         std::env::var(var)
@@ -244,6 +250,7 @@ pub(crate) fn init_logging() {
             .filter(|v| !v.trim().is_empty())
             .map(|v| (var, v))
     });
+    let plain = given.is_none() && !daemon;
     let filter = match given {
         // Errors, and what a user of routers must see: a router link that cannot be made
         // or was lost (the session's), and a router's links and refusals (`tether router`).
@@ -256,11 +263,70 @@ pub(crate) fn init_logging() {
             EnvFilter::new("error")
         }),
     };
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if plain {
+        fmt.event_format(Plain).init();
+    } else {
+        fmt.init();
+    }
+}
+
+/// A log line as the CLI's own: `error: `, `warning: ` or `note: ` (an event with a `news`
+/// field: good news said at the level of the bad it clears), then the message.
+struct Plain;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Plain
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut v = Message::default();
+        event.record(&mut v);
+        let level = *event.metadata().level();
+        let prefix = if v.news {
+            "note"
+        } else if level == tracing::Level::ERROR {
+            "error"
+        } else if level == tracing::Level::WARN {
+            "warning"
+        } else {
+            "note"
+        };
+        writeln!(w, "{prefix}: {}", v.message)
+    }
+}
+
+/// An event's message, and whether it is news that clears a warning.
+#[derive(Default)]
+struct Message {
+    message: String,
+    news: bool,
+}
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "news" => self.news = true,
+            _ => {}
+        }
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        match field.name() {
+            "news" => self.news = value,
+            _ => self.record_debug(field, &value),
+        }
+    }
 }
 
 #[cfg(test)]

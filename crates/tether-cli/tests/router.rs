@@ -233,6 +233,17 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
     for err in [text(&p.stderr), echo.stderr()] {
         let lost = err.find("link lost").unwrap_or_else(|| panic!("{err}"));
         assert!(err[lost..].contains("linked again, to 'cloud'"), "{err}");
+        // As the CLI's own lines, not a log's (time, level, module).
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("warning: router ") && l.contains("link lost")),
+            "{err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("note: router ") && l.contains("linked again")),
+            "{err}"
+        );
     }
     router.kill();
 }
@@ -619,6 +630,14 @@ fn routers_without_keys_are_refused_and_an_unreachable_router_is_reported() {
     assert_eq!(e.status.code(), Some(1));
     assert!(
         text(&e.stderr).contains("dialling again"),
+        "{}",
+        text(&e.stderr)
+    );
+    // Nothing answered: it says so, not that a peer it never heard went silent.
+    assert!(
+        text(&e.stderr)
+            .lines()
+            .any(|l| l.starts_with("warning: router ") && l.contains("no answer to the handshake")),
         "{}",
         text(&e.stderr)
     );

@@ -27,6 +27,12 @@ pub enum LinkError {
     /// Nothing heard from the peer within the idle timeout: it is gone or unreachable.
     #[error("the peer went silent (idle timeout)")]
     TimedOut,
+    /// A dial's handshake did not finish in time: no answer came (nothing listens there,
+    /// or the path drops it), or too little of one.
+    #[error(
+        "no answer to the handshake within {0:?} (is it running, and reachable at that address?)"
+    )]
+    NoAnswer(std::time::Duration),
     /// The peer closed the link.
     #[error("closed by the peer{}", said(*.code, .reason))]
     ClosedByPeer {

@@ -431,16 +431,21 @@ impl QuicEndpoint {
             .inner
             .connect(addr, server_name)
             .map_err(|e| LinkError::Connect(e.to_string()))?;
+        let wait = self.cfg.handshake_timeout;
         let dial = async {
-            let conn = connecting.await?;
+            // A dial that hears nothing has not gone silent: it was never answered.
+            let conn = connecting.await.map_err(|e| match LinkError::from(e) {
+                LinkError::TimedOut => LinkError::NoAnswer(wait),
+                e => e,
+            })?;
             let peer = peer_credential(&conn)?;
             let (mut send, recv) = conn.open_bi().await?;
             send.write_all(&PREAMBLE).await?;
             Ok::<_, LinkError>((conn, peer, send, recv))
         };
-        let (conn, peer, send, recv) = tokio::time::timeout(self.cfg.handshake_timeout, dial)
+        let (conn, peer, send, recv) = tokio::time::timeout(wait, dial)
             .await
-            .map_err(|_| LinkError::TimedOut)??;
+            .map_err(|_| LinkError::NoAnswer(wait))??;
         let mut link = Link::new(conn, peer, send, recv, &self.cfg);
         link.rx.preamble_due = true;
         Ok(link)

@@ -666,6 +666,7 @@ async fn link_task(
                 out.confirmed.store(true, Ordering::Release);
                 if said_down.swap(false, Ordering::Relaxed) {
                     tracing::warn!(
+                        news = true,
                         "router {}: linked again, to '{name}' at {remote}",
                         out.target
                     );

@@ -902,7 +902,9 @@ fn a_dial_nobody_answers_ends_at_the_handshake_timeout() {
         let t0 = Instant::now();
         let r = c.connect(silent.local_addr().unwrap(), "router").await;
         let took = t0.elapsed();
-        assert_eq!(r.err(), Some(LinkError::TimedOut));
+        let e = r.err().unwrap();
+        assert_eq!(e, LinkError::NoAnswer(Duration::from_millis(700)));
+        assert!(e.to_string().starts_with("no answer"), "{e}");
         assert!(took < Duration::from_secs(5), "the dial took {took:?}");
     });
 }
