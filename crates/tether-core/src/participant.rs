@@ -262,6 +262,9 @@ pub struct Participant {
     /// When the participant last found it had not run ([`STALL`]): peers were counted as
     /// heard then without a word from them.
     pub(crate) stalled_at: Option<Instant>,
+    /// Router links whose driver holds datagrams not yet handed to the link, as the time
+    /// they take to leave ([`set_route_backlog`](Participant::set_route_backlog)).
+    pub(crate) route_backlog: Vec<(u16, Duration)>,
     /// Keep-all reliable writers (whose datagrams congestion control may hold back), and
     /// reliable readers (which time their repair requests by the round trip): without
     /// either, paths are not probed.
@@ -334,6 +337,7 @@ impl Participant {
             queued_paths: Vec::new(),
             clock: now,
             stalled_at: None,
+            route_backlog: Vec::new(),
             paced_writers: 0,
             reliable_readers: 0,
             last_dest: None,

@@ -425,9 +425,26 @@ impl Participant {
         if !newer(&mut rp.last_nackfrag, nf.count) {
             return;
         }
-        // (Fragment repairs are not suppressed per sample: successive requests name other
-        // fragments. What bounds them on a controlled path is its queue, which holds at
-        // most a window's worth of repairs.)
+        // (Fragment repairs are not suppressed per sample on a direct path: successive
+        // requests name other fragments. What bounds them on a controlled path is its
+        // queue, which holds at most a window's worth of repairs. Through a router, where a
+        // repair is lost only where it is dropped, a sample re-sent is not re-sent again
+        // before the copy queued could have left and been answered.)
+        if let Some(addr) = self.peers.remotes.get(&pid).map(|p| p.addr) {
+            if crate::route::is_routed(&addr) {
+                let wait = crate::congestion::resend_wait(
+                    &self.peers,
+                    pid,
+                    now,
+                    self.cfg.heartbeat_period,
+                    crate::route::backlog_of(&self.route_backlog, addr),
+                );
+                if !rp.may_resend(nf.seq, now, wait) {
+                    self.stats.resends_suppressed += 1;
+                    return;
+                }
+            }
+        }
         let start = rp.start;
         if let Some(e) = w.heard_from(rg, now) {
             self.events.push_back(e);
@@ -647,8 +664,14 @@ impl Participant {
         }
         let before = self.stats.bytes_sent;
         let size = crate::path::datagram_size(&self.peers, &self.cfg, addr);
-        let resend_wait =
-            crate::congestion::resend_wait(&self.peers, pid, now, self.cfg.heartbeat_period);
+        let backlog = crate::route::backlog_of(&self.route_backlog, addr);
+        let resend_wait = crate::congestion::resend_wait(
+            &self.peers,
+            pid,
+            now,
+            self.cfg.heartbeat_period,
+            backlog,
+        );
         // What the reader should never get (before it matched) or is gone becomes one GAP,
         // from its base to the first sample the writer still has for it, however far that
         // is (an inactive reader coming back, a keep-last writer far ahead); the rest of

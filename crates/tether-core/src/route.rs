@@ -192,6 +192,19 @@ impl Participant {
         self.cfg.routes.retain(|r| r.link != link);
     }
 
+    /// The driver holds datagrams for router link `link` that take `backlog` to leave (what
+    /// it queued ahead of the link, at the rate the link has been taking them). A writer
+    /// does not re-send a sample to a peer behind that link before the last copy could have
+    /// left and been answered: a reader asking again meanwhile would only queue it twice.
+    /// Zero when the queue is empty.
+    pub fn set_route_backlog(&mut self, link: u16, backlog: Duration) {
+        match self.route_backlog.iter_mut().find(|(l, _)| *l == link) {
+            Some(e) => e.1 = backlog,
+            None if backlog > Duration::ZERO => self.route_backlog.push((link, backlog)),
+            None => {}
+        }
+    }
+
     /// The router links declared now.
     pub fn route_links(&self) -> &[RouteLink] {
         &self.cfg.routes
@@ -325,6 +338,14 @@ pub(crate) fn effective_group(
 /// router still forwards what other participants send it that way).
 pub(crate) fn may_return(cur: SocketAddr, prev: SocketAddr) -> bool {
     is_routed(&cur) || !is_routed(&prev)
+}
+
+/// What [`Participant::set_route_backlog`] said (`backlogs`) of the link `addr` is behind,
+/// if it is a routed address.
+pub(crate) fn backlog_of(backlogs: &[(u16, Duration)], addr: SocketAddr) -> Duration {
+    routed_participant(&addr)
+        .and_then(|(_, l)| backlogs.iter().find(|(k, _)| *k == l))
+        .map_or(Duration::ZERO, |(_, d)| *d)
 }
 
 #[cfg(test)]

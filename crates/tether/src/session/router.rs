@@ -41,6 +41,18 @@ use super::shared::Shared;
 /// engine's reliability repairs what a reliable topic loses).
 const QUEUE: usize = 4096;
 
+/// Bytes waiting to go out on one link at most; beyond, frames are dropped and counted.
+/// (Frames are up to a route datagram, ~60 kB: 4,096 of them held 250 MB.)
+const QUEUE_BYTES: u64 = 16 << 20;
+
+/// The least rate a link is taken to drain its queue at, before it has been measured and
+/// when it is stalled (bytes a second): what the queue holds then waits at most this long
+/// in the engine's reckoning ([`Routers::backlog`]).
+const MIN_DRAIN_RATE: u64 = 1 << 20;
+
+/// The longest a link's backlog is said to take: beyond, its frames are dropped anyway.
+const MAX_BACKLOG: Duration = Duration::from_secs(10);
+
 /// The most the link thread hands QUIC in one write (frames queued meanwhile go together).
 const BATCH_BYTES: usize = 256 << 10;
 
@@ -111,6 +123,54 @@ struct LinkOut {
     /// The router confirmed the link (its preamble came): what `routers_up` counts.
     confirmed: AtomicBool,
     tx: mpsc::Sender<Parts>,
+    /// Bytes in `tx`'s queue.
+    queued: AtomicU64,
+    /// The rate (bytes a second) QUIC has been taking the queue's frames at, while it
+    /// had some: 0 until measured.
+    rate: AtomicU64,
+}
+
+fn parts_len(p: &Parts) -> u64 {
+    (p.0.len() + p.1.len() + p.2.len()) as u64
+}
+
+impl LinkOut {
+    /// Queues `p` for the link: false, nothing queued, if the queue is full (frames or
+    /// bytes) or closed.
+    fn offer(&self, p: Parts) -> bool {
+        let n = parts_len(&p);
+        if self.queued.load(Ordering::Relaxed) + n > QUEUE_BYTES {
+            return false;
+        }
+        self.queued.fetch_add(n, Ordering::Relaxed);
+        if self.tx.try_send(p).is_err() {
+            self.took(n);
+            return false;
+        }
+        true
+    }
+
+    /// `n` bytes left the queue.
+    fn took(&self, n: u64) {
+        let _ = self
+            .queued
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                Some(q.saturating_sub(n))
+            });
+    }
+
+    /// How long what the queue holds takes to leave, at the rate measured (or the least).
+    /// A queue that holds anything means QUIC's send window is full too: that much more
+    /// is ahead of it.
+    fn backlog(&self) -> Duration {
+        let q = self.queued.load(Ordering::Relaxed);
+        if q == 0 {
+            return Duration::ZERO;
+        }
+        let ahead = q + tether_transport::quic::SEND_WINDOW;
+        let rate = self.rate.load(Ordering::Relaxed).max(MIN_DRAIN_RATE);
+        Duration::from_secs_f64(ahead as f64 / rate as f64).min(MAX_BACKLOG)
+    }
 }
 
 /// The session's side of its router links, shared by the engine's threads (which send
@@ -161,6 +221,8 @@ impl Routers {
                 up: AtomicBool::new(false),
                 confirmed: AtomicBool::new(false),
                 tx,
+                queued: AtomicU64::new(0),
+                rate: AtomicU64::new(0),
             });
             receivers.push(rx);
         }
@@ -279,16 +341,14 @@ impl Routers {
         let mut front = Bytes::from(v);
         let tag = front.split_off(split);
         let parts = (front, body.clone(), tag);
-        match out.tx.try_send(parts) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.counters
-                    .dropped_queue_full
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+        if !out.offer(parts) {
+            if out.tx.is_closed() {
                 self.counters
                     .dropped_link_down
+                    .fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.counters
+                    .dropped_queue_full
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -308,6 +368,15 @@ impl Routers {
         self.revocations
             .current()
             .is_some_and(|l| l.contains(serial))
+    }
+
+    /// Tells the engine how far behind each link is ([`LinkOut::backlog`]): its writers
+    /// re-send to peers behind a link only once what it holds could have left, and a
+    /// keep-all writer waits while a link is a second or more behind.
+    pub(super) fn note_backlogs(&self, core: &mut tether_core::Participant) {
+        for l in &self.links {
+            core.set_route_backlog(l.number, l.backlog());
+        }
     }
 
     /// Links up now (confirmed by their router).
@@ -336,7 +405,7 @@ impl Routers {
                 continue;
             }
             if let Ok(b) = f.to_bytes() {
-                if out.tx.try_send(whole(b)).is_err() {
+                if !out.offer(whole(b)) {
                     self.counters
                         .dropped_queue_full
                         .fetch_add(1, Ordering::Relaxed);
@@ -584,7 +653,9 @@ async fn link_task(
         let (name, remote) = (link.peer().name().to_string(), link.remote_address());
         let confirmed = AtomicBool::new(false);
         // What queued while the link was down is stale: the engine repairs it.
-        while rx.try_recv().is_ok() {}
+        while let Ok(p) = rx.try_recv() {
+            out.took(parts_len(&p));
+        }
         // HELLO and everything this session publishes and subscribes go first.
         let initial: Vec<Parts> = {
             let mut leaf = routers.leaf();
@@ -602,7 +673,7 @@ async fn link_task(
                 {
                     if o.up.load(Ordering::Acquire) {
                         if let Ok(b) = f.to_bytes() {
-                            let _ = o.tx.try_send(whole(b));
+                            let _ = o.offer(whole(b));
                         }
                     }
                 }
@@ -630,6 +701,10 @@ async fn link_task(
         if failed.is_none() {
             let sending = async {
                 let mut batch = Vec::new();
+                // The drain rate: bytes QUIC took and the time it took them, while the
+                // queue was not empty, over at least `RATE_WINDOW`.
+                let (mut took, mut busy) = (0u64, Duration::ZERO);
+                const RATE_WINDOW: Duration = Duration::from_millis(50);
                 while let Some(first) = rx.recv().await {
                     // What the engine queued meanwhile goes in the same write.
                     let mut n = 0;
@@ -643,10 +718,21 @@ async fn link_task(
                             None
                         };
                     }
+                    out.took(n as u64);
                     let frames = batch.len() as u64;
+                    let t = Instant::now();
                     send.send_batch(&mut batch)
                         .await
                         .map_err(|e| e.to_string())?;
+                    took += n as u64;
+                    busy += t.elapsed();
+                    if busy >= RATE_WINDOW {
+                        let r = (took as f64 / busy.as_secs_f64()) as u64;
+                        let old = out.rate.load(Ordering::Relaxed);
+                        let ewma = if old == 0 { r } else { (old * 3 + r) / 4 };
+                        out.rate.store(ewma, Ordering::Relaxed);
+                        (took, busy) = (0, Duration::ZERO);
+                    }
                     routers
                         .counters
                         .frames_sent
@@ -714,6 +800,9 @@ async fn link_task(
                         continue;
                     }
                     shared.with_core(|i, now| {
+                        // What we hold for our links, before their peers' requests are
+                        // answered (`Participant::set_route_backlog`).
+                        routers.note_backlogs(&mut i.core);
                         for (src, datagram) in datagrams.drain(..) {
                             let from =
                                 route::virtual_addr(tether_core::ParticipantId(src.0), out.number);
@@ -757,6 +846,7 @@ async fn link_task(
             // closing at once dropped them whenever the path lost their packet, and a
             // writer counted what its reader had as never acknowledged (the lossy review).
             while let Ok((h, b, t)) = rx.try_recv() {
+                out.took((h.len() + b.len() + t.len()) as u64);
                 if send.send_parts(h, b, t).await.is_err() {
                     break;
                 }
