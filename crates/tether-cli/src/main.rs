@@ -134,7 +134,7 @@ pub(crate) struct QosArgs {
     #[arg(long, conflicts_with = "keep_last")]
     keep_all: bool,
     /// Keep the last N samples (default 10).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     keep_last: Option<u32>,
     /// Transient-local durability: late joiners get the retained samples.
     #[arg(long)]
@@ -353,6 +353,17 @@ fn refuse_session_flags(cmd: &Cmd, m: &clap::ArgMatches) -> anyhow::Result<()> {
     anyhow::bail!("tether {name} does not take {}: {hint}", flags.join(", "))
 }
 
+/// Whether a session of `cfg` has no way to meet a peer: no registry, no multicast, no
+/// static peer, no router, and no fixed port a peer could name.
+fn meets_nobody(cfg: &Config) -> bool {
+    let d = &cfg.discovery;
+    !d.uses_registry()
+        && !d.uses_multicast()
+        && d.peers.is_empty()
+        && cfg.routers.connect.is_empty()
+        && cfg.transport.listen.is_none_or(|a| a.port() == 0)
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     stats::set_json(cli.json);
     if let Cmd::Keys(a) = cli.cmd {
@@ -365,6 +376,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let cfg = cli.load_config().context("loading configuration")?;
     let globals = cli.global_args();
+    let meets = matches!(
+        cli.cmd,
+        Cmd::Pub(_)
+            | Cmd::Echo(_)
+            | Cmd::Topics(_)
+            | Cmd::Info(_)
+            | Cmd::Hz(_)
+            | Cmd::Bw(_)
+            | Cmd::Send(_)
+            | Cmd::Recv(_)
+    );
+    if meets && meets_nobody(&cfg) {
+        eprintln!(
+            "warning: discovery is off (no registry, no multicast), and no --peer, --router \
+             or --listen PORT is given: this session can meet nobody (docs/discovery.md)"
+        );
+    }
     match cli.cmd {
         Cmd::Pub(a) => topic::publish(cfg, a),
         Cmd::Echo(a) => topic::echo(cfg, a),

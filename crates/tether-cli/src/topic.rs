@@ -26,7 +26,7 @@ pub(crate) struct PubArgs {
     #[arg(long, short = 'r', default_value_t = 1.0)]
     rate: f64,
     /// Stop after N samples (once a subscriber matched: see --wait-matched).
-    #[arg(long, short = 'n', conflicts_with = "once")]
+    #[arg(long, short = 'n', conflicts_with = "once", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
     /// Publish one sample (--count 1), once a subscriber matched.
     #[arg(long)]
@@ -98,7 +98,7 @@ pub(crate) struct EchoArgs {
     #[arg(value_parser = crate::names::topic)]
     topic: String,
     /// Exit 0 after N samples.
-    #[arg(long, short = 'n', conflicts_with = "once")]
+    #[arg(long, short = 'n', conflicts_with = "once", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
     /// Exit 0 after one sample (--count 1).
     #[arg(long)]
@@ -155,8 +155,8 @@ pub(crate) struct RateArgs {
     #[arg(long, default_value_t = 1.0)]
     period: f64,
     /// Measure over the last N samples (default: 10000 for hz, 100 for bw, as ROS 2).
-    #[arg(long, short = 'w', value_name = "N")]
-    window: Option<usize>,
+    #[arg(long, short = 'w', value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
+    window: Option<u64>,
     #[command(flatten)]
     qos: QosArgs,
 }
@@ -734,7 +734,9 @@ pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<
         Err(End::Signal(sig)) => return Ok(ExitCode::from(sig.status)),
         Err(_) => return Ok(ExitCode::SUCCESS),
     };
-    let cap = a.window.unwrap_or(if bandwidth { 100 } else { 10_000 });
+    let cap = a.window.map_or(if bandwidth { 100 } else { 10_000 }, |w| {
+        usize::try_from(w).unwrap_or(usize::MAX)
+    });
     let w = Arc::new(Mutex::new(crate::window::Window::new(cap)));
     let w2 = w.clone();
     let _sub = session.subscriber_with_callback(topic, qos, move |s| {

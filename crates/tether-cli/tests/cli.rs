@@ -801,3 +801,72 @@ fn pub_fails_when_a_reader_never_acknowledged() {
     assert!(echoed.status.success(), "{}", text(&echoed.stderr));
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// What cannot work is said before it is run: a session that can meet nobody (discovery
+/// off, no peer, no router, no port to be named at) warns; counts of 0 are errors. (The
+/// new-user review: `pub --discovery off --once` said only "start one first (tether echo
+/// …)"; `pub -n 0` exited 0 having done nothing; `echo --count 0` waited for its timeout.)
+#[test]
+fn what_cannot_work_is_said_first() {
+    let run = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+        for v in [
+            "TETHER_DOMAIN",
+            "TETHER_PEERS",
+            "TETHER_CONFIG",
+            "TETHER_DISCOVERY",
+        ] {
+            c.env_remove(v);
+        }
+        c.args(args);
+        finish(spawn(c), Duration::from_secs(30))
+    };
+    let o = run(&[
+        "pub",
+        "/alone",
+        "hi",
+        "--discovery",
+        "off",
+        "--once",
+        "--linger",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("this session can meet nobody"),
+        "{}",
+        text(&o.stderr)
+    );
+    for ok in [
+        &["--peer", "127.0.0.1:9"][..],
+        &["--listen", "127.0.0.1:17999"],
+    ] {
+        let mut args = vec![
+            "pub",
+            "/alone",
+            "hi",
+            "--discovery",
+            "off",
+            "--once",
+            "--linger",
+            "1",
+        ];
+        args.extend_from_slice(ok);
+        let o = run(&args);
+        assert!(
+            !text(&o.stderr).contains("meet nobody"),
+            "{ok:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    for args in [
+        &["pub", "/t", "hi", "-n", "0", "--discovery", "off"][..],
+        &["echo", "/t", "--count", "0", "--discovery", "off"],
+        &["echo", "/t", "--keep-last", "0", "--discovery", "off"],
+        &["hz", "/t", "-w", "1", "--discovery", "off"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("is not in"), "{}", text(&o.stderr));
+    }
+}
