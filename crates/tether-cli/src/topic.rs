@@ -728,11 +728,26 @@ pub(crate) fn rate(cfg: Config, a: RateArgs, bandwidth: bool) -> anyhow::Result<
     let topic = a.qos.topic(&a.topic);
     session.may_subscribe(topic.clone())?;
     let mut watch = Watch::new(&interrupt, duration.map(|d| Instant::now() + d));
+    let waiting = Instant::now();
     let qos: Qos = match crate::adapt::reader_qos(&session, &topic, &a.qos, false, || watch.check())
     {
         Ok(qos) => qos,
-        Err(End::Signal(sig)) => return Ok(ExitCode::from(sig.status)),
-        Err(_) => return Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            // Ended while waiting for a publisher: said, as every command's end is.
+            eprintln!(
+                "{} after {:.1} s: no publisher of {} was found, 0 messages",
+                match &e {
+                    End::Signal(sig) => format!("interrupted ({})", sig.name),
+                    _ => "ended".to_string(),
+                },
+                waiting.elapsed().as_secs_f64(),
+                a.topic
+            );
+            return Ok(match e {
+                End::Signal(sig) => ExitCode::from(sig.status),
+                _ => ExitCode::SUCCESS,
+            });
+        }
     };
     let cap = a.window.map_or(if bandwidth { 100 } else { 10_000 }, |w| {
         usize::try_from(w).unwrap_or(usize::MAX)

@@ -870,3 +870,21 @@ fn what_cannot_work_is_said_first() {
         assert!(text(&o.stderr).contains("is not in"), "{}", text(&o.stderr));
     }
 }
+
+/// `hz` and `bw` ended before any publisher came say so, as `echo` does ("no publisher was
+/// found"), rather than end in silence after their "waiting" line (the new-user review).
+#[test]
+fn rate_commands_say_when_no_publisher_came() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["hz", "bw"] {
+        let mut c = tether(dir.path());
+        c.args([cmd, "/nobody_here", "--duration", "1"]);
+        let o = finish(spawn(c), Duration::from_secs(30));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("no publisher of /nobody_here was found, 0 messages"),
+            "{cmd}: {}",
+            text(&o.stderr)
+        );
+    }
+}
