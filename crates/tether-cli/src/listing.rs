@@ -61,16 +61,21 @@ pub(crate) fn topics(found: &[DiscoveredEndpoint], verbose: bool) -> String {
 /// The note `topics` and `info` print on stderr when some topics showed as ids only.
 pub(crate) fn sealed_note(found: &[DiscoveredEndpoint], member: bool) -> Option<String> {
     let ids = found.iter().filter(|d| is_id(d.topic_name())).count();
+    let (n, are) = if ids == 1 {
+        ("1 endpoint".to_string(), "is")
+    } else {
+        (format!("{ids} endpoints"), "are")
+    };
     (ids > 0).then(|| {
         if member {
             format!(
-                "note: {ids} endpoints are shown by topic id: their names are sealed for \
-                 another realm, or their sessions do not describe them"
+                "note: {n} {are} shown by topic id: their names are sealed for another \
+                 realm, or their sessions do not describe them"
             )
         } else {
             format!(
-                "note: {ids} endpoints are shown by topic id only: they are in a secure \
-                 realm, whose members alone read topic names (run with --keys)"
+                "note: {n} {are} shown by topic id only: they are in a secure realm, whose \
+                 members alone read topic names (run with --keys)"
             )
         }
     })

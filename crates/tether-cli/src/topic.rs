@@ -705,6 +705,14 @@ pub(crate) fn topics(cfg: Config, a: TopicsArgs) -> anyhow::Result<ExitCode> {
     if let Some(note) = crate::listing::sealed_note(&found, member) {
         eprintln!("{note}");
     }
+    if found.is_empty() {
+        // Nothing on stdout (a script reads an empty list); the person is told why.
+        eprintln!(
+            "no topics seen in {} s (--wait): nothing announced in this domain that this \
+             session could hear",
+            a.wait
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

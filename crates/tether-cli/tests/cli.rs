@@ -888,3 +888,19 @@ fn rate_commands_say_when_no_publisher_came() {
         );
     }
 }
+
+/// `topics` that hears nothing says so on stderr (its stdout stays an empty list).
+#[test]
+fn topics_says_when_it_heard_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = tether(dir.path());
+    c.args(["topics", "-v", "--wait", "0.5"]);
+    let o = finish(spawn(c), Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("no topics seen in 0.5 s"),
+        "{}",
+        text(&o.stderr)
+    );
+}
