@@ -550,6 +550,13 @@ pub(crate) fn recv(cfg: Config, a: RecvArgs) -> anyhow::Result<ExitCode> {
         Some(secs("--timeout", a.timeout)?)
     };
     let signals = Signals::catch()?;
+    if a.dir.exists() && !a.dir.is_dir() {
+        anyhow::bail!(
+            "{} is not a directory: recv writes the files it receives into a directory \
+             (it makes one that does not exist)",
+            a.dir.display()
+        );
+    }
     std::fs::create_dir_all(&a.dir)
         .with_context(|| format!("cannot create {}", a.dir.display()))?;
     let session = Session::open(cfg)?;

@@ -741,3 +741,20 @@ fn a_stalled_receiver_fails_send_after_the_timeout() {
         "{err}"
     );
 }
+
+/// `recv` given a file where its directory goes says that, not "File exists".
+#[test]
+fn recv_into_a_file_says_it_is_not_a_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("maps");
+    std::fs::write(&f, b"x").unwrap();
+    let mut c = tether(t.path());
+    c.args(["recv", "/maps"]).arg(&f);
+    let o = finish(spawn(c), Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("is not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+}
