@@ -150,12 +150,30 @@ fn members_meet_through_a_router_and_nothing_else() {
     let echo = spawn(echo);
     assert!(wait_links(mport, "session", 1.0), "{}", router.stderr());
     let mut publ = realm.member("a", port);
-    publ.args(["pub", "/chat", "over the router", "-n", "20", "-r", "50"]);
+    publ.args([
+        "--json",
+        "pub",
+        "/chat",
+        "over the router",
+        "-n",
+        "20",
+        "-r",
+        "50",
+        "--stats",
+    ]);
     let p = finish(spawn(publ), Duration::from_secs(40));
     assert!(p.status.success(), "pub: {}", text(&p.stderr));
     let e = finish(echo, Duration::from_secs(40));
     assert!(e.status.success(), "echo: {}", text(&e.stderr));
     assert_eq!(text(&e.stdout), "over the router\n".repeat(20));
+    // A healthy run drops no frame (the first announcements, before the link was up, were
+    // counted as dropped: the new-user review).
+    let err = text(&p.stderr);
+    let json = err
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(json.contains("\"router_frames_dropped\":0"), "{json}");
     let page = metrics(mport);
     assert!(
         metric(&page, "tether_router_samples_forwarded_total") >= 20.0,

@@ -122,6 +122,9 @@ struct LinkOut {
     up: AtomicBool,
     /// The router confirmed the link (its preamble came): what `routers_up` counts.
     confirmed: AtomicBool,
+    /// The link was up once: frames for it before then are not counted as dropped (the
+    /// engine's first announcements, made again when it comes up).
+    was_up: AtomicBool,
     tx: mpsc::Sender<Parts>,
     /// Bytes in `tx`'s queue.
     queued: AtomicU64,
@@ -220,6 +223,7 @@ impl Routers {
                 target: t.clone(),
                 up: AtomicBool::new(false),
                 confirmed: AtomicBool::new(false),
+                was_up: AtomicBool::new(false),
                 tx,
                 queued: AtomicU64::new(0),
                 rate: AtomicU64::new(0),
@@ -319,9 +323,11 @@ impl Routers {
             return;
         };
         if !out.up.load(Ordering::Acquire) {
-            self.counters
-                .dropped_link_down
-                .fetch_add(1, Ordering::Relaxed);
+            if out.was_up.load(Ordering::Relaxed) {
+                self.counters
+                    .dropped_link_down
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
         let len = head.len() + body.len() + tail.len();
@@ -679,6 +685,7 @@ async fn link_task(
                 }
             }
             out.up.store(true, Ordering::Release);
+            out.was_up.store(true, Ordering::Relaxed);
             mine
         };
         let serial = link.peer().serial();
