@@ -33,6 +33,12 @@ pub(crate) fn topic_or_id(given: &str) -> Result<String, String> {
     if crate::listing::is_id(given) {
         return Ok(given.to_ascii_lowercase());
     }
+    if given.starts_with('#') {
+        return Err(format!(
+            "'{given}' is not a topic id: an id is '#' and 64 hex digits, as `tether topics` \
+             shows it (or give the topic's name)"
+        ));
+    }
     topic(given)
 }
 
@@ -159,6 +165,16 @@ fn suggest(given: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_topic_id_is_said_to_be_one() {
+        let e = topic_or_id("#abc").unwrap_err();
+        assert!(
+            e.contains("is not a topic id") && e.contains("64 hex digits"),
+            "{e}"
+        );
+        assert!(topic_or_id(&format!("#{}", "A".repeat(64))).is_ok());
+    }
 
     #[test]
     fn grant_patterns_follow_the_topic_name_rules() {
