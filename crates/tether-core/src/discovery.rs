@@ -524,18 +524,6 @@ impl Participant {
                 if !self.peers.pending.promoted.contains(&pid) {
                     self.peers.pending.promoted.push(pid);
                 }
-            } else if rp.addr != from
-                && !crate::route::is_routed(&from)
-                && !crate::route::is_routed(&rp.addr)
-                && self.cfg.security.is_some()
-                && !rp.auth.as_ref().is_some_and(|a| a.verified)
-            {
-                //= docs/wire.md#validation
-                //# an id not yet authenticated that is announced from another address has
-                //# that address challenged, and follows it there once it answers
-                // The same on a LAN: a claim at an outsider's address must not hold our
-                // AUTH there while the member announces itself from its own.
-                self.challenge_new_address(now, pid, from);
             }
             let Some(rp) = self.peers.remotes.get_mut(&pid) else {
                 return false;

@@ -600,14 +600,18 @@ fn identity_takeover_sniffer_validates_ids_at_an_authenticated_peers_address() {
     }
 }
 
-/// An outsider that claims the publisher's participant id at the subscriber from an address
-/// of its own, without pause (it announces the id every 2 ms and answers every cookie sent
-/// there), before and while the two meet on the LAN, does not keep them apart: an id not
-/// yet authenticated that announces itself from another address has that address
-/// challenged, and follows it there once it answers, so the subscriber's AUTH reaches the
-/// publisher. (Before: the subscriber held the id at the outsider's address and sent its
-/// AUTH there for good; the two never matched in 30 s: the outsider review's F1, on a LAN.)
+/// KNOWN, NOT FIXED (issue 19's closing note): an outsider that claims the publisher's
+/// participant id at the subscriber from an address of its own, without pause (it
+/// announces the id every 2 ms and answers every cookie sent there), before and while the
+/// two meet on a LAN without a router, keeps them apart: the subscriber holds the id at the
+/// outsider's address and sends its AUTH there. Following the id to another direct address
+/// once that address answers a cookie made them meet in 0.2 s here, but let an outsider
+/// that also relays the publisher's datagrams bounce the id between its own addresses and
+/// hold the members apart on real processes (the second outsider review), so it was taken
+/// out. Through a router the claim gives way (routed.rs
+/// `an_outsider_claiming_a_routed_peers_id_on_the_lan_does_not_keep_it_out`).
 #[test]
+#[ignore = "known: a LAN id squat keeps members apart (issue 19 closing note)"]
 fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
     for seed in [71u64, 72, 73] {
         let mut sim = Sim::new(seed, Link::lossy(0.05));

@@ -819,16 +819,6 @@ impl Participant {
         }
         self.stats.addresses_moved += 1;
         self.move_peer(now, pid, from);
-        // Not yet authenticated: our AUTH, which went to the address it left, goes again.
-        let unverified = self
-            .peers
-            .remotes
-            .get(&pid)
-            .is_some_and(|p| !p.auth.as_ref().is_some_and(|a| a.verified));
-        if unverified && self.cfg.security.is_some() && !self.peers.pending.promoted.contains(&pid)
-        {
-            self.peers.pending.promoted.push(pid);
-        }
         true
     }
 }
