@@ -84,10 +84,6 @@ pub(crate) fn resend_wait(
     rtt + Duration::from_secs_f64(drain.min(1.0))
 }
 
-/// How far behind a router link may be (the time what its driver holds takes to leave)
-/// before a keep-all reliable writer with readers behind it waits for room.
-pub(crate) const ROUTE_FULL: Duration = Duration::from_secs(1);
-
 /// Bytes of repairs a path's queue holds at least (more with a larger window): a large
 /// sample's lost fragments are repaired a megabyte per round at worst.
 const REPAIR_QUEUE: u64 = 1 << 20;
@@ -313,7 +309,7 @@ impl Participant {
     /// True if every path `writer` sends on takes more of its samples now: less than a
     /// window's worth of paced datagrams waits in each one's queue.
     pub(crate) fn paths_have_room(&self, writer: EntityId) -> bool {
-        if !self.peers.controlled && self.route_backlog.is_empty() {
+        if !self.peers.controlled {
             return true;
         }
         let Some(w) = self.writers.get(&writer) else {
@@ -327,13 +323,8 @@ impl Participant {
             self.peers
                 .remotes
                 .get(p)
-                .is_none_or(|r| match r.cc.as_ref() {
-                    Some(cc) => cc.accepts(now),
-                    // A router link: QUIC paces it; what its driver holds ahead of it must
-                    // not grow past `ROUTE_FULL`, or the driver drops what comes next (and the
-                    // writer re-sends it, and more is dropped: the lossy review).
-                    None => crate::route::backlog_of(&self.route_backlog, r.addr) < ROUTE_FULL,
-                })
+                .and_then(|r| r.cc.as_ref())
+                .is_none_or(|cc| cc.accepts(now))
         })
     }
 

@@ -267,9 +267,7 @@ impl Participant {
             // A keep-all reliable writer also waits while the paths to its readers hold a
             // window's worth of its datagrams waiting (congestion control); keep-last and
             // best-effort writers never wait.
-            // Router links say how far behind they are (`set_route_backlog`).
-            let links_full = !self.route_backlog.is_empty() && w.paced();
-            if (!self.peers.controlled || !w.paced()) && !links_full {
+            if !self.peers.controlled || !w.paced() {
                 w.blocked = false;
                 return Ok(payload);
             }

@@ -96,12 +96,10 @@ impl quinn::ConnectionIdGenerator for RandomCids {
 }
 
 /// Bytes a link sends without their acknowledgement at most (written to QUIC and not yet
-/// acknowledged by the peer): enough for 200 MB/s over a 20 ms round trip. Beyond, a write
-/// waits, and what the sender has to send waits where it can see it and say how long it
-/// will take (a session's link queue: `tether::session`). At 32 MiB (twice the stream
-/// window, as before) a link after an outage at 10 % loss held seconds of repairs the
-/// session could not see, and re-sent them on every request.
-pub const SEND_WINDOW: u64 = 4 << 20;
+/// acknowledged by the peer): twice the default stream window. (4 MiB, tried so that a
+/// backlog would wait where a session sees it, made a link at 20 % loss lag and a keep-all
+/// stream lose its reader: the second lossy review.)
+pub const SEND_WINDOW: u64 = 32 << 20;
 
 /// Timers and limits of an endpoint's links.
 #[derive(Debug, Clone)]
@@ -200,7 +198,7 @@ impl LinkConfig {
             .max_concurrent_uni_streams(0u32.into())
             .stream_receive_window(self.stream_window.into())
             .receive_window(VarInt::from_u32(self.stream_window.saturating_mul(2)))
-            .send_window(SEND_WINDOW);
+            .send_window(SEND_WINDOW.max(u64::from(self.stream_window) * 2));
         Ok(t)
     }
 }

@@ -85,10 +85,6 @@ impl Publisher {
             if self.shared.closed.load(Ordering::Relaxed) {
                 break Err(PutError::Closed(payload));
             }
-            if let Some(r) = &self.shared.routers {
-                // How far behind the router links are: a keep-all writer waits for them.
-                r.note_backlogs(&mut g.core);
-            }
             let r = g.core.write(now, self.id, timestamp_ns, payload);
             if g.core.has_output() {
                 self.shared.drive(&mut g, now, &mut deferred);

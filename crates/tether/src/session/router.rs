@@ -42,8 +42,12 @@ use super::shared::Shared;
 const QUEUE: usize = 4096;
 
 /// Bytes waiting to go out on one link at most; beyond, frames are dropped and counted.
-/// (Frames are up to a route datagram, ~60 kB: 4,096 of them held 250 MB.)
-const QUEUE_BYTES: u64 = 16 << 20;
+/// (Frames are up to a route datagram, ~60 kB: 4,096 of them held 250 MB. 16 MiB dropped
+/// samples a link at 20 % loss would have carried a moment later: the second lossy review.)
+const QUEUE_BYTES: u64 = 64 << 20;
+
+/// Frames up to this size are not dropped for the queue's bytes ([`LinkOut::offer`]).
+const SMALL_FRAME: u64 = 4096;
 
 /// The least rate a link is taken to drain its queue at, before it has been measured and
 /// when it is stalled (bytes a second): what the queue holds then waits at most this long
@@ -142,7 +146,10 @@ impl LinkOut {
     /// bytes) or closed.
     fn offer(&self, p: Parts) -> bool {
         let n = parts_len(&p);
-        if self.queued.load(Ordering::Relaxed) + n > QUEUE_BYTES {
+        // The byte bound is for samples: a small frame (a heartbeat, an acknowledgement,
+        // an announcement, an AUTH) is queued behind them, never dropped for their bytes,
+        // or a link full of samples would starve the peers of what keeps them matched.
+        if n > SMALL_FRAME && self.queued.load(Ordering::Relaxed) + n > QUEUE_BYTES {
             return false;
         }
         self.queued.fetch_add(n, Ordering::Relaxed);
@@ -377,8 +384,7 @@ impl Routers {
     }
 
     /// Tells the engine how far behind each link is ([`LinkOut::backlog`]): its writers
-    /// re-send to peers behind a link only once what it holds could have left, and a
-    /// keep-all writer waits while a link is a second or more behind.
+    /// re-send to peers behind a link only once what it holds could have left.
     pub(super) fn note_backlogs(&self, core: &mut tether_core::Participant) {
         for l in &self.links {
             core.set_route_backlog(l.number, l.backlog());
