@@ -95,12 +95,6 @@ impl quinn::ConnectionIdGenerator for RandomCids {
     }
 }
 
-/// Bytes a link sends without their acknowledgement at most (written to QUIC and not yet
-/// acknowledged by the peer): twice the default stream window. (4 MiB, tried so that a
-/// backlog would wait where a session sees it, made a link at 20 % loss lag and a keep-all
-/// stream lose its reader: the second lossy review.)
-pub const SEND_WINDOW: u64 = 32 << 20;
-
 /// Timers and limits of an endpoint's links.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
@@ -198,7 +192,7 @@ impl LinkConfig {
             .max_concurrent_uni_streams(0u32.into())
             .stream_receive_window(self.stream_window.into())
             .receive_window(VarInt::from_u32(self.stream_window.saturating_mul(2)))
-            .send_window(SEND_WINDOW.max(u64::from(self.stream_window) * 2));
+            .send_window(u64::from(self.stream_window) * 2);
         Ok(t)
     }
 }

@@ -80,6 +80,6 @@ pub use cert::{CREDENTIAL_OID, CertParseError, CertificateError};
 pub use error::LinkError;
 pub use link::{
     ALPN, IncomingLink, Link, LinkConfig, LinkIdentity, LinkReceiver, LinkSender, LinkStats,
-    MAX_FRAME, PeerCredential, QuicEndpoint, SEND_WINDOW, SendError,
+    MAX_FRAME, PeerCredential, QuicEndpoint, SendError,
 };
 pub use verify::{PeerPolicy, Refusal, Revocations, RevocationsError};

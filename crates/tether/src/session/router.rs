@@ -41,21 +41,16 @@ use super::shared::Shared;
 /// engine's reliability repairs what a reliable topic loses).
 const QUEUE: usize = 4096;
 
-/// Bytes waiting to go out on one link at most; beyond, frames are dropped and counted.
-/// (Frames are up to a route datagram, ~60 kB: 4,096 of them held 250 MB. 16 MiB dropped
-/// samples a link at 20 % loss would have carried a moment later: the second lossy review.)
-const QUEUE_BYTES: u64 = 64 << 20;
-
-/// Frames up to this size are not dropped for the queue's bytes ([`LinkOut::offer`]).
-const SMALL_FRAME: u64 = 4096;
-
 /// The least rate a link is taken to drain its queue at, before it has been measured and
 /// when it is stalled (bytes a second): what the queue holds then waits at most this long
 /// in the engine's reckoning ([`Routers::backlog`]).
 const MIN_DRAIN_RATE: u64 = 1 << 20;
 
-/// The longest a link's backlog is said to take: beyond, its frames are dropped anyway.
-const MAX_BACKLOG: Duration = Duration::from_secs(10);
+/// The longest a link's backlog is said to take: a repair held back longer keeps a
+/// reader's acknowledgements still, and a keep-all writer lets a reader go that has
+/// acknowledged nothing for its inactivity time. (10 s lost a reader at 20 % loss: the
+/// second lossy review.)
+const MAX_BACKLOG: Duration = Duration::from_secs(1);
 
 /// The most the link thread hands QUIC in one write (frames queued meanwhile go together).
 const BATCH_BYTES: usize = 256 << 10;
@@ -142,16 +137,12 @@ fn parts_len(p: &Parts) -> u64 {
 }
 
 impl LinkOut {
-    /// Queues `p` for the link: false, nothing queued, if the queue is full (frames or
-    /// bytes) or closed.
+    /// Queues `p` for the link, counting its bytes: false, nothing queued, if the queue is
+    /// full or closed. (A bound in bytes too, 16 or 64 MiB, dropped samples a link at 20 %
+    /// loss would have carried a moment later, and its reader was lost: the second lossy
+    /// review.)
     fn offer(&self, p: Parts) -> bool {
         let n = parts_len(&p);
-        // The byte bound is for samples: a small frame (a heartbeat, an acknowledgement,
-        // an announcement, an AUTH) is queued behind them, never dropped for their bytes,
-        // or a link full of samples would starve the peers of what keeps them matched.
-        if n > SMALL_FRAME && self.queued.load(Ordering::Relaxed) + n > QUEUE_BYTES {
-            return false;
-        }
         self.queued.fetch_add(n, Ordering::Relaxed);
         if self.tx.try_send(p).is_err() {
             self.took(n);
@@ -170,16 +161,13 @@ impl LinkOut {
     }
 
     /// How long what the queue holds takes to leave, at the rate measured (or the least).
-    /// A queue that holds anything means QUIC's send window is full too: that much more
-    /// is ahead of it.
     fn backlog(&self) -> Duration {
         let q = self.queued.load(Ordering::Relaxed);
         if q == 0 {
             return Duration::ZERO;
         }
-        let ahead = q + tether_transport::quic::SEND_WINDOW;
         let rate = self.rate.load(Ordering::Relaxed).max(MIN_DRAIN_RATE);
-        Duration::from_secs_f64(ahead as f64 / rate as f64).min(MAX_BACKLOG)
+        Duration::from_secs_f64(q as f64 / rate as f64).min(MAX_BACKLOG)
     }
 }
 
