@@ -160,6 +160,15 @@ impl LinkOut {
             });
     }
 
+    /// QUIC took `bytes` of the queue's frames in `busy` (time it spent taking them): the
+    /// drain rate moves a quarter of the way to that.
+    fn drained(&self, bytes: u64, busy: Duration) {
+        let r = (bytes as f64 / busy.as_secs_f64().max(1e-6)) as u64;
+        let old = self.rate.load(Ordering::Relaxed);
+        let ewma = if old == 0 { r } else { (old * 3 + r) / 4 };
+        self.rate.store(ewma, Ordering::Relaxed);
+    }
+
     /// How long what the queue holds takes to leave, at the rate measured (or the least).
     fn backlog(&self) -> Duration {
         let q = self.queued.load(Ordering::Relaxed);
@@ -728,10 +737,7 @@ async fn link_task(
                     took += n as u64;
                     busy += t.elapsed();
                     if busy >= RATE_WINDOW {
-                        let r = (took as f64 / busy.as_secs_f64()) as u64;
-                        let old = out.rate.load(Ordering::Relaxed);
-                        let ewma = if old == 0 { r } else { (old * 3 + r) / 4 };
-                        out.rate.store(ewma, Ordering::Relaxed);
+                        out.drained(took, busy);
                         (took, busy) = (0, Duration::ZERO);
                     }
                     routers
@@ -908,5 +914,69 @@ async fn endpoints_task(shared: Arc<Shared>, routers: Arc<Routers>) {
             _ = routers.changed.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(capacity: usize) -> (LinkOut, mpsc::Receiver<Parts>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let l = LinkOut {
+            number: 1,
+            target: "h:1".into(),
+            up: AtomicBool::new(true),
+            confirmed: AtomicBool::new(true),
+            was_up: AtomicBool::new(true),
+            tx,
+            queued: AtomicU64::new(0),
+            rate: AtomicU64::new(0),
+        };
+        (l, rx)
+    }
+
+    fn frame(n: usize) -> Parts {
+        (
+            Bytes::from(vec![0u8; 10]),
+            Bytes::from(vec![1u8; n - 10]),
+            Bytes::new(),
+        )
+    }
+
+    /// The queue's bytes are counted in and out, a frame refused (queue full) is not
+    /// counted, and the backlog is what it holds at the rate measured: at least
+    /// `MIN_DRAIN_RATE`, at most `MAX_BACKLOG`.
+    #[test]
+    fn the_backlog_is_the_queue_at_the_drain_rate_within_bounds() {
+        let (l, mut rx) = link(2);
+        assert_eq!(l.backlog(), Duration::ZERO);
+        assert!(l.offer(frame(400_000)));
+        assert!(l.offer(frame(100_000)));
+        assert!(!l.offer(frame(5_000)), "a full queue refuses");
+        assert_eq!(l.queued.load(Ordering::Relaxed), 500_000);
+        // Not measured yet: at the least rate (1 MiB/s), 0.48 s.
+        let b = l.backlog();
+        assert!(
+            b > Duration::from_millis(450) && b < Duration::from_millis(500),
+            "{b:?}"
+        );
+        // Measured at 10 MB/s: 50 ms.
+        l.drained(1_000_000, Duration::from_millis(100));
+        assert_eq!(l.rate.load(Ordering::Relaxed), 10_000_000);
+        assert_eq!(l.backlog(), Duration::from_millis(50));
+        // A slower sample moves the rate a quarter of the way.
+        l.drained(2_000_000, Duration::from_secs(1));
+        assert_eq!(l.rate.load(Ordering::Relaxed), 8_000_000);
+        // Taken by the link thread: counted out.
+        let p = rx.try_recv().unwrap();
+        l.took(parts_len(&p));
+        assert_eq!(l.queued.load(Ordering::Relaxed), 100_000);
+        // However much it holds, at most `MAX_BACKLOG` is said (a repair held back longer
+        // let a keep-all writer take its reader for inactive).
+        l.queued.store(1 << 40, Ordering::Relaxed);
+        assert_eq!(l.backlog(), MAX_BACKLOG);
+        l.took(u64::MAX);
+        assert_eq!(l.backlog(), Duration::ZERO, "never below empty");
     }
 }
