@@ -28,6 +28,8 @@ struct Link {
     refs: u64,
     /// Where the table sync for a new router neighbour has got to (a slab position).
     sync: Option<u32>,
+    /// Who stands behind the link (the serial of its credential), if the caller said.
+    owner: Option<u64>,
 }
 
 /// A participant's host route.
@@ -124,6 +126,18 @@ impl Router {
     /// "memory per route" divides.
     pub fn rib_heap_bytes(&self) -> usize {
         self.rib.heap_bytes()
+    }
+
+    /// Says who stands behind a link that is up: the serial of the credential it
+    /// presented. A session that dials again while this router still holds its old link
+    /// (its side noticed the silence first) announces its participant on the new link; a
+    /// link of the same owner may take that id over, a link of another may not.
+    pub fn set_link_owner(&mut self, link: LinkId, owner: u64) {
+        if let Some(&slot) = self.by_id.get(&link) {
+            if let Some(l) = self.links[slot as usize].as_mut() {
+                l.owner = Some(owner);
+            }
+        }
     }
 
     /// Links up.
@@ -236,6 +250,7 @@ impl Router {
             node: node.0,
             refs: 0,
             sync: None,
+            owner: None,
         });
         self.by_id.insert(link, slot);
         self.next_sweep

@@ -98,6 +98,11 @@ impl Shared {
                 s.floods_suppressed,
             ),
             (
+                "tether_router_hosts_taken_over_total",
+                "Participant ids moved to a session's newer link (it dialled again).",
+                s.hosts_taken_over,
+            ),
+            (
                 "tether_router_bytes_received_total",
                 "Frame bytes received on all links.",
                 c(&self.counters.bytes_in),

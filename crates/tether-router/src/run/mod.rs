@@ -463,7 +463,11 @@ async fn serve_link(shared: Arc<Shared>, link: Link) {
                 close: close.clone(),
             },
         );
-        if let Err(e) = st.router.handle_frame(Instant::now(), id, hello) {
+        let up = st.router.handle_frame(Instant::now(), id, hello);
+        if up.is_ok() {
+            st.router.set_link_owner(id, peer.serial());
+        }
+        if let Err(e) = up {
             st.links.remove(&id);
             drop(st);
             tracing::warn!("link from '{}' at {remote} refused: {e}", peer.name());

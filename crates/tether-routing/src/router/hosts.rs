@@ -22,10 +22,25 @@ impl Router {
         if on {
             // First come, first served: a participant id attached on a live session link
             // is not taken over by another (a member claiming another's id would otherwise
-            // receive its unicast and have its own traffic refused as spoofed).
+            // receive its unicast and have its own traffic refused as spoofed). Only a
+            // link of the same owner may: the session dialled again before this router
+            // saw its old link go, and refusing it would leave its id with no route once
+            // the old link times out.
             if let Some(other) = self.hosts.get(&p).and_then(|h| h.local) {
-                if other != slot && self.links.get(other as usize).is_some_and(Option::is_some) {
-                    return self.stats.drops.add(DropReason::SpoofedSource);
+                let owner = |s: u16| {
+                    self.links
+                        .get(s as usize)
+                        .and_then(Option::as_ref)
+                        .map(|l| l.owner)
+                };
+                if other != slot {
+                    match (owner(other), owner(slot)) {
+                        (Some(Some(a)), Some(Some(b))) if a == b => {
+                            self.stats.hosts_taken_over += 1;
+                        }
+                        (Some(_), _) => return self.stats.drops.add(DropReason::SpoofedSource),
+                        (None, _) => {}
+                    }
                 }
             }
             let mine = self

@@ -322,3 +322,50 @@ fn one_session_cannot_take_anothers_id_or_fill_the_tables() {
     .unwrap();
     assert_eq!(r.stats().drops.get(DropReason::SpoofedSource), 1);
 }
+
+/// A session that dials again before the router has seen its old link go (its side noticed
+/// the silence first) announces its participant on the new link. With the same owner the
+/// new link takes the id, and the old link's end does not take it away; another owner's
+/// link still may not.
+#[test]
+fn a_session_dialling_again_takes_its_id_to_the_new_link() {
+    let t = Instant::now();
+    let mut r = router(t);
+    r.set_link_owner(S, 7);
+    let host = |seq| {
+        Frame::Participant(HostRoute {
+            participant: ParticipantId(1000),
+            origin: NodeId(100),
+            seq,
+        })
+    };
+    let other = LinkId(11);
+    r.link_up(t, other, Role::Session, NodeId(100)).unwrap();
+    r.set_link_owner(other, 8);
+    r.handle_frame(t, other, host(2)).unwrap();
+    assert_eq!(r.stats().drops.get(DropReason::SpoofedSource), 1);
+    let again = LinkId(12);
+    r.link_up(t, again, Role::Session, NodeId(100)).unwrap();
+    r.set_link_owner(again, 7);
+    r.handle_frame(t, again, host(3)).unwrap();
+    assert_eq!(r.stats().drops.get(DropReason::SpoofedSource), 1);
+    assert_eq!(r.stats().hosts_taken_over, 1);
+    r.link_down(t, S);
+    drain(&mut r);
+    let unicast = Frame::Unicast(Unicast {
+        dst: ParticipantId(1000),
+        src: ParticipantId(2000),
+        hops: 0,
+        key: RouteKey::default(),
+        reader: false,
+        datagram: Bytes::from_static(b"u"),
+    });
+    r.handle_frame(t, N, unicast).unwrap();
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|(l, f)| *l == again && matches!(f, Frame::Unicast(_))),
+        "unicast to the participant goes to its new link: {out:?}"
+    );
+    assert_eq!(r.stats().drops.get(DropReason::NoRoute), 0);
+}

@@ -215,6 +215,9 @@ pub struct Stats {
     /// Advertisements, withdrawals, host routes and link states dropped as not newer (the
     /// loop suppression at work).
     pub floods_suppressed: u64,
+    /// Participant ids moved to a newer link of the same owner (a session that dialled
+    /// again before its old link was seen to go).
+    pub hosts_taken_over: u64,
     /// QUERY rounds sent.
     pub queries_sent: u64,
     /// QUERYs answered with at least one advertisement.
