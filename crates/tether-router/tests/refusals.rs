@@ -4,6 +4,7 @@
 //! does while many handshakes are in progress: clients prove their address first (QUIC
 //! Retry), a handshake that does not finish in time ends, and a newcomer takes the place of
 //! the oldest handshake still in progress, so stalled handshakes cannot lock members out.
+//! And whose link a participant id follows when a member dials again.
 
 use std::time::Duration;
 
@@ -376,4 +377,60 @@ fn a_session_flooding_announcements_is_held_to_its_rate() {
             std::mem::forget((tx, rx));
         },
     );
+}
+
+/// Opens a link from `ep` that says HELLO and announces participant 77, and keeps it.
+async fn announce_77(ep: &QuicEndpoint, port: u16) {
+    let link = ep
+        .connect(format!("127.0.0.1:{port}").parse().unwrap(), "cloud")
+        .await
+        .unwrap();
+    let (mut tx, mut rx) = link.split();
+    let mut leaf = tether_routing::Leaf::new(tether_routing::NodeId(77), 0);
+    leaf.add_participant(tether_routing::ParticipantId(77));
+    leaf.link_up(tether_routing::LinkId(1));
+    while let Some((_, f)) = leaf.poll_transmit() {
+        tx.send(f.to_bytes().unwrap()).await.unwrap();
+    }
+    let _ = rx.recv().await; // the router's HELLO
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::mem::forget((tx, rx));
+}
+
+/// A session that dials again while the router still holds its old link (its own side
+/// timed out first) takes its participant id to the new link: both show the same
+/// credential. Another member's link still cannot take it.
+#[test]
+fn a_member_dialling_again_takes_its_participant_to_the_new_link() {
+    with_router("", |dir, port, m| async move {
+        let realm = Realm::open(&dir.join("realm")).unwrap();
+        realm
+            .issue("b", vec!["/x".into()], vec!["/x".into()], 1)
+            .unwrap();
+        let spoofed = "tether_router_drops_total{router=\"cloud\",reason=\"spoofed_source\"}";
+        let moved = "tether_router_hosts_taken_over_total{router=\"cloud\"}";
+        let first = member(&dir);
+        announce_77(&first, port).await;
+        let b = KeyBundle::load(&dir.join("realm/b.key")).unwrap();
+        let other = {
+            let me = LinkIdentity::new(&b.identity, b.link_credential.as_ref().unwrap()).unwrap();
+            let servers = PeerPolicy::new(b.ca_public, Revocations::new(), &[Role::Router]);
+            QuicEndpoint::client(
+                "127.0.0.1:0".parse().unwrap(),
+                &me,
+                servers,
+                &LinkConfig::default(),
+            )
+            .unwrap()
+        };
+        announce_77(&other, port).await;
+        let page = metrics_of(m).await;
+        assert_counter(&page, spoofed, 1.0);
+        assert_counter(&page, moved, 0.0);
+        let again = member(&dir);
+        announce_77(&again, port).await;
+        let page = metrics_of(m).await;
+        assert_counter(&page, spoofed, 1.0);
+        assert_counter(&page, moved, 1.0);
+    });
 }
