@@ -812,9 +812,14 @@ pub struct Stats {
     /// address was still heard: taken, but the peer stays at its direct address.
     pub routed_not_followed: u64,
     /// Secure realm: participant ids validated only by a cookie at a direct address, not
-    /// yet authenticated, that moved to the same id announced through a router link (a
-    /// claim on the LAN gives way to a member's link).
+    /// yet authenticated, that moved to the same id announced through a router link, or
+    /// to the address its verifying AUTH came from (a claim on the LAN gives way to the
+    /// member).
     pub unverified_claims_moved: u64,
+    /// Secure realm: AUTHs sent, besides to a peer's address, to another address an AUTH
+    /// of its came from before we verified it (where it is, if a claim holds its id at the
+    /// address we know).
+    pub auth_sent_aside: u64,
 }
 
 impl Stats {
@@ -927,6 +932,7 @@ impl Stats {
             routed_mismatched,
             routed_not_followed,
             unverified_claims_moved,
+            auth_sent_aside,
         )
     }
 }

@@ -699,6 +699,18 @@ impl Participant {
         } else {
             self.heard_from(now, pid, from, counted, origin != Origin::Unverified)
         };
+        // In a secure realm, an id validated at another direct address and not yet
+        // authenticated: anyone on the LAN may claim an id from an address of its own and
+        // answer the cookie sent there. Its challenges are answered here as a stranger's
+        // are, and its AUTH taken (`on_auth` answers it here too), so a member the claim
+        // holds our AUTH away from can still prove its credential from where it is.
+        let elsewhere =
+            known
+                && origin == Origin::Unverified
+                && !crate::route::is_routed(&from)
+                && self.peers.remotes.get(&pid).is_some_and(|p| {
+                    p.addr != from && p.auth.as_ref().is_some_and(|a| !a.verified)
+                });
         // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
         let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {
@@ -724,10 +736,10 @@ impl Participant {
                 }
                 // Address validation (`discovery/pending.rs`): a challenge from a participant
                 // we do not know is answered, and the answer to ours validates it.
-                Submessage::Probe(p) if !known => {
+                Submessage::Probe(p) if !known || elsewhere => {
                     self.answer_challenge(now, pid, from, p, datagram.len())
                 }
-                Submessage::ProbeAck(a) if !known => {
+                Submessage::ProbeAck(a) if !known || elsewhere => {
                     known = self.on_challenge_answer(now, pid, from, a)
                 }
                 _ if origin == Origin::Unverified && needs_authentication(&m) => {
@@ -749,7 +761,7 @@ impl Participant {
                     known = false;
                 }
                 Submessage::Endpoint(e) => self.on_endpoint(now, pid, e),
-                Submessage::Auth(a) => self.on_auth(now, pid, a),
+                Submessage::Auth(a) => self.on_auth(now, pid, from, a),
                 Submessage::Refusal(r) => self.on_refusal(now, pid, r),
                 // A SEALED anywhere but first in an outer datagram, or in what one opened to.
                 Submessage::Sealed(_) => {

@@ -600,18 +600,17 @@ fn identity_takeover_sniffer_validates_ids_at_an_authenticated_peers_address() {
     }
 }
 
-/// KNOWN, NOT FIXED (issue 19's closing note): an outsider that claims the publisher's
-/// participant id at the subscriber from an address of its own, without pause (it
-/// announces the id every 2 ms and answers every cookie sent there), before and while the
-/// two meet on a LAN without a router, keeps them apart: the subscriber holds the id at the
-/// outsider's address and sends its AUTH there. Following the id to another direct address
-/// once that address answers a cookie made them meet in 0.2 s here, but let an outsider
-/// that also relays the publisher's datagrams bounce the id between its own addresses and
-/// hold the members apart on real processes (the second outsider review), so it was taken
-/// out. Through a router the claim gives way (routed.rs
-/// `an_outsider_claiming_a_routed_peers_id_on_the_lan_does_not_keep_it_out`).
+/// An outsider that claims the publisher's participant id at the subscriber from an
+/// address of its own, without pause (it announces the id every 2 ms and answers every
+/// cookie sent there), before and while the two meet on a LAN without a router, does not
+/// keep them apart. The subscriber holds the id at the outsider's address and sends its
+/// AUTH there; the publisher's own challenge and AUTH, from its address, are answered
+/// there too, and the AUTH that proves its credential binds the id to the address it came
+/// from. (Before: the members never met while the claim went on. Following the id to any
+/// direct address that answered a cookie let an outsider that also relays bounce it; here
+/// the id moves once, when a credential is proved: through a router the claim gives way
+/// as well, routed.rs `an_outsider_claiming_a_routed_peers_id_on_the_lan_does_not_keep_it_out`.)
 #[test]
-#[ignore = "known: a LAN id squat keeps members apart (issue 19 closing note)"]
 fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
     for seed in [71u64, 72, 73] {
         let mut sim = Sim::new(seed, Link::lossy(0.05));
@@ -687,6 +686,11 @@ fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
             matched.is_some_and(|t| t < Duration::from_secs(2)),
             "seed {seed}: matched at {matched:?}"
         );
+        let st = sim.nodes[s].participant.stats();
+        assert!(
+            st.unverified_claims_moved == 1 && st.auth_sent_aside >= 1,
+            "seed {seed}: the id moved once, by an AUTH answered aside ({st:?})"
+        );
         let (w, r) = (wid.unwrap(), rid.unwrap());
         for k in 0..10u64 {
             let now = sim.now;
@@ -702,6 +706,116 @@ fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
             sim.seqs(s, r),
             (1..=10).collect::<Vec<u64>>(),
             "seed {seed}: delivered"
+        );
+    }
+}
+
+/// The same claim, from an outsider that also relays every datagram the publisher sends
+/// the subscriber, from its own address, just after the original arrives (it sees the LAN's
+/// traffic): the copies move nothing. The id is bound once, where the AUTH that proved the
+/// credential came from, and stays at the publisher's address; the members meet and
+/// deliver everything. (A relay that could bounce an id between addresses kept members
+/// apart on real processes in the second outsider review.)
+#[test]
+fn an_outsider_claiming_and_relaying_a_peers_datagrams_does_not_take_its_id() {
+    for seed in [91u64, 92, 93] {
+        let mut sim = Sim::new(seed, Link::perfect());
+        let ca = CaKey::generate();
+        let p = node(&mut sim, Some(&ca), 1, |_| {});
+        let s = node(&mut sim, Some(&ca), 2, |_| {});
+        let outsider: SocketAddr = "10.9.9.9:7400".parse().unwrap();
+        let pid = sim.nodes[p].participant.id().0;
+        let claim = announce(pid);
+        let (pa, sa) = (sim.nodes[p].addr, sim.nodes[s].addr);
+        sim.sniffed = Some(Vec::new());
+        let t0 = sim.now;
+        let (mut wid, mut rid, mut matched) = (None, None, None);
+        let mut relayed = 0;
+        let mut held: Vec<Bytes> = Vec::new();
+        let mut step = |sim: &mut Sim| {
+            inject(sim, s, outsider, &claim);
+            // Last round's datagrams from the publisher to the subscriber, again from here.
+            for dg in held.drain(..) {
+                relayed += 1;
+                inject(sim, s, outsider, &dg);
+            }
+            for d in sim.sniffed.replace(Vec::new()).unwrap() {
+                if d.from == pa && d.to == sa {
+                    held.push(d.payload);
+                } else if d.to == outsider {
+                    // Its cookies, answered under the claimed id.
+                    let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
+                        continue;
+                    };
+                    for m in dg.submessages().flatten() {
+                        if let Submessage::Probe(x) = m {
+                            let ack = forged(
+                                pid,
+                                &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
+                                    id: x.id,
+                                    size: d.payload.len() as u32,
+                                    received: None,
+                                })],
+                            );
+                            inject(sim, s, outsider, &ack);
+                        }
+                    }
+                }
+            }
+            sim.run_for(Duration::from_millis(2));
+        };
+        while sim.now - t0 < Duration::from_secs(10) {
+            step(&mut sim);
+            if wid.is_none() && sim.now - t0 >= Duration::from_millis(5) {
+                let now = sim.now;
+                wid = Some(sim.p(p).create_writer(now, info("/claimed")).unwrap());
+                rid = Some(sim.p(s).create_reader(now, info("/claimed")));
+                sim.p(p).add_target(sa);
+                sim.p(s).add_target(pa);
+                sim.pump(p);
+                sim.pump(s);
+            }
+            if let (Some(w), Some(r)) = (wid, rid) {
+                if sim.nodes[p].participant.matched_count(w) == 1
+                    && sim.nodes[s].participant.matched_count(r) == 1
+                {
+                    matched = Some(sim.now - t0);
+                    break;
+                }
+            }
+        }
+        assert!(
+            matched.is_some_and(|t| t < Duration::from_secs(2)),
+            "seed {seed}: matched at {matched:?}"
+        );
+        let (w, r) = (wid.unwrap(), rid.unwrap());
+        for k in 0..10u64 {
+            let now = sim.now;
+            sim.p(p)
+                .write(now, w, k, Bytes::from(k.to_le_bytes().to_vec()))
+                .unwrap();
+            sim.pump(p);
+            step(&mut sim);
+        }
+        for _ in 0..500 {
+            step(&mut sim);
+        }
+        assert!(relayed > 20, "seed {seed}: {relayed} datagrams relayed");
+        assert_eq!(
+            sim.seqs(s, r),
+            (1..=10).collect::<Vec<u64>>(),
+            "seed {seed}: delivered"
+        );
+        let at = sim.nodes[s]
+            .participant
+            .remote_participants()
+            .into_iter()
+            .find(|(id, _, _)| id.0 == pid)
+            .map(|(_, _, a)| a);
+        assert_eq!(
+            at,
+            Some(pa),
+            "seed {seed}: where the subscriber holds the id"
         );
     }
 }

@@ -60,12 +60,20 @@ impl Participant {
     /// its challenge with our control key wrapped for it, and the epoch of its control key we
     /// hold; after our PARTICIPANT, so a peer that missed our announcement learns us from it.
     pub(crate) fn send_auth(&mut self, now: Instant, pid: ParticipantId) {
-        self.send_auth_with(now, pid, None);
+        self.send_auth_with(now, pid, None, None);
     }
 
     /// [`send_auth`](Self::send_auth), with `extra` (a REFUSAL) after the AUTH in the same
     /// datagram: the AUTH carries the credential the REFUSAL's signature is checked with.
-    fn send_auth_with(&mut self, now: Instant, pid: ParticipantId, extra: Option<Submessage<'_>>) {
+    /// `to`: an address other than the peer's, where an AUTH of its came from before we
+    /// verified it (see `on_auth`).
+    fn send_auth_with(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        extra: Option<Submessage<'_>>,
+        to: Option<std::net::SocketAddr>,
+    ) {
         let me = self.cfg.participant;
         let hdr = self.header();
         let Some(sec) = self.cfg.security.clone() else {
@@ -77,7 +85,7 @@ impl Participant {
         let Some(rp) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
-        let addr = rp.addr;
+        let addr = to.unwrap_or(rp.addr);
         let Some(a) = rp.auth.as_mut() else { return };
         let response = a.theirs.map(|c| sec.answer(me, pid, &c));
         a.answered = a.theirs;
@@ -196,7 +204,7 @@ impl Participant {
             reason,
             signature: &signature,
         };
-        self.send_auth_with(now, pid, Some(Submessage::Refusal(r)));
+        self.send_auth_with(now, pid, Some(Submessage::Refusal(r)), None);
     }
 
     /// A REFUSAL from `pid`: it refused our credential. Believed only if it is for us, over
@@ -268,6 +276,7 @@ impl Participant {
         &mut self,
         now: Instant,
         pid: ParticipantId,
+        from: std::net::SocketAddr,
         m: tether_wire::AuthRepr<'_>,
     ) {
         let me = self.cfg.participant;
@@ -399,6 +408,19 @@ impl Participant {
         // Both sides verified now: endpoints already known may match.
         let became_mutual = a.verified && a.verified_us && !a.mutual;
         a.mutual |= became_mutual;
+        //= docs/wire.md#validation
+        //# an id not yet authenticated is bound to the address its verifying AUTH came from
+        if newly && self.peers.remotes.get(&pid).is_some_and(|p| p.addr != from) {
+            // Anyone on a LAN may claim an id at an address of its own (it answers the
+            // cookie sent there) and hold our AUTH there; the member proves its
+            // credential from where it is. Once only: a verified id moves by the rules of
+            // `heard_from`, and the claim's address is not one it may move back to.
+            self.stats.unverified_claims_moved += 1;
+            self.move_peer(now, pid, from);
+            if let Some(p) = self.peers.remotes.get_mut(&pid) {
+                p.prev = None;
+            }
+        }
         if newly {
             // Datagrams to its address are for it now (`Peers::remote_at`): until then they
             // stayed for whoever was validated there first.
@@ -438,6 +460,23 @@ impl Participant {
             || (verified && m.have_epoch != ours)
         {
             self.send_auth(now, pid);
+        }
+        //= docs/wire.md#validation
+        //# an AUTH from another address than the one the id was validated at, before the id
+        //# is authenticated, is answered there too
+        let aside = self.peers.remotes.get_mut(&pid).and_then(|p| {
+            let a = p.auth.as_mut()?;
+            let due = !a.verified
+                && p.addr != from
+                && a.aside_sent.is_none_or(|t| {
+                    now.saturating_duration_since(t) >= crate::security::AUTH_ASIDE_GAP
+                });
+            due.then(|| a.aside_sent = Some(now))
+        });
+        if aside.is_some() {
+            // Our challenge reaches the member there, wherever the id's claim holds it.
+            self.stats.auth_sent_aside += 1;
+            self.send_auth_with(now, pid, None, Some(from));
         }
         if newly {
             let name = self

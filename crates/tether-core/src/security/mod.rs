@@ -340,7 +340,15 @@ pub(crate) struct PeerAuth {
     /// restarted mid-handshake (its answer to an earlier challenge, arriving late); only a
     /// third is reported.
     pub(crate) bad_answers: u8,
+    /// When we last sent our AUTH to an address other than the peer's, where an AUTH of
+    /// its came from before we verified it (at most one per [`AUTH_ASIDE_GAP`]).
+    pub(crate) aside_sent: Option<Instant>,
 }
+
+/// The least time between two AUTHs sent aside to a peer not yet verified
+/// ([`PeerAuth::aside_sent`]): the AUTH it answers is as large as what it sent, and a
+/// replayed AUTH from a forged address can draw no more than this.
+pub(crate) const AUTH_ASIDE_GAP: Duration = Duration::from_millis(50);
 
 impl PeerAuth {
     /// Whether, with a routed peer, what we send may go before its verdict on us: it
@@ -386,6 +394,7 @@ impl PeerAuth {
             refusal_checked: None,
             refusal_heard: false,
             bad_answers: 0,
+            aside_sent: None,
         }
     }
 
