@@ -586,19 +586,25 @@ fn report_owed(p: &tether::Publisher, n: u64) -> bool {
         } else {
             format!(" of {}", s.name)
         };
-        let state = if s.departed {
-            "left before acknowledging"
-        } else if s.inactive {
-            "is inactive and has not acknowledged"
-        } else {
-            "has not acknowledged"
-        };
         eprintln!(
-            "error: reader {}{of} {state} {} of {n} samples",
-            s.reader, s.samples
+            "error: reader {}{of} {} {} of {n} samples",
+            s.reader,
+            owed_state(s),
+            s.samples
         );
     }
     owed.is_empty()
+}
+
+/// What a reader that owes acknowledgements did, in words: only one that said goodbye
+/// "left"; one whose lease ran out may have been out of reach, and may come back.
+fn owed_state(s: &tether::Shortfall) -> String {
+    match (s.departed, s.why) {
+        (true, Some(tether::Departure::Left) | None) => "left before acknowledging".into(),
+        (true, Some(why)) => format!("is gone ({why}) without acknowledging"),
+        (false, _) if s.inactive => "is inactive and has not acknowledged".into(),
+        (false, _) => "has not acknowledged".into(),
+    }
 }
 
 pub(crate) fn echo(cfg: Config, a: EchoArgs) -> anyhow::Result<ExitCode> {
@@ -831,6 +837,35 @@ pub(crate) fn human_bytes(b: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader whose lease ran out is not said to have left (it may only have been out of
+    /// reach); one that said goodbye is.
+    #[test]
+    fn a_reader_owing_samples_is_said_gone_for_its_reason() {
+        let mut s = tether::Shortfall {
+            reader: tether::Guid {
+                participant: tether::ParticipantId(1),
+                entity: tether::EntityId(2),
+            },
+            name: String::new(),
+            samples: 3,
+            departed: true,
+            why: Some(tether::Departure::LeaseExpired),
+            certified_name: None,
+            inactive: false,
+        };
+        assert_eq!(
+            owed_state(&s),
+            "is gone (its lease ran out: killed, or out of reach) without acknowledging"
+        );
+        s.why = Some(tether::Departure::Left);
+        assert_eq!(owed_state(&s), "left before acknowledging");
+        s.departed = false;
+        s.why = None;
+        assert_eq!(owed_state(&s), "has not acknowledged");
+        s.inactive = true;
+        assert_eq!(owed_state(&s), "is inactive and has not acknowledged");
+    }
 
     #[test]
     fn a_rate_catches_up_on_a_late_tick_but_not_on_a_stop() {
