@@ -514,6 +514,21 @@ impl Participant {
                 .remotes
                 .get(&pid)
                 .map_or(from, |r| crate::route::answer_to(r.addr, from));
+            //= docs/wire.md#validation
+            //# a PROBE from the address we are challenging its sender at is answered there too
+            // Both moved at once (or a relay that held both ids stopped): its challenge to
+            // our new address is answered where we know it, which is gone, and ours to its
+            // new address likewise, for good. We answer at the address we are challenging
+            // it at as well: that address sent an authenticated datagram of its own (what
+            // made us challenge it), not a relay's late copy.
+            let also = self.peers.remotes.get(&pid).and_then(|r| {
+                r.moving
+                    .filter(|(a, _)| *a == from && *a != to && r.addr != from)
+                    .map(|(a, _)| a)
+            });
+            if let Some(a) = also {
+                self.peers.pending.answers.push((pid, a, buf.clone()));
+            }
             // Sent once the datagram is handled: in front of our announcement if the PROBE
             // was a challenge (`discovery/pending.rs`).
             self.peers.pending.answers.push((pid, to, buf));

@@ -897,3 +897,70 @@ fn an_unauthenticated_participant_hears_no_endpoints() {
     assert_eq!(sim.nodes[p].participant.matched_count(wid), 1);
     assert_eq!(sim.nodes[s].participant.matched_count(rid), 1);
 }
+
+/// Whether `payload` holds an AUTH.
+fn has_auth(payload: &Bytes) -> bool {
+    tether_wire::Datagram::parse(payload).is_ok_and(|d| {
+        d.submessages()
+            .flatten()
+            .any(|m| matches!(m, Submessage::Auth(_)))
+    })
+}
+
+/// A member's AUTH, captured before the other verified it and replayed a thousand times a
+/// second (the member's process stopped, so the two do not finish meeting), draws at
+/// most one AUTH every 50 ms: each answer is sealed and signed, and was sent for every copy
+/// (the third outsider review: 10,183 datagrams for 9,867 replays).
+#[test]
+fn a_replayed_auth_draws_answers_no_faster_than_one_every_50_ms() {
+    let mut sim = Sim::new(95, Link::perfect());
+    let ca = CaKey::generate();
+    let p = node(&mut sim, Some(&ca), 1, |_| {});
+    let s = node(&mut sim, Some(&ca), 2, |_| {});
+    let (pa, sa) = (sim.nodes[p].addr, sim.nodes[s].addr);
+    sim.sniffed = Some(Vec::new());
+    sim.p(p).add_target(sa);
+    sim.p(s).add_target(pa);
+    sim.pump(p);
+    // The publisher's first AUTH to the subscriber, caught on the way.
+    let mut caught = None;
+    for _ in 0..20_000 {
+        sim.run_for(Duration::from_micros(100));
+        caught = sim
+            .sniffed
+            .replace(Vec::new())
+            .unwrap()
+            .into_iter()
+            .find(|d| d.from == pa && d.to == sa && has_auth(&d.payload))
+            .map(|d| d.payload);
+        if caught.is_some() {
+            break;
+        }
+    }
+    let auth = caught.expect("an AUTH from the publisher");
+    // The publisher stops before the subscriber's answer reaches it: nothing completes.
+    sim.stop(p);
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(
+        sim.nodes[s]
+            .participant
+            .certified_name(sim.nodes[p].participant.id()),
+        None
+    );
+    sim.sniffed = Some(Vec::new());
+    for _ in 0..1000 {
+        inject(&mut sim, s, pa, &auth);
+        sim.run_for(Duration::from_millis(1));
+    }
+    let answers = sim
+        .sniffed
+        .take()
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.from == sa && has_auth(&d.payload))
+        .count();
+    assert!(
+        (1..=25).contains(&answers),
+        "{answers} AUTHs for 1,000 replays in 1 s"
+    );
+}

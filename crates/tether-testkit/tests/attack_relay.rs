@@ -307,3 +307,53 @@ fn preauth_memory_forged_next_epoch_datagrams_are_held_within_bounds() {
     sim.pump(0);
     assert!(sim.run_until(Duration::from_secs(5), |s| s.seqs(1, rid).len() == 1));
 }
+
+/// Both members change address at the same moment (two robots roaming to a new network
+/// together, no router), or an outsider that held both members' ids at addresses of its
+/// own, as their relay, stops relaying (the third outsider review). Each hears the other
+/// from a new address and challenges it; the answer to a challenge goes where the
+/// challenged member knows the other, which is gone, unless it is itself challenging the
+/// other at the address the challenge came from: then it answers there too. They find
+/// each other again and the stream goes on. (Before: each answered into the void, for as
+/// long as both ran, while the other's announcements kept its lease alive.)
+#[test]
+fn two_members_that_move_at_once_find_each_other() {
+    for seed in [71u64, 72] {
+        let (mut sim, wid, rid) = members(seed);
+        let (a_id, b_id) = (sim.nodes[0].participant.id(), sim.nodes[1].participant.id());
+        let write = |sim: &mut Sim, ks: std::ops::Range<u64>| {
+            for k in ks {
+                let now = sim.now;
+                sim.p(0)
+                    .write(now, wid, k, Bytes::from(k.to_le_bytes().to_vec()))
+                    .unwrap();
+                sim.pump(0);
+                sim.run_for(Duration::from_millis(10));
+            }
+        };
+        write(&mut sim, 0..20);
+        let (a2, b2): (SocketAddr, SocketAddr) = (
+            "10.70.0.1:7400".parse().unwrap(),
+            "10.70.0.2:7400".parse().unwrap(),
+        );
+        sim.nodes[0].addr = a2;
+        sim.nodes[1].addr = b2;
+        // Each one's announcements reach the other through the LAN's discovery group, from
+        // its new address (a datagram to an address where no participant is known is
+        // tagged for nobody: only a group's reach both).
+        let group: SocketAddr = "239.255.0.1:7400".parse().unwrap();
+        for i in [0, 1] {
+            sim.nodes[i].groups.push(group);
+            sim.p(i).add_target(group);
+        }
+        write(&mut sim, 20..40);
+        assert!(
+            sim.run_until(Duration::from_secs(15), |s| s.seqs(1, rid).len() == 40),
+            "seed {seed}: {} of 40 delivered",
+            sim.seqs(1, rid).len()
+        );
+        assert_eq!(sim.seqs(1, rid), (1..=40).collect::<Vec<_>>());
+        assert_eq!(address_of(&sim, 1, a_id), Some(a2), "seed {seed}");
+        assert_eq!(address_of(&sim, 0, b_id), Some(b2), "seed {seed}");
+    }
+}

@@ -266,6 +266,47 @@ impl Participant {
         });
     }
 
+    /// In a secure realm, sends our AUTH to `from` as well, when `pid` is not yet
+    /// authenticated and known at another direct address, and `from` is direct too: anyone
+    /// on a LAN can claim a member's id from an address of its own and hold our AUTH there,
+    /// and the member, at `from`, then never gets our challenge. At most one every
+    /// [`AUTH_ASIDE_GAP`](crate::security::AUTH_ASIDE_GAP) for a peer, and one every
+    /// [`AUTH_ASIDE_ANY`](crate::security::AUTH_ASIDE_ANY) for all: what a forged
+    /// announcement from a spoofed address can draw is bounded.
+    pub(crate) fn send_auth_aside(
+        &mut self,
+        now: Instant,
+        pid: ParticipantId,
+        from: std::net::SocketAddr,
+    ) {
+        //= docs/wire.md#validation
+        //# an AUTH or announcement from another direct address than the one the id was
+        //# validated at, before the id is authenticated, is answered there too
+        if self.cfg.security.is_none() || crate::route::is_routed(&from) {
+            return;
+        }
+        let gap = |t: Option<Instant>, d| t.is_none_or(|t| now.saturating_duration_since(t) >= d);
+        if !gap(self.peers.aside_sent, crate::security::AUTH_ASIDE_ANY) {
+            return;
+        }
+        let due = self.peers.remotes.get_mut(&pid).is_some_and(|p| {
+            let direct = p.addr != from && !crate::route::is_routed(&p.addr);
+            p.auth.as_mut().is_some_and(|a| {
+                let due =
+                    direct && !a.verified && gap(a.aside_sent, crate::security::AUTH_ASIDE_GAP);
+                if due {
+                    a.aside_sent = Some(now);
+                }
+                due
+            })
+        });
+        if due {
+            self.peers.aside_sent = Some(now);
+            self.stats.auth_sent_aside += 1;
+            self.send_auth_with(now, pid, None, Some(from));
+        }
+    }
+
     /// Reports once that `pid`'s AUTH was refused for `reason`.
     fn auth_refused(&mut self, pid: ParticipantId, reason: AuthFailure) {
         self.stats.auth_failed += 1;
@@ -410,7 +451,18 @@ impl Participant {
         a.mutual |= became_mutual;
         //= docs/wire.md#validation
         //# an id not yet authenticated is bound to the address its verifying AUTH came from
-        if newly && self.peers.remotes.get(&pid).is_some_and(|p| p.addr != from) {
+        // Between direct addresses only: a member heard both directly and through a router
+        // moves by the rules for routed peers (`on_participant`, `heard_from`).
+        let direct_elsewhere = |p: &crate::discovery::RemoteParticipant| {
+            p.addr != from && !crate::route::is_routed(&from) && !crate::route::is_routed(&p.addr)
+        };
+        if newly
+            && self
+                .peers
+                .remotes
+                .get(&pid)
+                .is_some_and(|p| direct_elsewhere(p))
+        {
             // Anyone on a LAN may claim an id at an address of its own (it answers the
             // cookie sent there) and hold our AUTH there; the member proves its
             // credential from where it is. Once only: a verified id moves by the rules of
@@ -446,38 +498,29 @@ impl Participant {
         // Answer whatever the sender still lacks: our answer to a new challenge, our
         // verdict, word that we verified it or hold its new key, or our control key (that
         // word can be lost like any datagram).
-        let verified = self
+        let (verified, sent) = self
             .peers
             .remotes
             .get(&pid)
             .and_then(|p| p.auth.as_ref())
-            .is_some_and(|a| a.verified);
-        if new_challenge
-            || newly
-            || new_key
-            || !m.verified_you
-            || (verified && !m.you_verified_me)
-            || (verified && m.have_epoch != ours)
+            .map_or((false, None), |a| (a.verified, a.sent));
+        // What only repeats (the same challenge, nothing new verified or keyed) is answered
+        // at most once every `AUTH_ASIDE_GAP`: a replayed AUTH drew a whole AUTH, sealed
+        // and signed, every time (the third outsider review).
+        let repeat = !(new_challenge || newly || new_key);
+        let spaced = sent
+            .is_none_or(|t| now.saturating_duration_since(t) >= crate::security::AUTH_ASIDE_GAP);
+        if (!repeat || spaced)
+            && (new_challenge
+                || newly
+                || new_key
+                || !m.verified_you
+                || (verified && !m.you_verified_me)
+                || (verified && m.have_epoch != ours))
         {
             self.send_auth(now, pid);
         }
-        //= docs/wire.md#validation
-        //# an AUTH from another address than the one the id was validated at, before the id
-        //# is authenticated, is answered there too
-        let aside = self.peers.remotes.get_mut(&pid).and_then(|p| {
-            let a = p.auth.as_mut()?;
-            let due = !a.verified
-                && p.addr != from
-                && a.aside_sent.is_none_or(|t| {
-                    now.saturating_duration_since(t) >= crate::security::AUTH_ASIDE_GAP
-                });
-            due.then(|| a.aside_sent = Some(now))
-        });
-        if aside.is_some() {
-            // Our challenge reaches the member there, wherever the id's claim holds it.
-            self.stats.auth_sent_aside += 1;
-            self.send_auth_with(now, pid, None, Some(from));
-        }
+        self.send_auth_aside(now, pid, from);
         if newly {
             let name = self
                 .peers
