@@ -59,6 +59,15 @@ pub(crate) fn run(config: Option<PathBuf>, a: RouterArgs) -> anyhow::Result<Exit
         if let Some(m) = cfg.metrics {
             println!("  metrics at http://{m}/metrics");
         }
+        match (&cfg.revocations, &revocations) {
+            (Some(p), Some(l)) => println!(
+                "  revocation list {} (serial {}, {} credential(s) revoked): links of revoked credentials are refused",
+                p.display(),
+                l.serial,
+                l.serials.len()
+            ),
+            _ => println!("  no revocation list: revoked credentials are not refused here"),
+        }
         match &cfg.export {
             None => println!("  no export list: every topic crosses"),
             Some(rules) => {

@@ -38,6 +38,7 @@ const TRAFFIC: &[&str] = &[
     "participants_validated",
     "challenges_sent",
     "addresses_moved",
+    "routed_not_followed",
     "reannounced",
     "stalls",
     "routers",
@@ -89,6 +90,8 @@ const SECURITY: &[&str] = &[
     "samples_resealed",
     "held_for_key",
     "refusals_sent",
+    "unverified_claims_moved",
+    "auth_sent_aside",
 ];
 
 /// The section a counter is shown in: one of the lists above, else "drops, refusals and

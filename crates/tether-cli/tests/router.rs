@@ -251,6 +251,8 @@ fn a_restarted_router_costs_a_reliable_keep_all_topic_nothing() {
     for err in [text(&p.stderr), echo.stderr()] {
         let lost = err.find("link lost").unwrap_or_else(|| panic!("{err}"));
         assert!(err[lost..].contains("linked again, to 'cloud'"), "{err}");
+        // The router's address as dialled (IPv4), not as the dual-stack socket maps it.
+        assert!(!err.contains("::ffff:"), "{err}");
         // As the CLI's own lines, not a log's (time, level, module).
         assert!(
             err.lines()
@@ -548,6 +550,22 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
     assert!(out.contains("export list: 0 topic key(s)"), "{out}");
     // No name given: the credential's.
     assert!(out.contains("router 'cloud' (credential 'cloud'"), "{out}");
+    assert!(out.contains("no revocation list"), "{out}");
+    // A revocation list is named, with what it revokes (the new user's review: it was read
+    // and not mentioned).
+    realm.keys(&["revoke", "realm", "b"]);
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:7447\"\nkeys = \"realm/cloud.key\"\nrevocations = \"realm/revoked.toml\"\n",
+    )
+    .unwrap();
+    let o = check(&cfg);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("realm/revoked.toml (serial ") && out.contains(", 1 credential(s) revoked)"),
+        "{out}"
+    );
     // Each exported key, and which way.
     let key = realm.keys(&["topic-id", "realm", "/telemetry"]);
     let key = key.trim();

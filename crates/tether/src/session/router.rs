@@ -659,7 +659,10 @@ async fn link_task(
             Ok(s) => s.clone().expect("waited for"),
             Err(_) => break,
         };
-        let (name, remote) = (link.peer().name().to_string(), link.remote_address());
+        // An IPv4 router dialled from the dual-stack socket is shown as IPv4, not ::ffff:a.b.c.d.
+        let remote = link.remote_address();
+        let remote = SocketAddr::new(remote.ip().to_canonical(), remote.port());
+        let name = link.peer().name().to_string();
         let confirmed = AtomicBool::new(false);
         // What queued while the link was down is stale: the engine repairs it.
         while let Ok(p) = rx.try_recv() {
