@@ -99,7 +99,7 @@ impl Shared {
             ),
             (
                 "tether_router_hosts_taken_over_total",
-                "Participant ids moved to a session's newer link (it dialled again).",
+                "Participant ids moved to a newer link of the same credential (a session dialled again, or holds two links).",
                 s.hosts_taken_over,
             ),
             (
