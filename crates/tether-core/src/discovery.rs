@@ -168,8 +168,6 @@ pub(crate) struct Peers {
     /// a pending participant, or to a known one's new address, or the answer to its PROBE
     /// from there): their AUTH_TAG names it. Cleared when it holds [`ADDRESSEES_MAX`].
     pub(crate) addressees: HashMap<SocketAddr, ParticipantId>,
-    /// When an AUTH last went aside, to any peer (`Participant::send_auth_aside`).
-    pub(crate) aside_sent: Option<Instant>,
 }
 
 /// Most entries of [`Peers::addressees`].
@@ -193,7 +191,6 @@ impl Peers {
             limited: std::collections::VecDeque::new(),
             pending: pending::Pending::new(now, secret),
             addressees: HashMap::new(),
-            aside_sent: None,
         }
     }
 }
@@ -528,10 +525,6 @@ impl Participant {
                     self.peers.pending.promoted.push(pid);
                 }
             }
-            // Announced from another LAN address than the one a claim may hold it at: our
-            // AUTH goes there too (the member gets our challenge even if every AUTH of its
-            // goes to a claim of ours elsewhere).
-            self.send_auth_aside(now, pid, from);
             let Some(rp) = self.peers.remotes.get_mut(&pid) else {
                 return false;
             };

@@ -964,3 +964,73 @@ fn a_replayed_auth_draws_answers_no_faster_than_one_every_50_ms() {
         "{answers} AUTHs for 1,000 replays in 1 s"
     );
 }
+
+/// An outsider that claimed an id at a member (validated at an address of its own) and then
+/// announces that id from a victim's address, a thousand times a second, draws no AUTH to
+/// the victim: only an AUTH that carries the member's credential is answered at another
+/// address, never an announcement anyone can forge. (The second outsider review of the
+/// first form, which answered announcements too: 6.9 times the bytes on the wire at the
+/// victim, and a budget shared by every id that invented ids could spend.)
+#[test]
+fn announcements_of_a_claimed_id_from_a_victims_address_draw_nothing_there() {
+    let mut sim = Sim::new(97, Link::perfect());
+    let ca = CaKey::generate();
+    let s = node(&mut sim, Some(&ca), 2, |_| {});
+    let outsider: SocketAddr = "10.9.9.9:7400".parse().unwrap();
+    let victim: SocketAddr = "10.9.9.10:9999".parse().unwrap();
+    let pid = 0x5eed_1234_u64;
+    let claim = announce(pid);
+    sim.sniffed = Some(Vec::new());
+    // The claim, validated at the outsider's address (every cookie answered).
+    for _ in 0..50 {
+        inject(&mut sim, s, outsider, &claim);
+        for d in sim.sniffed.replace(Vec::new()).unwrap() {
+            if d.to != outsider {
+                continue;
+            }
+            let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
+                continue;
+            };
+            for m in dg.submessages().flatten() {
+                if let Submessage::Probe(x) = m {
+                    let ack = forged(
+                        pid,
+                        &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
+                            id: x.id,
+                            size: d.payload.len() as u32,
+                            received: None,
+                        })],
+                    );
+                    inject(&mut sim, s, outsider, &ack);
+                }
+            }
+        }
+        sim.run_for(Duration::from_millis(2));
+    }
+    assert!(
+        sim.nodes[s]
+            .participant
+            .remote_participants()
+            .iter()
+            .any(|(p, _, a)| p.0 == pid && *a == outsider),
+        "the claim is held at the outsider's address"
+    );
+    sim.sniffed = Some(Vec::new());
+    for _ in 0..1000 {
+        inject(&mut sim, s, victim, &claim);
+        sim.run_for(Duration::from_millis(1));
+    }
+    let to_victim: Vec<_> = sim
+        .sniffed
+        .take()
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.to == victim)
+        .collect();
+    assert!(
+        to_victim.iter().all(|d| !has_auth(&d.payload)),
+        "{} AUTHs to the victim",
+        to_victim.iter().filter(|d| has_auth(&d.payload)).count()
+    );
+    assert_eq!(sim.nodes[s].participant.stats().auth_sent_aside, 0);
+}

@@ -266,34 +266,34 @@ impl Participant {
         });
     }
 
-    /// In a secure realm, sends our AUTH to `from` as well, when `pid` is not yet
-    /// authenticated and known at another direct address, and `from` is direct too: anyone
-    /// on a LAN can claim a member's id from an address of its own and hold our AUTH there,
-    /// and the member, at `from`, then never gets our challenge. At most one every
-    /// [`AUTH_ASIDE_GAP`](crate::security::AUTH_ASIDE_GAP) for a peer, and one every
-    /// [`AUTH_ASIDE_ANY`](crate::security::AUTH_ASIDE_ANY) for all: what a forged
-    /// announcement from a spoofed address can draw is bounded.
-    pub(crate) fn send_auth_aside(
+    /// In a secure realm, sends our AUTH to `from` as well, where an AUTH of `pid` came
+    /// from, when `pid` is not yet authenticated and known at another direct address, and
+    /// `from` is direct too: anyone on a LAN can claim a member's id from an address of its
+    /// own and hold our AUTH there, and the member, at `from`, then never gets our
+    /// challenge. `fresh`: the AUTH carried a challenge not seen from `pid` lately, which
+    /// only the member can make: always answered. Others (replays of what it sent) at most
+    /// one every [`AUTH_ASIDE_GAP`](crate::security::AUTH_ASIDE_GAP) for the peer. No
+    /// budget is shared between peers (one an outsider's inventions could spend).
+    fn send_auth_aside(
         &mut self,
         now: Instant,
         pid: ParticipantId,
         from: std::net::SocketAddr,
+        fresh: bool,
     ) {
         //= docs/wire.md#validation
-        //# an AUTH or announcement from another direct address than the one the id was
-        //# validated at, before the id is authenticated, is answered there too
+        //# an AUTH from another direct address than the one the id was validated at, before
+        //# the id is authenticated, is answered there too
         if self.cfg.security.is_none() || crate::route::is_routed(&from) {
-            return;
-        }
-        let gap = |t: Option<Instant>, d| t.is_none_or(|t| now.saturating_duration_since(t) >= d);
-        if !gap(self.peers.aside_sent, crate::security::AUTH_ASIDE_ANY) {
             return;
         }
         let due = self.peers.remotes.get_mut(&pid).is_some_and(|p| {
             let direct = p.addr != from && !crate::route::is_routed(&p.addr);
             p.auth.as_mut().is_some_and(|a| {
-                let due =
-                    direct && !a.verified && gap(a.aside_sent, crate::security::AUTH_ASIDE_GAP);
+                let spaced = a.aside_sent.is_none_or(|t| {
+                    now.saturating_duration_since(t) >= crate::security::AUTH_ASIDE_GAP
+                });
+                let due = direct && !a.verified && (fresh || spaced);
                 if due {
                     a.aside_sent = Some(now);
                 }
@@ -301,7 +301,6 @@ impl Participant {
             })
         });
         if due {
-            self.peers.aside_sent = Some(now);
             self.stats.auth_sent_aside += 1;
             self.send_auth_with(now, pid, None, Some(from));
         }
@@ -409,6 +408,13 @@ impl Participant {
         a.credential = Some(cred);
         let new_challenge = a.theirs != Some(m.challenge);
         a.theirs = Some(m.challenge);
+        let fresh = !a.seen_challenges.contains(&m.challenge);
+        if fresh {
+            if a.seen_challenges.len() >= crate::security::SEEN_CHALLENGES {
+                a.seen_challenges.remove(0);
+            }
+            a.seen_challenges.push(m.challenge);
+        }
         a.verified_us = m.verified_you;
         let had_ours = a.has_ours == ours;
         a.has_ours = m.have_epoch;
@@ -520,7 +526,7 @@ impl Participant {
         {
             self.send_auth(now, pid);
         }
-        self.send_auth_aside(now, pid, from);
+        self.send_auth_aside(now, pid, from, fresh);
         if newly {
             let name = self
                 .peers

@@ -341,8 +341,12 @@ pub(crate) struct PeerAuth {
     /// third is reported.
     pub(crate) bad_answers: u8,
     /// When we last sent our AUTH to an address other than the peer's, where an AUTH of
-    /// its came from before we verified it (at most one per [`AUTH_ASIDE_GAP`]).
+    /// its came from before we verified it (at most one per [`AUTH_ASIDE_GAP`] for an AUTH
+    /// whose challenge we had seen).
     pub(crate) aside_sent: Option<Instant>,
+    /// The last challenges its AUTHs carried (at most [`SEEN_CHALLENGES`]): an AUTH with
+    /// one not among them is the member's own, fresh, which no outsider can make.
+    pub(crate) seen_challenges: Vec<[u8; 32]>,
 }
 
 /// The least time between two AUTHs sent aside to a peer not yet verified
@@ -350,9 +354,8 @@ pub(crate) struct PeerAuth {
 /// replayed AUTH from a forged address can draw no more than this.
 pub(crate) const AUTH_ASIDE_GAP: Duration = Duration::from_millis(50);
 
-/// The least time between two AUTHs sent aside to any peers: at most 50 a second
-/// (about 22 KB/s) whatever a forger announces.
-pub(crate) const AUTH_ASIDE_ANY: Duration = Duration::from_millis(20);
+/// Challenges remembered per peer ([`PeerAuth::seen_challenges`]).
+pub(crate) const SEEN_CHALLENGES: usize = 4;
 
 impl PeerAuth {
     /// Whether, with a routed peer, what we send may go before its verdict on us: it
@@ -399,6 +402,7 @@ impl PeerAuth {
             refusal_heard: false,
             bad_answers: 0,
             aside_sent: None,
+            seen_challenges: Vec::new(),
         }
     }
 
