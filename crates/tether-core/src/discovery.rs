@@ -113,6 +113,16 @@ pub(crate) struct RemoteParticipant {
     pub(crate) copy_checked: Option<Instant>,
 }
 
+impl RemoteParticipant {
+    /// Whether `from` is another direct (LAN) address than the direct one it is known at:
+    /// where, before it authenticates, a claim on its id may hold it while the member is at
+    /// `from` (`docs/wire.md#validation`). Not between a LAN and a router link: the rules
+    /// for routed peers apply there.
+    pub(crate) fn elsewhere_on_lan(&self, from: SocketAddr) -> bool {
+        self.addr != from && !crate::route::is_routed(&from) && !crate::route::is_routed(&self.addr)
+    }
+}
+
 /// Least time between two checks of a copy of a peer's datagram (see `heard_copy`).
 pub(crate) const COPY_CHECK: Duration = Duration::from_millis(20);
 

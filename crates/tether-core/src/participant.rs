@@ -704,13 +704,11 @@ impl Participant {
         // answer the cookie sent there. Its challenges are answered here as a stranger's
         // are, and its AUTH taken (`on_auth` answers it here too), so a member the claim
         // holds our AUTH away from can still prove its credential from where it is.
-        let elsewhere =
-            known
-                && origin == Origin::Unverified
-                && !crate::route::is_routed(&from)
-                && self.peers.remotes.get(&pid).is_some_and(|p| {
-                    p.addr != from && p.auth.as_ref().is_some_and(|a| !a.verified)
-                });
+        let elsewhere = known
+            && origin == Origin::Unverified
+            && self.peers.remotes.get(&pid).is_some_and(|p| {
+                p.elsewhere_on_lan(from) && p.auth.as_ref().is_some_and(|a| !a.verified)
+            });
         // A BATCH_SIG applies to the BATCH right after it, and to nothing else.
         let mut batch_sig: Option<tether_wire::BatchSigRepr<'_>> = None;
         for m in d.submessages() {

@@ -284,11 +284,11 @@ impl Participant {
         //= docs/wire.md#validation
         //# an AUTH from another direct address than the one the id was validated at, before
         //# the id is authenticated, is answered there too
-        if self.cfg.security.is_none() || crate::route::is_routed(&from) {
+        if self.cfg.security.is_none() {
             return;
         }
         let due = self.peers.remotes.get_mut(&pid).is_some_and(|p| {
-            let direct = p.addr != from && !crate::route::is_routed(&p.addr);
+            let direct = p.elsewhere_on_lan(from);
             p.auth.as_mut().is_some_and(|a| {
                 let spaced = a.aside_sent.is_none_or(|t| {
                     now.saturating_duration_since(t) >= crate::security::AUTH_ASIDE_GAP
@@ -459,15 +459,12 @@ impl Participant {
         //# an id not yet authenticated is bound to the address its verifying AUTH came from
         // Between direct addresses only: a member heard both directly and through a router
         // moves by the rules for routed peers (`on_participant`, `heard_from`).
-        let direct_elsewhere = |p: &crate::discovery::RemoteParticipant| {
-            p.addr != from && !crate::route::is_routed(&from) && !crate::route::is_routed(&p.addr)
-        };
         if newly
             && self
                 .peers
                 .remotes
                 .get(&pid)
-                .is_some_and(|p| direct_elsewhere(p))
+                .is_some_and(|p| p.elsewhere_on_lan(from))
         {
             // Anyone on a LAN may claim an id at an address of its own (it answers the
             // cookie sent there) and hold our AUTH there; the member proves its
