@@ -36,7 +36,14 @@ fn free_port() -> u16 {
 
 /// A client of realm `dir` showing `credential` with member `a`'s keys.
 fn client(dir: &std::path::Path, credential: &Credential) -> QuicEndpoint {
-    let b = KeyBundle::load(&dir.join("realm/a.key")).unwrap();
+    endpoint(
+        &KeyBundle::load(&dir.join("realm/a.key")).unwrap(),
+        credential,
+    )
+}
+
+/// A client with `b`'s keys showing `credential`.
+fn endpoint(b: &KeyBundle, credential: &Credential) -> QuicEndpoint {
     let me = LinkIdentity::new(&b.identity, credential).unwrap();
     let servers = PeerPolicy::new(b.ca_public, Revocations::new(), &[Role::Router]);
     QuicEndpoint::client(
@@ -412,17 +419,7 @@ fn a_member_dialling_again_takes_its_participant_to_the_new_link() {
         let first = member(&dir);
         announce_77(&first, port).await;
         let b = KeyBundle::load(&dir.join("realm/b.key")).unwrap();
-        let other = {
-            let me = LinkIdentity::new(&b.identity, b.link_credential.as_ref().unwrap()).unwrap();
-            let servers = PeerPolicy::new(b.ca_public, Revocations::new(), &[Role::Router]);
-            QuicEndpoint::client(
-                "127.0.0.1:0".parse().unwrap(),
-                &me,
-                servers,
-                &LinkConfig::default(),
-            )
-            .unwrap()
-        };
+        let other = endpoint(&b, b.link_credential.as_ref().unwrap());
         announce_77(&other, port).await;
         let page = metrics_of(m).await;
         assert_counter(&page, spoofed, 1.0);

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tether_core::{EndpointInfo, EntityId, Event, ParticipantId, Qos, Security};
 use tether_crypto::{CaKey, Credential, Identity, RealmSecret};
-use tether_testkit::{Link, Sim};
+use tether_testkit::{Link, Sim, Sniffed};
 use tether_wire::{DatagramBuilder, Header, ParticipantRepr, ProbeRepr, Submessage};
 
 /// Unix time the simulated realm lives at.
@@ -126,6 +126,38 @@ fn inject(sim: &mut Sim, i: usize, from: SocketAddr, dg: &Bytes) {
     let now = sim.now;
     sim.p(i).handle_datagram(now, from, dg);
     sim.pump(i);
+}
+
+/// Answers, under `pid` and from `at`, every cookie (PROBE) in `d`, a datagram node `i`
+/// sent to `at`: what an outsider receiving at `at` does to validate a claim there.
+/// Returns how many it answered.
+fn answer_cookies(sim: &mut Sim, i: usize, at: SocketAddr, pid: u64, d: &Sniffed) -> usize {
+    if d.to != at {
+        return 0;
+    }
+    let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
+        return 0;
+    };
+    let cookies: Vec<u64> = dg
+        .submessages()
+        .flatten()
+        .filter_map(|m| match m {
+            Submessage::Probe(x) => Some(x.id),
+            _ => None,
+        })
+        .collect();
+    for &id in &cookies {
+        let ack = forged(
+            pid,
+            &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
+                id,
+                size: d.payload.len() as u32,
+                received: None,
+            })],
+        );
+        inject(sim, i, at, &ack);
+    }
+    cookies.len()
 }
 
 /// While invented participants (random ids, from random addresses, and some from the real
@@ -631,32 +663,7 @@ fn an_outsider_claiming_a_peers_id_from_its_own_address_does_not_keep_it_out() {
             inject(&mut sim, s, outsider, &claim);
             // Every cookie sent to the outsider's address, answered under the claimed id.
             for d in sim.sniffed.replace(Vec::new()).unwrap() {
-                if d.to != outsider {
-                    continue;
-                }
-                let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
-                    continue;
-                };
-                let probes: Vec<u64> = dg
-                    .submessages()
-                    .flatten()
-                    .filter_map(|m| match m {
-                        Submessage::Probe(x) => Some(x.id),
-                        _ => None,
-                    })
-                    .collect();
-                for id in probes {
-                    let ack = forged(
-                        pid,
-                        &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
-                            id,
-                            size: d.payload.len() as u32,
-                            received: None,
-                        })],
-                    );
-                    claims_validated += 1;
-                    inject(&mut sim, s, outsider, &ack);
-                }
+                claims_validated += answer_cookies(&mut sim, s, outsider, pid, &d);
             }
             // The claim is in first; then the two start to meet.
             if wid.is_none() && sim.now - t0 >= Duration::from_millis(5) {
@@ -742,24 +749,9 @@ fn an_outsider_claiming_and_relaying_a_peers_datagrams_does_not_take_its_id() {
             for d in sim.sniffed.replace(Vec::new()).unwrap() {
                 if d.from == pa && d.to == sa {
                     held.push(d.payload);
-                } else if d.to == outsider {
+                } else {
                     // Its cookies, answered under the claimed id.
-                    let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
-                        continue;
-                    };
-                    for m in dg.submessages().flatten() {
-                        if let Submessage::Probe(x) = m {
-                            let ack = forged(
-                                pid,
-                                &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
-                                    id: x.id,
-                                    size: d.payload.len() as u32,
-                                    received: None,
-                                })],
-                            );
-                            inject(sim, s, outsider, &ack);
-                        }
-                    }
+                    answer_cookies(sim, s, outsider, pid, &d);
                 }
             }
             sim.run_for(Duration::from_millis(2));
@@ -849,27 +841,15 @@ fn an_unauthenticated_participant_hears_no_endpoints() {
                 continue;
             }
             to_outsider += 1;
+            validated |= answer_cookies(&mut sim, p, outsider, invented, &d) > 0;
             let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
                 continue;
             };
-            for m in dg.submessages().flatten() {
-                match m {
-                    Submessage::Probe(x) => {
-                        let ack = forged(
-                            invented,
-                            &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
-                                id: x.id,
-                                size: d.payload.len() as u32,
-                                received: None,
-                            })],
-                        );
-                        validated = true;
-                        inject(&mut sim, p, outsider, &ack);
-                    }
-                    Submessage::Endpoint(_) => endpoints += 1,
-                    _ => {}
-                }
-            }
+            endpoints += dg
+                .submessages()
+                .flatten()
+                .filter(|m| matches!(m, Submessage::Endpoint(_)))
+                .count();
         }
         // It keeps itself known (within the 10 s an unauthenticated one is kept).
         if (sim.now - t0).as_millis() % 500 == 0 {
@@ -985,25 +965,7 @@ fn announcements_of_a_claimed_id_from_a_victims_address_draw_nothing_there() {
     for _ in 0..50 {
         inject(&mut sim, s, outsider, &claim);
         for d in sim.sniffed.replace(Vec::new()).unwrap() {
-            if d.to != outsider {
-                continue;
-            }
-            let Ok(dg) = tether_wire::Datagram::parse(&d.payload) else {
-                continue;
-            };
-            for m in dg.submessages().flatten() {
-                if let Submessage::Probe(x) = m {
-                    let ack = forged(
-                        pid,
-                        &[Submessage::ProbeAck(tether_wire::ProbeAckRepr {
-                            id: x.id,
-                            size: d.payload.len() as u32,
-                            received: None,
-                        })],
-                    );
-                    inject(&mut sim, s, outsider, &ack);
-                }
-            }
+            answer_cookies(&mut sim, s, outsider, pid, &d);
         }
         sim.run_for(Duration::from_millis(2));
     }

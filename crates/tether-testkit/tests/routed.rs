@@ -307,58 +307,11 @@ fn pairwise_mode_seals_a_copy_for_each_routed_peer() {
     );
 }
 
-/// Two members on one LAN, both linked to a router whose path is sometimes faster and
-/// sometimes slower than the LAN: what one's AUTH does through the router while the other
-/// knows it on the LAN is no claim from elsewhere. Nothing is answered aside, nobody is
-/// bound by AUTH to the router's way, and they meet. (The new user's review saw
-/// `auth_sent_aside` and `unverified_claims_moved` on one host with discovery and a router:
-/// the LAN rule for a claimed id took the router's AUTH for one.)
-#[test]
-fn a_member_heard_on_the_lan_and_through_a_router_is_no_claim_elsewhere() {
-    for seed in 61..69u64 {
-        let realm = Realm::new();
-        let mut sim = sim_with_router(seed, Link::lossy(0.0));
-        let a = node(&mut sim, Some(&realm), 1, 0);
-        let b = node(&mut sim, Some(&realm), 2, 0);
-        sim.attach(a, 1);
-        sim.attach(b, 2);
-        let (aa, ba) = (sim.nodes[a].addr, sim.nodes[b].addr);
-        sim.p(a).add_target(ba);
-        sim.p(b).add_target(aa);
-        sim.pump(a);
-        sim.pump(b);
-        let now = sim.now;
-        let wid = sim
-            .p(a)
-            .create_writer(now, info("/both", keep_all()))
-            .unwrap();
-        sim.p(b).create_reader(now, info("/both", keep_all()));
-        sim.pump(a);
-        sim.pump(b);
-        assert!(
-            sim.run_until(Duration::from_secs(20), |s| {
-                s.nodes[a].participant.matched_count(wid) == 1
-            }),
-            "seed {seed}: met"
-        );
-        for i in [a, b] {
-            assert_eq!(
-                sim.nodes[i].participant.stats().auth_sent_aside,
-                0,
-                "seed {seed}"
-            );
-        }
-    }
-}
-
-/// Two participants on one LAN, both linked to the router: they keep each other at their
-/// direct addresses (data never crosses the router), follow each other through the router
-/// once the LAN parts them (after the direct address has been quiet, not before), and come
-/// back to the LAN when it heals.
-#[test]
-fn a_direct_address_is_preferred_to_a_routed_one() {
+/// Two members, `a` writing and `b` reading /both (keep-all), on one LAN and both linked to
+/// a router whose path is `path`, matched: `(sim, a, b, writer, reader)`.
+fn lan_and_router_pair(seed: u64, path: Link) -> (Sim, usize, usize, EntityId, EntityId) {
     let realm = Realm::new();
-    let mut sim = sim_with_router(51, Link::perfect());
+    let mut sim = sim_with_router(seed, path);
     let a = node(&mut sim, Some(&realm), 1, 0);
     let b = node(&mut sim, Some(&realm), 2, 0);
     sim.attach(a, 1);
@@ -376,9 +329,43 @@ fn a_direct_address_is_preferred_to_a_routed_one() {
     let rid = sim.p(b).create_reader(now, info("/both", keep_all()));
     sim.pump(a);
     sim.pump(b);
-    assert!(sim.run_until(Duration::from_secs(20), |s| {
-        s.nodes[a].participant.matched_count(wid) == 1
-    }));
+    assert!(
+        sim.run_until(Duration::from_secs(20), |s| {
+            s.nodes[a].participant.matched_count(wid) == 1
+        }),
+        "seed {seed}: met"
+    );
+    (sim, a, b, wid, rid)
+}
+
+/// Two members on one LAN, both linked to a router whose path is sometimes faster and
+/// sometimes slower than the LAN: what one's AUTH does through the router while the other
+/// knows it on the LAN is no claim from elsewhere. Nothing is answered aside, nobody is
+/// bound by AUTH to the router's way, and they meet. (The new user's review saw
+/// `auth_sent_aside` and `unverified_claims_moved` on one host with discovery and a router:
+/// the LAN rule for a claimed id took the router's AUTH for one.)
+#[test]
+fn a_member_heard_on_the_lan_and_through_a_router_is_no_claim_elsewhere() {
+    for seed in 61..69u64 {
+        let (sim, a, b, _, _) = lan_and_router_pair(seed, Link::lossy(0.0));
+        for i in [a, b] {
+            assert_eq!(
+                sim.nodes[i].participant.stats().auth_sent_aside,
+                0,
+                "seed {seed}"
+            );
+        }
+    }
+}
+
+/// Two participants on one LAN, both linked to the router: they keep each other at their
+/// direct addresses (data never crosses the router), follow each other through the router
+/// once the LAN parts them (after the direct address has been quiet, not before), and come
+/// back to the LAN when it heals.
+#[test]
+fn a_direct_address_is_preferred_to_a_routed_one() {
+    let (mut sim, a, b, wid, rid) = lan_and_router_pair(51, Link::perfect());
+    let (aa, ba) = (sim.nodes[a].addr, sim.nodes[b].addr);
     // Whichever way they first met, they settle on the LAN and stay there.
     // (The router's path is faster here: they meet there first, then move to the LAN.)
     sim.run_for(Duration::from_secs(3));
