@@ -102,11 +102,11 @@ fn wan_bench_measures_direct_one_and_two_routers() {
 #[test]
 fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: --delay-ms makes network namespaces, which needs root");
+        tether_testkit::skip!("skipping: --delay-ms makes network namespaces, which needs root");
         return;
     }
     if Command::new("iptables").arg("--version").output().is_err() {
-        eprintln!("skipping: --delay-ms needs iptables (NFQUEUE)");
+        tether_testkit::skip!("skipping: --delay-ms needs iptables (NFQUEUE)");
         return;
     }
     let v = bench(&[
@@ -156,7 +156,7 @@ fn wan_bench_measures_a_delayed_link_direct_and_through_a_router() {
 #[test]
 fn wan_bench_measures_two_hosts_without_delay() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: --delay-ms makes network namespaces, which needs root");
+        tether_testkit::skip!("skipping: --delay-ms makes network namespaces, which needs root");
         return;
     }
     let v = bench(&[

@@ -271,14 +271,14 @@ fn users_meet(test: &str, tag: &str, args: &[&str]) {
     let prefix = match as_nobody() {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipping {test}: {why}");
+            tether_testkit::skip!("skipping {test}: {why}");
             return;
         }
     };
     let lan = match lan_host(tag) {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping {test}: {why}");
+            tether_testkit::skip!("skipping {test}: {why}");
             return;
         }
     };

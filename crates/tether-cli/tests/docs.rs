@@ -110,3 +110,46 @@ fn the_link_checker_sees_links() {
     );
     assert_eq!(found, ["c.md#x", "g.svg", "https://example.org"]);
 }
+
+/// Every test that skips says so through `tether_testkit::skip!`, which lists it for the
+/// suite's summary (`scripts/test`: "N skipped"): a test that only printed its reason was
+/// counted as passed with the tests that ran (a new user's review, not root).
+#[test]
+fn tests_that_skip_are_listed_for_the_summary() {
+    fn visit(dir: &Path, found: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n != "target") {
+                    visit(&p, found);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let squeezed: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                for bad in [
+                    "eprintln!(\"skipp",
+                    "eprintln!( \"skipp",
+                    "println!(\"skipp",
+                ] {
+                    if squeezed.contains(bad) {
+                        found.push(format!("{}: {bad}", p.display()));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    visit(&root().join("crates"), &mut found);
+    assert!(
+        found.is_empty(),
+        "say a skip with tether_testkit::skip! so the summary counts it: {found:#?}"
+    );
+    let script = std::fs::read_to_string(root().join("scripts/test")).unwrap();
+    assert!(
+        script.contains("TETHER_TEST_SKIPS"),
+        "scripts/test lists skips"
+    );
+}

@@ -372,7 +372,7 @@ fn a_full_disk_fails_recv_and_leaves_nothing() {
             .status()
             .is_ok_and(|s| s.success());
         if !mounted {
-            eprintln!("skipped: cannot mount a tmpfs");
+            tether_testkit::skip!("skipped: cannot mount a tmpfs");
             return;
         }
         let src = dir.path().join("scan.bin");
@@ -407,7 +407,7 @@ fn a_full_disk_fails_recv_and_leaves_nothing() {
             "{serr}"
         );
     } else {
-        eprintln!("skipped: needs root for a tmpfs");
+        tether_testkit::skip!("skipped: needs root for a tmpfs");
     }
 }
 
@@ -660,7 +660,7 @@ fn a_receiver_that_may_not_write_fails_send() {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("skipped: cannot mount a tmpfs");
+            tether_testkit::skip!("skipped: cannot mount a tmpfs");
             return;
         }
         "Read-only file system"

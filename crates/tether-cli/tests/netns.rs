@@ -61,12 +61,12 @@ fn lossy_lan(tag: &str, test: &str, percent: u8) -> Option<Lan> {
     let lan = match lan(tag) {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping {test}: {why}");
+            tether_testkit::skip!("skipping {test}: {why}");
             return None;
         }
     };
     if !netns::have_nft() {
-        eprintln!("skipping {test}: nft is not installed");
+        tether_testkit::skip!("skipping {test}: nft is not installed");
         return None;
     }
     lan.a()
@@ -158,7 +158,7 @@ fn lan_discovery_by_multicast() {
     let lan = match lan("m") {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping lan_discovery_by_multicast: {why}");
+            tether_testkit::skip!("skipping lan_discovery_by_multicast: {why}");
             return;
         }
     };
@@ -226,7 +226,7 @@ fn lan_discovery_with_no_config() {
     let lan = match lan_with("z", false) {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping lan_discovery_with_no_config: {why}");
+            tether_testkit::skip!("skipping lan_discovery_with_no_config: {why}");
             return;
         }
     };
@@ -308,12 +308,14 @@ fn lan_static_peer_where_multicast_is_blocked() {
     let lan = match lan("s") {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping lan_static_peer_where_multicast_is_blocked: {why}");
+            tether_testkit::skip!("skipping lan_static_peer_where_multicast_is_blocked: {why}");
             return;
         }
     };
     if !netns::have_nft() {
-        eprintln!("skipping lan_static_peer_where_multicast_is_blocked: nft is not installed");
+        tether_testkit::skip!(
+            "skipping lan_static_peer_where_multicast_is_blocked: nft is not installed"
+        );
         return;
     }
     for h in [lan.a(), lan.b()] {
@@ -595,12 +597,12 @@ fn lan_data_by_multicast() {
     let lan = match lan("d") {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping lan_data_by_multicast: {why}");
+            tether_testkit::skip!("skipping lan_data_by_multicast: {why}");
             return;
         }
     };
     if !netns::have_nft() {
-        eprintln!("skipping lan_data_by_multicast: nft is not installed");
+        tether_testkit::skip!("skipping lan_data_by_multicast: nft is not installed");
         return;
     }
     let rules = "table inet count {\n  chain out {\n    type filter hook output priority 0;\n    oifname \"vtb\" ip daddr 239.255.0.1 udp length > 600 counter\n    oifname \"vtb\" ip daddr 10.199.7.1 udp length > 600 counter\n  }\n}\n";
@@ -721,12 +723,12 @@ fn lan_link_down_longer_than_the_lease() {
     let lan = match lan("c") {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping lan_link_down_longer_than_the_lease: {why}");
+            tether_testkit::skip!("skipping lan_link_down_longer_than_the_lease: {why}");
             return;
         }
     };
     if !netns::have_nft() {
-        eprintln!("skipping lan_link_down_longer_than_the_lease: nft is not installed");
+        tether_testkit::skip!("skipping lan_link_down_longer_than_the_lease: nft is not installed");
         return;
     }
     let (ca, cb) = (lan.cfg_leased("vta", 3000), lan.cfg_leased("vtb", 3000));
@@ -814,7 +816,7 @@ fn lan_a_stopped_pub_with_a_dead_subscriber_serves_the_live_one() {
     let lan = match lan("ds") {
         Ok(l) => l,
         Err(why) => {
-            eprintln!(
+            tether_testkit::skip!(
                 "skipping lan_a_stopped_pub_with_a_dead_subscriber_serves_the_live_one: {why}"
             );
             return;
@@ -925,12 +927,12 @@ fn lan_a_hole_given_up_while_the_publisher_was_stopped_is_owned_up_to() {
     let lan = match lan("gu") {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping {TEST}: {why}");
+            tether_testkit::skip!("skipping {TEST}: {why}");
             return;
         }
     };
     if !netns::have_nft() {
-        eprintln!("skipping {TEST}: nft is not installed");
+        tether_testkit::skip!("skipping {TEST}: nft is not installed");
         return;
     }
     let (ca, cb) = (lan.cfg_leased("vta", 2000), lan.cfg_leased("vtb", 2000));

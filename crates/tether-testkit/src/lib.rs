@@ -14,8 +14,10 @@ pub mod netns;
 mod random;
 pub mod realm;
 pub mod router;
+mod skips;
 
 pub use random::SeededRandom;
+pub use skips::{SKIPS_ENV, note_skip};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};

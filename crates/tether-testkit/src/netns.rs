@@ -717,7 +717,7 @@ mod tests {
     #[test]
     fn namespaces_of_dead_runs_are_removed() {
         if !is_root() {
-            eprintln!("skipped: creating network namespaces needs root");
+            crate::skip!("skipped: creating network namespaces needs root");
             return;
         }
         // Above the kernel's pid_max (at most 2^22): no such process can exist.
@@ -740,7 +740,7 @@ mod tests {
     #[test]
     fn lan_links_two_hosts_and_cleans_up() {
         if !is_root() {
-            eprintln!("skipped: creating network namespaces needs root");
+            crate::skip!("skipped: creating network namespaces needs root");
             return;
         }
         let id = std::process::id() % 100_000;
@@ -780,11 +780,11 @@ mod tests {
     fn delay_reorders_datagrams_and_cleans_up() {
         use std::net::{SocketAddr, UdpSocket};
         if !is_root() {
-            eprintln!("skipped: creating network namespaces needs root");
+            crate::skip!("skipped: creating network namespaces needs root");
             return;
         }
         if !have_iptables() {
-            eprintln!("skipped: iptables is not installed");
+            crate::skip!("skipped: iptables is not installed");
             return;
         }
         const N: u32 = 500;

@@ -20,11 +20,13 @@ const ECHO_PORT: u16 = 7000;
 /// Whether the tests can run here; says why not.
 fn ready() -> bool {
     if !is_root() {
-        eprintln!("skipped: creating network namespaces needs root");
+        tether_testkit::skip!("skipped: creating network namespaces needs root");
         return false;
     }
     if !have_nft() {
-        eprintln!("skipped: nft (nftables) is not installed; the NATs and loss rules need it");
+        tether_testkit::skip!(
+            "skipped: nft (nftables) is not installed; the NATs and loss rules need it"
+        );
         return false;
     }
     true
@@ -354,7 +356,7 @@ fn delay_holds_the_link_and_direction_it_names() {
         return;
     }
     if !have_iptables() {
-        eprintln!("skipped: iptables is not installed; the NFQUEUE delay needs it");
+        tether_testkit::skip!("skipped: iptables is not installed; the NFQUEUE delay needs it");
         return;
     }
     let t0 = Instant::now();

@@ -172,7 +172,7 @@ fn gro_messages_are_split_into_their_datagrams() {
         bind(BatchIo::Offload, "127.0.0.1"),
     );
     if !a.gso() || !b.gro() {
-        eprintln!("skipped: this kernel has no UDP GSO/GRO");
+        tether_testkit::skip!("skipped: this kernel has no UDP GSO/GRO");
         return;
     }
     let batch: Vec<Dgram> = (0..20)
@@ -206,7 +206,7 @@ fn gso_refused_falls_back_to_single_datagrams() {
         bind(BatchIo::Mmsg, "127.0.0.1"),
     );
     if !a.gso() {
-        eprintln!("skipped: this kernel has no UDP GSO");
+        tether_testkit::skip!("skipped: this kernel has no UDP GSO");
         return;
     }
     let one: libc::c_int = 1;
@@ -303,7 +303,7 @@ fn large_and_small_datagrams_in_one_receive() {
 #[test]
 fn ipv6_batches() {
     let Ok(probe) = std::net::UdpSocket::bind("[::1]:0") else {
-        eprintln!("skipped: no IPv6 loopback");
+        tether_testkit::skip!("skipped: no IPv6 loopback");
         return;
     };
     drop(probe);
@@ -344,7 +344,7 @@ mod netns {
     /// the reason printed) when this process cannot make them.
     fn lan(tag: &str, subnet: u8) -> Option<Lan> {
         if !is_root() {
-            eprintln!("skipped: network namespaces need root");
+            tether_testkit::skip!("skipped: network namespaces need root");
             return None;
         }
         let id = std::process::id() % 100_000;
@@ -364,7 +364,7 @@ mod netns {
         match l {
             Ok(l) => Some(l),
             Err(e) => {
-                eprintln!("skipped: cannot build the namespaces: {e}");
+                tether_testkit::skip!("skipped: cannot build the namespaces: {e}");
                 None
             }
         }

@@ -158,7 +158,7 @@ mod netns {
     #[test]
     fn a_datagram_too_large_for_the_link_is_counted() {
         if !is_root() {
-            eprintln!("skipped: network namespaces need root");
+            tether_testkit::skip!("skipped: network namespaces need root");
             return;
         }
         let id = std::process::id() % 100_000;
@@ -175,7 +175,7 @@ mod netns {
         {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("skipped: cannot build the namespaces: {e}");
+                tether_testkit::skip!("skipped: cannot build the namespaces: {e}");
                 return;
             }
         };

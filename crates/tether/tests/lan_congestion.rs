@@ -24,12 +24,12 @@ fn lan(rate: u64) -> Option<Lan> {
     {
         Ok(l) => l,
         Err(why) => {
-            eprintln!("skipping: {why}");
+            tether_testkit::skip!("skipping: {why}");
             return None;
         }
     };
     if let Err(why) = lan.a().limit_outgoing(rate, 64 << 10) {
-        eprintln!("skipping: no tbf ({why})");
+        tether_testkit::skip!("skipping: no tbf ({why})");
         return None;
     }
     Some(lan)

@@ -28,15 +28,15 @@ pub(crate) static TURN: Mutex<()> = Mutex::new(());
 /// Whether the tests can run here; says why not.
 pub(crate) fn ready(test: &str) -> bool {
     if !netns::is_root() {
-        eprintln!("skipping {test}: creating network namespaces needs root");
+        tether_testkit::skip!("skipping {test}: creating network namespaces needs root");
         return false;
     }
     if !netns::have_nft() {
-        eprintln!("skipping {test}: nft (nftables) is not installed; the NATs need it");
+        tether_testkit::skip!("skipping {test}: nft (nftables) is not installed; the NATs need it");
         return false;
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipping {test}: ip (iproute2) is not installed");
+        tether_testkit::skip!("skipping {test}: ip (iproute2) is not installed");
         return false;
     }
     true
@@ -50,7 +50,7 @@ pub(crate) fn sites(
     match make() {
         Ok(s) => Some(s),
         Err(why) => {
-            eprintln!("skipping {test}: cannot create the sites: {why}");
+            tether_testkit::skip!("skipping {test}: cannot create the sites: {why}");
             None
         }
     }
