@@ -6,7 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
@@ -192,14 +192,8 @@ impl LinkConfig {
             .max_concurrent_uni_streams(0u32.into())
             .stream_receive_window(self.stream_window.into())
             .receive_window(VarInt::from_u32(self.stream_window.saturating_mul(2)))
-            .send_window(self.send_window());
+            .send_window(u64::from(self.stream_window) * 2);
         Ok(t)
-    }
-
-    /// The most a link's QUIC holds unacknowledged (its send window is tuned below this:
-    /// `send_window_for`).
-    fn send_window(&self) -> u64 {
-        u64::from(self.stream_window) * 2
     }
 }
 
@@ -651,39 +645,12 @@ pub struct Link {
     rx: LinkReceiver,
 }
 
-/// The least send window a link is tuned to: a few frames, whatever the congestion window.
-const MIN_SEND_WINDOW: u64 = 256 << 10;
-
-/// How often a link's send window follows its congestion window (at most).
-const TUNE_EVERY: Duration = Duration::from_millis(10);
-
-/// The send window for a congestion window of `cwnd` bytes: twice it (what is in flight,
-/// and as much again waiting so the path never idles), at least [`MIN_SEND_WINDOW`], at most
-/// `max` (the configured window).
-///
-/// QUIC holds every byte written until the peer acknowledges it. With a fixed window of
-/// 32 MiB, a link at 20 % loss carrying 1.3 MB/s held 12 s of frames that its sender could
-/// not see: counted as sent, they waited in QUIC, and a writer asked for a repair meanwhile
-/// queued another copy behind them (the lossy review: 591–806 MB sent for 100 MB after an
-/// outage). Bounded by the congestion window, what waits in QUIC is a few round trips, and
-/// the rest waits in the sender's own queue, where it is measured (and dropped if stale).
-fn send_window_for(cwnd: u64, max: u64) -> u64 {
-    cwnd.saturating_mul(2)
-        .max(MIN_SEND_WINDOW)
-        .min(max.max(MIN_SEND_WINDOW))
-}
-
 /// The sending half of a [`Link`].
 #[derive(Debug)]
 pub struct LinkSender {
     stream: quinn::SendStream,
     shared: Arc<Shared>,
     max_frame: usize,
-    /// The send window configured (the most it is tuned to).
-    max_window: u64,
-    /// The send window set now, and when it was last looked at.
-    window: u64,
-    tuned_at: Option<Instant>,
     /// What a write whose future was dropped before it finished left unwritten of its
     /// frames: the next write (or `finish_delivered`) writes it first, so the stream stays
     /// framed. (A session closing while a batch was half written sent its goodbyes into the
@@ -725,9 +692,6 @@ impl Link {
                 stream: send,
                 shared: shared.clone(),
                 max_frame: cfg.max_frame,
-                max_window: cfg.send_window(),
-                window: cfg.send_window(),
-                tuned_at: None,
                 unsent: Vec::new(),
             },
             rx: LinkReceiver {
@@ -828,7 +792,6 @@ impl LinkSender {
             .extend([prefix, head.clone(), body.clone(), tail.clone()]);
         let r = self.stream.write_all_chunks(&mut self.unsent).await;
         self.unsent.clear();
-        self.tune_window();
         match r {
             Ok(()) => {
                 self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
@@ -901,7 +864,6 @@ impl LinkSender {
         self.unsent = chunks;
         let r = self.stream.write_all_chunks(&mut self.unsent).await;
         self.unsent.clear();
-        self.tune_window();
         match r {
             Ok(()) => {
                 self.shared.frames_sent.fetch_add(n, Ordering::Relaxed);
@@ -924,29 +886,6 @@ impl LinkSender {
         let r = self.stream.write_all_chunks(&mut self.unsent).await;
         self.unsent.clear();
         r.map_err(LinkError::from)
-    }
-
-    /// Sets the connection's send window from its congestion window (`send_window_for`),
-    /// at most every [`TUNE_EVERY`].
-    fn tune_window(&mut self) {
-        let now = Instant::now();
-        if self
-            .tuned_at
-            .is_some_and(|t| now.saturating_duration_since(t) < TUNE_EVERY)
-        {
-            return;
-        }
-        self.tuned_at = Some(now);
-        let w = send_window_for(self.shared.conn.stats().path.cwnd, self.max_window);
-        if w != self.window {
-            self.shared.conn.set_send_window(w);
-            self.window = w;
-        }
-    }
-
-    /// The send window in force now (bytes QUIC may hold unacknowledged).
-    pub fn send_window(&self) -> u64 {
-        self.window
     }
 
     /// Ends the stream after the frames sent: the peer's [`LinkReceiver::recv`] returns
@@ -1090,19 +1029,5 @@ impl LinkReceiver {
     /// The peer's verified credential.
     pub fn peer(&self) -> &PeerCredential {
         &self.shared.peer
-    }
-}
-
-#[cfg(test)]
-mod window_tests {
-    use super::*;
-
-    #[test]
-    fn the_send_window_is_twice_the_congestion_window_within_bounds() {
-        assert_eq!(send_window_for(0, 32 << 20), MIN_SEND_WINDOW);
-        assert_eq!(send_window_for(1 << 20, 32 << 20), 2 << 20);
-        assert_eq!(send_window_for(64 << 20, 32 << 20), 32 << 20);
-        // A configured window below the floor still leaves the floor.
-        assert_eq!(send_window_for(1 << 20, 1000), MIN_SEND_WINDOW);
     }
 }
