@@ -265,6 +265,9 @@ pub struct Participant {
     /// Router links whose driver holds datagrams not yet handed to the link, as the time
     /// they take to leave ([`set_route_backlog`](Participant::set_route_backlog)).
     pub(crate) route_backlog: Vec<(u16, Duration)>,
+    /// The rate (bytes a second) each router link has been draining its queue at
+    /// ([`set_route_drain_rate`](Participant::set_route_drain_rate)).
+    pub(crate) route_rate: Vec<(u16, u64)>,
     /// Keep-all reliable writers (whose datagrams congestion control may hold back), and
     /// reliable readers (which time their repair requests by the round trip): without
     /// either, paths are not probed.
@@ -338,6 +341,7 @@ impl Participant {
             clock: now,
             stalled_at: None,
             route_backlog: Vec::new(),
+            route_rate: Vec::new(),
             paced_writers: 0,
             reliable_readers: 0,
             last_dest: None,

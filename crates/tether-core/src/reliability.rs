@@ -677,6 +677,10 @@ impl Participant {
         // is (an inactive reader coming back, a keep-last writer far ahead); the rest of
         // what it asks for is re-sent.
         let kept = w.first_available().max(start).min(w.last_sent() + 1);
+        // Through a router link, the repairs of this answer leave one after the other at
+        // the link's drain rate: each is judged to arrive after those ahead of it.
+        let rate = crate::route::drain_rate_of(&self.route_rate, addr);
+        let mut ahead = 0u64;
         let mut r = Repair {
             packer: Packer::for_writer(addr, hdr, size, an.writer),
             gap: (an.base < kept).then_some((an.base, kept)),
@@ -700,10 +704,14 @@ impl Participant {
             let Some(rp) = w.readers.get_mut(&rg) else {
                 break;
             };
-            if !rp.may_resend(seq, now, resend_wait) {
+            let queued_ahead = rate.map_or(Duration::ZERO, |b| {
+                Duration::from_secs_f64(ahead as f64 / b as f64)
+            });
+            if !rp.may_resend(seq, now, resend_wait + queued_ahead) {
                 r.stats.resends_suppressed += 1;
                 continue;
             }
+            ahead += w.find(seq).map_or(0, |c| c.payload.len() as u64);
             match w.find(seq) {
                 Some(c) if c.payload.len() > single => {
                     // A young sample's fragments may still be in flight: the reader then

@@ -205,6 +205,37 @@ impl Participant {
         }
     }
 
+    /// The driver's queue for router link `link` has been draining at `bytes_per_sec`:
+    /// repairs a writer queues behind one another are judged to leave one after the other
+    /// at that rate (a hundred samples re-sent at once do not all arrive after the first's
+    /// wait). Zero: not known.
+    pub fn set_route_drain_rate(&mut self, link: u16, bytes_per_sec: u64) {
+        match self.route_rate.iter_mut().find(|(l, _)| *l == link) {
+            Some(e) => e.1 = bytes_per_sec,
+            None => self.route_rate.push((link, bytes_per_sec)),
+        }
+    }
+
+    /// Router link `link` was made again: what its driver had queued, and QUIC held, for
+    /// the link before is gone. Writers forget that they re-sent samples to readers behind
+    /// it, and answer their next requests at once rather than wait for copies that will
+    /// never arrive.
+    pub fn route_link_reset(&mut self, link: u16) {
+        for w in self.writers.values_mut() {
+            for (g, rp) in w.readers.iter_mut() {
+                let behind = self
+                    .peers
+                    .remotes
+                    .get(&g.participant)
+                    .and_then(|r| routed_participant(&r.addr))
+                    .is_some_and(|(_, l)| l == link);
+                if behind {
+                    rp.resent.clear();
+                }
+            }
+        }
+    }
+
     /// The router links declared now.
     pub fn route_links(&self) -> &[RouteLink] {
         &self.cfg.routes
@@ -338,6 +369,15 @@ pub(crate) fn effective_group(
 /// router still forwards what other participants send it that way).
 pub(crate) fn may_return(cur: SocketAddr, prev: SocketAddr) -> bool {
     is_routed(&cur) || !is_routed(&prev)
+}
+
+/// The drain rate [`Participant::set_route_drain_rate`] said (`rates`) of the link `addr` is
+/// behind, if it is a routed address and the rate is known.
+pub(crate) fn drain_rate_of(rates: &[(u16, u64)], addr: SocketAddr) -> Option<u64> {
+    routed_participant(&addr)
+        .and_then(|(_, l)| rates.iter().find(|(k, _)| *k == l))
+        .map(|(_, r)| *r)
+        .filter(|r| *r > 0)
 }
 
 /// What [`Participant::set_route_backlog`] said (`backlogs`) of the link `addr` is behind,

@@ -901,7 +901,7 @@ fn drop_5_to_10_once(to: usize, d: &Bytes) -> Bytes {
 }
 
 /// A writer whose driver says its router link holds a backlog (0.9 s of frames not yet
-/// handed to QUIC, short of making a keep-all writer wait) re-sends a routed reader's missing samples once for its repeated requests
+/// handed to QUIC) re-sends a routed reader's missing samples once for its repeated requests
 /// meanwhile, not once per request: a repair is lost through routers only where one drops
 /// it, and the copy queued is on its way. (Before: every request was answered in full,
 /// `resend_wait` being zero for routed peers; after an outage at 10 % loss with 100 kB
@@ -921,9 +921,10 @@ fn repairs_wait_for_a_backlogged_router_link() {
         .first()
         .expect("a's router link")
         .link;
-    sim.p(a).set_route_backlog(link, Duration::from_millis(900));
     let before = sim.nodes[a].participant.stats().samples_retransmitted;
     write_n(&mut sim, a, wid, 0, 20);
+    // The samples are out; the repairs find the link behind.
+    sim.p(a).set_route_backlog(link, Duration::from_millis(900));
     // Requests come at every heartbeat while the repairs take 300 ms to come back.
     sim.run_for(Duration::from_millis(1000));
     let resent = sim.nodes[a].participant.stats().samples_retransmitted - before;
@@ -934,6 +935,124 @@ fn repairs_wait_for_a_backlogged_router_link() {
         sim.nodes[a].participant.stats().resends_suppressed
     );
     assert!(sim.run_until(Duration::from_secs(10), |s| s.seqs(b, rid).len() == 20));
+    assert_all_in_order(&sim, b, rid, 20);
+    sim.rewrite = None;
+}
+
+/// Copies of samples 5 to 10 on their way to node 1 lost so far, each: the first
+/// `KEEP_LOSING` copies of each are lost.
+static LOST: std::sync::Mutex<Vec<(u64, u32)>> = std::sync::Mutex::new(Vec::new());
+static KEEP_LOSING: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// Held by each test that uses [`LOST`] (tests run in parallel).
+static LOSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn drop_5_to_10_repeatedly(to: usize, d: &Bytes) -> Bytes {
+    if to != 1 {
+        return d.clone();
+    }
+    let Ok(dg) = tether_wire::Datagram::parse(d) else {
+        return d.clone();
+    };
+    let limit = KEEP_LOSING.load(std::sync::atomic::Ordering::SeqCst);
+    let mut lost = LOST.lock().unwrap();
+    use tether_wire::Submessage as S;
+    let mut lose = false;
+    for m in dg.submessages().flatten() {
+        let seqs = match m {
+            S::Data(x) => x.seq..x.seq + 1,
+            S::Batch(x) => x.first_seq..x.first_seq + u64::from(x.count),
+            S::SealedBatch(x) => x.first_seq..x.first_seq + u64::from(x.count),
+            _ => continue,
+        };
+        for q in seqs.filter(|q| (5..=10).contains(q)) {
+            match lost.iter_mut().find(|(s, _)| *s == q) {
+                Some((_, n)) if *n < limit => {
+                    *n += 1;
+                    lose = true;
+                }
+                Some(_) => {}
+                None if limit > 0 => {
+                    lost.push((q, 1));
+                    lose = true;
+                }
+                None => {}
+            }
+        }
+    }
+    if lose { Bytes::new() } else { d.clone() }
+}
+
+/// The copies re-sent for a request wait in the link's queue one behind the other: at the
+/// rate the link drains (`set_route_drain_rate`), the sixth of six leaves well after the
+/// first, and a request repeated meanwhile is not answered for it. (Before, each copy was
+/// judged by the first's wait, and at 20 % loss the repeated requests queued a copy of every
+/// missing sample each time: the lossy review.)
+#[test]
+fn repairs_queued_together_wait_for_those_ahead_of_them() {
+    let _one = LOSING.lock().unwrap_or_else(|p| p.into_inner());
+    let resent_over = |rate: u64| {
+        let mut path = Link::perfect();
+        path.delay = Duration::from_millis(20);
+        let (mut sim, a, wid, b, rid) = routed_pair(93, true, path);
+        assert_eq!(b, 1, "the drop hook is for node 1");
+        LOST.lock().unwrap().clear();
+        // Every copy is lost for the first second: the reader keeps asking.
+        KEEP_LOSING.store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
+        sim.rewrite = Some(drop_5_to_10_repeatedly);
+        let link = sim.nodes[a].participant.route_links()[0].link;
+        sim.p(a).set_route_drain_rate(link, rate);
+        write_n(&mut sim, a, wid, 0, 20);
+        let before = sim.nodes[a].participant.stats().samples_retransmitted;
+        sim.run_for(Duration::from_millis(1000));
+        let resent = sim.nodes[a].participant.stats().samples_retransmitted - before;
+        KEEP_LOSING.store(0, std::sync::atomic::Ordering::SeqCst);
+        assert!(sim.run_until(Duration::from_secs(20), |s| s.seqs(b, rid).len() == 20));
+        assert_all_in_order(&sim, b, rid, 20);
+        sim.rewrite = None;
+        resent
+    };
+    // 600 B samples at 1,000 B/s: the copies leave 0.6 s apart.
+    let slow = resent_over(1_000);
+    let fast = resent_over(1 << 30);
+    eprintln!("re-sent in 1 s: {slow} at 1,000 B/s, {fast} at 1 GB/s");
+    assert!(
+        slow * 2 <= fast,
+        "{slow} re-sent at 1,000 B/s against {fast} at 1 GB/s"
+    );
+}
+
+/// A router link made again lost what its queue held: the writer answers the next request
+/// at once, not after the wait for a copy that will never arrive (`route_link_reset`).
+/// Without it a repair queued before a re-dial waited up to the whole backlog said (30 s at
+/// most) to be sent again.
+#[test]
+fn a_link_made_again_forgets_the_copies_it_held() {
+    let _one = LOSING.lock().unwrap_or_else(|p| p.into_inner());
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(20);
+    let (mut sim, a, wid, b, rid) = routed_pair(94, true, path);
+    assert_eq!(b, 1, "the drop hook is for node 1");
+    LOST.lock().unwrap().clear();
+    // The first copy of each and its first repair are lost (the repair with the link).
+    KEEP_LOSING.store(2, std::sync::atomic::Ordering::SeqCst);
+    sim.rewrite = Some(drop_5_to_10_repeatedly);
+    let link = sim.nodes[a].participant.route_links()[0].link;
+    write_n(&mut sim, a, wid, 0, 20);
+    // The repairs are queued behind 30 s of frames.
+    sim.p(a).set_route_backlog(link, Duration::from_secs(30));
+    sim.run_for(Duration::from_secs(2));
+    assert!(
+        sim.seqs(b, rid).len() < 20,
+        "the repairs were lost and are waited for"
+    );
+    assert!(sim.nodes[a].participant.stats().resends_suppressed > 0);
+    // The link is made again: its queue is empty, and what it held is gone.
+    sim.p(a).set_route_backlog(link, Duration::ZERO);
+    sim.p(a).route_link_reset(link);
+    assert!(
+        sim.run_until(Duration::from_secs(3), |s| s.seqs(b, rid).len() == 20),
+        "repaired at the next request"
+    );
     assert_all_in_order(&sim, b, rid, 20);
     sim.rewrite = None;
 }

@@ -64,9 +64,10 @@ pub(crate) struct ReaderProxy {
     /// between it lacks though it acknowledged past them (`docs/wire.md#skipped`).
     pub(crate) abandoned_base: Option<u64>,
     pub(crate) abandoned_top: u64,
-    /// Samples re-sent to it and when: a request repeated before the repair could have
-    /// arrived (it may still wait in the path's queue) is not answered twice. Pruned as
-    /// acknowledgements come; at most [`MAX_RESENT`] entries.
+    /// Samples re-sent to it, each with the time before which a request for it again is
+    /// not answered (the repair could not have arrived and been acknowledged: it may still
+    /// wait in the path's queue). Pruned as acknowledgements come; at most [`MAX_RESENT`]
+    /// entries.
     pub(crate) resent: BTreeMap<u64, Instant>,
     /// It has sent this writer something (an ACKNACK or a NACK_FRAG): it knows the writer.
     pub(crate) answered: bool,
@@ -113,19 +114,19 @@ impl ReaderProxy {
         self.acked.max(self.start).max(self.released_below)
     }
 
-    /// Whether sample `seq` may be re-sent to this reader at `now`: not re-sent within
-    /// `wait` before. Records it if so.
+    /// Whether sample `seq` may be re-sent to this reader at `now`: not while an earlier
+    /// copy could still be on its way. Records it if so, with `wait`, how long this copy
+    /// may take to arrive and be answered (judged now, as it is queued: the path's round
+    /// trip and what waits ahead of it).
     pub(crate) fn may_resend(&mut self, seq: u64, now: Instant, wait: Duration) -> bool {
-        if let Some(t) = self.resent.get(&seq) {
-            if now.saturating_duration_since(*t) < wait {
-                return false;
-            }
+        if self.resent.get(&seq).is_some_and(|until| now < *until) {
+            return false;
         }
         if self.resent.len() >= MAX_RESENT {
             // Forget the oldest; it may be asked for again at worst.
             self.resent.pop_first();
         }
-        self.resent.insert(seq, now);
+        self.resent.insert(seq, now + wait);
         true
     }
 
