@@ -504,8 +504,12 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let unheard = p.written_unmatched();
     let kept = qos.durability_kind() == tether::Durability::TransientLocal;
     let all_kept = kept && qos.history() == tether::History::KeepAll;
+    // Every sample reached a subscriber that acknowledged it: said at the end of a run that
+    // succeeded, as a failed one says how far it got.
+    let mut all_acknowledged = qos.is_reliable() && delivered && unheard == 0 && n > 0;
     if unheard > 0 && all_kept && late_joiner && delivered {
         // A subscriber that matched later took them from the history and acknowledged them.
+        all_acknowledged = qos.is_reliable();
     } else if unheard > 0 && kept {
         let which = match qos.history() {
             tether::History::KeepLast(depth) => format!("the last {depth} are"),
@@ -554,6 +558,13 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(sig.status));
     }
     if delivered {
+        if all_acknowledged && !a.quiet {
+            let noun = if n == 1 { "sample" } else { "samples" };
+            eprintln!(
+                "published {n} {noun} on {}, every one acknowledged",
+                a.topic
+            );
+        }
         return Ok(ExitCode::SUCCESS);
     }
     Ok(ExitCode::from(1))

@@ -28,6 +28,12 @@ fn a_one_shot_pub_reaches_a_running_echo_20_times_in_20() {
             "pub {i} failed: {}",
             text(&out.stderr)
         );
+        // Its end says what the exit status means.
+        assert!(
+            text(&out.stderr).contains("published 1 sample on /once, every one acknowledged"),
+            "pub {i}: {}",
+            text(&out.stderr)
+        );
         assert!(
             wait_until(Duration::from_secs(10), || echo.lines() >= i),
             "sample {i} did not reach echo: {:?}\n{}",
