@@ -505,11 +505,13 @@ pub(crate) fn publish(cfg: Config, a: PubArgs) -> anyhow::Result<ExitCode> {
     let kept = qos.durability_kind() == tether::Durability::TransientLocal;
     let all_kept = kept && qos.history() == tether::History::KeepAll;
     // Every sample reached a subscriber that acknowledged it: said at the end of a run that
-    // succeeded, as a failed one says how far it got.
-    let mut all_acknowledged = qos.is_reliable() && delivered && unheard == 0 && n > 0;
+    // succeeded, as a failed one says how far it got. Only of a keep-all reliable writer,
+    // whose history keeps every sample until it is acknowledged (keep-last replaces them).
+    let keeps_all = qos.is_reliable() && qos.history() == tether::History::KeepAll;
+    let mut all_acknowledged = keeps_all && delivered && unheard == 0 && n > 0;
     if unheard > 0 && all_kept && late_joiner && delivered {
         // A subscriber that matched later took them from the history and acknowledged them.
-        all_acknowledged = qos.is_reliable();
+        all_acknowledged = keeps_all;
     } else if unheard > 0 && kept {
         let which = match qos.history() {
             tether::History::KeepLast(depth) => format!("the last {depth} are"),
