@@ -70,6 +70,7 @@ mod backoff;
 mod cert;
 mod error;
 mod link;
+mod stream;
 mod verify;
 
 #[cfg(test)]
@@ -79,7 +80,8 @@ pub use backoff::Backoff;
 pub use cert::{CREDENTIAL_OID, CertParseError, CertificateError};
 pub use error::LinkError;
 pub use link::{
-    ALPN, IncomingLink, Link, LinkConfig, LinkIdentity, LinkReceiver, LinkSender, LinkStats,
-    MAX_FRAME, PeerCredential, QuicEndpoint, SendError,
+    ALPN, IncomingLink, LinkConfig, LinkIdentity, MAX_FRAME, PeerCredential, QuicEndpoint,
+    SendError,
 };
+pub use stream::{Link, LinkReceiver, LinkSender, LinkStats};
 pub use verify::{PeerPolicy, Refusal, Revocations, RevocationsError};
