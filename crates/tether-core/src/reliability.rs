@@ -711,8 +711,9 @@ impl Participant {
                 r.stats.resends_suppressed += 1;
                 continue;
             }
-            ahead += w.find(seq).map_or(0, |c| c.payload.len() as u64);
-            match w.find(seq) {
+            let found = w.find(seq);
+            ahead += found.map_or(0, |c| c.payload.len() as u64);
+            match found {
                 Some(c) if c.payload.len() > single => {
                     // A young sample's fragments may still be in flight: the reader then
                     // repairs it by NACK_FRAG, so only an old one is re-sent whole.

@@ -876,28 +876,33 @@ fn drop_5_to_10_once(to: usize, d: &Bytes) -> Bytes {
     if to != 1 {
         return d.clone();
     }
-    let Ok(dg) = tether_wire::Datagram::parse(d) else {
-        return d.clone();
-    };
     let mut dropped = DROPPED.lock().unwrap();
     // The first copy of each of them goes, whatever carries it (DATA, a batch).
-    use tether_wire::Submessage as S;
     let mut lose = false;
-    for m in dg.submessages().flatten() {
-        let seqs = match m {
-            S::Data(x) => x.seq..x.seq + 1,
-            S::Batch(x) => x.first_seq..x.first_seq + u64::from(x.count),
-            S::SealedBatch(x) => x.first_seq..x.first_seq + u64::from(x.count),
-            _ => continue,
-        };
-        for q in seqs {
-            if (5..=10).contains(&q) && !dropped.contains(&q) {
-                dropped.push(q);
-                lose = true;
-            }
+    for q in sample_seqs(d) {
+        if (5..=10).contains(&q) && !dropped.contains(&q) {
+            dropped.push(q);
+            lose = true;
         }
     }
     if lose { Bytes::new() } else { d.clone() }
+}
+
+/// The sequence numbers of the samples datagram `d` carries (DATA, batches).
+fn sample_seqs(d: &Bytes) -> Vec<u64> {
+    let Ok(dg) = tether_wire::Datagram::parse(d) else {
+        return Vec::new();
+    };
+    use tether_wire::Submessage as S;
+    dg.submessages()
+        .flatten()
+        .flat_map(|m| match m {
+            S::Data(x) => x.seq..x.seq + 1,
+            S::Batch(x) => x.first_seq..x.first_seq + u64::from(x.count),
+            S::SealedBatch(x) => x.first_seq..x.first_seq + u64::from(x.count),
+            _ => 0..0,
+        })
+        .collect()
 }
 
 /// A writer whose driver says its router link holds a backlog (0.9 s of frames not yet
@@ -950,33 +955,21 @@ fn drop_5_to_10_repeatedly(to: usize, d: &Bytes) -> Bytes {
     if to != 1 {
         return d.clone();
     }
-    let Ok(dg) = tether_wire::Datagram::parse(d) else {
-        return d.clone();
-    };
     let limit = KEEP_LOSING.load(std::sync::atomic::Ordering::SeqCst);
     let mut lost = LOST.lock().unwrap();
-    use tether_wire::Submessage as S;
     let mut lose = false;
-    for m in dg.submessages().flatten() {
-        let seqs = match m {
-            S::Data(x) => x.seq..x.seq + 1,
-            S::Batch(x) => x.first_seq..x.first_seq + u64::from(x.count),
-            S::SealedBatch(x) => x.first_seq..x.first_seq + u64::from(x.count),
-            _ => continue,
-        };
-        for q in seqs.filter(|q| (5..=10).contains(q)) {
-            match lost.iter_mut().find(|(s, _)| *s == q) {
-                Some((_, n)) if *n < limit => {
-                    *n += 1;
-                    lose = true;
-                }
-                Some(_) => {}
-                None if limit > 0 => {
-                    lost.push((q, 1));
-                    lose = true;
-                }
-                None => {}
+    for q in sample_seqs(d).into_iter().filter(|q| (5..=10).contains(q)) {
+        match lost.iter_mut().find(|(s, _)| *s == q) {
+            Some((_, n)) if *n < limit => {
+                *n += 1;
+                lose = true;
             }
+            Some(_) => {}
+            None if limit > 0 => {
+                lost.push((q, 1));
+                lose = true;
+            }
+            None => {}
         }
     }
     if lose { Bytes::new() } else { d.clone() }

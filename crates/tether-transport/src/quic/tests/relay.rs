@@ -113,6 +113,47 @@ fn a_silent_peer_is_noticed_within_the_idle_timeout() {
     });
 }
 
+/// A client linked to a router through a [`Relay`], both with `cfg`: the client endpoint,
+/// its sending half, the relay, and the server's task, which returns the frames it
+/// received once its link ends.
+async fn through_relay(
+    cfg: &LinkConfig,
+) -> (
+    QuicEndpoint,
+    LinkSender,
+    Relay,
+    tokio::task::JoinHandle<Vec<Bytes>>,
+) {
+    let ca = CaKey::generate();
+    let router = node(&ca, Role::Router, "router", 1);
+    let server = QuicEndpoint::server(
+        LOCAL.parse().unwrap(),
+        &ident(&router),
+        router_policy(&ca, Revocations::new()),
+        cfg,
+    )
+    .unwrap();
+    let got = tokio::spawn({
+        let server = server.clone();
+        async move {
+            let link = server.accept().await.unwrap().establish().await.unwrap();
+            let (_s, mut r) = link.split();
+            let mut got = Vec::new();
+            while let Ok(f) = r.recv().await {
+                got.push(f);
+            }
+            got
+        }
+    });
+    let (front, relay) = Relay::start(server.local_addr().unwrap()).await;
+    let m = node(&ca, Role::Member, "robot", 2);
+    let c =
+        QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), cfg).unwrap();
+    let link = c.connect(front, "router").await.unwrap();
+    let (tx, _rx) = link.split();
+    (c, tx, relay, got)
+}
+
 /// The last frames of a link that is closing are lost by the path (a session's goodbye and
 /// its readers' last acknowledgements): `finish_delivered` returns only once the server
 /// acknowledged them, QUIC having sent them again, so closing the endpoint after it loses
@@ -121,32 +162,7 @@ fn a_silent_peer_is_noticed_within_the_idle_timeout() {
 #[test]
 fn the_last_frames_of_a_closing_link_are_delivered_before_it_closes() {
     bounded(Duration::from_secs(30), async {
-        let ca = CaKey::generate();
-        let router = node(&ca, Role::Router, "router", 1);
-        let server = QuicEndpoint::server(
-            LOCAL.parse().unwrap(),
-            &ident(&router),
-            router_policy(&ca, Revocations::new()),
-            &LinkConfig::default(),
-        )
-        .unwrap();
-        let got = tokio::spawn({
-            let server = server.clone();
-            async move {
-                let link = server.accept().await.unwrap().establish().await.unwrap();
-                let (_s, mut r) = link.split();
-                let mut got = Vec::new();
-                while let Ok(f) = r.recv().await {
-                    got.push(f);
-                }
-                got
-            }
-        });
-        let (front, relay) = Relay::start(server.local_addr().unwrap()).await;
-        let m = node(&ca, Role::Member, "robot", 2);
-        let c = client(&m, member_policy(&ca));
-        let link = c.connect(front, "router").await.unwrap();
-        let (mut tx, _rx) = link.split();
+        let (c, mut tx, relay, got) = through_relay(&LinkConfig::default()).await;
         tx.send(Bytes::from_static(b"first")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         // The path loses everything the client sends for 100 ms, its last frames first.
@@ -180,39 +196,10 @@ fn the_last_frames_of_a_closing_link_are_delivered_before_it_closes() {
 #[test]
 fn a_write_dropped_half_way_is_finished_by_the_next() {
     bounded(Duration::from_secs(30), async {
-        let ca = CaKey::generate();
-        let router = node(&ca, Role::Router, "router", 1);
         // A small window: a 2 MB frame cannot be taken whole while the path is down.
         let mut cfg = LinkConfig::default();
         cfg.stream_window(64 << 10);
-        let server = QuicEndpoint::server(
-            LOCAL.parse().unwrap(),
-            &ident(&router),
-            router_policy(&ca, Revocations::new()),
-            &cfg,
-        )
-        .unwrap();
-        let got = tokio::spawn({
-            let server = server.clone();
-            async move {
-                let link = server.accept().await.unwrap().establish().await.unwrap();
-                let (_s, mut r) = link.split();
-                let mut got = Vec::new();
-                for _ in 0..3 {
-                    match r.recv().await {
-                        Ok(f) => got.push(f),
-                        Err(e) => panic!("after {} frames: {e}", got.len()),
-                    }
-                }
-                got
-            }
-        });
-        let (front, relay) = Relay::start(server.local_addr().unwrap()).await;
-        let m = node(&ca, Role::Member, "robot", 2);
-        let c = QuicEndpoint::client(LOCAL.parse().unwrap(), &ident(&m), member_policy(&ca), &cfg)
-            .unwrap();
-        let link = c.connect(front, "router").await.unwrap();
-        let (mut tx, _rx) = link.split();
+        let (c, mut tx, relay, got) = through_relay(&cfg).await;
         tx.send(Bytes::from_static(b"first")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         // The path delivers nothing: a frame larger than the send window cannot be taken
@@ -225,6 +212,11 @@ fn a_write_dropped_half_way_is_finished_by_the_next() {
         assert!(dropped.is_err(), "the write waited for the window");
         relay.drop_client(false);
         tx.send(Bytes::from_static(b"after")).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), tx.finish_delivered())
+            .await
+            .expect("acknowledged within 10 s")
+            .unwrap();
+        c.close(0, "done");
         let got = tokio::time::timeout(Duration::from_secs(10), got)
             .await
             .expect("the frames arrive")
