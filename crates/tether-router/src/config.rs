@@ -69,6 +69,23 @@ pub enum ConfigError {
         /// Why, and what to do.
         reason: String,
     },
+    /// More than one value that parses but cannot be used: all of them, one a line, so
+    /// that a file is put right in one pass.
+    #[error("{}", several(path, problems))]
+    Several {
+        /// The file.
+        path: PathBuf,
+        /// Each setting and why, in the file's order of checks.
+        problems: Vec<(String, String)>,
+    },
+}
+
+fn several(path: &Path, problems: &[(String, String)]) -> String {
+    let mut s = format!("{}: {} problems", path.display(), problems.len());
+    for (field, reason) in problems {
+        s.push_str(&format!("\n  {field}: {reason}"));
+    }
+    s
 }
 
 /// Which way an exported topic may cross a site's router.
@@ -232,47 +249,50 @@ impl RouterConfig {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        let invalid = |field: &str, reason: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            field: field.to_string(),
-            reason,
-        };
+        // Every problem is gathered, so that `--check` names them all in one pass.
+        let mut problems: Vec<(String, String)> = Vec::new();
+        let mut problem = |field: &str, reason: String| problems.push((field.to_string(), reason));
         let base = path.parent().unwrap_or(Path::new("."));
         let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
-        let keys = raw.keys.map(rel).ok_or_else(|| {
-            invalid(
+        let keys = raw.keys.map(rel);
+        if keys.is_none() {
+            problem(
                 "keys",
                 "missing: a router needs its key bundle (`tether keys issue DIR NAME --role \
                  router`)"
                     .into(),
-            )
-        })?;
-        let listen = raw
-            .listen
-            .map(|s| {
-                s.parse::<SocketAddr>()
-                    .map_err(|_| invalid("listen", not_address(&s)))
+            );
+        }
+        let mut address = |field: &str, s: Option<String>| {
+            s.and_then(|s| match s.parse::<SocketAddr>() {
+                Ok(a) => Some(a),
+                Err(_) => {
+                    problem(field, not_address(&s));
+                    None
+                }
             })
-            .transpose()?;
-        let metrics = raw
-            .metrics
-            .map(|s| {
-                s.parse::<SocketAddr>()
-                    .map_err(|_| invalid("metrics", not_address(&s)))
-            })
-            .transpose()?;
-        let connect = raw
+        };
+        let listen_given = raw.listen.is_some();
+        let listen = address("listen", raw.listen);
+        let metrics = address("metrics", raw.metrics);
+        let connect: Vec<String> = raw
             .connect
             .iter()
-            .map(|s| router_address(s).map_err(|r| invalid("connect", r)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if listen.is_none() && connect.is_empty() {
-            return Err(invalid(
+            .filter_map(|s| match router_address(s) {
+                Ok(a) => Some(a),
+                Err(r) => {
+                    problem("connect", r);
+                    None
+                }
+            })
+            .collect();
+        if !listen_given && raw.connect.is_empty() {
+            problem(
                 "listen",
                 "a router that neither listens nor connects joins nothing: give listen, \
                  connect or both"
                     .into(),
-            ));
+            );
         }
         let l = &raw.limits;
         if l.max_links == 0
@@ -282,58 +302,71 @@ impl RouterConfig {
             || l.handshake_timeout_ms == 0
             || l.announce_bytes_per_sec == 0
         {
-            return Err(invalid(
+            problem(
                 "limits",
                 "max_links, max_routes, max_handshakes, max_handshakes_per_address, \
                  handshake_timeout_ms and announce_bytes_per_sec must be > 0"
                     .into(),
-            ));
+            );
         }
         let idle = l.link_idle_timeout_ms;
         if !(tether::MIN_LINK_IDLE_MS..=86_400_000).contains(&idle) {
-            return Err(invalid(
+            problem(
                 "limits.link_idle_timeout_ms",
                 format!(
                     "{idle} is not {} (two keep-alives) to 86400000",
                     tether::MIN_LINK_IDLE_MS
                 ),
-            ));
+            );
         }
         if l.link_queue_bytes < 1 << 16 {
-            return Err(invalid(
+            problem(
                 "limits.link_queue_bytes",
                 "at least 65536 (one largest datagram must fit)".into(),
-            ));
+            );
         }
-        let export = raw
-            .export
-            .map(|rules| {
-                let mut out: Vec<ExportRule> = Vec::with_capacity(rules.len());
-                for r in rules {
-                    let key = hex32(&r.key).ok_or_else(|| {
-                        invalid(
-                            "export.key",
-                            format!(
-                                "'{}' is not a topic key of 64 hex digits (`tether keys \
-                                 topic-id DIR TOPIC` prints one)",
-                                r.key
-                            ),
-                        )
-                    })?;
-                    if out.iter().any(|e| e.key == key) {
-                        return Err(invalid(
-                            "export.key",
-                            format!("'{}' is listed twice", r.key),
-                        ));
-                    }
-                    out.push(ExportRule {
-                        key,
-                        direction: r.direction,
-                    });
+        let export = raw.export.map(|rules| {
+            let mut out: Vec<ExportRule> = Vec::with_capacity(rules.len());
+            for r in rules {
+                let Some(key) = hex32(&r.key) else {
+                    problem(
+                        "export.key",
+                        format!(
+                            "'{}' is not a topic key of 64 hex digits (`tether keys \
+                             topic-id DIR TOPIC` prints one)",
+                            r.key
+                        ),
+                    );
+                    continue;
+                };
+                if out.iter().any(|e| e.key == key) {
+                    problem("export.key", format!("'{}' is listed twice", r.key));
+                    continue;
                 }
-                Ok(out)
-            })
-            .transpose()?;
+                out.push(ExportRule {
+                    key,
+                    direction: r.direction,
+                });
+            }
+            out
+        });
+        let keys = match (keys, problems.len()) {
+            (Some(keys), 0) => keys,
+            _ => {
+                let path = path.to_path_buf();
+                let mut problems = problems;
+                return Err(if problems.len() == 1 {
+                    let (field, reason) = problems.remove(0);
+                    ConfigError::Invalid {
+                        path,
+                        field,
+                        reason,
+                    }
+                } else {
+                    ConfigError::Several { path, problems }
+                });
+            }
+        };
         Ok(RouterConfig {
             name: raw.name,
             domain: raw.domain,
@@ -464,6 +497,36 @@ mod tests {
             e.contains("link_idle_timeout_ms") && e.contains("2000"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn every_problem_of_a_file_is_named_at_once() {
+        let e = parse(
+            "listen = \"localhost:7447\"\nconnect = [\"cloud\", \"quic/b:7447\", \"tcp/c:1\"]\n\
+             [limits]\nlink_queue_bytes = 10\n[[export]]\nkey = \"/camera\"\ndirection = \"out\"",
+        )
+        .unwrap_err();
+        let ConfigError::Several { problems, .. } = &e else {
+            panic!("one problem only: {e}");
+        };
+        let fields: Vec<&str> = problems.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "keys",
+                "listen",
+                "connect",
+                "connect",
+                "limits.link_queue_bytes",
+                "export.key"
+            ]
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("/etc/tether/router.toml: 6 problems\n  keys: missing"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 7, "{text}");
     }
 
     #[test]
