@@ -273,7 +273,7 @@ pub async fn run(
     stop.await;
     tracing::info!("router '{}' stopping", cfg.name);
     shared.stopping.store(true, Ordering::SeqCst);
-    endpoint.close(0, "router stopping");
+    endpoint.close(0, "the router is stopping");
     let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
     tasks.abort_all();
     Ok(())

@@ -41,6 +41,15 @@ pub enum LinkError {
         /// Its reason.
         reason: String,
     },
+    /// The peer's application closed the connection before the handshake was done. QUIC
+    /// hides an application's reason until then (RFC 9000, section 10.2.3): a router does
+    /// this when the handshake outlasts its `limits.handshake_timeout_ms` (a lossy path
+    /// slows it) or when it is stopping.
+    #[error(
+        "the peer gave up the handshake before it was done (a router does when the handshake \
+         outlasts its limits.handshake_timeout_ms, as on a lossy path, or when it is stopping)"
+    )]
+    ClosedInHandshake,
     /// This side closed the link (or its endpoint).
     #[error("closed here")]
     LocallyClosed,
@@ -134,6 +143,11 @@ impl From<ConnectionError> for LinkError {
                     None => LinkError::Handshake(format!("{}: {reason}", c.error_code)),
                 }
             }
+            ConnectionError::ConnectionClosed(c)
+                if c.error_code == quinn::TransportErrorCode::APPLICATION_ERROR =>
+            {
+                LinkError::ClosedInHandshake
+            }
             ConnectionError::ConnectionClosed(c) => LinkError::Lost(printable(&c.to_string())),
             ConnectionError::ApplicationClosed(a) => LinkError::ClosedByPeer {
                 code: a.error_code.into_inner(),
@@ -195,13 +209,36 @@ mod tests {
         };
         assert_eq!(closed(0, ""), "closed by the peer");
         assert_eq!(
-            closed(0, "router stopping"),
-            "closed by the peer: router stopping"
+            closed(0, "the router is stopping"),
+            "closed by the peer: the router is stopping"
         );
         assert_eq!(closed(2, ""), "closed by the peer (code 2)");
         assert_eq!(
             closed(2, "malformed frame"),
             "closed by the peer (code 2): malformed frame"
         );
+    }
+
+    /// An application's close before the handshake is done reaches the other side as a
+    /// transport close with APPLICATION_ERROR and no reason: said as a handshake given up,
+    /// not as quinn's "the application or application protocol caused the connection to
+    /// be closed during the handshake".
+    #[test]
+    fn a_handshake_given_up_by_the_peer_says_so() {
+        let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::APPLICATION_ERROR,
+            frame_type: None,
+            reason: bytes::Bytes::new(),
+        });
+        let e = LinkError::from(e);
+        assert_eq!(e, LinkError::ClosedInHandshake);
+        assert!(e.to_string().contains("handshake_timeout_ms"), "{e}");
+        // Other transport closes keep quinn's words.
+        let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::PROTOCOL_VIOLATION,
+            frame_type: None,
+            reason: bytes::Bytes::from_static(b"bad"),
+        });
+        assert!(matches!(LinkError::from(e), LinkError::Lost(_)));
     }
 }
