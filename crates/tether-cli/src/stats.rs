@@ -39,6 +39,7 @@ const TRAFFIC: &[&str] = &[
     "challenges_sent",
     "addresses_moved",
     "routed_not_followed",
+    "peer_links_remade",
     "reannounced",
     "stalls",
     "routers",

@@ -111,6 +111,9 @@ pub(crate) struct RemoteParticipant {
     /// When a copy of one of its datagrams (a replay) was last checked for its tag: at
     /// most every [`COPY_CHECK`], so replays cost at most that many opens.
     pub(crate) copy_checked: Option<Instant>,
+    /// The last LINK_EPOCH it announced (`None`: none yet): how many times its router
+    /// links were made again ([`Participant::route_link_reset`]).
+    pub(crate) link_epoch: Option<u32>,
 }
 
 impl RemoteParticipant {
@@ -770,6 +773,12 @@ impl Participant {
         }
     }
 
+    /// Our LINK_EPOCH, announced beside our PARTICIPANT once a router link was made
+    /// (`docs/wire.md#link_epoch`).
+    fn link_epoch_submessage(&self) -> Option<Submessage<'static>> {
+        (self.link_epoch > 0).then_some(Submessage::LinkEpoch(self.link_epoch))
+    }
+
     /// Datagrams announcing this participant and its endpoints (`only`: one endpoint).
     pub(crate) fn announcement(&self, only: Option<EntityId>) -> Vec<Bytes> {
         let mut out = Vec::new();
@@ -778,6 +787,10 @@ impl Participant {
         let mut buf = Vec::new();
         let mut b = DatagramBuilder::new(&mut buf, hdr);
         let _ = b.push(&part);
+        let epoch = self.link_epoch_submessage();
+        if let Some(e) = &epoch {
+            let _ = b.push(e);
+        }
         let mut count = 0;
         let eps = self
             .writers
@@ -821,6 +834,9 @@ impl Participant {
                 out.push(Bytes::from(std::mem::take(&mut buf)));
                 let mut nb = DatagramBuilder::new(&mut buf, hdr);
                 let _ = nb.push(&part);
+                if let Some(e) = &epoch {
+                    let _ = nb.push(e);
+                }
                 count = 0;
             }
             buf.extend_from_slice(&tmp[HEADER_LEN..]);
@@ -907,8 +923,11 @@ impl Participant {
         let mut out = Vec::new();
         if only.is_none() {
             let mut buf = Vec::new();
-            let _ = DatagramBuilder::new(&mut buf, self.header())
-                .push(&Submessage::Participant(self.participant_repr()));
+            let mut b = DatagramBuilder::new(&mut buf, self.header());
+            let _ = b.push(&Submessage::Participant(self.participant_repr()));
+            if let Some(e) = self.link_epoch_submessage() {
+                let _ = b.push(&e);
+            }
             out.push((Bytes::from(buf), None));
         }
         for id in ids {

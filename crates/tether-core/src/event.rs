@@ -811,6 +811,10 @@ pub struct Stats {
     /// Datagrams of a peer known at a direct address that came through a router while that
     /// address was still heard: taken, but the peer stays at its direct address.
     pub routed_not_followed: u64,
+    /// Peers whose router links were made again (a new LINK_EPOCH): what our writers had
+    /// re-sent to their readers was lost with the links, and is sent again at the next
+    /// request rather than after the wait for a copy that will not arrive.
+    pub peer_links_remade: u64,
     /// Secure realm: participant ids validated only by a cookie at a direct address, not
     /// yet authenticated, that moved to the same id announced through a router link, or
     /// to the address its verifying AUTH came from (a claim on the LAN gives way to the
@@ -931,6 +935,7 @@ impl Stats {
             refusals_checked,
             routed_mismatched,
             routed_not_followed,
+            peer_links_remade,
             unverified_claims_moved,
             auth_sent_aside,
         )

@@ -268,6 +268,10 @@ pub struct Participant {
     /// The rate (bytes a second) each router link has been draining its queue at
     /// ([`set_route_drain_rate`](Participant::set_route_drain_rate)).
     pub(crate) route_rate: Vec<(u16, u64)>,
+    /// How many times our router links were made again (LINK_EPOCH, announced beside our
+    /// PARTICIPANT once non-zero): peers' writers then forget what they re-sent to our
+    /// readers, which was lost with the link's queues.
+    pub(crate) link_epoch: u32,
     /// Keep-all reliable writers (whose datagrams congestion control may hold back), and
     /// reliable readers (which time their repair requests by the round trip): without
     /// either, paths are not probed.
@@ -342,6 +346,7 @@ impl Participant {
             stalled_at: None,
             route_backlog: Vec::new(),
             route_rate: Vec::new(),
+            link_epoch: 0,
             paced_writers: 0,
             reliable_readers: 0,
             last_dest: None,
@@ -797,6 +802,7 @@ impl Participant {
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(now, pid, n),
                 Submessage::Skipped(x) => self.on_skipped(pid, x),
+                Submessage::LinkEpoch(e) => self.on_link_epoch(pid, e),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Probe(p) => self.on_probe(from, pid, p, datagram.len()),
                 Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, from, a),

@@ -439,7 +439,8 @@ impl Participant {
                     self.cfg.heartbeat_period,
                     crate::route::backlog_of(&self.route_backlog, addr),
                 );
-                if !rp.may_resend(nf.seq, now, wait) {
+                let queued = crate::route::backlog_of(&self.route_backlog, addr);
+                if !rp.may_resend(nf.seq, now, wait, queued) {
                     self.stats.resends_suppressed += 1;
                     return;
                 }
@@ -707,7 +708,7 @@ impl Participant {
             let queued_ahead = rate.map_or(Duration::ZERO, |b| {
                 Duration::from_secs_f64(ahead as f64 / b as f64)
             });
-            if !rp.may_resend(seq, now, resend_wait + queued_ahead) {
+            if !rp.may_resend(seq, now, resend_wait + queued_ahead, backlog + queued_ahead) {
                 r.stats.resends_suppressed += 1;
                 continue;
             }

@@ -220,7 +220,12 @@ impl Participant {
     /// the link before is gone. Writers forget that they re-sent samples to readers behind
     /// it, and answer their next requests at once rather than wait for copies that will
     /// never arrive.
+    ///
+    /// Our peers' writers lost the same for our readers: the router's queue for the link
+    /// is gone too. Our LINK_EPOCH goes up, and our announcements (the driver announces
+    /// through a link as it comes up) tell them (`docs/wire.md#link_epoch`).
     pub fn route_link_reset(&mut self, link: u16) {
+        self.link_epoch = self.link_epoch.wrapping_add(1).max(1);
         for w in self.writers.values_mut() {
             for (g, rp) in w.readers.iter_mut() {
                 let behind = self
@@ -231,6 +236,34 @@ impl Participant {
                     .is_some_and(|(_, l)| l == link);
                 if behind {
                     rp.resent.clear();
+                }
+            }
+        }
+    }
+
+    /// Peer `pid` announced LINK_EPOCH `epoch`: if it changed, its router links were made
+    /// again, and what was on its way to it through them is gone. Our writers forget the
+    /// copies they re-sent to its readers that had left our queue, and answer the next
+    /// requests for those at once.
+    pub(crate) fn on_link_epoch(&mut self, pid: ParticipantId, epoch: u32) {
+        let Some(p) = self.peers.remotes.get_mut(&pid) else {
+            return;
+        };
+        // Only what went through a router was lost: a peer we reach directly got it.
+        let changed = p.link_epoch.is_some_and(|e| e != epoch) && is_routed(&p.addr);
+        p.link_epoch = Some(epoch);
+        if !changed {
+            return;
+        }
+        self.stats.peer_links_remade += 1;
+        // Copies still in our queue for our own link cross the peer's new one; those that
+        // had left may have been lost with its old one.
+        let now = self.clock;
+        let queue_empty = backlog_of(&self.route_backlog, p.addr).is_zero();
+        for w in self.writers.values_mut() {
+            for (g, rp) in w.readers.iter_mut() {
+                if g.participant == pid {
+                    rp.forget_departed(now, queue_empty);
                 }
             }
         }

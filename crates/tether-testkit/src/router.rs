@@ -140,6 +140,8 @@ impl Sim {
         };
         let p = self.p(i);
         p.add_route_link(link, DEFAULT_ROUTE_DATAGRAM);
+        // As the session's driver does at each link up.
+        p.route_link_reset(link);
         p.add_target(announce);
         self.pump(i);
     }
@@ -154,13 +156,20 @@ impl Sim {
         self.pump(i);
     }
 
-    /// Node `i`'s router link is back, with the same number.
+    /// Node `i`'s router link is back, with the same number: as the session's driver
+    /// does, what was queued for the link is taken as gone (`route_link_reset`) and the
+    /// node announces itself through it at once.
     pub fn router_link_up(&mut self, i: usize) {
         let r = self.router.as_mut().expect("a router");
         let a = r.attached.get_mut(&i).expect("attached");
         a.up = true;
         let link = a.link;
-        self.p(i).add_route_link(link, DEFAULT_ROUTE_DATAGRAM);
+        let announce = r.announce;
+        let p = self.p(i);
+        p.add_route_link(link, DEFAULT_ROUTE_DATAGRAM);
+        p.route_link_reset(link);
+        p.remove_target(announce);
+        p.add_target(announce);
         self.pump(i);
     }
 

@@ -1014,6 +1014,61 @@ fn repairs_queued_together_wait_for_those_ahead_of_them() {
     );
 }
 
+/// A reader's router link made again lost what the router held for it: its participant
+/// announces a new LINK_EPOCH through the new link, and the writer, whose own link is as it
+/// was, answers the reader's next request at once rather than after the wait recorded for a
+/// copy that will never arrive (the lossy review's F1: after outages of a subscriber's
+/// link, repairs waited up to the backlog said, 30 s at most). Copies still in the writer's
+/// own queue when the reader's link comes back are not lost, and are not sent twice.
+#[test]
+fn a_readers_link_made_again_is_told_to_its_writers() {
+    let _one = LOSING.lock().unwrap_or_else(|p| p.into_inner());
+    for drained in [true, false] {
+        let mut path = Link::perfect();
+        path.delay = Duration::from_millis(20);
+        let (mut sim, a, wid, b, rid) = routed_pair(95, true, path);
+        assert_eq!(b, 1, "the drop hook is for node 1");
+        LOST.lock().unwrap().clear();
+        KEEP_LOSING.store(2, std::sync::atomic::Ordering::SeqCst);
+        sim.rewrite = Some(drop_5_to_10_repeatedly);
+        let link = sim.nodes[a].participant.route_links()[0].link;
+        write_n(&mut sim, a, wid, 0, 20);
+        sim.p(a).set_route_backlog(link, Duration::from_secs(30));
+        sim.run_for(Duration::from_secs(2));
+        assert!(
+            sim.seqs(b, rid).len() < 20,
+            "the repairs were lost and are waited for"
+        );
+        assert!(sim.nodes[a].participant.stats().resends_suppressed > 0);
+        assert_eq!(sim.nodes[a].participant.stats().peer_links_remade, 0);
+        let resent = sim.nodes[a].participant.stats().samples_retransmitted;
+        if drained {
+            // The writer's queue let the copies go; the reader's link is made again.
+            sim.p(a).set_route_backlog(link, Duration::ZERO);
+        }
+        sim.router_link_down(b);
+        sim.router_link_up(b);
+        let done = sim.run_until(Duration::from_secs(3), |s| s.seqs(b, rid).len() == 20);
+        assert_eq!(sim.nodes[a].participant.stats().peer_links_remade, 1);
+        if drained {
+            assert!(
+                done,
+                "repaired at the next request after the reader's link came back"
+            );
+            assert_all_in_order(&sim, b, rid, 20);
+        } else {
+            // Judged still queued for 28 s more: they will cross the new link.
+            assert!(!done);
+            assert_eq!(
+                sim.nodes[a].participant.stats().samples_retransmitted,
+                resent,
+                "nothing still queued is sent twice"
+            );
+        }
+        sim.rewrite = None;
+    }
+}
+
 /// A router link made again lost what its queue held: the writer answers the next request
 /// at once, not after the wait for a copy that will never arrive (`route_link_reset`).
 /// Without it a repair queued before a re-dial waited up to the whole backlog said (30 s at

@@ -66,6 +66,7 @@ proptest! {
             core::net::SocketAddrV4::new(core::net::Ipv4Addr::new(a, b, c, d), port)
         });
         roundtrip(&[Submessage::Participant(ParticipantRepr { lease_ms: lease, name: &name, data_group })]);
+        roundtrip(&[Submessage::Participant(ParticipantRepr { lease_ms: lease, name: &name, data_group }), Submessage::LinkEpoch(lease)]);
         roundtrip(&[Submessage::ParticipantBye]);
     }
 

@@ -243,6 +243,28 @@ fn skipped_layout() {
     assert!(Submessage::parse(0x17, &long).is_err());
 }
 
+/// LINK_EPOCH is kind 0x18 with a 4-byte body (the epoch, little endian, non-zero): a
+/// receiver of an earlier version skips it as an unknown kind and still takes the
+/// PARTICIPANT before it; a short, long or zero body is malformed.
+#[test]
+fn link_epoch_layout() {
+    let mut buf = Vec::new();
+    DatagramBuilder::new(&mut buf, header())
+        .push(&Submessage::LinkEpoch(0x0102_0304))
+        .unwrap();
+    assert_eq!(buf[HEADER_LEN], 0x18);
+    assert_eq!(buf[HEADER_LEN + 1], 0);
+    let body = &buf[HEADER_LEN + SUBMESSAGE_HEADER_LEN..];
+    assert_eq!(body, [4, 3, 2, 1]);
+    assert_eq!(
+        Submessage::parse(0x18, body).unwrap(),
+        Submessage::LinkEpoch(0x0102_0304)
+    );
+    assert!(Submessage::parse(0x18, &body[..3]).is_err());
+    assert!(Submessage::parse(0x18, &[4, 3, 2, 1, 0]).is_err());
+    assert!(Submessage::parse(0x18, &[0, 0, 0, 0]).is_err());
+}
+
 /// An ACKNACK of a reader that does not know its start sets flag 0x01 in its submessage
 /// header (docs/wire.md, ACKNACK); any other ACKNACK leaves the flags 0, and the flag
 /// survives a round trip.

@@ -521,6 +521,7 @@ impl Participant {
                 addr_heard: now,
                 prev: None,
                 copy_checked: None,
+                link_epoch: None,
             }),
         );
         self.peers.fanout_gen += 1;

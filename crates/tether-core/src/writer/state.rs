@@ -66,9 +66,9 @@ pub(crate) struct ReaderProxy {
     pub(crate) abandoned_top: u64,
     /// Samples re-sent to it, each with the time before which a request for it again is
     /// not answered (the repair could not have arrived and been acknowledged: it may still
-    /// wait in the path's queue). Pruned as acknowledgements come; at most [`MAX_RESENT`]
-    /// entries.
-    pub(crate) resent: BTreeMap<u64, Instant>,
+    /// wait in the path's queue), and the time the copy was judged to leave our queue.
+    /// Pruned as acknowledgements come; at most [`MAX_RESENT`] entries.
+    pub(crate) resent: BTreeMap<u64, Resent>,
     /// It has sent this writer something (an ACKNACK or a NACK_FRAG): it knows the writer.
     pub(crate) answered: bool,
     /// Matched again after its lease ran out: the proxy kept then, taken up at its first
@@ -81,6 +81,15 @@ pub(crate) struct ReaderProxy {
 
 /// Most re-sent samples a writer remembers per reader.
 pub(crate) const MAX_RESENT: usize = 4096;
+
+/// A sample re-sent to a reader ([`ReaderProxy::may_resend`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resent {
+    /// Before this, a request for it again is not answered: the copy may be on its way.
+    pub(crate) until: Instant,
+    /// When the copy was judged to leave our queue for the path.
+    pub(crate) leaves: Instant,
+}
 
 impl ReaderProxy {
     /// A reader matched at `now`, to get the samples from `start` on.
@@ -117,17 +126,38 @@ impl ReaderProxy {
     /// Whether sample `seq` may be re-sent to this reader at `now`: not while an earlier
     /// copy could still be on its way. Records it if so, with `wait`, how long this copy
     /// may take to arrive and be answered (judged now, as it is queued: the path's round
-    /// trip and what waits ahead of it).
-    pub(crate) fn may_resend(&mut self, seq: u64, now: Instant, wait: Duration) -> bool {
-        if self.resent.get(&seq).is_some_and(|until| now < *until) {
+    /// trip and what waits ahead of it), of which `queued` is the time it waits in our
+    /// queue before it leaves.
+    pub(crate) fn may_resend(
+        &mut self,
+        seq: u64,
+        now: Instant,
+        wait: Duration,
+        queued: Duration,
+    ) -> bool {
+        if self.resent.get(&seq).is_some_and(|r| now < r.until) {
             return false;
         }
         if self.resent.len() >= MAX_RESENT {
             // Forget the oldest; it may be asked for again at worst.
             self.resent.pop_first();
         }
-        self.resent.insert(seq, now + wait);
+        self.resent.insert(
+            seq,
+            Resent {
+                until: now + wait,
+                leaves: now + queued.min(wait),
+            },
+        );
         true
+    }
+
+    /// The reader's own router link was made again (`on_link_epoch`): the copies that had
+    /// left our queue by `now` may have been lost with it, and are forgotten (sent again
+    /// at the next request); those still in our queue (`queue_empty` false and judged to
+    /// leave later) will cross the new link. An empty queue has let every copy go.
+    pub(crate) fn forget_departed(&mut self, now: Instant, queue_empty: bool) {
+        self.resent.retain(|_, r| !queue_empty && r.leaves > now);
     }
 
     /// Forgets re-sends of what is acknowledged.

@@ -80,6 +80,8 @@ pub enum SubmessageKind {
     Refusal = 0x16,
     /// What a reader skipped of a writer, beside one of its ACKNACKs.
     Skipped = 0x17,
+    /// How many times the sender's router links were made again, beside its PARTICIPANT.
+    LinkEpoch = 0x18,
 }
 
 impl SubmessageKind {
@@ -109,6 +111,7 @@ impl SubmessageKind {
             0x15 => Self::SealedBatch,
             0x16 => Self::Refusal,
             0x17 => Self::Skipped,
+            0x18 => Self::LinkEpoch,
             _ => return None,
         })
     }
@@ -292,6 +295,12 @@ pub enum Submessage<'a> {
     Refusal(RefusalRepr<'a>),
     /// See [`SkippedRepr`].
     Skipped(SkippedRepr),
+    /// How many times the sending participant's router links were made again (`u32`,
+    /// non-zero), sent beside its PARTICIPANT once it has router links: a change tells its
+    /// peers that whatever was on its way to it through its routers was lost with the link
+    /// (`docs/wire.md#link_epoch`). A kind of its own, so that a receiver of an earlier
+    /// version skips it and still takes the PARTICIPANT.
+    LinkEpoch(u32),
     /// A kind this version does not know; skipped by receivers (forward compatibility).
     Unknown(u8),
 }
@@ -344,6 +353,7 @@ impl<'a> Submessage<'a> {
             Submessage::SealedBatch(_) => SubmessageKind::SealedBatch as u8,
             Submessage::Refusal(_) => SubmessageKind::Refusal as u8,
             Submessage::Skipped(_) => SubmessageKind::Skipped as u8,
+            Submessage::LinkEpoch(_) => SubmessageKind::LinkEpoch as u8,
             Submessage::Unknown(k) => *k,
         }
     }
@@ -396,6 +406,11 @@ impl<'a> Submessage<'a> {
             SubmessageKind::SealedBatch => Submessage::SealedBatch(SealedBatchRepr::parse(c)?),
             SubmessageKind::Refusal => Submessage::Refusal(RefusalRepr::parse(c)?),
             SubmessageKind::Skipped => Submessage::Skipped(SkippedRepr::parse(c)?),
+            //= docs/wire.md#link_epoch
+            SubmessageKind::LinkEpoch => match c.u32()? {
+                0 => return Err(Error::BadValue("epoch")),
+                e => Submessage::LinkEpoch(e),
+            },
         };
         c.finish()?;
         Ok(msg)
@@ -433,6 +448,10 @@ impl<'a> Submessage<'a> {
             Submessage::SealedBatch(x) => x.emit(out),
             Submessage::Refusal(r) => r.emit(out),
             Submessage::Skipped(x) => x.emit(out),
+            Submessage::LinkEpoch(e) => {
+                out.extend_from_slice(&e.to_le_bytes());
+                Ok(())
+            }
             Submessage::Unknown(_) => Ok(()),
         }
     }
