@@ -802,7 +802,7 @@ impl Participant {
                 Submessage::DataFrag(f) => self.on_data_frag(now, pid, f),
                 Submessage::NackFrag(n) => self.on_nack_frag(now, pid, n),
                 Submessage::Skipped(x) => self.on_skipped(pid, x),
-                Submessage::LinkEpoch(e) => self.on_link_epoch(pid, e),
+                Submessage::LinkEpoch(e) => self.on_link_epoch(from, pid, e),
                 Submessage::BatchSig(x) => batch_sig = Some(x),
                 Submessage::Probe(p) => self.on_probe(from, pid, p, datagram.len()),
                 Submessage::ProbeAck(a) => self.on_probe_ack(now, pid, from, a),

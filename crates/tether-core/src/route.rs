@@ -43,6 +43,7 @@ use tether_wire::{EndpointKind, EntityId, ParticipantId};
 
 use std::collections::BTreeMap;
 
+use crate::Guid;
 use crate::discovery::RemoteParticipant;
 use crate::participant::Participant;
 
@@ -241,16 +242,27 @@ impl Participant {
         }
     }
 
-    /// Peer `pid` announced LINK_EPOCH `epoch`: if it changed, its router links were made
-    /// again, and what was on its way to it through them is gone. Our writers forget the
-    /// copies they re-sent to its readers that had left our queue, and answer the next
-    /// requests for those at once.
-    pub(crate) fn on_link_epoch(&mut self, pid: ParticipantId, epoch: u32) {
+    /// Peer `pid` announced LINK_EPOCH `epoch`, in a datagram from `from`: if it is newer
+    /// than the last one, its router links were made again, and what was on its way to it
+    /// through them is gone. Our writers forget the copies they re-sent to its readers that
+    /// had left our queue, and answer the next requests for those at once.
+    ///
+    /// Only a newer epoch (serial-number order) counts, and only through the router link
+    /// we reach the peer by: an announcement is tagged for any receiver, so a copy of an
+    /// older one that a router lost, captured on the peer's LAN and replayed within the
+    /// replay window, must not count as a change (the outsider review).
+    pub(crate) fn on_link_epoch(&mut self, from: SocketAddr, pid: ParticipantId, epoch: u32) {
         let Some(p) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
+        let newer = p
+            .link_epoch
+            .is_none_or(|e| (epoch.wrapping_sub(e) as i32) > 0);
+        if !newer {
+            return;
+        }
         // Only what went through a router was lost: a peer we reach directly got it.
-        let changed = p.link_epoch.is_some_and(|e| e != epoch) && is_routed(&p.addr);
+        let changed = p.link_epoch.is_some() && is_routed(&p.addr) && from == p.addr;
         p.link_epoch = Some(epoch);
         if !changed {
             return;
@@ -260,11 +272,16 @@ impl Participant {
         // had left may have been lost with its old one.
         let now = self.clock;
         let queue_empty = backlog_of(&self.route_backlog, p.addr).is_zero();
+        let its = Guid {
+            participant: pid,
+            entity: EntityId(0),
+        }..=Guid {
+            participant: pid,
+            entity: EntityId(u32::MAX),
+        };
         for w in self.writers.values_mut() {
-            for (g, rp) in w.readers.iter_mut() {
-                if g.participant == pid {
-                    rp.forget_departed(now, queue_empty);
-                }
+            for (_, rp) in w.readers.range_mut(its.clone()) {
+                rp.forget_departed(now, queue_empty);
             }
         }
     }
