@@ -50,6 +50,13 @@ pub enum LinkError {
          outlasts its limits.handshake_timeout_ms, as on a lossy path, or when it is stopping)"
     )]
     ClosedInHandshake,
+    /// The peer refused the connection at once (QUIC's CONNECTION_REFUSED): a router does
+    /// while it stops, and when it is at its limit of links or handshakes.
+    #[error(
+        "the peer refused the connection at once (a router does while it stops, and when \
+         it is at its limits.max_links or max_handshakes)"
+    )]
+    RefusedAtOnce,
     /// This side closed the link (or its endpoint).
     #[error("closed here")]
     LocallyClosed,
@@ -148,6 +155,11 @@ impl From<ConnectionError> for LinkError {
             {
                 LinkError::ClosedInHandshake
             }
+            ConnectionError::ConnectionClosed(c)
+                if c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED =>
+            {
+                LinkError::RefusedAtOnce
+            }
             ConnectionError::ConnectionClosed(c) => LinkError::Lost(printable(&c.to_string())),
             ConnectionError::ApplicationClosed(a) => LinkError::ClosedByPeer {
                 code: a.error_code.into_inner(),
@@ -233,6 +245,15 @@ mod tests {
         let e = LinkError::from(e);
         assert_eq!(e, LinkError::ClosedInHandshake);
         assert!(e.to_string().contains("handshake_timeout_ms"), "{e}");
+        // A refusal at once (a router stopping, or at its limits) says so.
+        let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::CONNECTION_REFUSED,
+            frame_type: None,
+            reason: bytes::Bytes::new(),
+        });
+        let e = LinkError::from(e);
+        assert_eq!(e, LinkError::RefusedAtOnce);
+        assert!(e.to_string().contains("while it stops"), "{e}");
         // Other transport closes keep quinn's words.
         let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
             error_code: quinn::TransportErrorCode::PROTOCOL_VIOLATION,
