@@ -242,8 +242,8 @@ fn demo_stopped_by_a_signal_leaves_nothing() {
                 .lock()
                 .unwrap()
                 .iter()
-                .any(|l| l.starts_with("received ")),
-            "SIG{sig}: no summary"
+                .any(|l| l.starts_with(&format!("interrupted (SIG{sig}): received "))),
+            "SIG{sig}: no summary that says it was interrupted"
         );
         assert_nothing_left(&kids, &reg, domain);
     }
@@ -580,8 +580,8 @@ fn two_site_demo_interrupted_leaves_nothing() {
             .lock()
             .unwrap()
             .iter()
-            .any(|l| l.starts_with("received ")),
-        "no summary"
+            .any(|l| l.starts_with("interrupted (SIGINT): received ")),
+        "no summary that says it was interrupted"
     );
     assert_ended(&kids);
     assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));

@@ -185,7 +185,8 @@ pub(super) fn run(cfg: Config, a: DemoArgs, globals: &[OsString]) -> anyhow::Res
     }
     drop(children);
     println!(
-        "received {} chatter and {} camera samples in {:.0} s",
+        "{}received {} chatter and {} camera samples in {:.0} s",
+        signal.map_or("", super::interrupted),
         totals[0],
         totals[1],
         start.elapsed().as_secs_f64()

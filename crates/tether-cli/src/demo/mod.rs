@@ -116,6 +116,16 @@ impl Drop for Children {
     }
 }
 
+/// How a demo stopped by signal `code` (its exit status) begins its summary.
+fn interrupted(code: u8) -> &'static str {
+    match code {
+        130 => "interrupted (SIGINT): ",
+        143 => "interrupted (SIGTERM): ",
+        129 => "interrupted (SIGHUP): ",
+        _ => "interrupted: ",
+    }
+}
+
 /// SIGINT, SIGTERM and SIGHUP (its terminal closed), caught so that the demo ends as it
 /// would at the end of its time.
 struct Signals {

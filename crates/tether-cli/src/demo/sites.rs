@@ -500,8 +500,12 @@ fn subscribe(site_a: &Session, site_b: &Session) -> anyhow::Result<Vec<Row>> {
 /// The last line and the exit status: what each site received, then why the demo ended
 /// early or which topic received nothing.
 fn finish(stop: Option<Stop>, received: &[(String, u64)], lost: u64, ran: Duration) -> ExitCode {
+    let how = match stop {
+        Some(Stop::Signal(code)) => super::interrupted(code),
+        _ => "",
+    };
     println!(
-        "received {} in {:.0} s; {lost} lost",
+        "{how}received {} in {:.0} s; {lost} lost",
         received
             .iter()
             .map(|(what, n)| format!("{n} {what}"))
