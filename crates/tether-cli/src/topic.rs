@@ -593,20 +593,25 @@ fn next_tick(due: Instant, period: Duration, now: Instant) -> Instant {
 fn report_owed(p: &tether::Publisher, n: u64) -> bool {
     let owed = p.unacknowledged();
     for s in &owed {
-        // The name of a participant already forgotten is not known any more.
-        let of = if s.name.is_empty() {
-            String::new()
-        } else {
-            format!(" of {}", s.name)
-        };
         eprintln!(
-            "error: reader {}{of} {} {} of {n} samples",
-            s.reader,
+            "error: reader {} {} {} of {n} samples",
+            reader_named(s),
             owed_state(s),
             s.samples
         );
     }
     owed.is_empty()
+}
+
+/// A reader that owes acknowledgements, by id and by the name its credential certifies
+/// (a secure realm), else the name its participant announced; the name of a participant
+/// already forgotten is not known any more.
+fn reader_named(s: &tether::Shortfall) -> String {
+    match (&s.certified_name, s.name.is_empty()) {
+        (Some(c), _) => format!("{} of {c}", s.reader),
+        (None, false) => format!("{} of {}", s.reader, s.name),
+        (None, true) => s.reader.to_string(),
+    }
 }
 
 /// What a reader that owes acknowledgements did, in words: only one that said goodbye
@@ -878,6 +883,14 @@ mod tests {
         assert_eq!(owed_state(&s), "has not acknowledged");
         s.inactive = true;
         assert_eq!(owed_state(&s), "is inactive and has not acknowledged");
+        // Named by its credential when it has one (the new-user review: an id alone).
+        let id = s.reader.to_string();
+        s.name = String::new();
+        assert_eq!(reader_named(&s), id);
+        s.name = "chosen".into();
+        assert_eq!(reader_named(&s), format!("{id} of chosen"));
+        s.certified_name = Some("base".into());
+        assert_eq!(reader_named(&s), format!("{id} of base"));
     }
 
     #[test]

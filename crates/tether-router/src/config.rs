@@ -327,10 +327,12 @@ impl RouterConfig {
         }
         let export = raw.export.map(|rules| {
             let mut out: Vec<ExportRule> = Vec::with_capacity(rules.len());
-            for r in rules {
+            for (i, r) in rules.into_iter().enumerate() {
+                // Which entry: the file's [[export]] tables, counted from 1.
+                let field = format!("export.key of [[export]] {}", i + 1);
                 let Some(key) = hex32(&r.key) else {
                     problem(
-                        "export.key",
+                        &field,
                         format!(
                             "'{}' is not a topic key of 64 hex digits (`tether keys \
                              topic-id DIR TOPIC` prints one)",
@@ -340,7 +342,7 @@ impl RouterConfig {
                     continue;
                 };
                 if out.iter().any(|e| e.key == key) {
-                    problem("export.key", format!("'{}' is listed twice", r.key));
+                    problem(&field, format!("'{}' is listed twice", r.key));
                     continue;
                 }
                 out.push(ExportRule {
@@ -483,6 +485,15 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("topic-id"), "{e}");
+        // Which [[export]] entry is wrong.
+        let e = parse(&format!(
+            "keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[[export]]\nkey = \"{}\"\ndirection = \"out\"\n\
+             [[export]]\nkey = \"/camera\"\ndirection = \"out\"",
+            "5f1c".repeat(16)
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[[export]] 2") && e.contains("/camera"), "{e}");
         let e = parse(
             "keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[[export]]\nkey = \"00\"\ndirection = \"up\"",
         )
@@ -518,7 +529,7 @@ mod tests {
                 "connect",
                 "connect",
                 "limits.link_queue_bytes",
-                "export.key"
+                "export.key of [[export]] 1"
             ]
         );
         let text = e.to_string();
