@@ -255,6 +255,11 @@ impl Participant {
         let Some(p) = self.peers.remotes.get_mut(&pid) else {
             return;
         };
+        // Taken only from where we reach the peer (through another router link, it would
+        // be recorded without counting, and the copy through ours then found not newer).
+        if from != p.addr {
+            return;
+        }
         let newer = p
             .link_epoch
             .is_none_or(|e| (epoch.wrapping_sub(e) as i32) > 0);
@@ -262,7 +267,7 @@ impl Participant {
             return;
         }
         // Only what went through a router was lost: a peer we reach directly got it.
-        let changed = p.link_epoch.is_some() && is_routed(&p.addr) && from == p.addr;
+        let changed = p.link_epoch.is_some() && is_routed(&p.addr);
         p.link_epoch = Some(epoch);
         if !changed {
             return;

@@ -1144,6 +1144,48 @@ fn an_older_link_epoch_replayed_is_no_link_made_again() {
     sim.rewrite = None;
 }
 
+/// An epoch is taken only from where the peer is reached: a newer one relayed from the
+/// peer's LAN address (an outsider forwarding its LAN copy) is not recorded there, so the
+/// same epoch through the router link still counts. (Recorded from anywhere, it was then
+/// "not newer" when it came the right way, and the peer's re-made link went untold.)
+#[test]
+fn a_link_epoch_counts_only_through_the_path_the_peer_is_reached_by() {
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(20);
+    let (mut sim, a, _wid, b, _rid) = routed_pair(7, true, path);
+    assert_eq!(a, 0, "the drop hook is for node 0");
+    sim.rewrite = Some(drop_epochs_to_0);
+    DROP_EPOCHS_TO_0.store(true, std::sync::atomic::Ordering::SeqCst);
+    sim.sniffed = Some(Vec::new());
+    // b's link is made again (epoch 2); its announcements through the router are lost.
+    sim.router_link_down(b);
+    sim.router_link_up(b);
+    sim.run_for(Duration::from_millis(1500));
+    let lan_copy = sim
+        .sniffed
+        .take()
+        .unwrap()
+        .into_iter()
+        .find(|d| {
+            d.from == sim.nodes[b].addr
+                && !route::is_routed(&d.to)
+                && link_epoch_of(&d.payload) == Some(2)
+        })
+        .expect("b's epoch-2 announcement on its LAN")
+        .payload;
+    let b_lan = sim.nodes[b].addr;
+    inject(&mut sim, a, b_lan, &lan_copy);
+    assert_eq!(sim.nodes[a].participant.stats().peer_links_remade, 0);
+    DROP_EPOCHS_TO_0.store(false, std::sync::atomic::Ordering::SeqCst);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(
+        sim.nodes[a].participant.stats().peer_links_remade,
+        1,
+        "epoch 2 through the router counts"
+    );
+    sim.rewrite = None;
+}
+
 /// A router link made again lost what its queue held: the writer answers the next request
 /// at once, not after the wait for a copy that will never arrive (`route_link_reset`).
 /// Without it a repair queued before a re-dial waited up to the whole backlog said (30 s at
