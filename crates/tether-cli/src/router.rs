@@ -59,6 +59,10 @@ pub(crate) fn run(config: Option<PathBuf>, a: RouterArgs) -> anyhow::Result<Exit
         if let Some(m) = cfg.metrics {
             println!("  metrics at http://{m}/metrics");
         }
+        println!(
+            "  congestion control {} on its side of every link",
+            cfg.congestion
+        );
         match (&cfg.revocations, &revocations) {
             (Some(p), Some(l)) => println!(
                 "  revocation list {} (serial {}, {} credential(s) revoked): links of revoked credentials are refused",

@@ -11,6 +11,7 @@
 //! revocations = "revoked.toml"         # optional, reloaded when the file changes
 //! connect = ["quic/cloud.example.org:7447"]
 //! metrics = "127.0.0.1:9464"           # Prometheus text format at /metrics; omit: off
+//! congestion = "cubic"                 # or "bbr" on links that lose packets at random
 //!
 //! [limits]
 //! max_links = 1024
@@ -38,6 +39,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+pub use tether_transport::quic::Congestion;
 
 /// Why a router configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +194,7 @@ struct Raw {
     #[serde(default)]
     connect: Vec<String>,
     metrics: Option<String>,
+    congestion: Option<String>,
     #[serde(default)]
     limits: Limits,
     export: Option<Vec<RawExport>>,
@@ -215,6 +218,9 @@ pub struct RouterConfig {
     pub connect: Vec<String>,
     /// Where `/metrics` is served, if it is.
     pub metrics: Option<SocketAddr>,
+    /// The congestion controller of its side of every link: CUBIC by default; BBR keeps
+    /// its rate on paths that lose packets at random (docs/routing.md).
+    pub congestion: Congestion,
     /// Its limits.
     pub limits: Limits,
     /// Its export list; `None`: everything crosses.
@@ -294,6 +300,14 @@ impl RouterConfig {
                     .into(),
             );
         }
+        let congestion = match raw.congestion.as_deref().map(str::parse::<Congestion>) {
+            None => Congestion::default(),
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                problem("congestion", e);
+                Congestion::default()
+            }
+        };
         let l = &raw.limits;
         if l.max_links == 0
             || l.max_routes == 0
@@ -377,6 +391,7 @@ impl RouterConfig {
             revocations: raw.revocations.map(rel),
             connect,
             metrics,
+            congestion,
             limits: raw.limits,
             export,
         })
@@ -437,6 +452,9 @@ mod tests {
         assert_eq!(c.export_rule(&key), Some(Some(Direction::Out)));
         assert_eq!(c.export_rule(&[0; 32]), Some(None));
         assert_eq!(c.limits.link_idle_timeout_ms, 4000);
+        assert_eq!(c.congestion, Congestion::Cubic);
+        let c = parse("keys = \"k\"\nlisten = \"0.0.0.0:1\"\ncongestion = \"bbr\"").unwrap();
+        assert_eq!(c.congestion, Congestion::Bbr);
     }
 
     #[test]
@@ -485,6 +503,13 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("topic-id"), "{e}");
+        let e = parse("keys = \"k\"\nlisten = \"0.0.0.0:1\"\ncongestion = \"reno\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("congestion") && e.contains("cubic or bbr"),
+            "{e}"
+        );
         // Which [[export]] entry is wrong.
         let e = parse(&format!(
             "keys = \"k\"\nlisten = \"0.0.0.0:1\"\n[[export]]\nkey = \"{}\"\ndirection = \"out\"\n\

@@ -166,6 +166,7 @@ pub async fn run(
     // cannot make a link buffer 16 MiB.
     lc.max_frame(MAX_LINK_FRAME);
     lc.idle_timeout(Duration::from_millis(cfg.limits.link_idle_timeout_ms));
+    lc.congestion(cfg.congestion);
     // A restarted router resets its old connections at once (the sessions dial again at
     // their next packet) instead of leaving them to the idle timeout.
     lc.reset_secret(keys.identity.derived_secret(b"quic stateless reset"));

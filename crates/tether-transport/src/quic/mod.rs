@@ -80,8 +80,8 @@ pub use backoff::Backoff;
 pub use cert::{CREDENTIAL_OID, CertParseError, CertificateError};
 pub use error::LinkError;
 pub use link::{
-    ALPN, IncomingLink, LinkConfig, LinkIdentity, MAX_FRAME, PeerCredential, QuicEndpoint,
-    SendError,
+    ALPN, Congestion, IncomingLink, LinkConfig, LinkIdentity, MAX_FRAME, PeerCredential,
+    QuicEndpoint, SendError,
 };
 pub use stream::{Link, LinkReceiver, LinkSender, LinkStats};
 pub use verify::{PeerPolicy, Refusal, Revocations, RevocationsError};

@@ -19,6 +19,11 @@ pub struct RoutersConfig {
     /// `limits.link_idle_timeout_ms` applies). Raise both on links losing a third of their
     /// packets, where QUIC's probes can go unanswered for seconds.
     pub idle_timeout_ms: u64,
+    /// The congestion controller of this session's side of its router links: `cubic`
+    /// (the default: fastest on clean paths) or `bbr` (keeps its rate on a path that loses
+    /// packets at random, as lossy Wi-Fi and radio links do; a router sends to the session
+    /// with its own `congestion`).
+    pub congestion: String,
 }
 
 /// The default `routers.idle_timeout_ms` (and the router's `limits.link_idle_timeout_ms`).
@@ -33,6 +38,7 @@ impl Default for RoutersConfig {
             connect: Vec::new(),
             datagram: 60_000,
             idle_timeout_ms: DEFAULT_LINK_IDLE_MS,
+            congestion: "cubic".into(),
         }
     }
 }

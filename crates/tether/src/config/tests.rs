@@ -177,6 +177,14 @@ fn bad_values_are_errors() {
     assert!(e.to_string().contains("routers.idle_timeout_ms"), "{e}");
     let c = Config::from_toml("[routers]\nidle_timeout_ms = 9000\n").unwrap();
     assert_eq!(c.routers.idle_timeout_ms, 9000);
+    assert_eq!(c.routers.congestion, "cubic");
+    let e = Config::from_toml("[routers]\ncongestion = \"reno\"\n").unwrap_err();
+    assert!(
+        e.to_string().contains("routers.congestion") && e.to_string().contains("cubic or bbr"),
+        "{e}"
+    );
+    let c = Config::from_toml("[routers]\ncongestion = \"bbr\"\n").unwrap();
+    assert_eq!(c.routers.congestion, "bbr");
 }
 
 /// The range decides the registry, multicast and the address listened on; explicit keys

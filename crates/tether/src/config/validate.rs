@@ -18,6 +18,10 @@ impl Config {
                  credential): set security.keys (a bundle from `tether keys issue`) or --keys",
             ));
         }
+        self.routers
+            .congestion
+            .parse::<tether_transport::quic::Congestion>()
+            .map_err(|e| ConfigError::invalid("routers.congestion", e))?;
         let idle = self.routers.idle_timeout_ms;
         if !(super::routers::MIN_LINK_IDLE_MS..=DAY_MS).contains(&idle) {
             return Err(ConfigError::invalid(

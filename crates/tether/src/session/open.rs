@@ -27,8 +27,12 @@ impl Session {
         // they are (a few hundred microseconds sooner than after them).
         let early = match &settings.security {
             Some(_) if !config.routers.connect.is_empty() => Some(
-                LinkThread::spawn(Duration::from_millis(config.routers.idle_timeout_ms))
-                    .map_err(OpenError::Thread)?,
+                LinkThread::spawn(
+                    Duration::from_millis(config.routers.idle_timeout_ms),
+                    // Checked by `Config::validate`.
+                    config.routers.congestion.parse().unwrap_or_default(),
+                )
+                .map_err(OpenError::Thread)?,
             ),
             _ => None,
         };

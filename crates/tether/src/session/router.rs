@@ -443,7 +443,10 @@ impl LinkThread {
     /// the returned `setup` (made once the keys are loaded) and dials, and takes the engine
     /// from `engine` once the session is open. If either sender is dropped unsent, opening
     /// failed, and the thread ends.
-    pub(super) fn spawn(idle_timeout: Duration) -> std::io::Result<EarlyLinks> {
+    pub(super) fn spawn(
+        idle_timeout: Duration,
+        congestion: tether_transport::quic::Congestion,
+    ) -> std::io::Result<EarlyLinks> {
         let (setup, setup_rx) = oneshot::channel();
         let (engine, engine_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -459,7 +462,7 @@ impl LinkThread {
                         return;
                     }
                 };
-                rt.block_on(run_links(setup_rx, engine_rx, idle_timeout));
+                rt.block_on(run_links(setup_rx, engine_rx, idle_timeout, congestion));
             })?;
         Ok(EarlyLinks {
             parts: Some((thread, setup, engine)),
@@ -515,11 +518,13 @@ async fn run_links(
     setup: oneshot::Receiver<LinkThread>,
     engine: oneshot::Receiver<Arc<Shared>>,
     idle_timeout: Duration,
+    congestion: tether_transport::quic::Congestion,
 ) {
     let mut lc = LinkConfig::default();
     // Engine datagrams are at most 64 KiB: a router sending more breaks the protocol.
     lc.max_frame((64 << 10) + 128);
     lc.idle_timeout(idle_timeout);
+    lc.congestion(congestion);
     let bind: SocketAddr = "[::]:0".parse().expect("a literal address");
     let endpoint = QuicEndpoint::unconfigured_client(bind, &lc).or_else(|_| {
         QuicEndpoint::unconfigured_client("0.0.0.0:0".parse().expect("a literal address"), &lc)

@@ -223,6 +223,43 @@ fn mutual_tls_both_ways_and_frames_echoed() {
     });
 }
 
+/// Links whose sides run BBR carry frames as CUBIC's do, both ways, large and small; the
+/// names parse and print as the configuration files write them.
+#[test]
+fn links_run_either_congestion_controller() {
+    assert_eq!("bbr".parse::<Congestion>(), Ok(Congestion::Bbr));
+    assert_eq!("cubic".parse::<Congestion>(), Ok(Congestion::Cubic));
+    assert_eq!(Congestion::default(), Congestion::Cubic);
+    assert_eq!(Congestion::Bbr.to_string(), "bbr");
+    assert!(
+        "reno"
+            .parse::<Congestion>()
+            .unwrap_err()
+            .contains("cubic or bbr")
+    );
+    bounded(Duration::from_secs(60), async {
+        let ca = CaKey::generate();
+        let router = node(&ca, Role::Router, "router-a", 1);
+        let mut bbr = LinkConfig::default();
+        bbr.congestion(Congestion::Bbr);
+        let (server, _seen) = echo_server(&router, router_policy(&ca, Revocations::new()), &bbr);
+        let addr = server.local_addr().unwrap();
+        let session = node(&ca, Role::Member, "robot1", 2);
+        let c = QuicEndpoint::client(
+            LOCAL.parse().unwrap(),
+            &ident(&session),
+            member_policy(&ca),
+            &bbr,
+        )
+        .unwrap();
+        let mut link = c.connect(addr, "router-a").await.unwrap();
+        for len in [1, 1000, 4 << 20] {
+            let f: Bytes = (0..len).map(|i| (i % 251) as u8).collect::<Vec<_>>().into();
+            echo(&mut link, f).await;
+        }
+    });
+}
+
 /// Connects `who` to a router of `server_realm` whose server accepts `roles`, expecting a
 /// refusal; returns (the server's reason, the client's error).
 async fn refused(
