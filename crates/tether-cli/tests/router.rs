@@ -548,6 +548,10 @@ fn check_says_what_the_router_would_do_and_refuses_a_members_keys() {
     let out = text(&o.stdout);
     assert!(out.contains("listens on quic/127.0.0.1:7447"), "{out}");
     assert!(out.contains("export list: 0 topic key(s)"), "{out}");
+    assert!(
+        out.contains("congestion control cubic on its side of every link"),
+        "{out}"
+    );
     // No name given: the credential's.
     assert!(out.contains("router 'cloud' (credential 'cloud'"), "{out}");
     assert!(out.contains("no revocation list"), "{out}");
