@@ -185,9 +185,19 @@ pub(crate) fn wait_cloud_links(sites: &Sites, role: &str, n: f64, limit: Duratio
 /// Sites named `prefix` with 1 % of the frames lost on each of `lossy` (link, direction),
 /// or `None` after saying why the test skips.
 pub(crate) fn lossy_sites(test: &str, prefix: &str, lossy: &[(Link, Direction)]) -> Option<Sites> {
+    lossy_sites_at(test, prefix, lossy, 1)
+}
+
+/// [`lossy_sites`] losing `percent` % of the frames.
+pub(crate) fn lossy_sites_at(
+    test: &str,
+    prefix: &str,
+    lossy: &[(Link, Direction)],
+    percent: u8,
+) -> Option<Sites> {
     let mut builder = Sites::builder(prefix);
     for &(link, dir) in lossy {
-        builder = builder.loss(link, dir, 1);
+        builder = builder.loss(link, dir, percent);
     }
     sites(test, || builder.create())
 }

@@ -10,7 +10,7 @@ use crate::common::realm::Realm;
 use crate::common::{Live, finish, spawn, text, wait_until};
 use crate::helpers::{
     Clock, InSites, METRICS_PORT, SITE_PORT, TURN, both_ways, cloud, done, dropped, longest_pause,
-    lossy_sites, ready, router_counters, seqs, sites, wait_cloud_links,
+    lossy_sites, lossy_sites_at, ready, router_counters, seqs, sites, wait_cloud_links,
 };
 
 /// A reliable keep-all stream from site A to site B through the cloud router, with 1 %
@@ -103,6 +103,101 @@ fn a_reliable_keep_all_stream_survives_a_cloud_router_restart_across_nat() {
     eprintln!(
         "{TEST}: killed after {killed_at} samples; frames dropped: {}; pub: {}; done in {:?}",
         dropped(&sites, &lossy).0,
+        router_counters(&p.err),
+        clock.0.elapsed()
+    );
+}
+
+/// A reliable keep-all stream from site A to site B through the cloud router, with 20 % of
+/// the frames lost at each end of both uplinks and BBR on every side of the router links
+/// (`[routers] congestion` in the sessions' file, `congestion` in router.toml): every
+/// sample arrives once and in order, and both ends exit 0. (With CUBIC, loss like this made
+/// streams crawl and now and then stall past the writer's lease: docs/routing.md, "Lossy
+/// links". How fast each goes is measured by the lossy runs there, not asserted here.)
+#[test]
+fn a_stream_crosses_links_losing_a_fifth_of_their_frames_with_bbr() {
+    const TEST: &str = "a_stream_crosses_links_losing_a_fifth_of_their_frames_with_bbr";
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready(TEST) {
+        return;
+    }
+    let clock = Clock::start();
+    let lossy = both_ways(Site::ALL.map(Link::Uplink));
+    let Some(sites) = lossy_sites_at(TEST, "tnb", &lossy, 20) else {
+        return;
+    };
+    let realm = Realm::new(&["a", "b", "c"]);
+    let (a, b) = (sites.site(Site::A), sites.site(Site::B));
+    let router = realm.cloud_router(&sites, "congestion = \"bbr\"");
+    let cfg = realm.path("bbr.toml");
+    std::fs::write(&cfg, "[routers]\ncongestion = \"bbr\"\n").unwrap();
+    let n = 200u64;
+    let count = n.to_string();
+    let mut echo_cmd = realm.via_cloud(
+        b,
+        "b",
+        &[
+            "echo",
+            "/lossy",
+            "--count",
+            &count,
+            "--reliable",
+            "--keep-all",
+            "--meta",
+            "--timeout",
+            "45",
+        ],
+    );
+    echo_cmd.env("TETHER_CONFIG", &cfg);
+    let mut echo = Live::spawn(echo_cmd);
+    assert!(
+        wait_cloud_links(&sites, "session", 1.0, clock.up_to(Duration::from_secs(30))),
+        "{}",
+        router.stderr()
+    );
+    let mut pub_cmd = realm.via_cloud(
+        a,
+        "a",
+        &[
+            "pub",
+            "/lossy",
+            "sample",
+            "-n",
+            &count,
+            "-r",
+            "50",
+            "--size",
+            "20000",
+            "--keep-all",
+            "--linger",
+            "30",
+            "--stats",
+        ],
+    );
+    pub_cmd.env("TETHER_CONFIG", &cfg);
+    let publ = Live::spawn(pub_cmd);
+    let p = done(publ, &clock);
+    assert!(
+        p.ok(),
+        "pub: {}\necho: {}\nrouter: {}",
+        p.err,
+        echo.stderr(),
+        router.stderr()
+    );
+    let code = echo.wait(clock.left());
+    let got = seqs(&echo.out.lock().unwrap());
+    assert_eq!(
+        code,
+        Some(0),
+        "echo: {}\nrouter: {}",
+        echo.stderr(),
+        router.stderr()
+    );
+    assert_eq!(got, (1..=n).collect::<Vec<u64>>(), "{}", echo.stderr());
+    let (words, total) = dropped(&sites, &lossy);
+    assert!(total > 0, "the loss rules dropped frames: {words}");
+    eprintln!(
+        "{TEST}: frames dropped: {words}; pub: {}; done in {:?}",
         router_counters(&p.err),
         clock.0.elapsed()
     );
