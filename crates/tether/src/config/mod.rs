@@ -83,8 +83,8 @@
 //! datagram = 60000           # largest engine datagram on a router link
 //! idle_timeout_ms = 4000     # a link hearing nothing this long is dialled again (the
 //!                            # router's limits.link_idle_timeout_ms too: the lower applies)
-//! congestion = "cubic"       # or "bbr" on links that lose packets at random (the
-//!                            # router's `congestion` sends the other way)
+//! congestion = "cubic"       # or "bbr" on links that lose packets at random, only if
+//!                            # the router runs bbr too (docs/routing.md, "Lossy links")
 //!
 //! # Named token buckets for asynchronous writers (`Qos::flow_controller("bulk")`). Give
 //! # either a rate, or tokens per period (rate = tokens × bytes_per_token / period).

@@ -22,7 +22,8 @@ pub struct RoutersConfig {
     /// The congestion controller of this session's side of its router links: `cubic`
     /// (the default: fastest on clean paths) or `bbr` (keeps its rate on a path that loses
     /// packets at random, as lossy Wi-Fi and radio links do; a router sends to the session
-    /// with its own `congestion`).
+    /// with its own `congestion`). Only with a router that runs `bbr` too: a session that
+    /// outruns its router's CUBIC links overflows the router's queues.
     pub congestion: String,
 }
 
