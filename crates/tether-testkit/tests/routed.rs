@@ -1014,6 +1014,30 @@ fn repairs_queued_together_wait_for_those_ahead_of_them() {
     );
 }
 
+/// A routed pair (seed `seed`) where the first copy of samples 5 to 10 and its first repair
+/// were lost on the way to the reader, and the writer, told its link holds 30 s of frames,
+/// waits for the repairs it queued: 20 written, fewer delivered, requests suppressed.
+/// Returns the sim, the writer's node and id, the reader's, and the writer's router link.
+fn repairs_waiting_behind_a_backlog(seed: u64) -> (Sim, usize, EntityId, usize, EntityId, u16) {
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(20);
+    let (mut sim, a, wid, b, rid) = routed_pair(seed, true, path);
+    assert_eq!(b, 1, "the drop hook is for node 1");
+    LOST.lock().unwrap().clear();
+    KEEP_LOSING.store(2, std::sync::atomic::Ordering::SeqCst);
+    sim.rewrite = Some(drop_5_to_10_repeatedly);
+    let link = sim.nodes[a].participant.route_links()[0].link;
+    write_n(&mut sim, a, wid, 0, 20);
+    sim.p(a).set_route_backlog(link, Duration::from_secs(30));
+    sim.run_for(Duration::from_secs(2));
+    assert!(
+        sim.seqs(b, rid).len() < 20,
+        "the repairs were lost and are waited for"
+    );
+    assert!(sim.nodes[a].participant.stats().resends_suppressed > 0);
+    (sim, a, wid, b, rid, link)
+}
+
 /// A reader's router link made again lost what the router held for it: its participant
 /// announces a new LINK_EPOCH through the new link, and the writer, whose own link is as it
 /// was, answers the reader's next request at once rather than after the wait recorded for a
@@ -1024,22 +1048,7 @@ fn repairs_queued_together_wait_for_those_ahead_of_them() {
 fn a_readers_link_made_again_is_told_to_its_writers() {
     let _one = LOSING.lock().unwrap_or_else(|p| p.into_inner());
     for drained in [true, false] {
-        let mut path = Link::perfect();
-        path.delay = Duration::from_millis(20);
-        let (mut sim, a, wid, b, rid) = routed_pair(95, true, path);
-        assert_eq!(b, 1, "the drop hook is for node 1");
-        LOST.lock().unwrap().clear();
-        KEEP_LOSING.store(2, std::sync::atomic::Ordering::SeqCst);
-        sim.rewrite = Some(drop_5_to_10_repeatedly);
-        let link = sim.nodes[a].participant.route_links()[0].link;
-        write_n(&mut sim, a, wid, 0, 20);
-        sim.p(a).set_route_backlog(link, Duration::from_secs(30));
-        sim.run_for(Duration::from_secs(2));
-        assert!(
-            sim.seqs(b, rid).len() < 20,
-            "the repairs were lost and are waited for"
-        );
-        assert!(sim.nodes[a].participant.stats().resends_suppressed > 0);
+        let (mut sim, a, _wid, b, rid, link) = repairs_waiting_behind_a_backlog(95);
         assert_eq!(sim.nodes[a].participant.stats().peer_links_remade, 0);
         let resent = sim.nodes[a].participant.stats().samples_retransmitted;
         if drained {
@@ -1193,24 +1202,9 @@ fn a_link_epoch_counts_only_through_the_path_the_peer_is_reached_by() {
 #[test]
 fn a_link_made_again_forgets_the_copies_it_held() {
     let _one = LOSING.lock().unwrap_or_else(|p| p.into_inner());
-    let mut path = Link::perfect();
-    path.delay = Duration::from_millis(20);
-    let (mut sim, a, wid, b, rid) = routed_pair(94, true, path);
-    assert_eq!(b, 1, "the drop hook is for node 1");
-    LOST.lock().unwrap().clear();
-    // The first copy of each and its first repair are lost (the repair with the link).
-    KEEP_LOSING.store(2, std::sync::atomic::Ordering::SeqCst);
-    sim.rewrite = Some(drop_5_to_10_repeatedly);
-    let link = sim.nodes[a].participant.route_links()[0].link;
-    write_n(&mut sim, a, wid, 0, 20);
-    // The repairs are queued behind 30 s of frames.
-    sim.p(a).set_route_backlog(link, Duration::from_secs(30));
-    sim.run_for(Duration::from_secs(2));
-    assert!(
-        sim.seqs(b, rid).len() < 20,
-        "the repairs were lost and are waited for"
-    );
-    assert!(sim.nodes[a].participant.stats().resends_suppressed > 0);
+    // The first copy of each and its first repair are lost (the repair with the link),
+    // and the repairs are queued behind 30 s of frames.
+    let (mut sim, a, _wid, b, rid, link) = repairs_waiting_behind_a_backlog(94);
     // The link is made again: its queue is empty, and what it held is gone.
     sim.p(a).set_route_backlog(link, Duration::ZERO);
     sim.p(a).route_link_reset(link);

@@ -9,8 +9,9 @@ use tether_testkit::netns::sites::{Link, Site, Sites};
 use crate::common::realm::Realm;
 use crate::common::{Live, finish, spawn, text, wait_until};
 use crate::helpers::{
-    Clock, InSites, METRICS_PORT, SITE_PORT, TURN, both_ways, cloud, done, dropped, longest_pause,
-    lossy_sites, lossy_sites_at, ready, router_counters, seqs, sites, wait_cloud_links,
+    Clock, Done, InSites, METRICS_PORT, SITE_PORT, TURN, both_ways, cloud, done, dropped,
+    longest_pause, lossy_sites, lossy_sites_at, ready, router_counters, seqs, sites,
+    wait_cloud_links,
 };
 
 /// A reliable keep-all stream from site A to site B through the cloud router, with 1 %
@@ -177,23 +178,7 @@ fn a_stream_crosses_links_losing_a_fifth_of_their_frames_with_bbr() {
     pub_cmd.env("TETHER_CONFIG", &cfg);
     let publ = Live::spawn(pub_cmd);
     let p = done(publ, &clock);
-    assert!(
-        p.ok(),
-        "pub: {}\necho: {}\nrouter: {}",
-        p.err,
-        echo.stderr(),
-        router.stderr()
-    );
-    let code = echo.wait(clock.left());
-    let got = seqs(&echo.out.lock().unwrap());
-    assert_eq!(
-        code,
-        Some(0),
-        "echo: {}\nrouter: {}",
-        echo.stderr(),
-        router.stderr()
-    );
-    assert_eq!(got, (1..=n).collect::<Vec<u64>>(), "{}", echo.stderr());
+    assert_stream_whole(&p, &mut echo, &clock, n, &router);
     let (words, total) = dropped(&sites, &lossy);
     assert!(total > 0, "the loss rules dropped frames: {words}");
     eprintln!(
@@ -403,23 +388,7 @@ fn site_address_change_keeps_topics_flowing() {
         ));
     }
     let p = done(publ, &clock);
-    assert!(
-        p.ok(),
-        "pub: {}\necho: {}\nrouter: {}",
-        p.err,
-        echo.stderr(),
-        router.stderr()
-    );
-    let code = echo.wait(clock.left());
-    let got = seqs(&echo.out.lock().unwrap());
-    assert_eq!(
-        code,
-        Some(0),
-        "echo: {}\nrouter: {}",
-        echo.stderr(),
-        router.stderr()
-    );
-    assert_eq!(got, (1..=n).collect::<Vec<u64>>(), "{}", echo.stderr());
+    assert_stream_whole(&p, &mut echo, &clock, n, &router);
     let nat = sites.nat_table(Site::A).unwrap_or_default();
     for new in ["10.10.1.77", "10.10.9.5"] {
         assert!(
@@ -440,4 +409,26 @@ fn site_address_change_keeps_topics_flowing() {
             .join(" | "),
         clock.0.elapsed()
     );
+}
+
+/// The end of a stream of `n` samples through `router`: pub (`p`) succeeded, and `echo`
+/// exits 0 having printed samples 1 to `n` once each, in order.
+fn assert_stream_whole(p: &Done, echo: &mut Live, clock: &Clock, n: u64, router: &Live) {
+    assert!(
+        p.ok(),
+        "pub: {}\necho: {}\nrouter: {}",
+        p.err,
+        echo.stderr(),
+        router.stderr()
+    );
+    let code = echo.wait(clock.left());
+    let got = seqs(&echo.out.lock().unwrap());
+    assert_eq!(
+        code,
+        Some(0),
+        "echo: {}\nrouter: {}",
+        echo.stderr(),
+        router.stderr()
+    );
+    assert_eq!(got, (1..=n).collect::<Vec<u64>>(), "{}", echo.stderr());
 }

@@ -237,29 +237,24 @@ mod tests {
     /// be closed during the handshake".
     #[test]
     fn a_handshake_given_up_by_the_peer_says_so() {
-        let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
-            error_code: quinn::TransportErrorCode::APPLICATION_ERROR,
-            frame_type: None,
-            reason: bytes::Bytes::new(),
-        });
-        let e = LinkError::from(e);
+        let closed = |code, reason: &'static [u8]| {
+            LinkError::from(quinn::ConnectionError::ConnectionClosed(
+                quinn::ConnectionClose {
+                    error_code: code,
+                    frame_type: None,
+                    reason: bytes::Bytes::from_static(reason),
+                },
+            ))
+        };
+        let e = closed(quinn::TransportErrorCode::APPLICATION_ERROR, b"");
         assert_eq!(e, LinkError::ClosedInHandshake);
         assert!(e.to_string().contains("handshake_timeout_ms"), "{e}");
         // A refusal at once (a router stopping, or at its limits) says so.
-        let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
-            error_code: quinn::TransportErrorCode::CONNECTION_REFUSED,
-            frame_type: None,
-            reason: bytes::Bytes::new(),
-        });
-        let e = LinkError::from(e);
+        let e = closed(quinn::TransportErrorCode::CONNECTION_REFUSED, b"");
         assert_eq!(e, LinkError::RefusedAtOnce);
         assert!(e.to_string().contains("while it stops"), "{e}");
         // Other transport closes keep quinn's words.
-        let e = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
-            error_code: quinn::TransportErrorCode::PROTOCOL_VIOLATION,
-            frame_type: None,
-            reason: bytes::Bytes::from_static(b"bad"),
-        });
-        assert!(matches!(LinkError::from(e), LinkError::Lost(_)));
+        let e = closed(quinn::TransportErrorCode::PROTOCOL_VIOLATION, b"bad");
+        assert!(matches!(e, LinkError::Lost(_)));
     }
 }

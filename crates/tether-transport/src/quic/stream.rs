@@ -196,6 +196,14 @@ impl LinkSender {
         self.send_parts(frame, Bytes::new(), Bytes::new()).await
     }
 
+    /// Why a frame of `len` bytes is refused: over this link's limit.
+    fn too_large(&self, len: usize) -> LinkError {
+        LinkError::FrameTooLarge {
+            len,
+            max: self.max_frame,
+        }
+    }
+
     /// Sends one frame made of `head`, `body` and `tail` (as [`send`](Self::send) does with
     /// them joined), without joining them: a router forwarding one datagram on many links
     /// writes a small head of its own on each and the same body, referenced, not copied;
@@ -208,21 +216,10 @@ impl LinkSender {
     ) -> Result<(), SendError> {
         let len = head.len() + body.len() + tail.len();
         if len > self.max_frame {
-            let frame = [&head[..], &body[..], &tail[..]].concat();
-            return Err(SendError {
-                frame: frame.into(),
-                error: LinkError::FrameTooLarge {
-                    len,
-                    max: self.max_frame,
-                },
-            });
+            return Err(refused(&head, &body, &tail, self.too_large(len)));
         }
         if let Err(error) = self.write_unsent().await {
-            let frame = [&head[..], &body[..], &tail[..]].concat();
-            return Err(SendError {
-                frame: frame.into(),
-                error,
-            });
+            return Err(refused(&head, &body, &tail, error));
         }
         let prefix = Bytes::copy_from_slice(&(len as u32).to_be_bytes());
         self.unsent
@@ -237,13 +234,7 @@ impl LinkSender {
                     .fetch_add(len as u64, Ordering::Relaxed);
                 Ok(())
             }
-            Err(e) => {
-                let frame = [&head[..], &body[..], &tail[..]].concat();
-                Err(SendError {
-                    frame: frame.into(),
-                    error: e.into(),
-                })
-            }
+            Err(e) => Err(refused(&head, &body, &tail, e.into())),
         }
     }
 
@@ -260,16 +251,9 @@ impl LinkSender {
             .iter()
             .find(|(h, b, t)| h.len() + b.len() + t.len() > self.max_frame)
         {
-            let frame = [&h[..], &b[..], &t[..]].concat();
-            let len = frame.len();
+            let e = refused(h, b, t, self.too_large(h.len() + b.len() + t.len()));
             frames.clear();
-            return Err(SendError {
-                frame: frame.into(),
-                error: LinkError::FrameTooLarge {
-                    len,
-                    max: self.max_frame,
-                },
-            });
+            return Err(e);
         }
         if let Err(error) = self.write_unsent().await {
             frames.clear();
@@ -466,5 +450,13 @@ impl LinkReceiver {
     /// The peer's verified credential.
     pub fn peer(&self) -> &PeerCredential {
         &self.shared.peer
+    }
+}
+
+/// A frame given as head, body and tail that was not sent, handed back joined with why.
+fn refused(head: &[u8], body: &[u8], tail: &[u8], error: LinkError) -> SendError {
+    SendError {
+        frame: [head, body, tail].concat().into(),
+        error,
     }
 }
