@@ -13,11 +13,14 @@
 //!   attached node (an ANNOUNCE frame, flooded), besides what the LAN does with it.
 //!
 //! Nodes of different [`site`](crate::Node::site)s reach each other only this way. The
-//! router's path has its own delay, jitter and frame loss ([`SimRouter::path`]); a link
+//! router's path has its own delay, jitter and frame loss ([`SimRouter::path`]), and may
+//! have a bottleneck: a queue of its own in front of each node's link, dropping when full
+//! ([`Link::bottleneck`]); a link
 //! can go down and come back ([`Sim::router_link_down`], [`Sim::router_link_up`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_core::route::{self, DEFAULT_ROUTE_DATAGRAM};
@@ -86,6 +89,15 @@ pub struct SimRouter {
     pub unroutable: u64,
     /// Frames the router path lost.
     pub lost: u64,
+    /// With a bottleneck on the router's path ([`Link::rate`]): when the router's link to
+    /// each node is free again. Frames wait in the router's queue for that link, in
+    /// arrival order, as in a real router's; `queue` bytes at most.
+    pub link_free_at: BTreeMap<usize, Instant>,
+    /// Frames the router dropped because its queue for a link was full (a real router's
+    /// `queue_full`): nobody is told.
+    pub queue_drops: u64,
+    /// Most bytes ever waiting in the router's queue for one link.
+    pub max_queue: usize,
 }
 
 impl SimRouter {
@@ -99,6 +111,9 @@ impl SimRouter {
             untagged: 0,
             unroutable: 0,
             lost: 0,
+            link_free_at: BTreeMap::new(),
+            queue_drops: 0,
+            max_queue: 0,
         }
     }
 
@@ -258,7 +273,22 @@ impl Sim {
                 self.router.as_mut().expect("a router").lost += 1;
                 continue;
             }
-            let at = self.now + path.delay + self.rng.upto(path.jitter);
+            // Through the router's queue for the node's link, when its path has a bottleneck.
+            let mut departs = self.now;
+            if let Some(rate) = path.rate {
+                let r = self.router.as_mut().expect("a router");
+                let free = r.link_free_at.entry(k).or_insert(self.now);
+                let start = (*free).max(self.now);
+                let queued = (start - self.now).as_secs_f64() * rate as f64;
+                if queued as usize + payload.len() > path.queue.max(payload.len()) {
+                    r.queue_drops += 1;
+                    continue;
+                }
+                r.max_queue = r.max_queue.max(queued as usize + payload.len());
+                *free = start + Duration::from_secs_f64(payload.len() as f64 / rate as f64);
+                departs = *free;
+            }
+            let at = departs + path.delay + self.rng.upto(path.jitter);
             self.order += 1;
             self.flights.push(std::cmp::Reverse(Flight {
                 at,
