@@ -74,7 +74,7 @@ pub(crate) struct PubArgs {
     /// Keep-all: a reader that owes acknowledgements and sends none for SECS is let go of
     /// (the others go on; it resumes from what is left and counts what it lost). "strict"
     /// or 0: it holds the publisher until its lease ends (DDS). Default: the config's
-    /// reliability.inactive_reader_ms (3 s).
+    /// reliability.inactive_reader_ms (3 s; 20 s with routers).
     #[arg(long, value_name = "SECS|strict", value_parser = inactive_after)]
     inactive_after: Option<Duration>,
     #[command(flatten)]

@@ -87,10 +87,10 @@ pub const INITIAL_WINDOW: u64 = 64 * 1024;
 /// link onward was slower than the writer's); with CUBIC links, 110 s with this floor,
 /// 86 s with 1 s, 94 s with 2 s, 81 s without control (58–88 s in earlier runs). Not
 /// longer: what stands in a router's queue delays the heartbeats behind it, and a reader
-/// silent for a writer's inactivity time (3 s by default) is let go of with what it owes;
-/// with 1 s a reader behind a 1 MB/s link was let go of after a 2 s outage of the
-/// writer's link. In time rather than bytes for the same reason: a 4 MiB floor queued
-/// 4 s on such a link.
+/// silent for a writer's inactivity time (the engine's 3 s; 20 s in a session with
+/// routers) is let go of with what it owes: with 3 s and a floor of 1 s, a reader behind
+/// a 1 MB/s link was let go of after a 2 s outage of the writer's link. In time rather
+/// than bytes for the same reason: a 4 MiB floor queued 4 s on such a link.
 pub const ROUTED_FLOOR_TIME: Duration = Duration::from_millis(500);
 
 /// The most the floor of a routed path's window holds ([`ROUTED_FLOOR_TIME`]): half a
@@ -600,7 +600,17 @@ impl Congestion {
         // What was in flight is taken for lost (as TCP's retransmission timeout does): the
         // halved window opens again, so a path whose answers were all lost (a start-up in
         // a burst of loss) is not shut until one gets through; repairs ask for the rest.
-        self.settled = total;
+        // Through a router, not before a delivery rate is measured: QUIC repairs each hop,
+        // so silence there is a queue or a link down, and the first answer waits behind
+        // the first window at the router, for as long as the link onward takes to carry
+        // it, which nothing measured yet says (a writer that took that wait for loss sent
+        // as much again, each time: 11 s of a 1 MB/s link queued at a router in the first
+        // second, a new user's runs). Once a rate is measured, the timeout above covers
+        // the drain, and a link down must not hold the writer for good: its samples wait
+        // in its history, repaired once the link is back.
+        if !self.routed || self.bottleneck > 0.0 {
+            self.settled = total;
+        }
         true
     }
 
