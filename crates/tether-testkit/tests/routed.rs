@@ -1333,7 +1333,12 @@ fn a_slow_router_link_slows_the_writer_instead_of_multiplying_repairs() {
 /// standing at the router are already most of it.
 #[test]
 fn a_router_link_going_away_and_back_behind_a_slow_link_loses_nothing() {
-    for (seed, whose) in [(51, "writer's"), (52, "reader's")] {
+    for (seed, whose, outage) in [
+        (51, "writer's", 2),
+        (52, "reader's", 2),
+        (53, "writer's", 5),
+        (54, "reader's", 5),
+    ] {
         let mut path = Link::perfect().bottleneck(1_000_000, 8 << 20);
         path.delay = Duration::from_millis(5);
         let (mut sim, a, wid, b, rid) = routed_pair_tuned(seed, true, path, |c| {
@@ -1341,10 +1346,11 @@ fn a_router_link_going_away_and_back_behind_a_slow_link_loses_nothing() {
         });
         let mut k = 0u64;
         // 5 MB/s offered, for 2 s before, 2 s during and 0.4 s after the outage.
+        // Each put may wait 10 s at most, as a session with routers allows by default.
         let mut write_for = |sim: &mut Sim, d: Duration| {
             let start = sim.now;
             while sim.now - start < d {
-                sim.write(a, wid, k, ten_kb(k), Duration::from_secs(30));
+                sim.write(a, wid, k, ten_kb(k), Duration::from_secs(10));
                 k += 1;
                 sim.run_for(Duration::from_millis(2));
             }
@@ -1353,17 +1359,17 @@ fn a_router_link_going_away_and_back_behind_a_slow_link_loses_nothing() {
         let side = if whose == "writer's" { a } else { b };
         sim.router_link_down(side);
         let down = sim.now;
-        write_for(&mut sim, Duration::from_secs(2));
+        write_for(&mut sim, Duration::from_secs(outage));
         // A write may wait a silence check out (what was in flight drains in half a
         // second, the check waits twice that), not the link's whole outage.
         assert!(
-            sim.now - down < Duration::from_secs(4),
+            sim.now - down < Duration::from_secs(outage + 2),
             "{whose} link: the writer was held {:?} while it was down",
             sim.now - down
         );
         sim.router_link_up(side);
         let up = sim.now;
-        write_for(&mut sim, Duration::from_millis(400));
+        write_for(&mut sim, Duration::from_secs(3));
         let n = k;
         assert!(
             sim.run_until(Duration::from_secs(30), |s| s.seqs(b, rid).len() as u64
@@ -1379,8 +1385,8 @@ fn a_router_link_going_away_and_back_behind_a_slow_link_loses_nothing() {
         let sent = bytes_from(&sim, a);
         let written = n * 10_000;
         eprintln!(
-            "{whose} link: {n} samples, all {:?} after it was back; {sent} bytes sent for \
-             {written} ({:.2}×)",
+            "{whose} link, {outage} s: {n} samples, all {:?} after it was back; {sent} bytes \
+             sent for {written} ({:.2}×)",
             sim.now - up,
             sent as f64 / written as f64
         );
