@@ -42,6 +42,17 @@ fn pair(link: Link, seed: u64, tune: impl Fn(&mut Config)) -> (Sim, EntityId, En
     (sim, w, r)
 }
 
+/// A LAN (2 ms each way) whose receivers sit behind a bottleneck of `rate` bytes per
+/// second with a 64 KB queue.
+fn bottleneck_lan(rate: u64) -> Link {
+    Link {
+        delay: Duration::from_millis(2),
+        jitter: Duration::from_micros(50),
+        ..Link::lan(1500, 0.0)
+    }
+    .bottleneck(rate, 64 << 10)
+}
+
 /// What a run of `n` samples of `len` bytes did: the virtual time from the first write to
 /// the last delivery, datagrams the bottleneck queue dropped, and the most it held.
 struct Run {
@@ -88,12 +99,7 @@ fn stream(sim: &mut Sim, w: EntityId, r: EntityId, n: u64, len: usize) -> Run {
 #[test]
 fn a_bottleneck_is_kept_busy_but_not_overrun() {
     let rate = 10_000_000u64;
-    let link = Link {
-        delay: Duration::from_millis(2),
-        jitter: Duration::from_micros(50),
-        ..Link::lan(1500, 0.0)
-    }
-    .bottleneck(rate, 64 << 10);
+    let link = bottleneck_lan(rate);
     let (n, len) = (8_000u64, 1000usize);
     for seed in 0..3 {
         let (mut sim, w, r) = pair(link, seed, |_| {});
@@ -368,12 +374,7 @@ fn a_multicast_writer_keeps_to_its_readers_windows() {
     const GROUP: &str = "239.255.74.9:7401";
     let group: std::net::SocketAddr = GROUP.parse().unwrap();
     let rate = 10_000_000u64;
-    let link = Link {
-        delay: Duration::from_millis(2),
-        jitter: Duration::from_micros(50),
-        ..Link::lan(1500, 0.0)
-    }
-    .bottleneck(rate, 64 << 10);
+    let link = bottleneck_lan(rate);
     let (n, len) = (4_000u64, 1000usize);
     let mut sim = Sim::new(5, link);
     sim.add_node_with(|_| {});

@@ -1123,6 +1123,35 @@ fn drop_epochs_to_0(to: usize, d: &Bytes) -> Bytes {
     d.clone()
 }
 
+/// A routed pair (seed `seed`, 20 ms through the router) whose reader's announcements
+/// carrying a LINK_EPOCH are lost on the router path to the writer's node 0 from now on,
+/// and whose datagrams are sniffed. Returns the sim and the two nodes.
+fn epochs_lost_on_the_way_to_0(seed: u64) -> (Sim, usize, usize) {
+    let mut path = Link::perfect();
+    path.delay = Duration::from_millis(20);
+    let (mut sim, a, _wid, b, _rid) = routed_pair(seed, true, path);
+    assert_eq!(a, 0, "the drop hook is for node 0");
+    sim.rewrite = Some(drop_epochs_to_0);
+    DROP_EPOCHS_TO_0.store(true, std::sync::atomic::Ordering::SeqCst);
+    sim.sniffed = Some(Vec::new());
+    (sim, a, b)
+}
+
+/// What node `b` sent on its LAN (not through the router) carrying LINK_EPOCH `epoch`,
+/// from what was sniffed so far (sniffing stops).
+fn lan_copies_of_epoch(sim: &mut Sim, b: usize, epoch: u32) -> Vec<Bytes> {
+    let from = sim.nodes[b].addr;
+    sim.sniffed
+        .take()
+        .unwrap()
+        .into_iter()
+        .filter(|d| {
+            d.from == from && !route::is_routed(&d.to) && link_epoch_of(&d.payload) == Some(epoch)
+        })
+        .map(|d| d.payload)
+        .collect()
+}
+
 /// An announcement is tagged for any receiver, and its LAN copy shares its counter with
 /// the copy through the router: when the router path lost the copy, an outsider that
 /// captured the LAN one could replay it within the replay window. An older epoch replayed
@@ -1131,29 +1160,12 @@ fn drop_epochs_to_0(to: usize, d: &Bytes) -> Bytes {
 /// each replay cost a round of duplicate repairs).
 #[test]
 fn an_older_link_epoch_replayed_is_no_link_made_again() {
-    let mut path = Link::perfect();
-    path.delay = Duration::from_millis(20);
-    let (mut sim, a, _wid, b, _rid) = routed_pair(6, true, path);
-    assert_eq!(a, 0, "the drop hook is for node 0");
+    let (mut sim, a, b) = epochs_lost_on_the_way_to_0(6);
     // The router path loses b's announcements (epoch 1) for a while; the LAN copies are
     // captured.
-    sim.rewrite = Some(drop_epochs_to_0);
-    DROP_EPOCHS_TO_0.store(true, std::sync::atomic::Ordering::SeqCst);
-    sim.sniffed = Some(Vec::new());
     sim.run_for(Duration::from_millis(1500));
     DROP_EPOCHS_TO_0.store(false, std::sync::atomic::Ordering::SeqCst);
-    let captured: Vec<Bytes> = sim
-        .sniffed
-        .take()
-        .unwrap()
-        .iter()
-        .filter(|d| {
-            d.from == sim.nodes[b].addr
-                && !route::is_routed(&d.to)
-                && link_epoch_of(&d.payload) == Some(1)
-        })
-        .map(|d| d.payload.clone())
-        .collect();
+    let captured = lan_copies_of_epoch(&mut sim, b, 1);
     assert!(!captured.is_empty(), "b's epoch-1 announcements on its LAN");
     // b's link is made again: epoch 2, told to a.
     sim.router_link_down(b);
@@ -1183,29 +1195,15 @@ fn an_older_link_epoch_replayed_is_no_link_made_again() {
 /// "not newer" when it came the right way, and the peer's re-made link went untold.)
 #[test]
 fn a_link_epoch_counts_only_through_the_path_the_peer_is_reached_by() {
-    let mut path = Link::perfect();
-    path.delay = Duration::from_millis(20);
-    let (mut sim, a, _wid, b, _rid) = routed_pair(7, true, path);
-    assert_eq!(a, 0, "the drop hook is for node 0");
-    sim.rewrite = Some(drop_epochs_to_0);
-    DROP_EPOCHS_TO_0.store(true, std::sync::atomic::Ordering::SeqCst);
-    sim.sniffed = Some(Vec::new());
+    let (mut sim, a, b) = epochs_lost_on_the_way_to_0(7);
     // b's link is made again (epoch 2); its announcements through the router are lost.
     sim.router_link_down(b);
     sim.router_link_up(b);
     sim.run_for(Duration::from_millis(1500));
-    let lan_copy = sim
-        .sniffed
-        .take()
-        .unwrap()
+    let lan_copy = lan_copies_of_epoch(&mut sim, b, 2)
         .into_iter()
-        .find(|d| {
-            d.from == sim.nodes[b].addr
-                && !route::is_routed(&d.to)
-                && link_epoch_of(&d.payload) == Some(2)
-        })
-        .expect("b's epoch-2 announcement on its LAN")
-        .payload;
+        .next()
+        .expect("b's epoch-2 announcement on its LAN");
     let b_lan = sim.nodes[b].addr;
     inject(&mut sim, a, b_lan, &lan_copy);
     assert_eq!(sim.nodes[a].participant.stats().peer_links_remade, 0);

@@ -84,23 +84,7 @@ fn a_reliable_keep_all_stream_survives_a_cloud_router_restart_across_nat() {
     std::thread::sleep(Duration::from_millis(700));
     let router = realm.cloud_router(&sites, "");
     let p = done(publ, &clock);
-    assert!(
-        p.ok(),
-        "pub: {}\necho: {}\nrouter before: {old_log}\nrouter after: {}",
-        p.err,
-        echo.stderr(),
-        router.stderr()
-    );
-    let code = echo.wait(clock.left());
-    let got = seqs(&echo.out.lock().unwrap());
-    assert_eq!(
-        code,
-        Some(0),
-        "echo: {}\nrouter after: {}",
-        echo.stderr(),
-        router.stderr()
-    );
-    assert_eq!(got, (1..=n).collect::<Vec<u64>>(), "{}", echo.stderr());
+    assert_stream_whole(&p, &mut echo, &clock, n, &router, &old_log);
     eprintln!(
         "{TEST}: killed after {killed_at} samples; frames dropped: {}; pub: {}; done in {:?}",
         dropped(&sites, &lossy).0,
@@ -178,7 +162,7 @@ fn a_stream_crosses_links_losing_a_fifth_of_their_frames_with_bbr() {
     pub_cmd.env("TETHER_CONFIG", &cfg);
     let publ = Live::spawn(pub_cmd);
     let p = done(publ, &clock);
-    assert_stream_whole(&p, &mut echo, &clock, n, &router);
+    assert_stream_whole(&p, &mut echo, &clock, n, &router, "");
     let (words, total) = dropped(&sites, &lossy);
     assert!(total > 0, "the loss rules dropped frames: {words}");
     eprintln!(
@@ -388,7 +372,7 @@ fn site_address_change_keeps_topics_flowing() {
         ));
     }
     let p = done(publ, &clock);
-    assert_stream_whole(&p, &mut echo, &clock, n, &router);
+    assert_stream_whole(&p, &mut echo, &clock, n, &router, "");
     let nat = sites.nat_table(Site::A).unwrap_or_default();
     for new in ["10.10.1.77", "10.10.9.5"] {
         assert!(
@@ -412,11 +396,19 @@ fn site_address_change_keeps_topics_flowing() {
 }
 
 /// The end of a stream of `n` samples through `router`: pub (`p`) succeeded, and `echo`
-/// exits 0 having printed samples 1 to `n` once each, in order.
-fn assert_stream_whole(p: &Done, echo: &mut Live, clock: &Clock, n: u64, router: &Live) {
+/// exits 0 having printed samples 1 to `n` once each, in order. `before`: the log of a
+/// router that `router` replaced, if any, shown when it fails.
+fn assert_stream_whole(
+    p: &Done,
+    echo: &mut Live,
+    clock: &Clock,
+    n: u64,
+    router: &Live,
+    before: &str,
+) {
     assert!(
         p.ok(),
-        "pub: {}\necho: {}\nrouter: {}",
+        "pub: {}\necho: {}\nrouter before: {before}\nrouter: {}",
         p.err,
         echo.stderr(),
         router.stderr()
@@ -426,7 +418,7 @@ fn assert_stream_whole(p: &Done, echo: &mut Live, clock: &Clock, n: u64, router:
     assert_eq!(
         code,
         Some(0),
-        "echo: {}\nrouter: {}",
+        "echo: {}\nrouter before: {before}\nrouter: {}",
         echo.stderr(),
         router.stderr()
     );
